@@ -1,0 +1,1 @@
+"""Reference learners as batched iterates (see DESIGN.md)."""

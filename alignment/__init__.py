@@ -1,0 +1,1 @@
+"""Similarities between layers and learner iterates (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""Hook-name helpers, residual collection and interventions (see DESIGN.md)."""

@@ -1,0 +1,180 @@
+"""Checkpoints: save/load of iclprobe models, and import of Garg/Fu run directories.
+
+A checkpoint is a directory holding ``config.json`` (format version, family, config),
+``model.safetensors`` and ``task.json`` (the task the model was trained on). Directories
+are replaced atomically. Nothing here unpickles arbitrary objects: foreign ``state.pt``
+files go through ``torch.load(..., weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from iclprobe.models.io import atomic_directory
+from iclprobe.tasks import RegressionTask
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+CONFIG_FILE, WEIGHTS_FILE, TASK_FILE = "config.json", "model.safetensors", "task.json"
+PRETRAINED_DIR = Path(__file__).resolve().parent / "pretrained"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint exists but cannot be read: the message names the file and the problem."""
+
+
+def _families() -> dict[str, tuple[type, type]]:
+    from iclprobe.models.config import GPTConfig
+    from iclprobe.models.gpt import GPTRegressor
+
+    families: dict[str, tuple[type, type]] = {"gpt": (GPTConfig, GPTRegressor)}
+    try:
+        from iclprobe.models.pq import PQConfig, PQTransformer
+    except ImportError:  # pragma: no cover - the PQ family lands separately
+        return families
+    families["pq"] = (PQConfig, PQTransformer)
+    return families
+
+
+def family_of(model: nn.Module) -> str:
+    """The family name under which ``model``'s class is saved."""
+    for name, (_, cls) in _families().items():
+        if type(model) is cls:
+            return name
+    raise TypeError(f"model must be an iclprobe model, got {type(model).__name__}")
+
+
+def save(model: nn.Module, path: str | os.PathLike[str], task: RegressionTask | None = None) -> Path:
+    """Write ``model`` (and ``task``, default ``model.task``) as a checkpoint directory."""
+    task = task if task is not None else getattr(model, "task", None)
+    if task is not None and not isinstance(task, RegressionTask):
+        raise TypeError(f"task must be a RegressionTask or None, got {type(task).__name__}")
+    config = {"format_version": FORMAT_VERSION, "family": family_of(model),
+              "config": model.cfg.to_dict()}
+    tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    path = Path(path)
+    with atomic_directory(path) as tmp:
+        save_file(tensors, str(tmp / WEIGHTS_FILE))
+        if task is not None:
+            (tmp / TASK_FILE).write_text(task.to_json())
+        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2))
+    return path
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise CheckpointError(f"{path}: file is missing")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def load_state_into(model: nn.Module, state: dict[str, torch.Tensor], source: Path) -> None:
+    """Copy ``state`` into ``model``, naming the file and tensor on any mismatch."""
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{source}: tensors do not match the model (missing {missing[:5]}, "
+            f"unexpected {unexpected[:5]})"
+        )
+    for name, tensor in state.items():
+        if tensor.shape != expected[name].shape:
+            raise CheckpointError(
+                f"{source}: tensor {name!r} has shape {tuple(tensor.shape)}, "
+                f"the model expects {tuple(expected[name].shape)}"
+            )
+    model.load_state_dict(state)
+
+
+def shipped_models() -> list[tuple[str, str]]:
+    """``(name, one-line summary)`` of each model shipped under ``models/pretrained``."""
+    rows = []
+    for path in sorted(PRETRAINED_DIR.iterdir()):
+        if (path / CONFIG_FILE).is_file():
+            meta = json.loads((path / CONFIG_FILE).read_text())
+            rows.append((path.name, str(meta.get("summary", meta.get("family", "")))))
+    return rows
+
+
+def resolve(path_or_name: str | os.PathLike[str]) -> Path:
+    """A checkpoint directory from a path or the name of a shipped model."""
+    path = Path(path_or_name)
+    if path.exists():
+        return path
+    shipped = PRETRAINED_DIR / str(path_or_name)
+    if isinstance(path_or_name, str) and "/" not in path_or_name and shipped.is_dir():
+        return shipped
+    names = [name for name, _ in shipped_models()]
+    raise FileNotFoundError(
+        f"checkpoint {str(path_or_name)!r} not found: no such directory"
+        + (f", and no shipped model of that name (shipped: {names})" if names else "")
+    )
+
+
+def load(path_or_name: str | os.PathLike[str], device: str | torch.device = "cpu") -> nn.Module:
+    """Load an iclprobe checkpoint, a Garg/Fu run directory, or a shipped model by name.
+
+    The model comes back in eval mode with ``model.task`` set (None if no task was stored).
+    """
+    path = resolve(path_or_name)
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: a checkpoint is a directory, got a file")
+    if not (path / CONFIG_FILE).exists() and (path / "state.pt").exists():
+        from iclprobe.models.garg import load_garg_run
+
+        model = load_garg_run(path)
+    else:
+        model = _load_native(path)
+    return model.to(device).eval()
+
+
+def _load_native(path: Path) -> nn.Module:
+    meta = _read_json(path / CONFIG_FILE)
+    version = meta.get("format_version")
+    if version != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path / CONFIG_FILE}: unknown format_version {version!r} (supported: {FORMAT_VERSION})"
+        )
+    families = _families()
+    family = meta.get("family")
+    if family not in families:
+        raise CheckpointError(
+            f"{path / CONFIG_FILE}: unknown family {family!r} (known: {sorted(families)})"
+        )
+    config_cls, model_cls = families[family]
+    try:
+        cfg = config_cls.from_dict(meta.get("config", {}))
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{path / CONFIG_FILE}: invalid config ({err})") from None
+    weights = path / WEIGHTS_FILE
+    if not weights.is_file():
+        raise CheckpointError(f"{weights}: file is missing")
+    try:
+        state = load_file(str(weights))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(f"{weights}: truncated or corrupt weights ({err})") from None
+    model = model_cls(cfg)
+    load_state_into(model, state, weights)
+    task_path = path / TASK_FILE
+    if task_path.exists():
+        try:
+            model.task = RegressionTask.from_dict(_read_json(task_path))
+        except (TypeError, ValueError) as err:
+            raise CheckpointError(f"{task_path}: invalid task ({err})") from None
+    return model

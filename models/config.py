@@ -1,0 +1,102 @@
+"""Frozen configuration dataclasses for the model families.
+
+``to_dict``/``from_dict`` round-trip through ``config.json``; ``from_dict`` drops unknown
+keys with a warning, so checkpoints written by a newer iclprobe still load.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, TypeVar
+
+logger = logging.getLogger(__name__)
+
+LAYOUTS = ("interleaved", "paired")
+ATTENTIONS = ("softmax", "linear")
+
+C = TypeVar("C", bound="_ConfigMixin")
+
+
+def _check_positive(cfg: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{type(cfg).__name__}.{name} must be a positive integer, got {value!r}")
+
+
+def _check_choice(cfg: Any, name: str, choices: tuple[str, ...]) -> None:
+    value = getattr(cfg, name)
+    if value not in choices:
+        raise ValueError(f"{type(cfg).__name__}.{name} must be one of {choices}, got {value!r}")
+
+
+class _ConfigMixin:
+    def to_dict(self) -> dict[str, Any]:
+        """A fresh dict of the fields (never an alias of ``__dict__``)."""
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls: type[C], data: dict[str, Any]) -> C:
+        """Build from a dict, dropping unknown keys with a warning."""
+        fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(data) - fields)
+        if unknown:
+            logger.warning("%s: ignoring unknown config keys %s", cls.__name__, unknown)
+        return cls(**{k: v for k, v in data.items() if k in fields})
+
+
+@dataclasses.dataclass(frozen=True)
+class GPTConfig(_ConfigMixin):
+    """Configuration of `GPTRegressor` (Garg et al.'s read-in → GPT-2 → read-out)."""
+
+    n_dims: int  # covariate dimension d
+    n_positions: int  # most examples per sequence (Garg's meaning: 2x tokens when interleaved)
+    n_layers: int = 8  # transformer blocks
+    d_model: int = 64  # residual width
+    n_heads: int = 4  # attention heads; must divide d_model
+    d_mlp: int | None = None  # MLP hidden width; None -> 4 * d_model (GPT-2)
+    attention: str = "softmax"  # "softmax" | "linear" (no softmax, scores / number of keys)
+    layout: str = "interleaved"  # "interleaved" (x, y tokens) | "paired" ((x_prev, y_prev, x))
+    seed: int = 0  # initialization seed (global RNG untouched)
+    ln_eps: float = 1e-5  # LayerNorm epsilon (GPT-2's)
+
+    def __post_init__(self) -> None:
+        _check_positive(self, "n_dims", "n_positions", "n_layers", "d_model", "n_heads")
+        if self.d_mlp is not None:
+            _check_positive(self, "d_mlp")
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"GPTConfig.d_model={self.d_model} must be divisible by n_heads={self.n_heads}"
+            )
+        _check_choice(self, "attention", ATTENTIONS)
+        _check_choice(self, "layout", LAYOUTS)
+        if not isinstance(self.seed, int):
+            raise ValueError(f"GPTConfig.seed must be an integer, got {self.seed!r}")
+
+    # Attributes TransformerLens's ActivationCache reads from ``model.cfg``.
+    @property
+    def d_head(self) -> int:
+        """Width of one attention head."""
+        return self.d_model // self.n_heads
+
+    @property
+    def d_mlp_resolved(self) -> int:
+        """The MLP hidden width in force."""
+        return self.d_mlp if self.d_mlp is not None else 4 * self.d_model
+
+    @property
+    def n_ctx(self) -> int:
+        """Number of token positions."""
+        return 2 * self.n_positions if self.layout == "interleaved" else self.n_positions
+
+    @property
+    def token_dim(self) -> int:
+        """Width of one input token before the read-in."""
+        return self.n_dims if self.layout == "interleaved" else 2 * self.n_dims + 1
+
+    attn_only = False
+    normalization_type = "LN"
+    positional_embedding_type = "standard"
+    act_fn = "gelu_new"
+    device = None

@@ -1,0 +1,152 @@
+"""`GPTRegressor`: Garg et al.'s read-in → pre-LN GPT-2 → read-out, hooked.
+
+Axis legend: ``batch``, ``pos`` (examples n), ``tok`` (tokens: 2n interleaved, n paired),
+``n_dims`` (d), ``d_model``, ``query`` (T extra query points per prefix).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from jaxtyping import Float
+from torch import Tensor, nn
+
+from iclprobe.models._tl import HookedRootModule, HookPoint
+from iclprobe.models.base import RegressorMixin
+from iclprobe.models.components import Block, LayerNorm, side_block
+from iclprobe.models.config import GPTConfig
+
+#: Largest side-attention score tensor ``predict_queries`` builds at once (elements).
+_QUERY_CHUNK_ELEMENTS = 2**25
+
+
+class GPTRegressor(RegressorMixin, HookedRootModule):
+    """A GPT-2 regressor on in-context regression sequences.
+
+    ``layout="interleaved"``: tokens ``x_1, (y_1, 0, …, 0), x_2, …`` (2n tokens), read out at
+    the x tokens (Garg et al., Fu et al.). ``layout="paired"``: token t is
+    ``(x_{t-1}, y_{t-1}, x_t)`` with zeros before the first example, read out at every token.
+    Either way ``preds[:, t]`` sees the examples ``0..t-1`` and the query ``x_t`` only.
+    """
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        if not isinstance(cfg, GPTConfig):
+            raise TypeError(f"cfg must be a GPTConfig, got {type(cfg).__name__}")
+        self.cfg = cfg
+        self.task: Any = None  # the RegressionTask it was trained on, when known
+        # Build and initialize under cfg.seed; the caller's global RNG is left untouched.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)
+            self.read_in = nn.Linear(cfg.token_dim, cfg.d_model)  # PyTorch's default init
+            self.W_pos = nn.Parameter(torch.empty(cfg.n_ctx, cfg.d_model))  # [tok, d_model]
+            self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+            self.ln_final = LayerNorm(cfg.d_model, cfg.ln_eps)
+            self.read_out = nn.Linear(cfg.d_model, 1)
+            self._init_gpt2_weights()
+        self.hook_embed = HookPoint()  # [batch, tok, d_model]
+        self.hook_pos_embed = HookPoint()  # [batch, tok, d_model]
+        self.setup()
+
+    def _init_gpt2_weights(self) -> None:
+        """GPT-2's initialization: N(0, 0.02), output projections scaled by 1/sqrt(2L)."""
+        nn.init.normal_(self.W_pos, std=0.02)
+        proj_std = 0.02 / math.sqrt(2 * self.cfg.n_layers)
+        for block in self.blocks:
+            for w in (block.attn.W_Q, block.attn.W_K, block.attn.W_V, block.mlp.W_in):
+                nn.init.normal_(w, std=0.02)
+            nn.init.normal_(block.attn.W_O, std=proj_std)
+            nn.init.normal_(block.mlp.W_out, std=proj_std)
+
+    # ------------------------------------------------------------------ tokens
+    def check_inputs(self, xs: Tensor, ys: Tensor) -> None:
+        """Validate ``xs [batch, pos, n_dims]`` and ``ys [batch, pos]`` against the config."""
+        d, n_max = self.cfg.n_dims, self.cfg.n_positions
+        if xs.ndim != 3 or xs.shape[-1] != d:
+            raise ValueError(f"xs must have shape [batch, pos, {d}], got {tuple(xs.shape)}")
+        if ys.shape != xs.shape[:2]:
+            raise ValueError(f"ys must have shape {tuple(xs.shape[:2])}, got {tuple(ys.shape)}")
+        if xs.shape[1] > n_max:
+            raise ValueError(
+                f"xs has {xs.shape[1]} points but the model has n_positions={n_max}"
+            )
+
+    def tokens(self, xs: Tensor, ys: Tensor) -> Float[Tensor, "batch tok token_dim"]:
+        """Lay the examples out as input tokens (before the read-in)."""
+        b, n, d = xs.shape
+        if self.cfg.layout == "interleaved":
+            y_tok = torch.zeros_like(xs)
+            y_tok[..., 0] = ys
+            return torch.stack([xs, y_tok], dim=2).reshape(b, 2 * n, d)  # x_1, y_1, x_2, …
+        prev = torch.cat([xs.new_zeros(b, 1, d + 1), torch.cat([xs, ys[..., None]], -1)], 1)
+        return torch.cat([prev[:, :n], xs], dim=-1)  # (x_{t-1}, y_{t-1}, x_t)
+
+    def readout_positions(self, n_points: int) -> Tensor:
+        """Token index of each example's query x: ``[pos]``."""
+        step = 2 if self.cfg.layout == "interleaved" else 1
+        return torch.arange(n_points, device=self.W_pos.device) * step
+
+    # ------------------------------------------------------------------ forward
+    def embed(self, xs: Tensor, ys: Tensor) -> Float[Tensor, "batch tok d_model"]:
+        """Read-in plus learned positions: the residual stream entering block 0."""
+        self.check_inputs(xs, ys)
+        embed = self.hook_embed(self.read_in(self.tokens(xs, ys)))
+        pos = self.hook_pos_embed(self.W_pos[: embed.shape[1]].expand_as(embed))
+        return embed + pos
+
+    def forward(
+        self, xs: Float[Tensor, "batch pos n_dims"], ys: Float[Tensor, "batch pos"]
+    ) -> Float[Tensor, "batch pos"]:
+        """Predict every ``ys[:, t]`` from examples ``0..t-1`` and ``xs[:, t]``."""
+        resid = self.embed(xs, ys)
+        for block in self.blocks:
+            resid = block(resid)
+        out = self.read_out(self.ln_final(resid))[..., 0]  # [batch, tok]
+        return out[:, self.readout_positions(xs.shape[1])]
+
+    def readout(self, resid: Float[Tensor, "... d_model"]) -> Float[Tensor, "..."]:
+        """Final norm and read-out applied to any residual (the no-training probe)."""
+        return self.read_out(self.ln_final(resid))[..., 0]
+
+    def predict_queries(
+        self,
+        xs: Float[Tensor, "batch pos n_dims"],
+        ys: Float[Tensor, "batch pos"],
+        queries: Float[Tensor, "batch pos query n_dims"],
+    ) -> Float[Tensor, "batch pos query"]:
+        """Predict each query ``queries[:, t, j]`` from the t examples before position t.
+
+        Equal to substituting the query for ``xs[:, t]`` and reading ``preds[:, t]``, for
+        every t and j, but done in one pass: queries are side tokens that attend to the
+        real context and are attended by nobody.
+        """
+        self.check_inputs(xs, ys)
+        b, n, d = xs.shape
+        if queries.ndim != 4 or queries.shape[:2] != (b, n) or queries.shape[-1] != d:
+            raise ValueError(
+                f"queries must have shape [{b}, {n}, T, {d}], got {tuple(queries.shape)}"
+            )
+        n_queries = queries.shape[2]
+        per_query = b * n * self.cfg.n_heads * self.cfg.n_ctx
+        chunk = max(1, _QUERY_CHUNK_ELEMENTS // per_query)
+        ctx = [self.embed(xs, ys)]
+        for block in self.blocks:
+            ctx.append(block(ctx[-1]))
+        out = [self._side_predict(ctx, xs, ys, queries[:, :, s : s + chunk])
+               for s in range(0, n_queries, chunk)]
+        return torch.cat(out, dim=2)
+
+    def _side_predict(self, ctx: list[Tensor], xs: Tensor, ys: Tensor, queries: Tensor):
+        b, n, n_q, d = queries.shape
+        q_pos = self.readout_positions(n)
+        if self.cfg.layout == "interleaved":
+            q_tokens = queries
+        else:
+            prev = self.tokens(xs, ys)[..., : d + 1]  # (x_{t-1}, y_{t-1}) of each token
+            q_tokens = torch.cat([prev[:, :, None].expand(b, n, n_q, d + 1), queries], -1)
+        resid = self.read_in(q_tokens) + self.W_pos[q_pos][None, :, None]
+        for block, ctx_in in zip(self.blocks, ctx[:-1]):
+            resid = side_block(block, ctx_in, resid, q_pos)
+        return self.readout(resid)

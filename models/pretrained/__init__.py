@@ -1,0 +1,1 @@
+"""Pretrained models shipped with iclprobe (package data)."""

@@ -1,0 +1,1 @@
+"""Per-layer readout probes and induced weights (see DESIGN.md)."""

@@ -1,0 +1,64 @@
+"""Covariance constructions for the covariates x (Ahn et al. 2023, Fu et al. 2024).
+
+Axis legend: ``batch`` sequences, ``n_dims`` (d) covariate dimension.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+#: Σ's eigenvalues of Ahn et al.'s rotated setting at d = 5 (D = diag(1, 1, 1/2, 1/4, 1)).
+AHN_ROTATED_EIGENVALUES = (1.0, 1.0, 0.25, 0.0625, 1.0)
+
+
+def random_orthogonal(
+    n_dims: int, generator: torch.Generator, batch: tuple[int, ...] = ()
+) -> Tensor:
+    """Draw Haar-distributed orthogonal matrices ``[*batch, d, d]`` (QR with sign fix)."""
+    gauss = torch.randn(*batch, n_dims, n_dims, generator=generator, dtype=torch.float64)
+    q, r = torch.linalg.qr(gauss)
+    # Multiplying each column by sign(r_ii) makes the distribution exactly Haar.
+    signs = torch.sign(torch.diagonal(r, dim1=-2, dim2=-1))
+    signs = torch.where(signs == 0, torch.ones_like(signs), signs)
+    return q * signs.unsqueeze(-2)
+
+
+def rotated_eigenvalues(n_dims: int, eigenvalues: tuple[float, ...] | None = None) -> Tensor:
+    """Eigenvalues of Ahn et al.'s rotated Σ: given ones, or their d = 5 pattern repeated."""
+    if eigenvalues is None:
+        pattern = AHN_ROTATED_EIGENVALUES
+        eigenvalues = tuple(pattern[i % len(pattern)] for i in range(n_dims))
+    if len(eigenvalues) != n_dims:
+        raise ValueError(
+            f"eigenvalues has {len(eigenvalues)} entries, expected n_dims={n_dims}"
+        )
+    eig = torch.tensor(eigenvalues, dtype=torch.float64)
+    if not bool((eig > 0).all()):
+        raise ValueError(f"eigenvalues must all be positive, got {list(eigenvalues)}")
+    return eig
+
+
+def ill_conditioned_eigenvalues(n_dims: int, condition_number: float) -> Tensor:
+    """Fu et al.'s spectrum: the first ⌊d/2⌋ eigenvalues are κ times the rest; trace = d."""
+    n_large = n_dims // 2
+    eig = torch.ones(n_dims, dtype=torch.float64)
+    eig[:n_large] = condition_number
+    return eig * (n_dims / eig.sum())
+
+
+def check_covariance(cov: Tensor, n_dims: int, name: str = "cov") -> Tensor:
+    """Validate a symmetric positive-definite ``[d, d]`` matrix and return it as float64."""
+    if not isinstance(cov, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor or a known name, got {type(cov).__name__}")
+    if cov.shape != (n_dims, n_dims):
+        raise ValueError(f"{name} has shape {tuple(cov.shape)}, expected ({n_dims}, {n_dims})")
+    cov = cov.detach().to(torch.float64)
+    if not bool(torch.isfinite(cov).all()):
+        raise ValueError(f"{name} contains NaN or Inf")
+    if not torch.allclose(cov, cov.T, rtol=1e-6, atol=1e-8):
+        raise ValueError(f"{name} must be symmetric, max |Σ - Σᵀ| = {(cov - cov.T).abs().max():.3g}")
+    smallest = torch.linalg.eigvalsh(cov).min().item()
+    if smallest <= 0:
+        raise ValueError(f"{name} must be positive definite, smallest eigenvalue = {smallest:.3g}")
+    return cov

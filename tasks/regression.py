@@ -1,0 +1,266 @@
+"""In-context linear regression tasks: x samplers, covariances, w priors, label noise.
+
+Axis legend: ``batch`` sequences, ``pos`` examples (n), ``n_dims`` (d).
+A batch holds ``xs [batch, pos, n_dims]``, ``ys [batch, pos]``, ``ws [batch, n_dims]`` and
+the covariance of the xs, ``[n_dims, n_dims]`` or, for per-sequence covariances,
+``[batch, n_dims, n_dims]``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from iclprobe.tasks.covariance import (
+    check_covariance,
+    ill_conditioned_eigenvalues,
+    random_orthogonal,
+    rotated_eigenvalues,
+)
+
+COVARIANCES = ("isotropic", "rotated", "ill-conditioned")
+W_PRIORS = ("standard", "inverse-cov")
+EIGENBASES = ("sequence", "batch")
+TASK_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RegressionBatch:
+    """A batch of regression sequences (see the module docstring for shapes)."""
+
+    xs: Tensor  # [batch, pos, n_dims]
+    ys: Tensor  # [batch, pos]
+    ws: Tensor  # [batch, n_dims]
+    cov: Tensor  # [n_dims, n_dims] or [batch, n_dims, n_dims]
+
+    def to(self, device: torch.device | str) -> RegressionBatch:
+        """Return the batch moved to ``device``."""
+        return RegressionBatch(*(t.to(device) for t in (self.xs, self.ys, self.ws, self.cov)))
+
+
+def as_generator(generator: torch.Generator | int | None, name: str = "generator"):
+    """Accept a ``torch.Generator`` or an integer seed; refuse implicit global randomness."""
+    if isinstance(generator, torch.Generator):
+        return generator
+    if isinstance(generator, int) and not isinstance(generator, bool):
+        return torch.Generator().manual_seed(generator)
+    raise TypeError(
+        f"{name} must be a torch.Generator or an int seed, got {type(generator).__name__}"
+        " (iclprobe never draws from the global RNG)"
+    )
+
+
+def _positive_int(value: Any, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, eq=False)
+class RegressionTask:
+    """In-context linear regression y = wᵀx (+ noise) with x ~ N(0, Σ).
+
+    Args:
+        n_dims: covariate dimension d.
+        n_points: examples per sequence n (a paper's N context examples + 1 query is N + 1).
+        cov: ``"isotropic"``; ``"rotated"`` (Ahn et al.: Σ = U D² Uᵀ, U a random orthogonal
+            matrix fixed by ``seed``); ``"ill-conditioned"`` (Fu et al.: a random eigenbasis
+            per sequence or per batch, half the eigenvalues ``condition_number`` times the
+            other half, trace d); or a symmetric positive-definite ``[d, d]`` tensor.
+        w_prior: ``"standard"`` (w ~ N(0, I)) or ``"inverse-cov"`` (w ~ N(0, Σ⁻¹), Ahn et
+            al.'s code with rotated Σ).
+        noise_std: standard deviation of Gaussian label noise.
+        seed: fixes the rotation of ``"rotated"``.
+        condition_number: κ ≥ 1 of ``"ill-conditioned"`` (100 in Fu et al.).
+        eigenbasis: ``"sequence"`` (a fresh eigenbasis per sequence) or ``"batch"`` (one per
+            batch, as Fu et al.'s code) for ``"ill-conditioned"``.
+        eigenvalues: Σ's eigenvalues for ``"rotated"``; default {1, 1, 1/4, 1/16, 1}
+            (repeated cyclically for d ≠ 5).
+        active_dims: Garg et al.'s curriculum truncation: only the first k coordinates of x
+            and w are non-zero (None: all d).
+    """
+
+    n_dims: int
+    n_points: int
+    cov: str | Tensor = "isotropic"
+    w_prior: str = "standard"
+    noise_std: float = 0.0
+    seed: int = 0
+    condition_number: float = 100.0
+    eigenbasis: str = "sequence"
+    eigenvalues: tuple[float, ...] | None = None
+    active_dims: int | None = None
+    _fixed_cov: Tensor | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _positive_int(self.n_dims, "n_dims")
+        _positive_int(self.n_points, "n_points")
+        if isinstance(self.cov, str):
+            if self.cov not in COVARIANCES:
+                raise ValueError(
+                    f"cov must be one of {COVARIANCES} or a [d, d] tensor, got {self.cov!r}"
+                )
+        else:
+            object.__setattr__(self, "cov", check_covariance(self.cov, self.n_dims))
+        if self.w_prior not in W_PRIORS:
+            raise ValueError(f"w_prior must be one of {W_PRIORS}, got {self.w_prior!r}")
+        if not (isinstance(self.noise_std, (int, float)) and self.noise_std >= 0):
+            raise ValueError(f"noise_std must be a number >= 0, got {self.noise_std!r}")
+        if not (
+            isinstance(self.condition_number, (int, float))
+            and math.isfinite(self.condition_number)
+            and self.condition_number >= 1
+        ):
+            raise ValueError(f"condition_number must be >= 1, got {self.condition_number!r}")
+        if self.eigenbasis not in EIGENBASES:
+            raise ValueError(f"eigenbasis must be one of {EIGENBASES}, got {self.eigenbasis!r}")
+        if self.active_dims is not None:
+            _positive_int(self.active_dims, "active_dims")
+            if self.active_dims > self.n_dims:
+                raise ValueError(
+                    f"active_dims must be <= n_dims={self.n_dims}, got {self.active_dims}"
+                )
+        if self.eigenvalues is not None:
+            object.__setattr__(self, "eigenvalues", tuple(float(e) for e in self.eigenvalues))
+            if self.cov != "rotated":
+                raise ValueError(f"eigenvalues applies only to cov='rotated', not {self.cov!r}")
+        object.__setattr__(self, "_fixed_cov", self._build_fixed_cov())
+
+    # ------------------------------------------------------------------ covariance
+    def _build_fixed_cov(self) -> Tensor | None:
+        d = self.n_dims
+        if isinstance(self.cov, Tensor):
+            return self.cov
+        if self.cov == "isotropic":
+            return torch.eye(d, dtype=torch.float64)
+        if self.cov == "rotated":
+            rot = random_orthogonal(d, torch.Generator().manual_seed(self.seed))
+            eig = rotated_eigenvalues(d, self.eigenvalues)
+            return rot @ torch.diag(eig) @ rot.T
+        return None  # ill-conditioned: drawn per sequence or per batch
+
+    @property
+    def covariance(self) -> Tensor | None:
+        """The task's fixed Σ (float64), or None when Σ is drawn with each batch."""
+        return self._fixed_cov
+
+    # ------------------------------------------------------------------ sampling
+    def sample(
+        self,
+        batch_size: int,
+        generator: torch.Generator | int,
+        n_points: int | None = None,
+        active_dims: int | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> RegressionBatch:
+        """Draw a batch of sequences.
+
+        Args:
+            batch_size: number of sequences B.
+            generator: the source of randomness (a ``torch.Generator`` or an int seed).
+            n_points: examples per sequence (default: the task's).
+            active_dims: curriculum truncation for this batch (default: the task's).
+            dtype: dtype of the returned tensors (draws are made in float64).
+
+        Returns:
+            A `RegressionBatch` with ``xs [B, n, d]``, ``ys [B, n]``, ``ws [B, d]``, ``cov``.
+        """
+        gen = as_generator(generator)
+        batch_size = _positive_int(batch_size, "batch_size")
+        n = _positive_int(n_points if n_points is not None else self.n_points, "n_points")
+        k = active_dims if active_dims is not None else self.active_dims
+        if k is not None and not (isinstance(k, int) and 0 < k <= self.n_dims):
+            raise ValueError(f"active_dims must be in 1..{self.n_dims}, got {k!r}")
+        d = self.n_dims
+        f64 = torch.float64
+
+        sqrt_cov, inv_sqrt_t, cov = self._factors(batch_size, gen)
+        z = torch.randn(batch_size, n, d, generator=gen, dtype=f64)
+        xs = z @ sqrt_cov.transpose(-1, -2)  # x = L z, Σ = L Lᵀ
+        w_std = torch.randn(batch_size, d, generator=gen, dtype=f64)
+        if self.w_prior == "standard":
+            ws = w_std
+        else:  # w = L⁻ᵀ u has covariance L⁻ᵀ L⁻¹ = Σ⁻¹
+            ws = (inv_sqrt_t @ w_std.unsqueeze(-1)).squeeze(-1)
+        if k is not None and k < d:
+            xs[..., k:] = 0.0
+            ws[..., k:] = 0.0
+        ys = torch.einsum("bnd,bd->bn", xs, ws)
+        if self.noise_std > 0:
+            ys = ys + self.noise_std * torch.randn(batch_size, n, generator=gen, dtype=f64)
+        return RegressionBatch(xs.to(dtype), ys.to(dtype), ws.to(dtype), cov.to(dtype))
+
+    def _factors(self, batch_size: int, gen: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
+        """Return (L, L⁻ᵀ, Σ) with Σ = L Lᵀ, batched ``[B, d, d]`` or shared ``[d, d]``."""
+        if self._fixed_cov is not None:
+            eig, vecs = torch.linalg.eigh(self._fixed_cov)
+            sqrt_cov = vecs * eig.sqrt()  # U D^{1/2}
+            inv_sqrt_t = vecs * eig.rsqrt()  # (U D^{1/2})⁻ᵀ = U D^{-1/2}
+            return sqrt_cov, inv_sqrt_t, self._fixed_cov
+        eig = ill_conditioned_eigenvalues(self.n_dims, float(self.condition_number))
+        n_bases = batch_size if self.eigenbasis == "sequence" else 1
+        vecs = random_orthogonal(self.n_dims, gen, batch=(n_bases,))
+        cov = (vecs * eig) @ vecs.transpose(-1, -2)
+        sqrt_cov, inv_sqrt_t = vecs * eig.sqrt(), vecs * eig.rsqrt()
+        if self.eigenbasis == "batch":
+            return sqrt_cov[0], inv_sqrt_t[0], cov[0]
+        return sqrt_cov, inv_sqrt_t, cov
+
+    # ------------------------------------------------------------------ serialization
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready description; a given Σ is stored as nested lists."""
+        cov: Any = self.cov.tolist() if isinstance(self.cov, Tensor) else self.cov
+        return {
+            "format_version": TASK_FORMAT_VERSION,
+            "n_dims": self.n_dims,
+            "n_points": self.n_points,
+            "cov": cov,
+            "w_prior": self.w_prior,
+            "noise_std": float(self.noise_std),
+            "seed": self.seed,
+            "condition_number": float(self.condition_number),
+            "eigenbasis": self.eigenbasis,
+            "eigenvalues": list(self.eigenvalues) if self.eigenvalues is not None else None,
+            "active_dims": self.active_dims,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RegressionTask:
+        """Rebuild a task from `to_dict` output."""
+        data = dict(data)
+        version = data.pop("format_version", TASK_FORMAT_VERSION)
+        if version != TASK_FORMAT_VERSION:
+            raise ValueError(
+                f"task format_version {version!r} is not supported (expected {TASK_FORMAT_VERSION})"
+            )
+        if isinstance(data.get("cov"), list):
+            data["cov"] = torch.tensor(data["cov"], dtype=torch.float64)
+        if data.get("eigenvalues") is not None:
+            data["eigenvalues"] = tuple(data["eigenvalues"])
+        known = {f for f in cls.__dataclass_fields__ if not f.startswith("_")}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown task fields {sorted(unknown)}; known: {sorted(known)}")
+        return cls(**data)
+
+    def to_json(self) -> str:
+        """Serialize to a JSON string."""
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_json(cls, text_or_path: str | Path) -> RegressionTask:
+        """Load from a JSON string or a ``task.json`` path."""
+        path = Path(text_or_path) if not str(text_or_path).lstrip().startswith("{") else None
+        text = path.read_text() if path is not None else str(text_or_path)
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            where = f" in {path}" if path is not None else ""
+            raise ValueError(f"invalid task JSON{where}: {err}") from None
+        return cls.from_dict(data)

@@ -1,16 +1,20 @@
 """Hooked transformers for in-context regression, their configs and checkpoints."""
 
 from iclprobe.models.checkpoint import CheckpointError, load, save
-from iclprobe.models.config import GPTConfig
+from iclprobe.models.config import GPTConfig, PQConfig
 from iclprobe.models.garg import convert_garg_state, load_garg_run
 from iclprobe.models.gpt import GPTRegressor
+from iclprobe.models.pq import PQTransformer, load_ahn
 
 __all__ = [
     "CheckpointError",
     "GPTConfig",
     "GPTRegressor",
+    "PQConfig",
+    "PQTransformer",
     "convert_garg_state",
     "load",
+    "load_ahn",
     "load_garg_run",
     "save",
 ]

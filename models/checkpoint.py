@@ -130,11 +130,17 @@ def resolve(path_or_name: str | os.PathLike[str]) -> Path:
 def load(path_or_name: str | os.PathLike[str], device: str | torch.device = "cpu") -> nn.Module:
     """Load an iclprobe checkpoint, a Garg/Fu run directory, or a shipped model by name.
 
+    A ``.pt``/``.pth`` file is read as Ahn et al.'s ``allparam`` tensor (see `load_ahn`).
+
     The model comes back in eval mode with ``model.task`` set (None if no task was stored).
     """
     path = resolve(path_or_name)
+    if path.is_file() and path.suffix in (".pt", ".pth"):
+        from iclprobe.models.pq import load_ahn  # Ahn et al.'s allparam tensor
+
+        return load_ahn(path).to(device).eval()
     if not path.is_dir():
-        raise CheckpointError(f"{path}: a checkpoint is a directory, got a file")
+        raise CheckpointError(f"{path}: a checkpoint is a directory (or an Ahn et al. .pt file)")
     if not (path / CONFIG_FILE).exists() and (path / "state.pt").exists():
         from iclprobe.models.garg import load_garg_run
 

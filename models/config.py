@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 logger = logging.getLogger(__name__)
 
 LAYOUTS = ("interleaved", "paired")
+KERNELS = ("linear", "softmax", "relu")
 ATTENTIONS = ("softmax", "linear")
 
 C = TypeVar("C", bound="_ConfigMixin")
@@ -99,4 +100,37 @@ class GPTConfig(_ConfigMixin):
     normalization_type = "LN"
     positional_embedding_type = "standard"
     act_fn = "gelu_new"
+    device = None
+
+
+@dataclasses.dataclass(frozen=True)
+class PQConfig(_ConfigMixin):
+    """Configuration of `PQTransformer` (Ahn et al. / von Oswald et al.)."""
+
+    n_dims: int  # covariate dimension d; tokens are (x, y) rows of width d + 1
+    n_layers: int = 3  # attention-only layers
+    n_heads: int = 1  # heads per layer (their outputs are summed)
+    sparse: bool = True  # Eq. 8: P = [[B, 0], [0, 1]], Q = -[[A, 0], [0, 0]]
+    kernel: str = "linear"  # "linear" | "softmax" | "relu" applied to the scores
+    seed: int = 0  # initialization seed (global RNG untouched)
+    init_std: float = 0.01  # std of the N(0, init_std^2) initialization (Ahn's `var`)
+
+    def __post_init__(self) -> None:
+        _check_positive(self, "n_dims", "n_layers", "n_heads")
+        _check_choice(self, "kernel", KERNELS)
+        if not isinstance(self.sparse, bool):
+            raise ValueError(f"PQConfig.sparse must be a bool, got {self.sparse!r}")
+        if not (isinstance(self.init_std, (int, float)) and self.init_std >= 0):
+            raise ValueError(f"PQConfig.init_std must be a number >= 0, got {self.init_std!r}")
+        if not isinstance(self.seed, int):
+            raise ValueError(f"PQConfig.seed must be an integer, got {self.seed!r}")
+
+    @property
+    def d_model(self) -> int:
+        """Width of a token row, d + 1."""
+        return self.n_dims + 1
+
+    attn_only = True
+    normalization_type = None
+    positional_embedding_type = "none"
     device = None

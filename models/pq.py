@@ -1,0 +1,318 @@
+"""`PQTransformer`: the linear transformer of Ahn et al. 2023 and von Oswald et al. 2023.
+
+Tokens are rows ``z = (x, y)`` of width D = d + 1; the query row is ``(x_q, 0)``. Per head,
+``score(i, j) = z_iᵀ Q z_j`` (query row on the left, as Ahn et al.'s code) over the t
+context rows only, and ``Z <- Z + (1/t) S Z Pᵀ``; the prediction is ``-Z[query, d]``.
+Eq. 8 sparsity: ``P = [[B, 0], [0, 1]]``, ``Q = -[[A, 0], [0, 0]]``, so a layer computes
+``w <- w - A ∇R(w)``: A = ηI, B = 0 is gradient descent, B = (γ/η) I is GD++.
+
+Context rows are updated too, so their states depend on the prefix length t. All prefix
+predictions therefore come from one batched forward over per-prefix copies of the
+sequence, equal to running each truncated prefix alone (one causal pass is wrong from the
+second layer on). Axis legend: ``batch``, ``prefix`` (t = 0..n-1), ``row`` (n context
+slots, then the T query rows), ``key`` (context slots), ``head``, ``d_model`` (D = d + 1).
+Rows ``j >= t`` of prefix t's context slots are zero padding and never keys.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from jaxtyping import Float
+from torch import Tensor, nn
+
+from iclprobe.models._tl import HookedRootModule, HookPoint, observed
+from iclprobe.models.base import RegressorMixin
+from iclprobe.models.config import PQConfig
+
+MatrixLike = Tensor | Sequence[Any]
+
+
+class PQAttention(nn.Module):
+    """One layer's heads: parameters A, B (sparse) or P, Q (dense), ``[head, ., .]``."""
+
+    def __init__(self, cfg: PQConfig):
+        super().__init__()
+        self.cfg = cfg
+        h, d = cfg.n_heads, cfg.n_dims
+        if cfg.sparse:
+            self.A = nn.Parameter(torch.zeros(h, d, d))  # preconditioner, Q = -[[A, 0], [0, 0]]
+            self.B = nn.Parameter(torch.zeros(h, d, d))  # P = [[B, 0], [0, 1]]
+        else:
+            self.P = nn.Parameter(torch.zeros(h, d + 1, d + 1))  # value matrix
+            self.Q = nn.Parameter(torch.zeros(h, d + 1, d + 1))  # merged key-query matrix
+        self.hook_attn_scores = HookPoint()  # [batch, prefix, head, row, key]
+        self.hook_pattern = HookPoint()  # [batch, prefix, head, row, key]
+
+    def matrices(self) -> tuple[Tensor, Tensor]:
+        """Full ``P, Q [head, D, D]`` (for a sparse layer, built from A and B)."""
+        if not self.cfg.sparse:
+            return self.P, self.Q
+        h, d = self.cfg.n_heads, self.cfg.n_dims
+        corner = torch.zeros(h, d + 1, d + 1, dtype=self.A.dtype, device=self.A.device)
+        corner[:, d, d] = 1.0
+        pad = (0, 1, 0, 1)  # one zero column and row
+        p = nn.functional.pad(self.B, pad) + corner
+        q = -nn.functional.pad(self.A, pad)
+        return p, q
+
+    def forward(self, rows: Tensor, n_keys: Tensor) -> Tensor:
+        """Update of ``rows [batch, prefix, row, D]``; prefix t has ``n_keys[t] = t`` keys."""
+        p, q = self.matrices()
+        n_prefix = rows.shape[1]
+        keys = rows[:, :, :n_prefix]  # [batch, prefix, key, D], the context slots
+        valid = torch.arange(n_prefix, device=rows.device) < n_keys[:, None]  # [prefix, key]
+        inv_t = torch.where(n_keys > 0, 1.0 / n_keys.clamp(min=1), 0.0).to(rows.dtype)
+        if self.cfg.kernel == "linear" and not observed(self.hook_attn_scores, self.hook_pattern):
+            # S Z Pᵀ = Z Q (Zᵀ Z) Pᵀ: one (D x D) Gram matrix per prefix, no scores.
+            gram = torch.einsum("btjd,btje->btde", keys * valid[None, :, :, None], keys)
+            kernel = torch.einsum("hde,btef,hgf->btdg", q, gram, p) * inv_t[:, None, None]
+            return rows @ kernel
+        scores = torch.einsum("btrd,hde,btje->bthrj", rows, q, keys)
+        mask = valid[None, :, None, None, :]
+        if self.cfg.kernel == "softmax":
+            scores = self.hook_attn_scores(scores.masked_fill(~mask, float("-inf")))
+            pattern = torch.nan_to_num(scores.softmax(dim=-1), nan=0.0)  # t = 0: no keys
+        else:
+            scores = self.hook_attn_scores(scores.masked_fill(~mask, 0.0))
+            kernel = scores.relu() if self.cfg.kernel == "relu" else scores
+            pattern = kernel * inv_t[None, :, None, None, None]
+        pattern = self.hook_pattern(pattern)
+        values = torch.einsum("btjd,hed->bthje", keys, p)  # P z_j per head
+        return torch.einsum("bthrj,bthje->btre", pattern, values)
+
+
+class PQBlock(nn.Module):
+    """One attention-only layer with residual hooks."""
+
+    def __init__(self, cfg: PQConfig):
+        super().__init__()
+        self.attn = PQAttention(cfg)
+        self.hook_resid_pre = HookPoint()  # [batch, prefix, row, D]
+        self.hook_attn_out = HookPoint()
+        self.hook_resid_post = HookPoint()
+
+    def forward(self, rows: Tensor, n_keys: Tensor) -> Tensor:
+        """``Z + attention(Z)`` on per-prefix rows."""
+        rows = self.hook_resid_pre(rows)
+        return self.hook_resid_post(rows + self.hook_attn_out(self.attn(rows, n_keys)))
+
+
+class PQTransformer(RegressorMixin, HookedRootModule):
+    """Hooked PQ linear transformer (see the module docstring for the conventions)."""
+
+    def __init__(self, cfg: PQConfig):
+        super().__init__()
+        if not isinstance(cfg, PQConfig):
+            raise TypeError(f"cfg must be a PQConfig, got {type(cfg).__name__}")
+        self.cfg = cfg
+        self.task: Any = None
+        self.blocks = nn.ModuleList(PQBlock(cfg) for _ in range(cfg.n_layers))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)
+            for param in self.parameters():
+                nn.init.normal_(param, std=cfg.init_std)
+        self.setup()
+
+    # ------------------------------------------------------------------ forward
+    def check_inputs(self, xs: Tensor, ys: Tensor) -> None:
+        """Validate ``xs [batch, pos, n_dims]`` and ``ys [batch, pos]``."""
+        d = self.cfg.n_dims
+        if xs.ndim != 3 or xs.shape[-1] != d:
+            raise ValueError(f"xs must have shape [batch, pos, {d}], got {tuple(xs.shape)}")
+        if ys.shape != xs.shape[:2]:
+            raise ValueError(f"ys must have shape {tuple(xs.shape[:2])}, got {tuple(ys.shape)}")
+
+    def rows(
+        self, xs: Tensor, ys: Tensor, queries: Tensor
+    ) -> Float[Tensor, "batch prefix row d_model"]:
+        """Per-prefix token rows: context slots ``(x_j, y_j)`` for j < t, then ``(q, 0)``."""
+        b, n, d = xs.shape
+        ctx = torch.cat([xs, ys[..., None]], dim=-1)  # [batch, key, D]
+        visible = torch.arange(n, device=xs.device)[None, :] < torch.arange(n, device=xs.device)[:, None]
+        ctx = ctx[:, None] * visible[None, :, :, None]  # [batch, prefix, key, D]
+        q_rows = torch.cat([queries, queries.new_zeros(*queries.shape[:-1], 1)], dim=-1)
+        return torch.cat([ctx, q_rows], dim=2)
+
+    def run_rows(self, rows: Tensor) -> Tensor:
+        """All layers on per-prefix ``rows``; returns the final rows."""
+        n_keys = torch.arange(rows.shape[1], device=rows.device)
+        for block in self.blocks:
+            rows = block(rows, n_keys)
+        return rows
+
+    @staticmethod
+    def readout(
+        rows: Float[Tensor, "*batch prefix row d_model"],
+    ) -> Float[Tensor, "*batch prefix query"]:
+        """The no-training readout ``-Z[query, d]`` of every query row (any leading axes)."""
+        return -rows[..., rows.shape[-3] :, -1]
+
+    def predict_queries(
+        self,
+        xs: Float[Tensor, "batch pos n_dims"],
+        ys: Float[Tensor, "batch pos"],
+        queries: Float[Tensor, "batch pos query n_dims"],
+    ) -> Float[Tensor, "batch pos query"]:
+        """Predict ``queries[:, t, j]`` from the t examples before position t."""
+        self.check_inputs(xs, ys)
+        b, n, d = xs.shape
+        if queries.ndim != 4 or queries.shape[:2] != (b, n) or queries.shape[-1] != d:
+            raise ValueError(
+                f"queries must have shape [{b}, {n}, T, {d}], got {tuple(queries.shape)}"
+            )
+        return self.readout(self.run_rows(self.rows(xs, ys, queries)))
+
+    def forward(
+        self, xs: Float[Tensor, "batch pos n_dims"], ys: Float[Tensor, "batch pos"]
+    ) -> Float[Tensor, "batch pos"]:
+        """Predict every ``ys[:, t]`` from examples ``0..t-1`` and ``xs[:, t]``."""
+        return self.predict_queries(xs, ys, xs[:, :, None])[..., 0]
+
+    # ------------------------------------------------------------------ weights
+    def matrices(self) -> tuple[Tensor, Tensor]:
+        """Full ``P, Q [layer, head, D, D]``."""
+        pairs = [block.attn.matrices() for block in self.blocks]
+        return torch.stack([p for p, _ in pairs]), torch.stack([q for _, q in pairs])
+
+    @torch.no_grad()
+    def set_matrices(
+        self,
+        A: MatrixLike | None = None,
+        B: MatrixLike | None = None,
+        *,
+        P: MatrixLike | None = None,
+        Q: MatrixLike | None = None,
+    ) -> PQTransformer:
+        """Set the weights from per-layer (per-head) matrices; returns ``self``.
+
+        Either ``A`` (and optionally ``B``, default 0) of shape ``[d, d]`` per layer and head,
+        or dense ``P`` and ``Q`` of shape ``[d+1, d+1]``. A sparse model accepts P, Q only
+        with the Eq. 8 structure.
+        """
+        cfg, d = self.cfg, self.cfg.n_dims
+        if (A is None) == (P is None and Q is None):
+            raise ValueError("give either A (and optionally B) or both P and Q")
+        if A is not None:
+            a = _per_layer_head(A, "A", cfg, d)
+            b = _per_layer_head(B, "B", cfg, d) if B is not None else torch.zeros_like(a)
+            p = nn.functional.pad(b, (0, 1, 0, 1))
+            p[..., d, d] = 1.0
+            q = -nn.functional.pad(a, (0, 1, 0, 1))
+        else:
+            if P is None or Q is None:
+                raise ValueError("P and Q must be given together")
+            p, q = _per_layer_head(P, "P", cfg, d + 1), _per_layer_head(Q, "Q", cfg, d + 1)
+            a, b = -q[..., :d, :d], p[..., :d, :d]
+        if cfg.sparse:
+            expected_p = nn.functional.pad(b, (0, 1, 0, 1))
+            expected_p[..., d, d] = 1.0
+            if not (torch.equal(p, expected_p) and torch.equal(q, -nn.functional.pad(a, (0, 1, 0, 1)))):
+                raise ValueError(
+                    "a sparse PQTransformer was given dense matrices: P must be [[B, 0], [0, 1]] "
+                    "and Q must be -[[A, 0], [0, 0]] (use PQConfig(sparse=False) for dense P, Q)"
+                )
+        for layer, block in enumerate(self.blocks):
+            if cfg.sparse:
+                block.attn.A.copy_(a[layer])
+                block.attn.B.copy_(b[layer])
+            else:
+                block.attn.P.copy_(p[layer])
+                block.attn.Q.copy_(q[layer])
+        return self
+
+    @classmethod
+    def from_matrices(
+        cls,
+        A: MatrixLike | None = None,
+        B: MatrixLike | None = None,
+        *,
+        P: MatrixLike | None = None,
+        Q: MatrixLike | None = None,
+        kernel: str = "linear",
+    ) -> PQTransformer:
+        """Build a model from matrices (``[layer, head, ., .]``, ``[layer, ., .]`` or lists).
+
+        ``A``/``B`` give a sparse model (Eq. 8); ``P``/``Q`` a dense one.
+        """
+        first = _as_tensor(A if A is not None else P, "A" if A is not None else "P")
+        if first.ndim not in (3, 4) or first.shape[-1] != first.shape[-2]:
+            raise ValueError(
+                f"{'A' if A is not None else 'P'} must be square matrices [layer, (head,) k, k], "
+                f"got shape {tuple(first.shape)}"
+            )
+        n_layers, n_heads = first.shape[0], first.shape[1] if first.ndim == 4 else 1
+        n_dims = first.shape[-1] - (0 if A is not None else 1)
+        cfg = PQConfig(n_dims=n_dims, n_layers=n_layers, n_heads=n_heads,
+                       sparse=A is not None, kernel=kernel, init_std=0.0)
+        return cls(cfg).set_matrices(A, B, P=P, Q=Q)
+
+
+def _as_tensor(m: MatrixLike | None, name: str) -> Tensor:
+    """A float32 tensor from a tensor or (nested) lists of tensors or numbers."""
+    if m is None:
+        raise ValueError(f"{name} is required")
+    if isinstance(m, Tensor):
+        return m.detach().to(torch.float32)
+    if isinstance(m, (list, tuple)):
+        parts = [_as_tensor(x, name) for x in m]
+        if len({p.shape for p in parts}) > 1:
+            raise ValueError(f"{name}: matrices of different shapes {[tuple(p.shape) for p in parts]}")
+        return torch.stack(parts) if parts else torch.zeros(0)
+    if isinstance(m, (int, float)):
+        return torch.tensor(float(m))
+    raise TypeError(f"{name} must be a tensor or a list of matrices, got {type(m).__name__}")
+
+
+def _per_layer_head(m: MatrixLike, name: str, cfg: PQConfig, k: int) -> Tensor:
+    """``m`` as ``[layer, head, k, k]``, accepting ``[layer, k, k]`` when there is one head."""
+    t = _as_tensor(m, name)
+    if t.ndim == 3 and cfg.n_heads == 1:
+        t = t[:, None]
+    expected = (cfg.n_layers, cfg.n_heads, k, k)
+    if t.shape != expected:
+        hint = ""
+        if t.ndim >= 2 and t.shape[-1] != t.shape[-2]:
+            hint = " (blocks must be square)"
+        elif cfg.sparse and t.shape[-1] == cfg.n_dims + 1 and name in "AB":
+            hint = " (a sparse model takes d x d blocks A, B, not dense (d+1) x (d+1) matrices)"
+        raise ValueError(
+            f"{name} must have shape [n_layers={cfg.n_layers}, n_heads={cfg.n_heads}, {k}, {k}]"
+            f", got {tuple(t.shape)}{hint}"
+        )
+    return t
+
+
+def load_ahn(source: Tensor | str | os.PathLike[str], kernel: str = "linear") -> PQTransformer:
+    """Import Ahn et al.'s ``allparam`` ``[n_layer, n_head, 2, d, d]`` (P block, Q block).
+
+    Their layer uses ``P_full = [[P, 0], [0, 1]]`` and ``Q_full = [[Q, 0], [0, 0]]`` and
+    predicts ``-Z[N, d]`` as we do; their Q block is our ``-A`` and their P block our B.
+    ``source`` is the tensor, or a file saved with ``torch.save`` holding it (alone, or as
+    ``"allparam"`` in a dict or state dict); it is read with ``weights_only=True``.
+    """
+    if isinstance(source, Tensor):
+        allparam = source
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: file is missing")
+        from iclprobe.models.checkpoint import CheckpointError
+
+        try:
+            raw = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:  # noqa: BLE001 - any unpickling failure is a bad file
+            raise CheckpointError(f"{path}: truncated, corrupt or unsafe ({err})") from None
+        allparam = raw.get("allparam") if isinstance(raw, dict) else raw
+        if not isinstance(allparam, Tensor):
+            raise CheckpointError(f"{path}: no 'allparam' tensor in the file")
+    if allparam.ndim != 5 or allparam.shape[2] != 2 or allparam.shape[3] != allparam.shape[4]:
+        raise ValueError(
+            f"allparam must have shape [n_layer, n_head, 2, d, d], got {tuple(allparam.shape)}"
+        )
+    allparam = allparam.detach().float().cpu()
+    return PQTransformer.from_matrices(A=-allparam[:, :, 1], B=allparam[:, :, 0], kernel=kernel)

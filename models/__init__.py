@@ -5,6 +5,8 @@ from iclprobe.models.config import GPTConfig, PQConfig
 from iclprobe.models.garg import convert_garg_state, load_garg_run
 from iclprobe.models.gpt import GPTRegressor
 from iclprobe.models.pq import PQTransformer, load_ahn
+from iclprobe.models.train_config import TrainConfig
+from iclprobe.models.training import TrainResult, read_train_config, train
 
 __all__ = [
     "CheckpointError",
@@ -12,9 +14,13 @@ __all__ = [
     "GPTRegressor",
     "PQConfig",
     "PQTransformer",
+    "TrainConfig",
+    "TrainResult",
     "convert_garg_state",
     "load",
     "load_ahn",
     "load_garg_run",
+    "read_train_config",
     "save",
+    "train",
 ]

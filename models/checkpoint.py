@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 CONFIG_FILE, WEIGHTS_FILE, TASK_FILE = "config.json", "model.safetensors", "task.json"
+RUN_CHECKPOINT = "checkpoint"  # where `models.train` keeps its latest checkpoint in a run dir
 PRETRAINED_DIR = Path(__file__).resolve().parent / "pretrained"
 
 
@@ -54,20 +55,25 @@ def family_of(model: nn.Module) -> str:
     raise TypeError(f"model must be an iclprobe model, got {type(model).__name__}")
 
 
-def save(model: nn.Module, path: str | os.PathLike[str], task: RegressionTask | None = None) -> Path:
-    """Write ``model`` (and ``task``, default ``model.task``) as a checkpoint directory."""
-    task = task if task is not None else getattr(model, "task", None)
+def write_checkpoint_files(model: nn.Module, directory: Path, task: RegressionTask | None) -> None:
+    """Write ``config.json``, ``model.safetensors`` and ``task.json`` into ``directory``."""
     if task is not None and not isinstance(task, RegressionTask):
         raise TypeError(f"task must be a RegressionTask or None, got {type(task).__name__}")
     config = {"format_version": FORMAT_VERSION, "family": family_of(model),
               "config": model.cfg.to_dict()}
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    save_file(tensors, str(directory / WEIGHTS_FILE))
+    if task is not None:
+        (directory / TASK_FILE).write_text(task.to_json())
+    (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2))
+
+
+def save(model: nn.Module, path: str | os.PathLike[str], task: RegressionTask | None = None) -> Path:
+    """Write ``model`` (and ``task``, default ``model.task``) as a checkpoint directory."""
+    task = task if task is not None else getattr(model, "task", None)
     path = Path(path)
     with atomic_directory(path) as tmp:
-        save_file(tensors, str(tmp / WEIGHTS_FILE))
-        if task is not None:
-            (tmp / TASK_FILE).write_text(task.to_json())
-        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2))
+        write_checkpoint_files(model, tmp, task)
     return path
 
 
@@ -128,7 +134,7 @@ def resolve(path_or_name: str | os.PathLike[str]) -> Path:
 
 
 def load(path_or_name: str | os.PathLike[str], device: str | torch.device = "cpu") -> nn.Module:
-    """Load an iclprobe checkpoint, a Garg/Fu run directory, or a shipped model by name.
+    """Load an iclprobe checkpoint or training run, a Garg/Fu run, or a shipped model by name.
 
     A ``.pt``/``.pth`` file is read as Ahn et al.'s ``allparam`` tensor (see `load_ahn`).
 
@@ -141,6 +147,8 @@ def load(path_or_name: str | os.PathLike[str], device: str | torch.device = "cpu
         return load_ahn(path).to(device).eval()
     if not path.is_dir():
         raise CheckpointError(f"{path}: a checkpoint is a directory (or an Ahn et al. .pt file)")
+    if not (path / CONFIG_FILE).exists() and (path / RUN_CHECKPOINT / CONFIG_FILE).exists():
+        path = path / RUN_CHECKPOINT  # an `iclprobe train` run directory
     if not (path / CONFIG_FILE).exists() and (path / "state.pt").exists():
         from iclprobe.models.garg import load_garg_run
 

@@ -97,6 +97,7 @@ class RegressionTask:
     eigenvalues: tuple[float, ...] | None = None
     active_dims: int | None = None
     _fixed_cov: Tensor | None = field(default=None, init=False, repr=False)
+    _fixed_factors: tuple[Tensor, Tensor] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         _positive_int(self.n_dims, "n_dims")
@@ -130,7 +131,11 @@ class RegressionTask:
             object.__setattr__(self, "eigenvalues", tuple(float(e) for e in self.eigenvalues))
             if self.cov != "rotated":
                 raise ValueError(f"eigenvalues applies only to cov='rotated', not {self.cov!r}")
-        object.__setattr__(self, "_fixed_cov", self._build_fixed_cov())
+        fixed = self._build_fixed_cov()
+        object.__setattr__(self, "_fixed_cov", fixed)
+        if fixed is not None:  # factor once: sampling then costs two matmuls
+            eig, vecs = torch.linalg.eigh(fixed)
+            object.__setattr__(self, "_fixed_factors", (vecs * eig.sqrt(), vecs * eig.rsqrt()))
 
     # ------------------------------------------------------------------ covariance
     def _build_fixed_cov(self) -> Tensor | None:
@@ -198,10 +203,8 @@ class RegressionTask:
 
     def _factors(self, batch_size: int, gen: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
         """Return (L, L⁻ᵀ, Σ) with Σ = L Lᵀ, batched ``[B, d, d]`` or shared ``[d, d]``."""
-        if self._fixed_cov is not None:
-            eig, vecs = torch.linalg.eigh(self._fixed_cov)
-            sqrt_cov = vecs * eig.sqrt()  # U D^{1/2}
-            inv_sqrt_t = vecs * eig.rsqrt()  # (U D^{1/2})⁻ᵀ = U D^{-1/2}
+        if self._fixed_cov is not None and self._fixed_factors is not None:
+            sqrt_cov, inv_sqrt_t = self._fixed_factors  # U D^{1/2} and its inverse transpose
             return sqrt_cov, inv_sqrt_t, self._fixed_cov
         eig = ill_conditioned_eigenvalues(self.n_dims, float(self.condition_number))
         n_bases = batch_size if self.eigenbasis == "sequence" else 1

@@ -1,0 +1,28 @@
+"""Run under torchrun: train through the CLI, then dump this rank's weights."""
+
+import os
+import sys
+
+from safetensors.torch import save_file
+
+from iclprobe import models
+from iclprobe.cli import main
+from iclprobe.models import training
+
+out, dump = sys.argv[1], sys.argv[2]
+trained = {}
+original = training.train
+
+
+def keep(model, *args, **kwargs):
+    result = original(model, *args, **kwargs)
+    trained["model"] = model
+    return result
+
+
+models.train = keep  # the CLI calls models.train; keep a handle on this rank's model
+rc = main(["train", "--out", out, *sys.argv[3:]])
+rank = int(os.environ["RANK"])
+state = {k: v.contiguous() for k, v in trained["model"].state_dict().items()}
+save_file(state, f"{dump}/rank{rank}.safetensors")
+sys.exit(rc)

@@ -1,0 +1,244 @@
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import tiny_gpt
+from safetensors.torch import load_file
+
+from iclprobe import models, tasks
+from iclprobe.algorithms.prefix import ols_predictions
+from iclprobe.models import PQConfig, PQTransformer, TrainConfig
+from iclprobe.models.training import (
+    batch_for_step,
+    check_setup,
+    clip_gradients,
+    loss_of,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+TASK = tasks.RegressionTask(n_dims=3, n_points=8)
+
+
+def paired_linear():
+    return tiny_gpt("linear", "paired")
+
+
+def test_schedules_closed_forms():
+    step = TrainConfig(steps=100, schedule="step", step_every=10)
+    assert [step.lr_factor(s) for s in (0, 9, 10, 25, 99)] == [1, 1, 0.5, 0.25, 0.5**9]
+    cos = TrainConfig(steps=110, schedule="cosine", warmup_steps=10)
+    assert cos.lr_factor(0) == pytest.approx(0.1) and cos.lr_factor(9) == pytest.approx(1.0)
+    assert cos.lr_factor(60) == pytest.approx(0.5)
+    assert cos.lr_factor(109) == pytest.approx(0.5 * (1 + math.cos(math.pi * 99 / 100)))
+    assert TrainConfig().lr_factor(12345) == 1.0
+
+
+def test_clipping():
+    a = torch.nn.Parameter(torch.zeros(2, 3, 3))
+    b = torch.nn.Parameter(torch.zeros(4))
+    a.grad = torch.stack([torch.full((3, 3), 1.0), torch.full((3, 3), 0.01)])
+    b.grad = torch.full((4,), 2.0)
+    clip_gradients([a, b], TrainConfig(clip="per-matrix", clip_norm=1.0))
+    assert a.grad[0].norm() == pytest.approx(1.0) and a.grad[1].norm() == pytest.approx(0.03)
+    assert b.grad.norm() == pytest.approx(1.0)
+    a.grad = torch.full((2, 3, 3), 1.0)
+    b.grad = torch.full((4,), 2.0)
+    clip_gradients([a, b], TrainConfig(clip="global", clip_norm=0.5))
+    total = torch.cat([a.grad.flatten(), b.grad.flatten()]).norm()
+    assert total == pytest.approx(0.5, rel=1e-4)
+
+
+def test_data_is_a_function_of_seed_rank_step():
+    cfg = TrainConfig(resample_every=5, seed=3)
+    b0, b4, b5 = (batch_for_step(TASK, cfg, s, (0,)) for s in (0, 4, 5))
+    assert torch.equal(b0.xs, b4.xs) and not torch.equal(b0.xs, b5.xs)
+    assert not torch.equal(b0.xs, batch_for_step(TASK, cfg, 0, (1,)).xs)
+    both = batch_for_step(TASK, cfg, 7, (0, 1))
+    assert torch.equal(both.xs[64:], batch_for_step(TASK, cfg, 7, (1,)).xs)
+    fixed = TrainConfig(resample_every=0)
+    assert torch.equal(batch_for_step(TASK, fixed, 0, (0,)).xs,
+                       batch_for_step(TASK, fixed, 999, (0,)).xs)
+    cur = TrainConfig(curriculum_every=10, curriculum_dims=(1, 1), curriculum_points=(4, 2))
+    b = batch_for_step(TASK, cur, 15, (0,))
+    assert b.xs.shape[1] == 6 and torch.all(b.xs[..., 2:] == 0) and b.xs[..., 1].abs().sum() > 0
+    assert cur.curriculum(1000, 3, 8) == (3, 8)
+
+
+def test_loss_positions():
+    preds, ys = torch.zeros(2, 4), torch.tensor([[1.0, 1, 1, 2], [1, 1, 1, 4]])
+    assert loss_of(preds, ys, TrainConfig(loss="last")).item() == pytest.approx(10.0)
+    assert loss_of(preds, ys, TrainConfig(loss="all")).item() == pytest.approx(26 / 8)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adamw", "sgd"])
+def test_first_order_optimizers_reduce_the_loss(optimizer, tmp_path):
+    model = paired_linear()
+    lr = 0.05 if optimizer == "sgd" else 3e-3
+    cfg = TrainConfig(steps=150, optimizer=optimizer, lr=lr, log_every=50, batch_size=128,
+                      clip="global", schedule="cosine", warmup_steps=10)
+    result = models.train(model, TASK, cfg, out=tmp_path / "run", progress=False)
+    losses = [row["loss"] for row in result.history]
+    first = loss_of(paired_linear()(*_eval_batch()), _eval_batch()[1], cfg).item()
+    last = loss_of(model(*_eval_batch()), _eval_batch()[1], cfg).item()
+    assert last < 0.85 * first, (first, last, losses)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [50, 100, 150]
+    # The logged OLS loss is OLS's error on that step's own batch.
+    batch = batch_for_step(TASK, cfg, 149, (0,))
+    ols = loss_of(ols_predictions(batch.xs, batch.ys), batch.ys, cfg).item()
+    assert rows[-1]["ols_loss"] == pytest.approx(ols, rel=1e-5)
+    assert rows[-1]["normalized_loss"] == pytest.approx(rows[-1]["loss"] / 3)
+
+
+def _eval_batch():
+    b = TASK.sample(256, generator=99)
+    return b.xs, b.ys
+
+
+def test_lbfgs_on_a_fixed_dataset_and_pq_constraints():
+    task = tasks.RegressionTask(n_dims=3, n_points=11)
+    model = PQTransformer(PQConfig(n_dims=3, n_layers=1, init_std=0.1))
+    cfg = TrainConfig(steps=5, optimizer="lbfgs", lr=1.0, resample_every=0, loss="last",
+                      batch_size=500, zero_b=True, log_every=1)
+    result = models.train(model, task, cfg, progress=False)
+    assert result.history[-1]["loss"] < 0.7 * result.history[0]["loss"]
+    assert torch.all(model.blocks[0].attn.B == 0)
+    dense = PQTransformer(PQConfig(n_dims=3, n_layers=2, sparse=False, init_std=0.1))
+    models.train(dense, task, TrainConfig(steps=20, project_sparse=True, loss="last",
+                                          lr=1e-2), progress=False)
+    p, q = dense.matrices()
+    assert torch.all(p[..., :3, 3] == 0) and torch.all(p[..., 3, :3] == 0)
+    assert torch.all(p[..., 3, 3] == 1) and torch.all(q[..., 3, :] == 0)
+    assert torch.all(q[..., :, 3] == 0) and q[..., :3, :3].abs().sum() > 0
+
+
+@pytest.mark.parametrize(
+    ("model", "cfg", "match"),
+    [
+        (lambda: tiny_gpt(n_positions=5), TrainConfig(), "task.n_points=8 is more than the "
+                                                         "model's n_positions=5"),
+        (lambda: PQTransformer(PQConfig(n_dims=3)), TrainConfig(curriculum_every=10),
+         "curriculum_every is for GPTRegressor, not PQTransformer"),
+        (paired_linear, TrainConfig(zero_b=True), "zero_b is for PQTransformer"),
+        (lambda: PQTransformer(PQConfig(n_dims=3)), TrainConfig(project_sparse=True),
+         "project_sparse needs a dense PQ model"),
+        (paired_linear, TrainConfig(optimizer="lbfgs"), "set resample_every=0, got 1"),
+        (lambda: tiny_gpt(n_dims=4), TrainConfig(), "task.n_dims=3 but the model has n_dims=4"),
+    ],
+)
+def test_bad_setups_fail_before_training(model, cfg, match):
+    with pytest.raises(ValueError, match=match):
+        check_setup(model(), TASK, cfg)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(optimizer="rmsprop"), r"optimizer must be one of \('adam', 'adamw', 'sgd', 'lbfgs'\)"),
+        (dict(lr=0.0), "lr must be a number > 0, got 0.0"),
+        (dict(steps=0), "steps must be a positive integer, got 0"),
+        (dict(betas=(0.9, 1.5)), "betas must be two numbers in"),
+        (dict(schedule="linear"), "schedule must be one of"),
+        (dict(warmup_steps=5), "warmup_steps applies to schedule='cosine' only"),
+        (dict(clip="value"), "clip must be one of"),
+    ],
+)
+def test_bad_train_configs(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(**kwargs)
+
+
+def test_existing_run_is_not_overwritten(tmp_path):
+    cfg = TrainConfig(steps=2, log_every=1)
+    models.train(paired_linear(), TASK, cfg, out=tmp_path / "r", progress=False)
+    with pytest.raises(FileExistsError, match="already holds a run"):
+        models.train(paired_linear(), TASK, cfg, out=tmp_path / "r", progress=False)
+    with pytest.raises(ValueError, match=r"TrainConfig fields \['lr'\] differ"):
+        models.train(paired_linear(), TASK, TrainConfig(steps=4, lr=0.1), out=tmp_path / "r",
+                     resume=True, progress=False)
+
+
+TRAIN_ARGS = ["--n-dims", "3", "--n-points", "8", "--n-layers", "2", "--d-model", "16",
+              "--n-heads", "2", "--layout", "paired", "--attention", "linear",
+              "--batch-size", "32", "--log-every", "10", "--lr", "0.003"]
+
+
+def _cli(out, *extra, env=None):
+    return [sys.executable, "-m", "iclprobe", "train", "--out", str(out), *TRAIN_ARGS, *extra]
+
+
+def test_sigkill_and_resume_is_bitwise_identical(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    steps = ["--steps", "400", "--checkpoint-every", "25"]
+    subprocess.run(_cli(tmp_path / "full", *steps), check=True, env=env, capture_output=True)
+    proc = subprocess.Popen(_cli(tmp_path / "killed", *steps), env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    trainer = tmp_path / "killed" / "checkpoint" / "train.json"
+    deadline = time.time() + 120
+    while not trainer.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    state = torch.load(tmp_path / "killed" / "checkpoint" / "trainer.pt", weights_only=True)
+    assert 0 < state["step"] < 400, "the run was not interrupted mid-way"
+    resumed = subprocess.run([sys.executable, "-m", "iclprobe", "train", "--out",
+                              str(tmp_path / "killed"), "--resume"], env=env,
+                             capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    full = load_file(str(tmp_path / "full" / "checkpoint" / "model.safetensors"))
+    again = load_file(str(tmp_path / "killed" / "checkpoint" / "model.safetensors"))
+    assert full.keys() == again.keys()
+    for name in full:
+        assert torch.equal(full[name], again[name]), name
+    steps_logged = [json.loads(line)["step"] for line in
+                    (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()]
+    assert steps_logged == list(range(10, 401, 10))
+
+
+def test_cli_train_errors_exit_2(tmp_path):
+    from iclprobe.cli import main
+
+    assert main(["train", "--out", str(tmp_path / "x"), "--optimizer", "rmsprop"]) == 2
+    assert main(["train", "--out", str(tmp_path / "x"), "--family", "pq", "--layout",
+                 "paired"]) == 2
+    assert main(["train", "--out", str(tmp_path / "none"), "--resume"]) == 2
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.slow
+def test_torchrun_ddp_matches_single_process(tmp_path):
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    args = [*TRAIN_ARGS, "--steps", "30", "--checkpoint-every", "10"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                          "--standalone",
+                          str(ROOT / "tests" / "ddp_worker.py"), str(tmp_path / "run"),
+                          str(dump), *args], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    r0, r1 = (load_file(str(dump / f"rank{r}.safetensors")) for r in (0, 1))
+    for name in r0:
+        assert torch.equal(r0[name], r1[name]), name
+    # Only rank 0 wrote; its checkpoint is the final model.
+    saved = load_file(str(tmp_path / "run" / "checkpoint" / "model.safetensors"))
+    assert all(torch.equal(saved[k], r0[k]) for k in r0)
+    single = paired_linear_from_cli_defaults()
+    cfg = TrainConfig(steps=30, batch_size=32, log_every=10, lr=0.003)
+    models.train(single, tasks.RegressionTask(n_dims=3, n_points=8), cfg, data_ranks=(0, 1),
+                 progress=False)
+    for name, value in single.state_dict().items():
+        torch.testing.assert_close(value, r0[name], atol=1e-5, rtol=0)
+
+
+def paired_linear_from_cli_defaults():
+    return models.GPTRegressor(models.GPTConfig(n_dims=3, n_positions=8, n_layers=2, d_model=16,
+                                                n_heads=2, layout="paired", attention="linear"))

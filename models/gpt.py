@@ -97,14 +97,20 @@ class GPTRegressor(RegressorMixin, HookedRootModule):
         return embed + pos
 
     def forward(
-        self, xs: Float[Tensor, "batch pos n_dims"], ys: Float[Tensor, "batch pos"]
+        self, xs: Float[Tensor, "batch pos n_dims"], ys: Float[Tensor, "batch pos"],
+        last_only: bool = False,
     ) -> Float[Tensor, "batch pos"]:
-        """Predict every ``ys[:, t]`` from examples ``0..t-1`` and ``xs[:, t]``."""
+        """Predict every ``ys[:, t]`` from examples ``0..t-1`` and ``xs[:, t]``.
+
+        ``last_only=True`` returns the last position alone, ``[batch, 1]``.
+        """
         resid = self.embed(xs, ys)
         for block in self.blocks:
             resid = block(resid)
-        out = self.read_out(self.ln_final(resid))[..., 0]  # [batch, tok]
-        return out[:, self.readout_positions(xs.shape[1])]
+        positions = self.readout_positions(xs.shape[1])
+        if last_only:
+            positions = positions[-1:]
+        return self.read_out(self.ln_final(resid[:, positions]))[..., 0]
 
     def readout(self, resid: Float[Tensor, "... d_model"]) -> Float[Tensor, "..."]:
         """Final norm and read-out applied to any residual (the no-training probe)."""

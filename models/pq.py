@@ -60,12 +60,14 @@ class PQAttention(nn.Module):
         q = -nn.functional.pad(self.A, pad)
         return p, q
 
-    def forward(self, rows: Tensor, n_keys: Tensor) -> Tensor:
-        """Update of ``rows [batch, prefix, row, D]``; prefix t has ``n_keys[t] = t`` keys."""
+    def forward(self, rows: Tensor, n_keys: Tensor, n_slots: int) -> Tensor:
+        """Update of ``rows [batch, prefix, row, D]``.
+
+        The first ``n_slots`` rows are context slots; prefix i has ``n_keys[i]`` keys.
+        """
         p, q = self.matrices()
-        n_prefix = rows.shape[1]
-        keys = rows[:, :, :n_prefix]  # [batch, prefix, key, D], the context slots
-        valid = torch.arange(n_prefix, device=rows.device) < n_keys[:, None]  # [prefix, key]
+        keys = rows[:, :, :n_slots]  # [batch, prefix, key, D], the context slots
+        valid = torch.arange(n_slots, device=rows.device) < n_keys[:, None]  # [prefix, key]
         inv_t = torch.where(n_keys > 0, 1.0 / n_keys.clamp(min=1), 0.0).to(rows.dtype)
         if self.cfg.kernel == "linear" and not observed(self.hook_attn_scores, self.hook_pattern):
             # S Z Pᵀ = Z Q (Zᵀ Z) Pᵀ: one (D x D) Gram matrix per prefix, no scores.
@@ -96,10 +98,11 @@ class PQBlock(nn.Module):
         self.hook_attn_out = HookPoint()
         self.hook_resid_post = HookPoint()
 
-    def forward(self, rows: Tensor, n_keys: Tensor) -> Tensor:
+    def forward(self, rows: Tensor, n_keys: Tensor, n_slots: int) -> Tensor:
         """``Z + attention(Z)`` on per-prefix rows."""
         rows = self.hook_resid_pre(rows)
-        return self.hook_resid_post(rows + self.hook_attn_out(self.attn(rows, n_keys)))
+        update = self.attn(rows, n_keys, n_slots)
+        return self.hook_resid_post(rows + self.hook_attn_out(update))
 
 
 class PQTransformer(RegressorMixin, HookedRootModule):
@@ -138,11 +141,18 @@ class PQTransformer(RegressorMixin, HookedRootModule):
         q_rows = torch.cat([queries, queries.new_zeros(*queries.shape[:-1], 1)], dim=-1)
         return torch.cat([ctx, q_rows], dim=2)
 
-    def run_rows(self, rows: Tensor) -> Tensor:
-        """All layers on per-prefix ``rows``; returns the final rows."""
-        n_keys = torch.arange(rows.shape[1], device=rows.device)
+    def run_rows(self, rows: Tensor, n_keys: Tensor | None = None,
+                 n_slots: int | None = None) -> Tensor:
+        """All layers on per-prefix ``rows``.
+
+        Prefix i has ``n_keys[i]`` keys (default: i) among the first ``n_slots`` rows
+        (default: one slot per prefix).
+        """
+        n_slots = rows.shape[1] if n_slots is None else n_slots
+        if n_keys is None:
+            n_keys = torch.arange(rows.shape[1], device=rows.device)
         for block in self.blocks:
-            rows = block(rows, n_keys)
+            rows = block(rows, n_keys, n_slots)
         return rows
 
     @staticmethod
@@ -168,10 +178,24 @@ class PQTransformer(RegressorMixin, HookedRootModule):
         return self.readout(self.run_rows(self.rows(xs, ys, queries)))
 
     def forward(
-        self, xs: Float[Tensor, "batch pos n_dims"], ys: Float[Tensor, "batch pos"]
+        self, xs: Float[Tensor, "batch pos n_dims"], ys: Float[Tensor, "batch pos"],
+        last_only: bool = False,
     ) -> Float[Tensor, "batch pos"]:
-        """Predict every ``ys[:, t]`` from examples ``0..t-1`` and ``xs[:, t]``."""
-        return self.predict_queries(xs, ys, xs[:, :, None])[..., 0]
+        """Predict every ``ys[:, t]`` from examples ``0..t-1`` and ``xs[:, t]``.
+
+        ``last_only=True`` computes the last position alone (``[batch, 1]``), all the
+        in-context loss of Ahn et al. needs: one prefix copy instead of n.
+        """
+        if not last_only:
+            return self.predict_queries(xs, ys, xs[:, :, None])[..., 0]
+        self.check_inputs(xs, ys)
+        n = xs.shape[1]
+        ctx = torch.cat([xs, ys[..., None]], dim=-1)
+        ctx[:, -1] = 0.0  # slot n-1 is not context at the last prefix
+        query = torch.cat([xs[:, -1:], xs.new_zeros(xs.shape[0], 1, 1)], dim=-1)
+        rows = torch.cat([ctx, query], dim=1)[:, None]  # [batch, 1, n + 1, D]
+        rows = self.run_rows(rows, torch.tensor([n - 1], device=xs.device), n_slots=n)
+        return -rows[:, :, n, -1]
 
     # ------------------------------------------------------------------ weights
     def matrices(self) -> tuple[Tensor, Tensor]:

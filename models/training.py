@@ -145,7 +145,10 @@ def apply_constraints(model: nn.Module, cfg: TrainConfig) -> None:
 
 
 def loss_of(preds: Tensor, ys: Tensor, cfg: TrainConfig) -> Tensor:
-    """Mean squared error over every prefix, or at the last position only."""
+    """Mean squared error over every prefix, or at the last position only.
+
+    ``preds`` is ``[batch, pos]``, or ``[batch, 1]`` from a ``last_only`` forward.
+    """
     if cfg.loss == "last":
         return (preds[:, -1] - ys[:, -1]).pow(2).mean()
     return (preds - ys).pow(2).mean()
@@ -296,7 +299,7 @@ def _optimizer_step(net: nn.Module, optimizer: torch.optim.Optimizer,
 
     def closure() -> Tensor:
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_of(net(batch.xs, batch.ys), batch.ys, cfg)
+        loss = loss_of(net(batch.xs, batch.ys, last_only=cfg.loss == "last"), batch.ys, cfg)
         loss.backward()
         clip_gradients(params, cfg)
         return loss

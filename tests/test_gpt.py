@@ -157,3 +157,12 @@ def test_fewer_points_than_positions():
     b = small_batch()
     with torch.no_grad():
         torch.testing.assert_close(model(b.xs[:, :5], b.ys[:, :5]), model(b.xs, b.ys)[:, :5])
+
+
+@pytest.mark.parametrize(("attention", "layout"), KINDS)
+def test_last_only_forward(attention, layout):
+    model = tiny_gpt(attention, layout)
+    b = small_batch()
+    with torch.no_grad():
+        torch.testing.assert_close(model(b.xs, b.ys, last_only=True), model(b.xs, b.ys)[:, -1:],
+                                   atol=1e-6, rtol=0)

@@ -230,3 +230,12 @@ def test_seeded_init_leaves_global_rng_alone():
     assert torch.equal(state, torch.get_rng_state())
     b = PQTransformer(PQConfig(n_dims=3, seed=5))
     assert torch.equal(a.blocks[0].attn.A, b.blocks[0].attn.A)
+
+
+@pytest.mark.parametrize("kernel", ["linear", "softmax"])
+def test_last_only_forward(kernel):
+    model = PQTransformer(PQConfig(n_dims=3, n_layers=3, n_heads=2, kernel=kernel, init_std=0.2))
+    b = batch(n=7)
+    with torch.no_grad():
+        torch.testing.assert_close(model(b.xs, b.ys, last_only=True), model(b.xs, b.ys)[:, -1:],
+                                   atol=1e-6, rtol=1e-6)

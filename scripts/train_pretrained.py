@@ -1,0 +1,180 @@
+"""Train the models that ship in ``models/pretrained/`` (fixed seeds, CPU).
+
+    python scripts/train_pretrained.py [NAME ...] [--work runs/pretrained] [--quick]
+
+Each model trains into ``--work/NAME`` (resumable: rerun the same command after an
+interruption), is evaluated on 2,000 fresh sequences, and is exported to
+``models/pretrained/NAME/``: config.json (with a one-line summary), model.safetensors,
+task.json, train.json (the recipe), metrics.jsonl (the training log), and
+error_curve.csv/.json (normalized error per number of in-context examples t).
+
+Measured run times on 2 CPU cores (see each spec's ``minutes``). ``--quick`` trains each
+model for a tenth of its steps into a scratch directory (used by the slow test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from iclprobe import models, tasks
+from iclprobe.models.checkpoint import PRETRAINED_DIR, RUN_CHECKPOINT
+from iclprobe.models.io import write_text_atomic
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """One shipped model: what it is, its task, architecture and recipe."""
+
+    name: str
+    about: str
+    task: dict[str, Any]
+    model: dict[str, Any]
+    train: dict[str, Any]
+    target: float | None  # normalized error every t >= 2d must reach (GPTs), else None
+    extend: int  # extra steps per round while the target is not met
+    minutes: float  # measured training time on 2 CPU cores
+
+
+GPT = dict(n_layers=8, d_model=64, n_heads=4, seed=0)
+GPT_TASK = dict(n_dims=8, n_points=24)
+SPECS = [
+    Spec("gpt-softmax", "GPTRegressor, softmax attention, interleaved layout (Garg/Fu)",
+         GPT_TASK, dict(family="gpt", attention="softmax", layout="interleaved", **GPT),
+         dict(steps=15000, lr=1e-3, batch_size=64, schedule="cosine", warmup_steps=500,
+              log_every=100, checkpoint_every=500, seed=1), 0.05, 3000, 28.0),
+    Spec("gpt-softmax-paired", "GPTRegressor, softmax attention, paired layout",
+         GPT_TASK, dict(family="gpt", attention="softmax", layout="paired", **GPT),
+         dict(steps=3000, lr=1e-3, batch_size=64, log_every=100, checkpoint_every=500,
+              seed=2), 0.05, 1500, 6.0),
+    Spec("gpt-linear-paired", "GPTRegressor, linear attention, paired layout",
+         GPT_TASK, dict(family="gpt", attention="linear", layout="paired", **GPT),
+         dict(steps=3000, lr=1e-3, batch_size=64, log_every=100, checkpoint_every=500,
+              seed=3), 0.05, 1500, 6.0),
+    Spec("pq-rotated-3layer", "PQTransformer, 3 layers, sparse with B = 0 (Ahn et al.'s p0)",
+         dict(n_dims=5, n_points=21, cov="rotated", w_prior="inverse-cov", seed=0),
+         dict(family="pq", n_layers=3, n_heads=1, sparse=True, init_std=0.01, seed=0),
+         dict(steps=8000, lr=0.01, schedule="step", step_every=2000, batch_size=2000,
+              loss="last", zero_b=True, log_every=100, checkpoint_every=1000, seed=4),
+         None, 0, 2.5),
+    Spec("pq-isotropic-1layer", "PQTransformer, 1 layer (Ahn et al.'s Theorem 1)",
+         dict(n_dims=5, n_points=21),
+         dict(family="pq", n_layers=1, n_heads=1, sparse=True, init_std=0.01, seed=0),
+         dict(steps=6000, lr=0.01, schedule="step", step_every=1500, batch_size=4000,
+              loss="last", zero_b=True, log_every=100, checkpoint_every=1000, seed=5),
+         None, 0, 1.5),
+]
+
+
+def build(spec: Spec) -> tuple[torch.nn.Module, tasks.RegressionTask]:
+    """The untrained model and its task."""
+    task = tasks.RegressionTask(**spec.task)
+    kw = dict(spec.model)
+    family = kw.pop("family")
+    if family == "gpt":
+        model = models.GPTRegressor(models.GPTConfig(n_dims=task.n_dims,
+                                                     n_positions=task.n_points, **kw))
+    else:
+        model = models.PQTransformer(models.PQConfig(n_dims=task.n_dims, **kw))
+    return model, task
+
+
+@torch.no_grad()
+def error_curve(model: torch.nn.Module, task: tasks.RegressionTask) -> list[float]:
+    """Normalized error ((pred - y)² / d, mean over 2,000 fresh sequences) per t."""
+    batch = task.sample(2000, generator=torch.Generator().manual_seed(12345))
+    preds = torch.cat([model(batch.xs[i:i + 500], batch.ys[i:i + 500])
+                       for i in range(0, 2000, 500)])
+    return ((preds - batch.ys).pow(2).mean(0) / task.n_dims).tolist()
+
+
+def worst_after(curve: list[float], t_min: int) -> float:
+    """The largest normalized error over t >= t_min."""
+    return max(curve[t_min:])
+
+
+def train_one(spec: Spec, work: Path, steps_scale: float) -> dict[str, Any]:
+    """Train (or resume) one model, extending the run until its target holds."""
+    run = work / spec.name
+    cfg = models.TrainConfig(**{**spec.train,
+                                "steps": max(1, int(spec.train["steps"] * steps_scale))})
+    start = time.perf_counter()
+    if (run / RUN_CHECKPOINT).exists():
+        model = models.load(run)
+        cfg = dataclasses.replace(models.read_train_config(run), steps=max(
+            cfg.steps, models.read_train_config(run).steps))
+        models.train(model, model.task, cfg, out=run, resume=True)
+        task = model.task
+    else:
+        model, task = build(spec)
+        models.train(model, task, cfg, out=run)
+    curve = error_curve(model, task)
+    rounds = 0
+    while spec.target is not None and steps_scale == 1.0 and rounds < 5 and \
+            worst_after(curve, 2 * task.n_dims) >= spec.target:
+        rounds += 1
+        cfg = dataclasses.replace(cfg, steps=cfg.steps + spec.extend)
+        print(f"{spec.name}: error {worst_after(curve, 2 * task.n_dims):.4f} >= "
+              f"{spec.target}; training on to {cfg.steps} steps")
+        model = models.load(run)
+        models.train(model, model.task, cfg, out=run, resume=True)
+        curve = error_curve(model, task)
+    return {"curve": curve, "steps": cfg.steps, "minutes": (time.perf_counter() - start) / 60,
+            "model": model, "run": run}
+
+
+def export(spec: Spec, result: dict[str, Any], dest_root: Path) -> Path:
+    """Copy the trained checkpoint, its log and error curve into ``dest_root/NAME``."""
+    model, run, curve = result["model"], result["run"], result["curve"]
+    task = model.task
+    dest = dest_root / spec.name
+    models.save(model, dest, task=task)
+    shutil.copy(run / RUN_CHECKPOINT / "train.json", dest / "train.json")
+    shutil.copy(run / "metrics.jsonl", dest / "metrics.jsonl")
+    t_min = 2 * task.n_dims if spec.target is not None else task.n_points - 1
+    worst = worst_after(curve, t_min)
+    where = f"t >= {t_min}" if spec.target is not None else f"t = {t_min}"
+    summary = (f"{spec.about}; d={task.n_dims}, {task.n_points} points, cov={task.cov}, "
+               f"w~{task.w_prior}; normalized error {worst:.4f} at {where}")
+    meta = json.loads((dest / "config.json").read_text())
+    meta.update(summary=summary, trained_steps=result["steps"],
+                training_minutes=round(result["minutes"], 1))
+    write_text_atomic(dest / "config.json", json.dumps(meta, indent=2))
+    metrics = {"normalized_error_by_t": curve, "worst_normalized_error": worst,
+               "worst_over": where, "steps": result["steps"]}
+    write_text_atomic(dest / "error_curve.json", json.dumps(metrics, indent=2))
+    with open(dest / "error_curve.csv", "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["t", "normalized_error"])
+        writer.writerows(enumerate(curve))
+    print(f"{spec.name}: {summary} ({result['minutes']:.1f} min) -> {dest}")
+    return dest
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="models to train (default: all)")
+    parser.add_argument("--work", type=Path, default=Path("runs/pretrained"))
+    parser.add_argument("--dest", type=Path, default=PRETRAINED_DIR)
+    parser.add_argument("--quick", action="store_true", help="a tenth of the steps")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    by_name = {s.name: s for s in SPECS}
+    unknown = [n for n in args.names if n not in by_name]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}; known: {sorted(by_name)}")
+    for name in args.names or list(by_name):
+        spec = by_name[name]
+        export(spec, train_one(spec, args.work, 0.1 if args.quick else 1.0), args.dest)
+
+
+if __name__ == "__main__":
+    main()

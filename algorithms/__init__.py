@@ -1,1 +1,30 @@
-"""Reference learners as batched iterates (see DESIGN.md)."""
+"""Reference learners as batched iterates over every prefix (see DESIGN.md, "Algorithms").
+
+``iterates(name, xs, ys, steps, **hyper)`` looks a learner up in one registry; each is also
+a function here. Adding a learner is one function and one ``@register`` line.
+"""
+
+from iclprobe.algorithms import learners as _learners  # noqa: F401  (registers learners)
+from iclprobe.algorithms import sequential as _sequential  # noqa: F401
+from iclprobe.algorithms.base import LEARNERS, Iterates, iterates, register
+from iclprobe.algorithms.learners import cg, gd, momentum, newton, ols, pgd, ridge
+from iclprobe.algorithms.prefix import PrefixStats, prefix_stats
+from iclprobe.algorithms.sequential import gd_plus_plus, online_gd
+
+__all__ = [
+    "LEARNERS",
+    "Iterates",
+    "PrefixStats",
+    "cg",
+    "gd",
+    "gd_plus_plus",
+    "iterates",
+    "momentum",
+    "newton",
+    "ols",
+    "online_gd",
+    "pgd",
+    "prefix_stats",
+    "register",
+    "ridge",
+]

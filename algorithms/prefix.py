@@ -15,14 +15,20 @@ from torch import Tensor
 
 
 class PrefixStats(NamedTuple):
-    """Per-prefix moments and the eigendecomposition of ``S_t``."""
+    """Per-prefix moments and the eigendecomposition of ``S_t``.
+
+    Eigenvalues below a relative tolerance are set to exactly 0, and so are the matching
+    coordinates of ``b_t`` (which lie in S_t's range), so that every learner reaches the
+    min-norm limit on rank-deficient prefixes (t < d) instead of amplifying round-off.
+    """
 
     gram: Float[Tensor, "batch pos n_dims n_dims"]  # S_t = Xᵀ X over the prefix
     xty: Float[Tensor, "batch pos n_dims"]  # b_t = Xᵀ y over the prefix
     counts: Float[Tensor, " pos"]  # t
-    eigvals: Float[Tensor, "batch pos n_dims"]  # of S_t, ascending, clamped at 0
+    eigvals: Float[Tensor, "batch pos n_dims"]  # of S_t, ascending; 0 below the tolerance
     eigvecs: Float[Tensor, "batch pos n_dims n_dims"]  # columns
-    rank_tol: Float[Tensor, "batch pos 1"]  # eigenvalues below this count as zero
+    xty_eig: Float[Tensor, "batch pos n_dims"]  # Vᵀ b_t (0 where the eigenvalue is 0)
+    query_eig: Float[Tensor, "batch pos n_dims"]  # Vᵀ x_t, the query in the eigenbasis
 
 
 def check_regression(xs: Tensor, ys: Tensor) -> None:
@@ -54,18 +60,28 @@ def prefix_stats(xs: Tensor, ys: Tensor) -> PrefixStats:
     xty = exclusive_cumsum(x * y[..., None])
     counts = torch.arange(xs.shape[1], dtype=torch.float64, device=xs.device)
     eigvals, eigvecs = torch.linalg.eigh(gram)
-    eigvals = eigvals.clamp(min=0.0)
     d = xs.shape[-1]
-    rank_tol = eigvals[..., -1:] * (10 * d * torch.finfo(torch.float64).eps) + 1e-300
-    return PrefixStats(gram, xty, counts, eigvals, eigvecs, rank_tol)
+    rank_tol = eigvals[..., -1:].clamp(min=0.0) * (100 * d * torch.finfo(torch.float64).eps)
+    nonzero = eigvals > rank_tol
+    eigvals = torch.where(nonzero, eigvals, 0.0)
+    xty_eig = torch.where(nonzero, torch.einsum("bpji,bpj->bpi", eigvecs, xty), 0.0)
+    query_eig = torch.einsum("bpji,bpj->bpi", eigvecs, x)
+    return PrefixStats(gram, xty, counts, eigvals, eigvecs, xty_eig, query_eig)
+
+
+def safe_inverse(lam: Tensor) -> Tensor:
+    """``1/λ`` where λ > 0, else 0 (the pseudo-inverse of a diagonal)."""
+    return torch.where(lam > 0, 1.0 / torch.where(lam > 0, lam, 1.0), 0.0)
+
+
+def from_eigenbasis(stats: PrefixStats, coef: Tensor) -> Tensor:
+    """Weights ``V u`` from eigenbasis coefficients ``u [..., batch, pos, n_dims]``."""
+    return torch.einsum("bpij,...bpj->...bpi", stats.eigvecs, coef)
 
 
 def ols_weights(stats: PrefixStats) -> Float[Tensor, "batch pos n_dims"]:
     """Min-norm least squares ``S_t⁺ b_t`` at every prefix (0 at t = 0)."""
-    v, lam = stats.eigvecs, stats.eigvals
-    inv = torch.where(lam > stats.rank_tol, 1.0 / lam.clamp(min=1e-300), 0.0)
-    coef = torch.einsum("bpji,bpj->bpi", v, stats.xty) * inv  # in the eigenbasis
-    return torch.einsum("bpij,bpj->bpi", v, coef)
+    return from_eigenbasis(stats, stats.xty_eig * safe_inverse(stats.eigvals))
 
 
 def predict(weights: Tensor, xs: Tensor) -> Tensor:

@@ -1,0 +1,116 @@
+"""`Iterates`, the learner registry and the checks every learner shares.
+
+Axis legend: ``step`` (K step counts), ``batch``, ``pos`` (prefix t), ``n_dims``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from iclprobe.algorithms.prefix import PrefixStats, from_eigenbasis
+
+
+@dataclasses.dataclass
+class Iterates:
+    """Predictions (and optionally weights) of a learner after each of K step counts.
+
+    ``preds[k, :, t]`` predicts ``ys[:, t]`` from the t examples before it after
+    ``steps[k]`` steps; closed-form learners (ols, ridge) have one "step", 0.
+    """
+
+    steps: Tensor  # [step], int64
+    preds: Float[Tensor, "step batch pos"]
+    weights: Float[Tensor, "step batch pos n_dims"] | None
+    hyper: dict[str, Any]
+    name: str = ""
+
+    def to(self, dtype: torch.dtype) -> Iterates:
+        """The same iterates in another dtype."""
+        w = self.weights.to(dtype) if self.weights is not None else None
+        return dataclasses.replace(self, preds=self.preds.to(dtype), weights=w)
+
+
+Learner = Callable[..., Iterates]
+LEARNERS: dict[str, Learner] = {}
+
+
+def register(name: str) -> Callable[[Learner], Learner]:
+    """Add a learner to the registry under ``name``."""
+
+    def wrap(fn: Learner) -> Learner:
+        LEARNERS[name] = fn
+        return fn
+
+    return wrap
+
+
+def iterates(name: str, xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
+             **hyper: Any) -> Iterates:
+    """Run the learner registered as ``name`` on every prefix of every sequence.
+
+    Args:
+        name: one of ``algorithms.LEARNERS`` (the error lists them).
+        xs: ``[batch, pos, n_dims]``.
+        ys: ``[batch, pos]``.
+        steps: step counts (ignored by the closed forms ``ols`` and ``ridge``).
+        **hyper: the learner's hyperparameters (``lr``, ``alpha``, ...).
+    """
+    if name not in LEARNERS:
+        raise ValueError(f"unknown learner {name!r}; valid: {sorted(LEARNERS)}")
+    fn = LEARNERS[name]
+    params = inspect.signature(fn).parameters
+    unknown = sorted(set(hyper) - set(params))
+    if unknown:
+        accepted = [p for p in params if p not in ("xs", "ys", "steps")]
+        raise ValueError(f"unknown hyperparameter(s) {unknown} for {name!r}; "
+                         f"accepted: {accepted}")
+    if "steps" in params:
+        return fn(xs, ys, steps=steps, **hyper)
+    return fn(xs, ys, **hyper)
+
+
+def check_steps(steps: Iterable[int] | None) -> Tensor:
+    """Non-negative integer step counts as an int64 tensor."""
+    if steps is None:
+        raise ValueError("steps is required: an iterable of step counts >= 0")
+    values = list(steps.tolist() if isinstance(steps, Tensor) else steps)
+    if not values:
+        raise ValueError("steps must hold at least one step count")
+    for s in values:
+        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+            raise ValueError(f"steps must be integers >= 0, got {s!r}")
+    return torch.tensor(values, dtype=torch.int64)
+
+
+def check_positive(value: Any, name: str, allow_zero: bool = False) -> float:
+    """A finite number > 0 (or >= 0)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
+    return float(value)
+
+
+def collect(stats: PrefixStats, coefs: Iterable[Tensor], want_weights: bool,
+            dtype: torch.dtype) -> tuple[Tensor, Tensor | None]:
+    """Predictions (and weights) from eigenbasis coefficients ``u [batch, pos, n_dims]``."""
+    preds, weights = [], []
+    for coef in coefs:
+        preds.append((coef * stats.query_eig).sum(-1))
+        if want_weights:
+            weights.append(from_eigenbasis(stats, coef))
+    return (torch.stack(preds).to(dtype),
+            torch.stack(weights).to(dtype) if want_weights else None)
+
+
+def out_dtype(xs: Tensor) -> torch.dtype:
+    """Results come back in the input's floating dtype (float32 for integer input)."""
+    return xs.dtype if xs.is_floating_point() else torch.float32

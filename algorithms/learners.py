@@ -1,0 +1,264 @@
+"""Learners as scalar recurrences in each prefix's eigenbasis.
+
+One eigendecomposition ``S_t = V Λ Vᵀ`` per prefix turns GD, momentum, Newton–Schulz and
+CG into recurrences on the coefficients ``u = Vᵀ w`` with ``Λ`` diagonal, so a step costs
+O(d) per prefix instead of a matrix product (GD even has a closed form). The direct matrix
+iterations in `iclprobe.algorithms.reference` are the check.
+
+Losses: with ``normalize=True`` the gradient is that of the mean loss,
+``(1/t)(S_t w − b_t)`` (Ahn et al.); with ``normalize=False`` that of the sum,
+``S_t w − b_t`` (Fu et al.'s code).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from iclprobe.algorithms.base import (
+    Iterates,
+    check_positive,
+    check_steps,
+    collect,
+    out_dtype,
+    register,
+)
+from iclprobe.algorithms.prefix import PrefixStats, prefix_stats, safe_inverse
+
+LrSpec = float | str
+
+
+def _scale(stats: PrefixStats, normalize: bool) -> Tensor:
+    """The gradient's scale c_t per prefix, ``[pos, 1]``: 1/t (mean loss) or 1 (sum)."""
+    if not normalize:
+        return torch.ones_like(stats.counts)[:, None]
+    return safe_inverse(stats.counts)[:, None]
+
+
+def _lr(lr: LrSpec, stats: PrefixStats, c: Tensor, name: str = "lr") -> Tensor | float:
+    """A number, or "max": 1 / λ_max of the per-prefix Hessian c_t S_t (0 where S_t = 0)."""
+    if lr == "max":
+        return safe_inverse(c * stats.eigvals[..., -1:])
+    if isinstance(lr, str):
+        raise ValueError(f"{name} must be a number > 0, 'max' or 'tuned', got {lr!r}")
+    return check_positive(lr, name)
+
+
+def gd_coefficients(stats: PrefixStats, c: Tensor, lr: Tensor | float, k: int) -> Tensor:
+    """Closed form of k GD steps from 0: ``u_k = (β/λ)(1 − (1 − η c λ)^k)``."""
+    lam = stats.eigvals
+    decay = (1.0 - lr * c * lam) ** k
+    return torch.where(lam > 0, stats.xty_eig * safe_inverse(lam) * (1.0 - decay), 0.0)
+
+
+def _tune_gd(tune: PrefixStats, ys: Tensor, c: Tensor, steps: Tensor,
+             grid: Iterable[float] | None) -> list[float]:
+    """Per step count, the learning rate of ``grid`` with the least error on ``tune``."""
+    lam_max = (c * tune.eigvals[..., -1:])[:, 1:].median().item()
+    factors = torch.as_tensor(list(grid) if grid is not None else
+                              torch.logspace(-3, 0.5, 36).tolist(), dtype=torch.float64)
+    if not bool((factors > 0).all()):
+        raise ValueError("grid must hold positive learning-rate multipliers")
+    candidates = factors / max(lam_max, 1e-300)
+    chosen = []
+    for k in steps.tolist():
+        errors = []
+        for lr in candidates.tolist():
+            preds = (gd_coefficients(tune, c, lr, k) * tune.query_eig).sum(-1)
+            err = (preds - ys.to(torch.float64))[:, 1:].pow(2).mean()
+            errors.append(err.item() if torch.isfinite(err) else float("inf"))
+        chosen.append(candidates[int(torch.tensor(errors).argmin())].item())
+    return chosen
+
+
+@register("gd")
+def gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrSpec = 0.1,
+       normalize: bool = True, weights: bool = True,
+       tune_on: tuple[Tensor, Tensor] | None = None,
+       grid: Iterable[float] | None = None) -> Iterates:
+    """Gradient descent from w = 0 (closed form per eigenvalue).
+
+    Args:
+        lr: a number; "max" (1/λ_max of each prefix's Hessian); or "tuned": per step count,
+            the best of ``grid`` (multipliers of 1/median λ_max) on ``tune_on = (xs, ys)``,
+            or, without it, on the second half of the given batch. The values land in
+            ``hyper["lr"]``.
+        normalize: gradient of the mean (True) or summed (False) squared loss.
+    """
+    k_steps = check_steps(steps)
+    stats = prefix_stats(xs, ys)
+    c = _scale(stats, normalize)
+    hyper: dict[str, Any] = {"lr": lr, "normalize": normalize}
+    if lr == "tuned":
+        if tune_on is None:
+            half = xs.shape[0] // 2
+            if half == 0:
+                raise ValueError("lr='tuned' needs tune_on=(xs, ys) or a batch of >= 2")
+            tune_on = (xs[half:], ys[half:])
+        tune = prefix_stats(*tune_on)
+        rates = _tune_gd(tune, tune_on[1], _scale(tune, normalize), k_steps, grid)
+        hyper["lr"] = rates
+        coefs: Iterator[Tensor] = (gd_coefficients(stats, c, r, k)
+                                   for r, k in zip(rates, k_steps.tolist()))
+    else:
+        rate = _lr(lr, stats, c)
+        coefs = (gd_coefficients(stats, c, rate, k) for k in k_steps.tolist())
+    preds, w = collect(stats, coefs, weights, out_dtype(xs))
+    return Iterates(k_steps, preds, w, hyper, "gd")
+
+
+def _matrix_sqrt(precond: Tensor, n_dims: int, batch: int) -> Tensor:
+    """The symmetric square root of an SPD ``[d, d]`` or ``[batch, d, d]`` matrix."""
+    if not isinstance(precond, Tensor):
+        raise TypeError(f"precond must be a torch.Tensor, got {type(precond).__name__}")
+    if precond.shape not in ((n_dims, n_dims), (batch, n_dims, n_dims)):
+        raise ValueError(f"precond must have shape ({n_dims}, {n_dims}) or ({batch}, {n_dims}, "
+                         f"{n_dims}), got {tuple(precond.shape)}")
+    m = precond.to(torch.float64)
+    if not torch.allclose(m, m.transpose(-1, -2), rtol=1e-6, atol=1e-10):
+        raise ValueError("precond must be symmetric")
+    lam, v = torch.linalg.eigh(m)
+    if not bool((lam > 0).all()):
+        raise ValueError(f"precond must be positive definite, smallest eigenvalue "
+                         f"{lam.min().item():.3g}")
+    return (v * lam.sqrt().unsqueeze(-2)) @ v.transpose(-1, -2)
+
+
+@register("pgd")
+def pgd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
+        precond: Tensor | None = None, lr: LrSpec = 1.0, normalize: bool = True,
+        weights: bool = True) -> Iterates:
+    """Preconditioned GD ``w <- w − η M ∇R(w)`` from 0 (e.g. M = Σ⁻¹ or Ahn's Γ⁻¹).
+
+    Runs GD on ``x' = M^{1/2} x``, where it is plain GD, and maps back ``w = M^{1/2} v``.
+    """
+    if precond is None:
+        raise ValueError("pgd needs precond, a symmetric positive-definite [d, d] matrix")
+    root = _matrix_sqrt(precond, xs.shape[-1], xs.shape[0])
+    x64 = xs.to(torch.float64)
+    moved = torch.einsum("bnd,de->bne" if root.ndim == 2 else "bnd,bde->bne", x64, root)
+    inner = gd(moved, ys.to(torch.float64), steps, lr=lr, normalize=normalize, weights=weights)
+    w = None
+    if inner.weights is not None:
+        eq = "kbnd,ed->kbne" if root.ndim == 2 else "kbnd,bed->kbne"
+        w = torch.einsum(eq, inner.weights, root).to(out_dtype(xs))
+    hyper = {"lr": inner.hyper["lr"], "normalize": normalize, "precond": precond.tolist()}
+    return Iterates(inner.steps, inner.preds.to(out_dtype(xs)), w, hyper, "pgd")
+
+
+def _run_recurrence(stats: PrefixStats, k_steps: Tensor, state: Any, advance: Any,
+                    coef_of: Any, want_weights: bool, dtype: torch.dtype
+                    ) -> tuple[Tensor, Tensor | None]:
+    """Advance ``state`` step by step; record predictions at the requested step counts."""
+    wanted = k_steps.tolist()
+    slots: dict[int, list[int]] = {}
+    for i, k in enumerate(wanted):
+        slots.setdefault(k, []).append(i)
+    preds: list[Tensor | None] = [None] * len(wanted)
+    weights: list[Tensor | None] = [None] * len(wanted)
+    for k in range(max(wanted) + 1):
+        if k in slots:
+            p, w = collect(stats, [coef_of(state)], want_weights, dtype)
+            for i in slots[k]:
+                preds[i] = p[0]
+                weights[i] = w[0] if w is not None else None
+        if k < max(wanted):
+            state = advance(state)
+    return (torch.stack(preds),  # type: ignore[arg-type]
+            torch.stack(weights) if want_weights else None)  # type: ignore[arg-type]
+
+
+@register("momentum")
+def momentum(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrSpec = 0.1,
+             beta: float = 0.9, normalize: bool = True, weights: bool = True) -> Iterates:
+    """Heavy ball ``w_{k+1} = w_k − η ∇R(w_k) + β (w_k − w_{k−1})`` from w_0 = w_{−1} = 0."""
+    k_steps = check_steps(steps)
+    if not (isinstance(beta, (int, float)) and 0 <= beta < 1):
+        raise ValueError(f"beta must be a number in [0, 1), got {beta!r}")
+    stats = prefix_stats(xs, ys)
+    c = _scale(stats, normalize)
+    rate = _lr(lr, stats, c)
+    lam, b = stats.eigvals, stats.xty_eig
+
+    def advance(state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+        u, prev = state
+        return u - rate * c * (lam * u - b) + beta * (u - prev), u
+
+    zero = torch.zeros_like(b)
+    preds, w = _run_recurrence(stats, k_steps, (zero, zero), advance, lambda s: s[0], weights,
+                               out_dtype(xs))
+    return Iterates(k_steps, preds, w, {"lr": lr, "beta": beta, "normalize": normalize},
+                    "momentum")
+
+
+@register("newton")
+def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
+           alpha: float | str = "frobenius", weights: bool = True) -> Iterates:
+    """Newton–Schulz iteration for S⁺: ``M_0 = α Sᵀ``, ``M_{k+1} = M_k (2I − S M_k)``.
+
+    ``w_k = M_k Xᵀy`` (step k ↔ M_k). In S's eigenbasis ``m_{k+1} = m_k (2 − λ m_k)`` and
+    ``1 − λ m_{k+1} = (1 − λ m_k)²``, so it converges iff ``0 < α λ_max² < 2``.
+    ``alpha``: "frobenius" = 1/‖SSᵀ‖_F (Fu et al.'s code, the default), "spectral" =
+    1/‖SSᵀ‖₂, or a number. The paper's own α = 2/‖SSᵀ‖₂ lies exactly on the divergence
+    boundary: in the top eigendirection ``1 − λ m_k`` goes −1, 1, 1, … and never converges
+    (in floating point, round-off ε grows as 2^k ε and lets it escape after ~30-50 steps).
+    """
+    k_steps = check_steps(steps)
+    stats = prefix_stats(xs, ys)
+    lam = stats.eigvals
+    if alpha == "frobenius":
+        a = safe_inverse(lam.pow(4).sum(-1, keepdim=True).sqrt())
+    elif alpha == "spectral":
+        a = safe_inverse(lam[..., -1:].pow(2))
+    elif isinstance(alpha, str):
+        raise ValueError(f"alpha must be 'frobenius', 'spectral' or a number > 0, got {alpha!r}")
+    else:
+        a = torch.tensor(check_positive(alpha, "alpha"), dtype=torch.float64)
+    preds, w = _run_recurrence(stats, k_steps, a * lam, lambda m: m * (2.0 - lam * m),
+                               lambda m: m * stats.xty_eig, weights, out_dtype(xs))
+    return Iterates(k_steps, preds, w, {"alpha": alpha}, "newton")
+
+
+@register("cg")
+def cg(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
+       weights: bool = True) -> Iterates:
+    """Conjugate gradient on the normal equations ``S w = Xᵀy`` from 0 (exact in ≤ d steps)."""
+    k_steps = check_steps(steps)
+    stats = prefix_stats(xs, ys)
+    lam, b = stats.eigvals, stats.xty_eig
+    floor = 1e-28 * b.pow(2).sum(-1, keepdim=True)  # residual norms below this: converged
+
+    def advance(state: tuple[Tensor, Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        u, r, p = state
+        rr = r.pow(2).sum(-1, keepdim=True)
+        curv = (lam * p * p).sum(-1, keepdim=True)
+        live = (rr > floor) & (curv > 0)
+        step = torch.where(live, rr / torch.where(live, curv, 1.0), 0.0)
+        u, r_new = u + step * p, r - step * lam * p
+        rr_new = r_new.pow(2).sum(-1, keepdim=True)
+        return u, r_new, r_new + torch.where(live, rr_new / torch.where(live, rr, 1.0), 0.0) * p
+
+    preds, w = _run_recurrence(stats, k_steps, (torch.zeros_like(b), b, b), advance,
+                               lambda s: s[0], weights, out_dtype(xs))
+    return Iterates(k_steps, preds, w, {}, "cg")
+
+
+@register("ols")
+def ols(xs: Tensor, ys: Tensor, weights: bool = True) -> Iterates:
+    """Min-norm least squares ``S_t⁺ Xᵀy`` at every prefix (also for t < d)."""
+    stats = prefix_stats(xs, ys)
+    preds, w = collect(stats, [stats.xty_eig * safe_inverse(stats.eigvals)], weights,
+                       out_dtype(xs))
+    return Iterates(torch.zeros(1, dtype=torch.int64), preds, w, {}, "ols")
+
+
+@register("ridge")
+def ridge(xs: Tensor, ys: Tensor, lam: float = 1.0, weights: bool = True) -> Iterates:
+    """Ridge ``(S_t + λ I)⁻¹ Xᵀy``: minimizes ‖y − Xw‖² + λ‖w‖² (scikit-learn's alpha)."""
+    lam = check_positive(lam, "lam")
+    stats = prefix_stats(xs, ys)
+    preds, w = collect(stats, [stats.xty_eig / (stats.eigvals + lam)], weights, out_dtype(xs))
+    return Iterates(torch.zeros(1, dtype=torch.int64), preds, w, {"lam": lam}, "ridge")

@@ -1,0 +1,89 @@
+"""Learners whose iterates are not functions of S_t alone: online GD and GD++.
+
+Axis legend: ``batch``, ``pos`` (prefix t), ``n_dims``. Both are batched over every prefix
+and sequence; online GD loops over the example index within a pass (the algorithm is
+sequential), never over prefixes or sequences.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor
+
+from iclprobe.algorithms.base import Iterates, check_positive, check_steps, out_dtype, register
+from iclprobe.algorithms.prefix import check_regression, prefix_stats, safe_inverse
+
+
+def _record(k_steps: Tensor, weights_at: dict[int, Tensor], xs: Tensor, want: bool,
+            dtype: torch.dtype) -> tuple[Tensor, Tensor | None]:
+    w = torch.stack([weights_at[k] for k in k_steps.tolist()])  # [step, batch, pos, n_dims]
+    preds = (w * xs.to(torch.float64)).sum(-1)
+    return preds.to(dtype), (w.to(dtype) if want else None)
+
+
+@register("online_gd")
+def online_gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
+              lr: float | str = "normalized", weights: bool = True) -> Iterates:
+    """Online (single-example) GD from w = 0; step k = k passes over the prefix's examples.
+
+    Each update is ``w <- w − η_j x_j (x_jᵀ w − y_j)`` for j = 0..t−1 in order, with
+    ``η_j = lr`` or, for ``lr="normalized"``, ``1/‖x_j‖²`` (Kaczmarz: each update fits
+    example j exactly). Fu et al.'s code starts from a random w instead of 0.
+    """
+    k_steps = check_steps(steps)
+    check_regression(xs, ys)
+    if lr != "normalized":
+        lr = check_positive(lr, "lr")
+    x, y = xs.to(torch.float64), ys.to(torch.float64)
+    b, n, d = x.shape
+    w = torch.zeros(b, n, d, dtype=torch.float64, device=xs.device)  # one w per prefix
+    prefix = torch.arange(n, device=xs.device)
+    saved = {0: w.clone()}
+    for k in range(1, int(k_steps.max()) + 1):
+        for j in range(n - 1):  # example j updates every prefix t > j
+            xj = x[:, j]  # [batch, n_dims]
+            eta = safe_inverse(xj.pow(2).sum(-1)) if lr == "normalized" else \
+                torch.full((b,), float(lr), dtype=torch.float64)
+            resid = (w[:, j + 1 :] * xj[:, None]).sum(-1) - y[:, j, None]  # [batch, t > j]
+            w[:, j + 1 :] -= (eta[:, None] * resid)[..., None] * xj[:, None]
+        saved[k] = w.clone()
+    w[:, prefix == 0] = 0.0
+    preds, ws = _record(k_steps, saved, xs, weights, out_dtype(xs))
+    return Iterates(k_steps, preds, ws, {"lr": lr}, "online_gd")
+
+
+@register("gd_plus_plus")
+def gd_plus_plus(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: float = 0.1,
+                 gamma: float = 0.01, weights: bool = True) -> Iterates:
+    """GD++ (von Oswald et al.): a GD step, then the covariates map ``x <- (I − γ S/t) x``.
+
+    Each step, with the current covariates, takes a GD step on the mean loss; then every
+    covariate, the query's included, maps by ``I − γ S/t`` with S from the current context
+    covariates. The PQ construction A = ηI, B = (γ/η) I computes exactly this.
+
+    Tracked without per-prefix copies: with C_k the accumulated map (x^(k) = C_k x),
+    ``g_k = C_k h_k / t``, ``h_{k+1} = h_k − η S_0 C_kᵀ g_k`` (h = X₀ᵀ r),
+    ``C_{k+1} = (I − γ C_k S_0 C_kᵀ / t) C_k``; the predictor in the original coordinates is
+    ``w_k = Σ_{m<k} η C_mᵀ g_m``.
+    """
+    k_steps = check_steps(steps)
+    lr = check_positive(lr, "lr")
+    gamma = check_positive(gamma, "gamma", allow_zero=True)
+    stats = prefix_stats(xs, ys)
+    s0, inv_t = stats.gram, safe_inverse(stats.counts)[:, None]  # [batch, pos, d, d], [pos, 1]
+    d = xs.shape[-1]
+    eye = torch.eye(d, dtype=torch.float64, device=xs.device)
+    c = eye.expand_as(s0).clone()
+    h, w = stats.xty.clone(), torch.zeros_like(stats.xty)
+    saved = {0: w.clone()}
+    for k in range(1, int(k_steps.max()) + 1):
+        g = (c @ h[..., None])[..., 0] * inv_t
+        ct_g = (c.transpose(-1, -2) @ g[..., None])[..., 0]
+        w = w + lr * ct_g
+        h = h - lr * (s0 @ ct_g[..., None])[..., 0]
+        c = (eye - gamma * inv_t[..., None] * (c @ s0 @ c.transpose(-1, -2))) @ c
+        saved[k] = w.clone()
+    preds, ws = _record(k_steps, saved, xs, weights, out_dtype(xs))
+    return Iterates(k_steps, preds, ws, {"lr": lr, "gamma": gamma}, "gd_plus_plus")

@@ -3,7 +3,8 @@
 One eigendecomposition ``S_t = V Λ Vᵀ`` per prefix turns GD, momentum, Newton–Schulz and
 CG into recurrences on the coefficients ``u = Vᵀ w`` with ``Λ`` diagonal, so a step costs
 O(d) per prefix instead of a matrix product (GD even has a closed form). The direct matrix
-iterations in `iclprobe.algorithms.reference` are the check.
+iterations in `iclprobe.algorithms.reference` are the check. Learners computed on the same
+data can share one decomposition: pass ``stats=prefix_stats(xs, ys)`` to each.
 
 Losses: with ``normalize=True`` the gradient is that of the mean loss,
 ``(1/t)(S_t w − b_t)`` (Ahn et al.); with ``normalize=False`` that of the sum,
@@ -29,6 +30,16 @@ from iclprobe.algorithms.base import (
 from iclprobe.algorithms.prefix import PrefixStats, prefix_stats, safe_inverse
 
 LrSpec = float | str
+
+
+def _stats(xs: Tensor, ys: Tensor, stats: PrefixStats | None) -> PrefixStats:
+    """``stats`` when given (shared between learners on the same data), else computed."""
+    if stats is None:
+        return prefix_stats(xs, ys)
+    if stats.xty.shape != xs.shape:
+        raise ValueError(f"stats were computed for shape {tuple(stats.xty.shape)}, "
+                         f"not for xs {tuple(xs.shape)}")
+    return stats
 
 
 def _scale(stats: PrefixStats, normalize: bool) -> Tensor:
@@ -77,6 +88,7 @@ def _tune_gd(tune: PrefixStats, ys: Tensor, c: Tensor, steps: Tensor,
 @register("gd")
 def gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrSpec = 0.1,
        normalize: bool = True, weights: bool = True,
+        stats: PrefixStats | None = None,
        tune_on: tuple[Tensor, Tensor] | None = None,
        grid: Iterable[float] | None = None) -> Iterates:
     """Gradient descent from w = 0 (closed form per eigenvalue).
@@ -89,7 +101,7 @@ def gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrSpec = 
         normalize: gradient of the mean (True) or summed (False) squared loss.
     """
     k_steps = check_steps(steps)
-    stats = prefix_stats(xs, ys)
+    stats = _stats(xs, ys, stats)
     c = _scale(stats, normalize)
     hyper: dict[str, Any] = {"lr": lr, "normalize": normalize}
     if lr == "tuned":
@@ -173,12 +185,13 @@ def _run_recurrence(stats: PrefixStats, k_steps: Tensor, state: Any, advance: An
 
 @register("momentum")
 def momentum(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrSpec = 0.1,
-             beta: float = 0.9, normalize: bool = True, weights: bool = True) -> Iterates:
+             beta: float = 0.9, normalize: bool = True, weights: bool = True,
+        stats: PrefixStats | None = None) -> Iterates:
     """Heavy ball ``w_{k+1} = w_k − η ∇R(w_k) + β (w_k − w_{k−1})`` from w_0 = w_{−1} = 0."""
     k_steps = check_steps(steps)
     if not (isinstance(beta, (int, float)) and 0 <= beta < 1):
         raise ValueError(f"beta must be a number in [0, 1), got {beta!r}")
-    stats = prefix_stats(xs, ys)
+    stats = _stats(xs, ys, stats)
     c = _scale(stats, normalize)
     rate = _lr(lr, stats, c)
     lam, b = stats.eigvals, stats.xty_eig
@@ -196,7 +209,8 @@ def momentum(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrS
 
 @register("newton")
 def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
-           alpha: float | str = "frobenius", weights: bool = True) -> Iterates:
+           alpha: float | str = "frobenius", weights: bool = True,
+        stats: PrefixStats | None = None) -> Iterates:
     """Newton–Schulz iteration for S⁺: ``M_0 = α Sᵀ``, ``M_{k+1} = M_k (2I − S M_k)``.
 
     ``w_k = M_k Xᵀy`` (step k ↔ M_k). In S's eigenbasis ``m_{k+1} = m_k (2 − λ m_k)`` and
@@ -207,7 +221,7 @@ def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     (in floating point, round-off ε grows as 2^k ε and lets it escape after ~30-50 steps).
     """
     k_steps = check_steps(steps)
-    stats = prefix_stats(xs, ys)
+    stats = _stats(xs, ys, stats)
     lam = stats.eigvals
     if alpha == "frobenius":
         a = safe_inverse(lam.pow(4).sum(-1, keepdim=True).sqrt())
@@ -224,10 +238,11 @@ def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
 
 @register("cg")
 def cg(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
-       weights: bool = True) -> Iterates:
+       weights: bool = True,
+        stats: PrefixStats | None = None) -> Iterates:
     """Conjugate gradient on the normal equations ``S w = Xᵀy`` from 0 (exact in ≤ d steps)."""
     k_steps = check_steps(steps)
-    stats = prefix_stats(xs, ys)
+    stats = _stats(xs, ys, stats)
     lam, b = stats.eigvals, stats.xty_eig
     floor = 1e-28 * b.pow(2).sum(-1, keepdim=True)  # residual norms below this: converged
 
@@ -247,18 +262,20 @@ def cg(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
 
 
 @register("ols")
-def ols(xs: Tensor, ys: Tensor, weights: bool = True) -> Iterates:
+def ols(xs: Tensor, ys: Tensor, weights: bool = True,
+        stats: PrefixStats | None = None) -> Iterates:
     """Min-norm least squares ``S_t⁺ Xᵀy`` at every prefix (also for t < d)."""
-    stats = prefix_stats(xs, ys)
+    stats = _stats(xs, ys, stats)
     preds, w = collect(stats, [stats.xty_eig * safe_inverse(stats.eigvals)], weights,
                        out_dtype(xs))
     return Iterates(torch.zeros(1, dtype=torch.int64), preds, w, {}, "ols")
 
 
 @register("ridge")
-def ridge(xs: Tensor, ys: Tensor, lam: float = 1.0, weights: bool = True) -> Iterates:
+def ridge(xs: Tensor, ys: Tensor, lam: float = 1.0, weights: bool = True,
+        stats: PrefixStats | None = None) -> Iterates:
     """Ridge ``(S_t + λ I)⁻¹ Xᵀy``: minimizes ‖y − Xw‖² + λ‖w‖² (scikit-learn's alpha)."""
     lam = check_positive(lam, "lam")
-    stats = prefix_stats(xs, ys)
+    stats = _stats(xs, ys, stats)
     preds, w = collect(stats, [stats.xty_eig / (stats.eigvals + lam)], weights, out_dtype(xs))
     return Iterates(torch.zeros(1, dtype=torch.int64), preds, w, {"lam": lam}, "ridge")

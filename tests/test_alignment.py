@@ -1,0 +1,121 @@
+import csv
+import io
+import json
+import math
+
+import pytest
+import torch
+
+from iclprobe import algorithms, alignment
+from iclprobe.algorithms import Iterates
+from iclprobe.alignment import Similarity
+
+
+def test_error_cosine_by_hand():
+    ys = torch.tensor([[9.0, 1.0, 2.0, 3.0]])
+    a = torch.tensor([[0.0, 2.0, 2.0, 3.0]])  # residuals (t >= 1): (1, 0, 0)
+    b = torch.tensor([[5.0, 2.0, 3.0, 3.0]])  # residuals: (1, 1, 0)
+    assert alignment.error_cosine(a, b, ys).item() == pytest.approx(1 / math.sqrt(2))
+    # t_min = 0 includes position 0: residuals (-9, 1, 0, 0) and (-4, 1, 1, 0)
+    expected = (36 + 1) / (math.sqrt(82) * math.sqrt(18))
+    assert alignment.error_cosine(a, b, ys, t_min=0).item() == pytest.approx(expected)
+    # mean over sequences, not a pooled cosine
+    two = alignment.error_cosine(torch.cat([a, a]), torch.cat([b, a]), torch.cat([ys, ys]))
+    assert two.item() == pytest.approx((1 / math.sqrt(2) + 1) / 2)
+
+
+def test_weight_cosine_spd_ilwd_by_hand():
+    wa = torch.tensor([[[0.0, 0.0], [1.0, 0.0], [1.0, 1.0]]])  # [batch, pos, d]
+    wb = torch.tensor([[[5.0, 5.0], [1.0, 1.0], [2.0, 2.0]]])
+    assert alignment.weight_cosine(wa, wb).item() == pytest.approx((1 / math.sqrt(2) + 1) / 2)
+    assert alignment.ilwd(wa, wb).item() == pytest.approx((1 + 2) / 2)
+    assert alignment.ilwd(wa, wb, normalized=True).item() == pytest.approx(3 / 4)
+    pa, pb = torch.tensor([[7.0, 1.0, 2.0]]), torch.tensor([[0.0, 2.0, 0.0]])
+    assert alignment.spd(pa, pb).item() == pytest.approx((1 + 4) / 2)
+    assert alignment.spd(pa, pb, n_dims=5).item() == pytest.approx(0.5)
+    # zero vectors have cosine 0, not NaN
+    assert alignment.weight_cosine(torch.zeros(1, 3, 2), wb).item() == 0.0
+
+
+def test_learner_with_itself_is_one_and_zero_reference():
+    g = torch.Generator().manual_seed(0)
+    xs = torch.randn(64, 12, 3, generator=g)
+    ys = torch.einsum("bnd,bd->bn", xs, torch.randn(64, 3, generator=g))
+    it = algorithms.gd(xs, ys, steps=[1, 2, 4, 8, 16])
+    sim = alignment.similarity(it.preds, it, ys)
+    torch.testing.assert_close(torch.diagonal(sim.values), torch.ones(5, dtype=torch.float64))
+    assert torch.all(sim.lower <= sim.values + 1e-12) and torch.all(sim.values <= sim.upper + 1e-12)
+    # the zero predictor's residual is -y: error cosine with step k's residual
+    expected = alignment.error_cosine(torch.zeros_like(ys)[None], it.preds, ys)
+    torch.testing.assert_close(sim.zero, expected.double())
+    assert sim.zero[0] > 0.9  # one tiny GD step "matches" a layer that computes nothing
+    w_sim = alignment.similarity(it.weights, it, ys, metric="weight_cosine")
+    torch.testing.assert_close(torch.diagonal(w_sim.values), torch.ones(5, dtype=torch.float64))
+    again = alignment.similarity(it.preds, it, ys, seed=0)
+    assert torch.equal(again.lower, sim.lower)  # seeded bootstrap
+    other = alignment.similarity(it.preds, it, ys, seed=1)
+    assert not torch.equal(other.lower, sim.lower)
+
+
+def planted(values, learner="newton", higher=True, zero=None):
+    v = torch.tensor(values, dtype=torch.float64)
+    return Similarity("error_cosine" if higher else "spd", learner, list(range(1, v.shape[1] + 1)),
+                      v, v - 0.01, v + 0.01,
+                      torch.zeros(v.shape[1], dtype=torch.float64) if zero is None else zero,
+                      higher, 1, 100, 0.95)
+
+
+def test_match_steps_finds_a_planted_linear_trend_and_ties():
+    n_layers, n_steps = 7, 20
+    values = torch.full((n_layers, n_steps), 0.5)
+    for layer in range(n_layers):
+        values[layer, 2 * layer + 1] = 0.99  # best step = 2 * layer + 2
+    values[3, 10] = 0.9895  # a tie within 1e-3 at layer 3 (step 11)
+    match = alignment.match_steps(planted(values.tolist()))
+    assert match.best_step == [2 * layer + 2 for layer in range(n_layers)]
+    assert match.ties[3] == [8, 11] and match.ties[2] == [6]
+    assert match.fit.slope == pytest.approx(2.0) and match.fit.intercept == pytest.approx(2.0)
+    assert match.fit.r2 == pytest.approx(1.0) and match.fit.layers == list(range(1, 7))
+    assert all(match.above_zero)
+    # lower is better for distances; log2 fit for GD: steps 2^layer
+    gd_values = torch.ones(5, 17)
+    for layer in range(5):
+        gd_values[layer, 2**layer - 1] = 0.0
+    gd = alignment.match_steps(planted(gd_values.tolist(), learner="gd", higher=False))
+    assert gd.best_step == [1, 2, 4, 8, 16] and gd.fit.log2
+    assert gd.fit.slope == pytest.approx(1.0) and gd.fit.r2 == pytest.approx(1.0)
+
+
+def test_match_steps_flags_layers_that_do_not_beat_zero():
+    sim = planted([[0.96, 0.95], [0.99, 0.5]], zero=torch.tensor([0.97, 0.2], dtype=torch.float64))
+    match = alignment.match_steps(sim, layers=[0, 1])
+    assert match.above_zero == [False, True]
+
+
+def test_serialization():
+    sim = planted([[0.1, 0.9], [0.8, 0.2]])
+    data = json.loads(sim.to_json())
+    assert data["values"] == [[0.1, 0.9], [0.8, 0.2]] and data["learner"] == "newton"
+    rows = list(csv.DictReader(io.StringIO(sim.to_csv())))
+    assert len(rows) == 4 and rows[1]["step"] == "2" and float(rows[1]["value"]) == 0.9
+    match = alignment.match_steps(sim, layers=[0, 1])
+    assert json.loads(match.to_json())["best_step"] == [2, 1]
+    assert match.to_csv().splitlines()[1].startswith("0,2,0.9")
+
+
+def test_bad_input():
+    it = Iterates(torch.tensor([1, 2]), torch.zeros(2, 4, 5), None, {}, "newton")
+    ys = torch.zeros(4, 5)
+    with pytest.raises(ValueError, match="metric must be one of"):
+        alignment.similarity(torch.zeros(3, 4, 5), it, ys, metric="cka")
+    with pytest.raises(ValueError, match="needs the learner's weights"):
+        alignment.similarity(torch.zeros(3, 4, 5, 2), it, ys, metric="weight_cosine")
+    with pytest.raises(ValueError, match=r"layer_values must have shape \[layer, 4, 5\]"):
+        alignment.similarity(torch.zeros(3, 4, 6), it, ys)
+    with pytest.raises(ValueError, match=r"t_min must be an integer in \[0, 4\], got 5"):
+        alignment.error_cosine(ys, ys, ys, t_min=5)
+    sim = planted([[0.1, 0.9]])
+    with pytest.raises(ValueError, match="steps has 3 entries"):
+        alignment.match_steps(sim, steps=[1, 2, 3])
+    with pytest.raises(ValueError, match=r"layers \[4\] out of range"):
+        alignment.match_steps(sim, layers=[4])

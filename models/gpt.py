@@ -128,23 +128,38 @@ class GPTRegressor(RegressorMixin, HookedRootModule):
         every t and j, but done in one pass: queries are side tokens that attend to the
         real context and are attended by nobody.
         """
+        return self._over_queries(xs, ys, queries, all_layers=False)
+
+    def query_residuals(
+        self,
+        xs: Float[Tensor, "batch pos n_dims"],
+        ys: Float[Tensor, "batch pos"],
+        queries: Float[Tensor, "batch pos query n_dims"],
+    ) -> Float[Tensor, "layer batch pos query d_model"]:
+        """Every layer's residual at each query token (layer 0: the embedded query)."""
+        return self._over_queries(xs, ys, queries, all_layers=True)
+
+    def _over_queries(self, xs: Tensor, ys: Tensor, queries: Tensor, all_layers: bool) -> Tensor:
+        """Side-token passes in chunks of queries (bounded attention-score memory)."""
         self.check_inputs(xs, ys)
         b, n, d = xs.shape
         if queries.ndim != 4 or queries.shape[:2] != (b, n) or queries.shape[-1] != d:
             raise ValueError(
                 f"queries must have shape [{b}, {n}, T, {d}], got {tuple(queries.shape)}"
             )
-        n_queries = queries.shape[2]
         per_query = b * n * self.cfg.n_heads * self.cfg.n_ctx
         chunk = max(1, _QUERY_CHUNK_ELEMENTS // per_query)
         ctx = [self.embed(xs, ys)]
-        for block in self.blocks:
+        for block in self.blocks[:-1]:
             ctx.append(block(ctx[-1]))
-        out = [self._side_predict(ctx, xs, ys, queries[:, :, s : s + chunk])
-               for s in range(0, n_queries, chunk)]
-        return torch.cat(out, dim=2)
+        out = []
+        for s in range(0, queries.shape[2], chunk):
+            layers = self._side_residuals(ctx, xs, ys, queries[:, :, s : s + chunk])
+            out.append(layers if all_layers else self.readout(layers[-1]))
+        return torch.cat(out, dim=3 if all_layers else 2)
 
-    def _side_predict(self, ctx: list[Tensor], xs: Tensor, ys: Tensor, queries: Tensor):
+    def _side_residuals(self, ctx: list[Tensor], xs: Tensor, ys: Tensor,
+                        queries: Tensor) -> Tensor:
         b, n, n_q, d = queries.shape
         q_pos = self.readout_positions(n)
         if self.cfg.layout == "interleaved":
@@ -152,7 +167,7 @@ class GPTRegressor(RegressorMixin, HookedRootModule):
         else:
             prev = self.tokens(xs, ys)[..., : d + 1]  # (x_{t-1}, y_{t-1}) of each token
             q_tokens = torch.cat([prev[:, :, None].expand(b, n, n_q, d + 1), queries], -1)
-        resid = self.read_in(q_tokens) + self.W_pos[q_pos][None, :, None]
-        for block, ctx_in in zip(self.blocks, ctx[:-1]):
-            resid = side_block(block, ctx_in, resid, q_pos)
-        return self.readout(resid)
+        layers = [self.read_in(q_tokens) + self.W_pos[q_pos][None, :, None]]
+        for block, ctx_in in zip(self.blocks, ctx):
+            layers.append(side_block(block, ctx_in, layers[-1], q_pos))
+        return torch.stack(layers)

@@ -177,6 +177,23 @@ class PQTransformer(RegressorMixin, HookedRootModule):
             )
         return self.readout(self.run_rows(self.rows(xs, ys, queries)))
 
+    def query_residuals(
+        self,
+        xs: Float[Tensor, "batch pos n_dims"],
+        ys: Float[Tensor, "batch pos"],
+        queries: Float[Tensor, "batch pos query n_dims"],
+    ) -> Float[Tensor, "layer batch pos query d_model"]:
+        """Every layer's query rows (layer 0: ``(q, 0)`` as embedded)."""
+        self.check_inputs(xs, ys)
+        rows = self.rows(xs, ys, queries)
+        n = xs.shape[1]
+        layers = [rows[:, :, n:]]
+        n_keys = torch.arange(n, device=xs.device)
+        for block in self.blocks:
+            rows = block(rows, n_keys, n)
+            layers.append(rows[:, :, n:])
+        return torch.stack(layers)
+
     def forward(
         self, xs: Float[Tensor, "batch pos n_dims"], ys: Float[Tensor, "batch pos"],
         last_only: bool = False,

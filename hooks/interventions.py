@@ -1,0 +1,112 @@
+"""Interventions by hook: truncated runs, zero/mean ablation, residual patching.
+
+Each helper is a context manager (or a function) built on TransformerLens's
+``model.hooks(...)``, which removes every hook it added on exit, also on error.
+Block indices are 0-based (``blocks.{b}``); residual layers follow DESIGN.md
+(0 = embedding, l = output of block l−1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+from torch import Tensor, nn
+
+from iclprobe.hooks.residuals import _check_model, check_layers, resid_hook_name
+from iclprobe.models.pq import PQTransformer
+
+HookFn = Callable[..., Tensor]
+
+
+class _Stop(Exception):  # noqa: N818 - control flow, not an error
+    def __init__(self, value: Tensor):
+        super().__init__()
+        self.value = value
+
+
+def run_first_layers(model: nn.Module, xs: Tensor, ys: Tensor, n_blocks: int) -> Tensor:
+    """Run only the first ``n_blocks`` blocks; return the residual after them (full shape).
+
+    ``n_blocks = 0`` returns the embedded input. The remaining blocks are never computed.
+    """
+    _check_model(model)
+    check_layers(model, [n_blocks])
+
+    def stop(value: Tensor, hook: object) -> Tensor:
+        raise _Stop(value)
+
+    try:
+        with model.hooks(fwd_hooks=[(resid_hook_name(n_blocks), stop)]):
+            model(xs, ys)
+    except _Stop as halt:
+        return halt.value
+    raise RuntimeError("the residual hook never fired")  # pragma: no cover
+
+
+def _check_block(model: nn.Module, block: int) -> None:
+    n = model.cfg.n_layers
+    if not (isinstance(block, int) and 0 <= block < n):
+        raise ValueError(f"block must be an integer in 0..{n - 1}, got {block!r}")
+
+
+def _replace(kind: str) -> Callable[[Tensor], Tensor]:
+    if kind == "zero":
+        return lambda t: t.new_zeros(()).expand_as(t)
+    if kind == "mean":  # the mean over the batch being run, per position
+        return lambda t: t.mean(0, keepdim=True).expand_as(t)
+    raise ValueError(f"kind must be 'zero' or 'mean', got {kind!r}")
+
+
+@contextlib.contextmanager
+def ablate(model: nn.Module, block: int, head: int | None = None,
+           kind: str = "zero") -> Iterator[nn.Module]:
+    """Zero- or mean-ablate block ``block``'s output, or one of its heads.
+
+    A whole block: its attention and MLP outputs (``hook_attn_out``, ``hook_mlp_out``).
+    A head: its slice of ``attn.hook_z`` (GPT) or of ``attn.hook_pattern`` (PQ, whose head
+    outputs are summed inside the layer). Mean ablation uses the batch mean per position.
+    """
+    _check_model(model)
+    _check_block(model, block)
+    replace = _replace(kind)
+    is_pq = isinstance(model, PQTransformer)
+    if head is None:
+        names = [f"blocks.{block}.hook_attn_out"]
+        if not is_pq:
+            names.append(f"blocks.{block}.hook_mlp_out")
+        hooks = [(name, lambda t, hook: replace(t)) for name in names]
+    else:
+        n_heads = model.cfg.n_heads
+        if not (isinstance(head, int) and 0 <= head < n_heads):
+            raise ValueError(f"head must be an integer in 0..{n_heads - 1}, got {head!r}")
+        axis = 2 if is_pq else -2  # pattern [batch, prefix, head, row, key]; z [.., head, d_head]
+
+        def ablate_head(t: Tensor, hook: object) -> Tensor:
+            t = t.clone()
+            index = [slice(None)] * t.ndim
+            index[axis] = slice(head, head + 1)
+            t[tuple(index)] = replace(t[tuple(index)])
+            return t
+
+        name = "attn.hook_pattern" if is_pq else "attn.hook_z"
+        hooks = [(f"blocks.{block}.{name}", ablate_head)]
+    with model.hooks(fwd_hooks=hooks):
+        yield model
+
+
+@contextlib.contextmanager
+def patch_residual(model: nn.Module, layer: int, source: Tensor) -> Iterator[nn.Module]:
+    """Replace residual layer ``layer`` with ``source`` (e.g. from another run's cache)."""
+    _check_model(model)
+    check_layers(model, [layer])
+    name = resid_hook_name(layer)
+
+    def patch(value: Tensor, hook: object) -> Tensor:
+        if value.shape != source.shape:
+            raise ValueError(f"source has shape {tuple(source.shape)}, but {name} has "
+                             f"{tuple(value.shape)}")
+        return source.to(value)
+
+    with model.hooks(fwd_hooks=[(name, patch)]):
+        yield model

@@ -1,0 +1,126 @@
+"""Residual-stream collection at the readout positions, batched, optionally to disk.
+
+Layer l's residual (DESIGN.md): l = 0 is ``blocks.0.hook_resid_pre`` (the embedded input),
+l ≥ 1 is ``blocks.{l-1}.hook_resid_post`` (before the final norm). Readout positions: the x
+tokens of the interleaved layout, every token of the paired one, and for `PQTransformer`
+the query row of each prefix. Axis legend: ``layer``, ``batch``, ``pos``, ``d_model``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import torch
+from jaxtyping import Float
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from iclprobe.models.gpt import GPTRegressor
+from iclprobe.models.io import atomic_directory
+from iclprobe.models.pq import PQTransformer
+
+
+def resid_hook_name(layer: int) -> str:
+    """The hook whose output is layer ``layer``'s residual stream."""
+    return "blocks.0.hook_resid_pre" if layer == 0 else f"blocks.{layer - 1}.hook_resid_post"
+
+
+def check_layers(model: nn.Module, layers: Sequence[int] | None) -> list[int]:
+    """Layer indices 0..n_layers (default: all), validated."""
+    n = model.cfg.n_layers
+    if layers is None:
+        return list(range(n + 1))
+    out = list(layers)
+    bad = [layer for layer in out if not (isinstance(layer, int) and 0 <= layer <= n)]
+    if bad or not out:
+        raise ValueError(f"layers must be integers in 0..{n} (n_layers={n}), got {out}")
+    return out
+
+
+def readout_rows(model: nn.Module, resid: Tensor, n_points: int) -> Tensor:
+    """A hook's residual → ``[batch, pos, d_model]`` at the readout positions."""
+    if isinstance(model, PQTransformer):
+        return resid[:, :, n_points]  # [batch, prefix, row, D]: the query row of each prefix
+    return resid[:, model.readout_positions(n_points)]
+
+
+def _check_model(model: nn.Module) -> None:
+    if not isinstance(model, (GPTRegressor, PQTransformer)):
+        raise TypeError(f"model must be a GPTRegressor or PQTransformer, got {type(model).__name__}")
+
+
+def iter_residuals(model: nn.Module, xs: Tensor, ys: Tensor, layers: Sequence[int] | None = None,
+                   batch_size: int = 256, progress: bool = False
+                   ) -> Iterator[Float[Tensor, "layer batch pos d_model"]]:
+    """Residuals batch by batch, caching only the hooks needed (``names_filter``)."""
+    _check_model(model)
+    layers = check_layers(model, layers)
+    if not isinstance(batch_size, int) or batch_size <= 0:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    names = [resid_hook_name(layer) for layer in layers]
+    wanted = set(names)
+    device = next(model.parameters()).device
+    starts = range(0, xs.shape[0], batch_size)
+    for s in tqdm(starts, desc="residuals", disable=not progress):
+        xb, yb = xs[s:s + batch_size].to(device), ys[s:s + batch_size].to(device)
+        with torch.no_grad():
+            _, cache = model.run_with_cache(xb, yb, names_filter=lambda name: name in wanted,
+                                            return_cache_object=False)
+        yield torch.stack([readout_rows(model, cache[name], xs.shape[1]) for name in names])
+
+
+def collect_residuals(model: nn.Module, xs: Tensor, ys: Tensor,
+                      layers: Sequence[int] | None = None, batch_size: int = 256,
+                      progress: bool = False) -> Float[Tensor, "layer batch pos d_model"]:
+    """Every layer's residual stream at the readout positions, ``[L+1, B, n, d_model]``.
+
+    Only the residual hooks are cached, one batch of ``batch_size`` sequences at a time, so
+    memory holds the result plus one batch's residuals, never a full cache.
+    """
+    return torch.cat(list(iter_residuals(model, xs, ys, layers, batch_size, progress)), dim=1)
+
+
+class ResidualStore:
+    """Residuals written to disk as safetensors shards, for runs too large for memory."""
+
+    INDEX = "index.json"
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+        index = self.path / self.INDEX
+        if not index.is_file():
+            raise FileNotFoundError(f"{index}: not a residual store (no index)")
+        meta = json.loads(index.read_text())
+        self.layers: list[int] = meta["layers"]
+        self.shards: list[str] = meta["shards"]
+        self.shape: list[int] = meta["shape"]
+
+    @classmethod
+    def write(cls, path: str | os.PathLike[str], model: nn.Module, xs: Tensor, ys: Tensor,
+              layers: Sequence[int] | None = None, batch_size: int = 256,
+              progress: bool = True) -> ResidualStore:
+        """Collect residuals shard by shard (one per batch) into ``path``, atomically."""
+        layers = check_layers(model, layers)
+        shards = []
+        with atomic_directory(path) as tmp:
+            for i, resid in enumerate(iter_residuals(model, xs, ys, layers, batch_size,
+                                                     progress)):
+                name = f"resid-{i:05d}.safetensors"
+                save_file({"resid": resid.contiguous().cpu()}, str(tmp / name))
+                shards.append(name)
+            shape = [len(layers), xs.shape[0], xs.shape[1], model.cfg.d_model]
+            (tmp / cls.INDEX).write_text(json.dumps({"layers": layers, "shards": shards,
+                                                     "shape": shape}))
+        return cls(path)
+
+    def __iter__(self) -> Iterator[Tensor]:
+        for name in self.shards:
+            yield load_file(str(self.path / name))["resid"]
+
+    def load(self) -> Tensor:
+        """All shards concatenated: ``[layer, batch, pos, d_model]``."""
+        return torch.cat(list(self), dim=1)

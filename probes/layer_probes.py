@@ -1,0 +1,238 @@
+"""`LayerProbes`: one readout per layer, all layers in one batched solve.
+
+Fu et al. 2024 fit a linear readout on each layer's residual stream at the x tokens and
+read the layer's prediction from it. Here every layer is fitted at once by closed-form
+ridge with the regularization picked per layer by generalized cross-validation (or a
+given α), on residuals of fresh task draws; the target is the true y (Fu et al.) or the
+model's own final prediction. `solver="adam"` instead trains the readouts with Fu et al.'s
+recipe (Adam, lr 1e-4, MSE) for comparison. Axis legend: ``layer``, ``batch``, ``pos``,
+``query``, ``d_model``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from iclprobe.hooks.residuals import _check_model, collect_residuals
+from iclprobe.models.io import atomic_directory
+from iclprobe.models.pq import PQTransformer
+from iclprobe.probes.ridge import ridge_gcv
+from iclprobe.tasks import RegressionTask, as_generator
+
+TARGETS = ("y", "model")
+SOLVERS = ("ridge", "adam")
+PROBE_FORMAT_VERSION = 1
+
+
+def model_hash(model: nn.Module) -> str:
+    """SHA-256 of the model's parameters and buffers (names, shapes and bytes)."""
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        t = tensor.detach().cpu().contiguous()
+        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+@torch.no_grad()
+def readout_predictions(model: nn.Module, xs: Tensor, ys: Tensor,
+                        batch_size: int = 256) -> Tensor:
+    """The no-training readout of every layer, ``[L+1, B, n]``.
+
+    GPT: the final norm and read-out applied to each layer's residual (a logit lens);
+    PQ: ``−Z[query, d]`` of each layer.
+    """
+    resid = collect_residuals(model, xs, ys, batch_size=batch_size)
+    if isinstance(model, PQTransformer):
+        return -resid[..., -1]
+    return model.readout(resid)
+
+
+@dataclasses.dataclass
+class ProbeMetrics:
+    """Held-out quality per layer."""
+
+    r2: list[float]  # R² of the probe's prediction against its target
+    normalized_error: list[float]  # mean (pred − y)² / d against the true y
+
+
+class LayerProbes:
+    """Per-layer linear readouts ``ŷ_l = w_l · h_l + b_l`` of the residual stream.
+
+    Args:
+        alpha: "gcv" (pick α per layer from ``alphas`` by generalized cross-validation)
+            or a fixed α ≥ 0.
+        alphas: the GCV grid (default 1e-6 … 1e4).
+        target: "y" (the true labels, Fu et al.) or "model" (the model's final prediction).
+        t_min: positions t < t_min are left out of the fit (t = 0 has no context).
+        solver: "ridge" (closed form) or "adam" (Fu et al.'s recipe, for comparison).
+        lr, max_steps, batch_rows: the Adam solver's settings.
+    """
+
+    def __init__(self, alpha: float | str = "gcv", alphas: Tensor | None = None,
+                 target: str = "y", t_min: int = 1, solver: str = "ridge", lr: float = 1e-4,
+                 max_steps: int = 2000, batch_rows: int = 4096):
+        if target not in TARGETS:
+            raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
+        if solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
+        if alpha != "gcv" and not (isinstance(alpha, (int, float)) and alpha >= 0):
+            raise ValueError(f"alpha must be 'gcv' or a number >= 0, got {alpha!r}")
+        self.alpha, self.alphas, self.target, self.t_min = alpha, alphas, target, t_min
+        self.solver, self.lr, self.max_steps, self.batch_rows = solver, lr, max_steps, batch_rows
+        self.model: nn.Module | None = None
+
+    # ------------------------------------------------------------------ fitting
+    def fit(self, model: nn.Module, task: RegressionTask | None = None,
+            n_sequences: int = 2000, generator: torch.Generator | int = 0,
+            n_heldout: int = 500, batch_size: int = 256) -> LayerProbes:
+        """Fit on residuals of ``n_sequences`` fresh draws of ``task`` (default: the model's)."""
+        _check_model(model)
+        task = task if task is not None else getattr(model, "task", None)
+        if not isinstance(task, RegressionTask):
+            raise ValueError("task is required: the model has no task attached")
+        gen = as_generator(generator)
+        train = task.sample(n_sequences, generator=gen)
+        held = task.sample(n_heldout, generator=gen)
+        self.model = model
+        self.fit_residuals(collect_residuals(model, train.xs, train.ys, batch_size=batch_size),
+                           self._targets(train.xs, train.ys, batch_size))
+        self.model_hash_ = model_hash(model)
+        self.n_dims_ = task.n_dims
+        resid = collect_residuals(model, held.xs, held.ys, batch_size=batch_size)
+        self.metrics_ = self._evaluate(resid, self._targets(held.xs, held.ys, batch_size),
+                                       held.ys)
+        return self
+
+    def _targets(self, xs: Tensor, ys: Tensor, batch_size: int) -> Tensor:
+        if self.target == "y":
+            return ys
+        assert self.model is not None
+        with torch.no_grad():
+            return torch.cat([self.model(xs[s:s + batch_size], ys[s:s + batch_size])
+                              for s in range(0, xs.shape[0], batch_size)])
+
+    def fit_residuals(self, resid: Tensor, targets: Tensor) -> LayerProbes:
+        """Fit on collected residuals ``[L+1, B, n, d_model]`` and targets ``[B, n]``."""
+        if resid.ndim != 4 or targets.shape != resid.shape[1:3]:
+            raise ValueError(f"resid must be [layer, B, n, d_model] and targets [B, n]; got "
+                             f"{tuple(resid.shape)} and {tuple(targets.shape)}")
+        if not isinstance(self.t_min, int) or not 0 <= self.t_min < resid.shape[2]:
+            raise ValueError(f"t_min must be in [0, {resid.shape[2] - 1}], got {self.t_min!r}")
+        x = resid[:, :, self.t_min:].flatten(1, 2)  # [layer, rows, d_model]
+        y = targets[:, self.t_min:].flatten()
+        if self.solver == "adam":
+            self.coef_, self.intercept_ = self._fit_adam(x, y)
+            self.alpha_ = torch.zeros(x.shape[0], dtype=torch.float64)
+        else:
+            alphas = self.alphas if self.alpha == "gcv" else float(self.alpha)
+            fit = ridge_gcv(x, y, alphas=alphas)
+            self.coef_, self.intercept_, self.alpha_ = fit.coef, fit.intercept, fit.alpha
+        self.n_layers_ = x.shape[0]
+        return self
+
+    def _fit_adam(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        """Fu et al.'s recipe: Adam on the mean squared error, every layer at once."""
+        n_layers, n_rows, width = x.shape
+        coef = torch.zeros(n_layers, width, requires_grad=True)
+        bias = torch.zeros(n_layers, requires_grad=True)
+        opt = torch.optim.Adam([coef, bias], lr=self.lr)
+        gen = torch.Generator().manual_seed(0)
+        xf, yf = x.float(), y.float()
+        for _ in range(self.max_steps):
+            rows = torch.randint(n_rows, (min(self.batch_rows, n_rows),), generator=gen)
+            pred = torch.einsum("lrd,ld->lr", xf[:, rows], coef) + bias[:, None]
+            loss = (pred - yf[rows]).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return coef.detach().double(), bias.detach().double()
+
+    def _evaluate(self, resid: Tensor, targets: Tensor, ys: Tensor) -> ProbeMetrics:
+        pred = self.apply(resid)[:, :, self.t_min:].double()
+        tgt, y = targets[:, self.t_min:].double(), ys[:, self.t_min:].double()
+        ss_tot = (tgt - tgt.mean()).pow(2).sum()
+        r2 = 1 - (pred - tgt).pow(2).sum((1, 2)) / ss_tot
+        err = (pred - y).pow(2).mean((1, 2)) / self.n_dims_
+        return ProbeMetrics(r2.tolist(), err.tolist())
+
+    # ------------------------------------------------------------------ prediction
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "coef_"):
+            raise ValueError("LayerProbes is not fitted: call fit() or load() first")
+
+    def apply(self, resid: Tensor) -> Tensor:
+        """Probe predictions from residuals ``[L+1, ..., d_model]`` → ``[L+1, ...]``."""
+        self._check_fitted()
+        if resid.shape[0] != self.n_layers_ or resid.shape[-1] != self.coef_.shape[-1]:
+            raise ValueError(f"resid must be [{self.n_layers_}, ..., {self.coef_.shape[-1]}], "
+                             f"got {tuple(resid.shape)}")
+        coef = self.coef_.to(resid.dtype).reshape(self.n_layers_, *[1] * (resid.ndim - 2), -1)
+        bias = self.intercept_.to(resid.dtype).reshape(self.n_layers_, *[1] * (resid.ndim - 2))
+        return (resid * coef).sum(-1) + bias
+
+    def _model_or_raise(self) -> nn.Module:
+        if self.model is None:
+            raise ValueError("no model attached: fit() on a model or load(path, model)")
+        return self.model
+
+    def predict(self, xs: Tensor, ys: Tensor, batch_size: int = 256) -> Tensor:
+        """Every layer's prediction ``[L+1, B, n]``."""
+        self._check_fitted()
+        return self.apply(collect_residuals(self._model_or_raise(), xs, ys,
+                                            batch_size=batch_size))
+
+    def predict_queries(self, xs: Tensor, ys: Tensor, queries: Tensor) -> Tensor:
+        """Every layer's prediction at each query, ``[L+1, B, n, T]`` (for induced weights)."""
+        self._check_fitted()
+        with torch.no_grad():
+            return self.apply(self._model_or_raise().query_residuals(xs, ys, queries))
+
+    # ------------------------------------------------------------------ files
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write ``probes.safetensors`` and ``probes.json`` into directory ``path``."""
+        self._check_fitted()
+        meta: dict[str, Any] = {
+            "format_version": PROBE_FORMAT_VERSION, "model_hash": self.model_hash_,
+            "target": self.target, "t_min": self.t_min, "solver": self.solver,
+            "alpha": self.alpha, "n_dims": self.n_dims_,
+            "metrics": dataclasses.asdict(self.metrics_) if hasattr(self, "metrics_") else None,
+        }
+        with atomic_directory(path) as tmp:
+            save_file({"coef": self.coef_.contiguous(), "intercept": self.intercept_,
+                       "alpha": self.alpha_}, str(tmp / "probes.safetensors"))
+            (tmp / "probes.json").write_text(json.dumps(meta, indent=2))
+        return Path(path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], model: nn.Module) -> LayerProbes:
+        """Load probes saved by `save`; refuses probes fitted on another model."""
+        path = Path(path)
+        meta_path = path / "probes.json"
+        if not meta_path.is_file():
+            raise FileNotFoundError(f"{meta_path}: file is missing")
+        meta = json.loads(meta_path.read_text())
+        if meta.get("format_version") != PROBE_FORMAT_VERSION:
+            raise ValueError(f"{meta_path}: unknown format_version {meta.get('format_version')!r}")
+        actual = model_hash(model)
+        if meta["model_hash"] != actual:
+            raise ValueError(f"{meta_path}: these probes were fitted on another model "
+                             f"(hash {meta['model_hash'][:12]}…, this model {actual[:12]}…)")
+        probes = cls(alpha=meta["alpha"], target=meta["target"], t_min=meta["t_min"],
+                     solver=meta["solver"])
+        tensors = load_file(str(path / "probes.safetensors"))
+        probes.coef_, probes.intercept_ = tensors["coef"], tensors["intercept"]
+        probes.alpha_, probes.n_layers_ = tensors["alpha"], tensors["coef"].shape[0]
+        probes.model_hash_, probes.n_dims_, probes.model = actual, meta["n_dims"], model
+        if meta.get("metrics"):
+            probes.metrics_ = ProbeMetrics(**meta["metrics"])
+        return probes

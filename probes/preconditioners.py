@@ -1,0 +1,63 @@
+"""Preconditioner analysis of a `PQTransformer` (Ahn et al. 2023)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import Tensor
+
+from iclprobe.models.pq import PQTransformer
+
+PRIORS = ("standard", "inverse-cov")
+
+
+@dataclasses.dataclass
+class Preconditioners:
+    """A_l and B_l per layer: heads summed (``[layer, d, d]``) and per head."""
+
+    A: Tensor  # [layer, d, d]
+    B: Tensor  # [layer, d, d]
+    A_heads: Tensor  # [layer, head, d, d]
+    B_heads: Tensor  # [layer, head, d, d]
+
+
+def preconditioners(model: PQTransformer) -> Preconditioners:
+    """Read A_l (= −Q[:d, :d]) and B_l (= P[:d, :d]) out of every layer."""
+    if not isinstance(model, PQTransformer):
+        raise TypeError(f"model must be a PQTransformer, got {type(model).__name__}")
+    p, q = (m.detach() for m in model.matrices())
+    d = model.cfg.n_dims
+    a_heads, b_heads = -q[..., :d, :d], p[..., :d, :d]
+    return Preconditioners(a_heads.sum(1), b_heads.sum(1), a_heads, b_heads)
+
+
+def distance(a: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
+    """``min_α ‖A − αM‖_F / ‖A‖_F`` and the minimizing α = ⟨A, M⟩ / ⟨M, M⟩ (broadcasting)."""
+    a, m = a.to(torch.float64), m.to(torch.float64)
+    if a.shape[-2:] != m.shape[-2:] or a.shape[-1] != a.shape[-2]:
+        raise ValueError(f"A and M must be square matrices of one size, got "
+                         f"{tuple(a.shape)} and {tuple(m.shape)}")
+    alpha = (a * m).sum((-1, -2)) / (m * m).sum((-1, -2))
+    resid = a - alpha[..., None, None] * m
+    norm = a.norm(dim=(-1, -2))
+    return resid.norm(dim=(-1, -2)) / torch.where(norm > 0, norm, 1.0), alpha
+
+
+def ahn_optimum(cov: Tensor, n: int, prior: str = "standard") -> Tensor:
+    """The optimal one-layer preconditioner for n context examples (Ahn et al., Thm. 1).
+
+    ``prior="standard"`` (w ~ N(0, I)): Γ⁻¹ with Γ = ((n+1)/n) Σ + (tr Σ / n) I.
+    ``prior="inverse-cov"`` (w ~ N(0, Σ⁻¹)): n/(n+d+1) Σ⁻¹.
+    """
+    if not isinstance(n, int) or n <= 0:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    if prior not in PRIORS:
+        raise ValueError(f"prior must be one of {PRIORS}, got {prior!r}")
+    cov = cov.to(torch.float64)
+    d = cov.shape[-1]
+    if prior == "inverse-cov":
+        return n / (n + d + 1) * torch.linalg.inv(cov)
+    eye = torch.eye(d, dtype=torch.float64)
+    gamma = (n + 1) / n * cov + torch.diagonal(cov).sum() / n * eye
+    return torch.linalg.inv(gamma)

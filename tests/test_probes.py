@@ -1,0 +1,195 @@
+import numpy as np
+import pytest
+import torch
+from helpers import tiny_gpt
+from sklearn.linear_model import Ridge
+from sklearn.model_selection import cross_val_score
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import check_estimator
+
+from iclprobe import algorithms, hooks, models, probes, tasks
+
+TASK = tasks.RegressionTask(n_dims=4, n_points=12)
+
+
+def gd_construction(k=3, lr=0.1):
+    model = models.PQTransformer.from_matrices(A=[lr * torch.eye(4)] * k)
+    model.task = TASK
+    return model
+
+
+def test_readout_probe_equals_sklearn_ridge():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 6)) + 3.0
+    y = x @ rng.normal(size=6) + 1.5 + 0.1 * rng.normal(size=200)
+    for alpha, intercept in [(0.0, True), (2.5, True), (2.5, False)]:
+        ours = probes.ReadoutProbe(alpha=alpha, fit_intercept=intercept).fit(x, y)
+        ref = Ridge(alpha=alpha, fit_intercept=intercept, solver="svd").fit(x, y)
+        np.testing.assert_allclose(ours.coef_, ref.coef_, atol=1e-6)
+        np.testing.assert_allclose(ours.intercept_, ref.intercept_, atol=1e-6)
+        np.testing.assert_allclose(ours.predict(x), ref.predict(x), atol=1e-6)
+    y2 = np.c_[y, -y]
+    ours = probes.ReadoutProbe(alpha=1.0).fit(x, y2)
+    np.testing.assert_allclose(ours.coef_, Ridge(alpha=1.0).fit(x, y2).coef_, atol=1e-6)
+
+
+def test_readout_probe_is_a_scikit_learn_estimator():
+    results = check_estimator(probes.ReadoutProbe(), on_fail=None)
+    failed = [r["check_name"] for r in results if r["status"] == "failed"]
+    assert failed == []  # only check_array_api_input may be skipped (needs SCIPY_ARRAY_API)
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(120, 5))
+    y = x @ np.arange(5.0)
+    pipe = make_pipeline(StandardScaler(), probes.ReadoutProbe(alpha=0.1))
+    scores = cross_val_score(pipe, x, y, cv=3)
+    assert scores.min() > 0.99
+    with pytest.raises(ValueError, match="alpha must be a number >= 0, got -1"):
+        probes.ReadoutProbe(alpha=-1).fit(x, y)
+
+
+def test_ridge_gcv_picks_the_brute_force_gcv_minimum():
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(2, 60, 8))
+    y = rng.normal(size=(2, 60))
+    grid = np.logspace(-3, 3, 13)
+    fit = probes.ridge_gcv(torch.tensor(x), torch.tensor(y), alphas=torch.tensor(grid))
+    for layer in range(2):
+        xc = x[layer] - x[layer].mean(0)
+        yc = y[layer] - y[layer].mean()
+        scores = []
+        for a in grid:
+            hat = xc @ np.linalg.solve(xc.T @ xc + a * np.eye(8), xc.T)
+            resid = yc - hat @ yc
+            df = np.trace(hat) + 1
+            scores.append((resid @ resid / 60) / (1 - df / 60) ** 2)
+        best = grid[int(np.argmin(scores))]
+        assert fit.alpha[layer].item() == pytest.approx(best)
+        ref = Ridge(alpha=best).fit(x[layer], y[layer])
+        np.testing.assert_allclose(fit.coef[layer].numpy(), ref.coef_, atol=1e-8)
+        assert fit.intercept[layer].item() == pytest.approx(ref.intercept_)
+
+
+def test_no_training_readout_of_pq_gd_construction_is_gd():
+    model = gd_construction()
+    b = TASK.sample(32, generator=0)
+    layer_preds = probes.readout_predictions(model, b.xs, b.ys)
+    it = algorithms.gd(b.xs, b.ys, steps=[0, 1, 2, 3], lr=0.1)
+    torch.testing.assert_close(layer_preds, it.preds, atol=1e-5, rtol=0)
+    # a ridge probe fitted to layer l's GD predictions recovers them
+    resid = hooks.collect_residuals(model, b.xs, b.ys)
+    for layer in (1, 2, 3):
+        lp = probes.LayerProbes(alpha=1e-8).fit_residuals(resid, it.preds[layer])
+        pred = lp.apply(resid)[layer][:, 1:]
+        target = it.preds[layer][:, 1:]
+        r2 = 1 - (pred - target).pow(2).sum() / (target - target.mean()).pow(2).sum()
+        assert r2 > 0.999
+
+
+def test_layer_probes_fit_predict_save_load(tmp_path):
+    model = tiny_gpt(n_dims=4, n_positions=12)
+    model.task = TASK
+    lp = probes.LayerProbes().fit(model, n_sequences=200, generator=0, n_heldout=100)
+    b = TASK.sample(5, generator=9)
+    preds = lp.predict(b.xs, b.ys)
+    assert preds.shape == (3, 5, 12)
+    assert len(lp.metrics_.r2) == 3 and all(np.isfinite(lp.metrics_.normalized_error))
+    lp.save(tmp_path / "probes")
+    back = probes.LayerProbes.load(tmp_path / "probes", model)
+    torch.testing.assert_close(back.predict(b.xs, b.ys), preds)
+    assert back.metrics_ == lp.metrics_
+    other = tiny_gpt(n_dims=4, n_positions=12, seed=3)
+    with pytest.raises(ValueError, match="fitted on another model"):
+        probes.LayerProbes.load(tmp_path / "probes", other)
+    # per-layer predictions at queries equal substituting the query (layer by layer)
+    q = torch.randn(5, 12, 2, 4, generator=torch.Generator().manual_seed(0))
+    by_query = lp.predict_queries(b.xs, b.ys, q)
+    xs = b.xs.clone()
+    xs[:, 7] = q[:, 7, 1]
+    torch.testing.assert_close(by_query[:, :, 7, 1], lp.predict(xs, b.ys)[:, :, 7], atol=1e-5,
+                               rtol=1e-5)
+
+
+def test_target_model_and_adam_solver():
+    model = gd_construction(k=2)
+    b = TASK.sample(256, generator=1)
+    resid = hooks.collect_residuals(model, b.xs, b.ys)
+    closed = probes.LayerProbes(target="model", alpha=1e-6).fit(model, n_sequences=400,
+                                                                 n_heldout=200)
+    assert closed.metrics_.r2[-1] > 0.999  # the last layer's readout is the model's output
+    adam = probes.LayerProbes(solver="adam", max_steps=300).fit_residuals(resid, b.ys)
+    ridge = probes.LayerProbes().fit_residuals(resid, b.ys)
+
+    def mse(lp):
+        return (lp.apply(resid)[:, :, 1:] - b.ys[:, 1:]).pow(2).mean((1, 2))
+    assert torch.all(mse(ridge) <= mse(adam) + 1e-6)  # closed form is the optimum
+
+
+def test_induced_weights_recover_exact_weights():
+    b = TASK.sample(8, generator=2, dtype=torch.float64)
+    for it in (algorithms.ols(b.xs, b.ys), algorithms.gd(b.xs, b.ys, steps=[3], lr=0.1)):
+        w = it.weights[0]
+
+        def predict(xs, ys, queries, w=w):
+            return torch.einsum("bntd,bnd->bnt", queries, w)
+        got, r2 = probes.induced_weights(predict, b.xs, b.ys, n_queries=6, generator=0,
+                                         return_r2=True)
+        torch.testing.assert_close(got, w, atol=1e-6, rtol=0)
+        assert torch.all(r2[:, 1:] > 1 - 1e-9)
+    model = gd_construction(k=2).double()
+    expected = algorithms.gd(b.xs, b.ys, steps=[2], lr=0.1).weights[0]
+    got = probes.induced_weights(model.predict_queries, b.xs, b.ys, n_queries=4,
+                                 cov=TASK.covariance, generator=1)
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+    grad = probes.gradient_weights(model.predict_queries, b.xs, b.ys)
+    torch.testing.assert_close(grad, expected, atol=1e-6, rtol=0)
+    # leading axes (per-layer predictors) come back per layer
+    two = probes.induced_weights(lambda xs, ys, q: torch.stack([model.predict_queries(xs, ys, q)] * 2),
+                                 b.xs, b.ys, n_queries=5, generator=1)
+    assert two.shape == (2, 8, 12, 4)
+    with pytest.raises(ValueError, match="n_queries must be an integer >= n_dims=4, got 3"):
+        probes.induced_weights(model.predict_queries, b.xs, b.ys, n_queries=3)
+
+
+def test_preconditioners_distance_and_optimum():
+    a = torch.randn(2, 2, 3, 3, generator=torch.Generator().manual_seed(0))
+    b = torch.randn(2, 2, 3, 3, generator=torch.Generator().manual_seed(1))
+    model = models.PQTransformer.from_matrices(A=a, B=b)
+    pre = probes.preconditioners(model)
+    torch.testing.assert_close(pre.A_heads, a)
+    torch.testing.assert_close(pre.A, a.sum(1))
+    torch.testing.assert_close(pre.B, b.sum(1))
+    m = torch.tensor([[2.0, 0.5, 0.0], [0.5, 1.0, 0.0], [0.0, 0.0, 3.0]])
+    dist, alpha = probes.distance(-0.7 * m, m)
+    assert dist.item() == pytest.approx(0.0, abs=1e-7) and alpha.item() == pytest.approx(-0.7)
+    dist, alpha = probes.distance(torch.diag(torch.tensor([1.0, 2.0, 3.0])), torch.eye(3))
+    assert alpha.item() == pytest.approx(2.0)
+    assert dist.item() == pytest.approx(np.sqrt(2) / np.sqrt(14))
+    sigma = torch.eye(5)
+    torch.testing.assert_close(probes.ahn_optimum(sigma, 20), 20 / 26 * torch.eye(5,
+                               dtype=torch.float64))
+    torch.testing.assert_close(probes.ahn_optimum(sigma, 20, "inverse-cov"),
+                               probes.ahn_optimum(sigma, 20))
+    cov = torch.diag(torch.tensor([1.0, 0.25], dtype=torch.float64))
+    gamma = 21 / 20 * cov + 1.25 / 20 * torch.eye(2, dtype=torch.float64)
+    torch.testing.assert_close(probes.ahn_optimum(cov, 20), torch.linalg.inv(gamma))
+    with pytest.raises(ValueError, match="prior must be one of"):
+        probes.ahn_optimum(cov, 20, prior="flat")
+    with pytest.raises(TypeError, match="model must be a PQTransformer"):
+        probes.preconditioners(tiny_gpt())
+
+
+def test_one_layer_optimum_is_the_population_minimizer():
+    """Γ⁻¹ minimizes the expected one-layer loss: perturbing it raises the Monte-Carlo loss."""
+    cov = torch.diag(torch.tensor([2.0, 1.0, 0.5], dtype=torch.float64))
+    task = tasks.RegressionTask(n_dims=3, n_points=11, cov=cov)
+    b = task.sample(100_000, generator=3, dtype=torch.float64)
+
+    def loss(a):
+        model = models.PQTransformer.from_matrices(A=a[None]).double()
+        return (model(b.xs, b.ys, last_only=True)[:, 0] - b.ys[:, -1]).pow(2).mean().item()
+    opt = probes.ahn_optimum(cov, 10)
+    base = loss(opt)
+    for scale in (0.9, 1.1):
+        assert loss(opt * scale) > base
+    assert loss(opt + 0.05 * torch.eye(3, dtype=torch.float64)[[1, 0, 2]]) > base

@@ -102,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("models", help="list the shipped pretrained models")
     p.set_defaults(handler=_cmd_models)
     _add_train(sub)
+    _add_analysis(sub)
     return parser
 
 
@@ -132,6 +133,75 @@ def _add_train(sub: Any) -> None:
     p.set_defaults(handler=_cmd_train)
 
 
+def _lazy(name: str) -> Handler:
+    def run(args: argparse.Namespace) -> int:
+        from iclprobe import cli_commands
+
+        return getattr(cli_commands, name)(args)
+    return run
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _align_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--algorithms", default="newton,gd,pgd,cg,ols",
+                   help="comma-separated learners (default: newton,gd,pgd,cg,ols)")
+    p.add_argument("--metric", choices=("error_cosine", "weight_cosine", "both"),
+                   default="both", help="similarity metric (default: both)")
+    p.add_argument("--n-sequences", type=_positive_int, default=512,
+                   help="evaluation sequences (default: 512)")
+    p.add_argument("--n-probe-sequences", type=_positive_int, default=2000,
+                   help="sequences the layer probes are fitted on (default: 2000)")
+    p.add_argument("--data", choices=("task", "isotropic", "ill-conditioned"), default="task",
+                   help="evaluation data (default: the checkpoint's own task)")
+    p.add_argument("--condition-number", type=float, default=100.0,
+                   help="κ for --data ill-conditioned (default: 100)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the evaluation data")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--out", help="write a report folder (report.md, PNGs, CSVs, JSON) here")
+    p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+
+
+def _add_analysis(sub: Any) -> None:
+    p = sub.add_parser("align", help="which learner does each layer of a checkpoint run?",
+                       description="Align each layer of CHECKPOINT (a run directory, a Garg/Fu "
+                       "run directory or a shipped model name) with reference learners.")
+    p.add_argument("checkpoint")
+    _align_options(p)
+    p.set_defaults(handler=_lazy("cmd_align"))
+    p = sub.add_parser("compare", help="align several checkpoints on the same data",
+                       description="Align several checkpoints on the same data, side by side "
+                       "(e.g. softmax against linear attention).")
+    p.add_argument("checkpoints", nargs="+")
+    _align_options(p)
+    p.set_defaults(handler=_lazy("cmd_align"))
+    p = sub.add_parser("probe", help="fit and save the layer probes of a checkpoint")
+    p.add_argument("checkpoint")
+    p.add_argument("--n-sequences", type=_positive_int, default=2000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--out", help="directory for the probes (default: CHECKPOINT/probes)")
+    p.set_defaults(handler=_lazy("cmd_probe"))
+    p = sub.add_parser("demo", help="the whole pipeline on the shipped models",
+                       description="Align gpt-softmax, compare gpt-softmax-paired with "
+                       "gpt-linear-paired, and analyse the PQ models' preconditioners; "
+                       "writes a report folder.")
+    p.add_argument("--out", default="iclprobe-report", help="report folder "
+                   "(default: ./iclprobe-report)")
+    p.add_argument("--n-sequences", type=_positive_int, default=512, help=argparse.SUPPRESS)
+    p.add_argument("--n-probe-sequences", type=_positive_int, default=2000,
+                   help=argparse.SUPPRESS)
+    p.set_defaults(handler=_lazy("cmd_demo"))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (tests call it with ``argv``)."""
     parser = build_parser()
@@ -139,7 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Handler = args.handler
     try:
         return handler(args)
-    except (UsageError, ValueError, TypeError, FileNotFoundError, FileExistsError) as err:
+    except (UsageError, ValueError, TypeError, FileNotFoundError, FileExistsError,
+            NotADirectoryError) as err:
         print(f"iclprobe {args.command}: error: {err}", file=sys.stderr)
         return 2
 

@@ -8,8 +8,10 @@ from iclprobe.probes.layer_probes import (
     readout_predictions,
 )
 from iclprobe.probes.preconditioners import (
+    PreconditionerAnalysis,
     Preconditioners,
     ahn_optimum,
+    analyze_preconditioners,
     distance,
     preconditioners,
 )
@@ -18,11 +20,13 @@ from iclprobe.probes.ridge import RidgeFit, ridge_gcv
 
 __all__ = [
     "LayerProbes",
+    "PreconditionerAnalysis",
     "Preconditioners",
     "ProbeMetrics",
     "ReadoutProbe",
     "RidgeFit",
     "ahn_optimum",
+    "analyze_preconditioners",
     "distance",
     "gradient_weights",
     "induced_weights",

@@ -61,3 +61,50 @@ def ahn_optimum(cov: Tensor, n: int, prior: str = "standard") -> Tensor:
     eye = torch.eye(d, dtype=torch.float64)
     gamma = (n + 1) / n * cov + torch.diagonal(cov).sum() / n * eye
     return torch.linalg.inv(gamma)
+
+
+@dataclasses.dataclass
+class PreconditionerAnalysis:
+    """Per layer: distance of A_l to Σ⁻¹ (with the scale a_l) and to the identity."""
+
+    dist_to_inv_cov: list[float]
+    scale: list[float]  # a_l: A_l ≈ a_l Σ⁻¹
+    dist_to_identity: list[float]
+    identity_scale: list[float]
+    dist_to_optimum: float | None  # one-layer models: distance to Ahn's optimum
+    rel_error_to_optimum: float | None  # ‖A − A*‖ / ‖A*‖
+    n_context: int | None
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready fields."""
+        return dataclasses.asdict(self)
+
+
+def analyze_preconditioners(model: PQTransformer, cov: Tensor | None = None,
+                            n_context: int | None = None,
+                            prior: str | None = None) -> PreconditionerAnalysis:
+    """Distances of every A_l to Σ⁻¹ and to I; for one layer, to Ahn et al.'s optimum.
+
+    Σ, n and the prior default to the model's task (n = n_points − 1 context examples).
+    """
+    task = getattr(model, "task", None)
+    if cov is None:
+        cov = task.covariance if task is not None else None
+        if cov is None:
+            raise ValueError("cov is required: the model's task has no fixed covariance")
+    pre = preconditioners(model)
+    d = model.cfg.n_dims
+    inv = torch.linalg.inv(cov.to(torch.float64))
+    dist_s, scale_s = distance(pre.A, inv)
+    dist_i, scale_i = distance(pre.A, torch.eye(d, dtype=torch.float64))
+    opt_dist = opt_rel = None
+    if n_context is None and task is not None:
+        n_context = task.n_points - 1
+    if model.cfg.n_layers == 1 and n_context:
+        w_prior = prior or (task.w_prior if task is not None else "standard")
+        opt = ahn_optimum(cov, n_context, w_prior)
+        a = pre.A[0].to(torch.float64)
+        opt_dist = float(distance(a, opt)[0])
+        opt_rel = float((a - opt).norm() / opt.norm())
+    return PreconditionerAnalysis(dist_s.tolist(), scale_s.tolist(), dist_i.tolist(),
+                                  scale_i.tolist(), opt_dist, opt_rel, n_context)

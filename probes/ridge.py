@@ -27,15 +27,23 @@ class RidgeFit(NamedTuple):
 
 def _moments(x: Tensor, y: Tensor, fit_intercept: bool
              ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Means and centered Gram matrices of ``x [layer, row, feature]``, ``y [layer, row]``."""
-    if fit_intercept:
-        mx, my = x.mean(1, keepdim=True), y.mean(1, keepdim=True)
-    else:
-        mx, my = x.new_zeros(x.shape[0], 1, x.shape[2]), y.new_zeros(y.shape[0], 1)
-    xc, yc = x - mx, y - my
-    gram = xc.transpose(1, 2) @ xc
-    xty = (xc.transpose(1, 2) @ yc[..., None])[..., 0]
-    return mx[:, 0], my[:, 0], gram, xty, yc.pow(2).sum(1)
+    """Means and centered Gram matrices of ``x [layer, row, feature]``, ``y [layer, row]``.
+
+    Computed one layer at a time in float64, without materializing centered copies
+    (``XᵀX − N μ μᵀ``), so memory stays at one layer's float64 features.
+    """
+    n_rows = x.shape[1]
+    out: list[list[Tensor]] = [[], [], [], [], []]
+    for layer in range(x.shape[0]):
+        xl, yl = x[layer].to(torch.float64), y[layer].to(torch.float64)
+        mx = xl.mean(0) if fit_intercept else xl.new_zeros(xl.shape[1])
+        my = yl.mean() if fit_intercept else yl.new_zeros(())
+        gram = xl.T @ xl - n_rows * torch.outer(mx, mx)
+        xty = xl.T @ yl - n_rows * mx * my
+        for i, v in enumerate((mx, my, gram, xty, (yl - my).pow(2).sum())):
+            out[i].append(v)
+    mx, my, gram, xty, yy = (torch.stack(v) for v in out)
+    return mx, my, gram, xty, yy
 
 
 def ridge_gcv(x: Tensor, y: Tensor, alphas: Tensor | float | None = None,
@@ -45,8 +53,7 @@ def ridge_gcv(x: Tensor, y: Tensor, alphas: Tensor | float | None = None,
     ``alphas``: one α for all layers, or a grid from which GCV picks per layer (default
     1e-6 … 1e4). Computed in float64.
     """
-    x = x.to(torch.float64)
-    y = y.to(torch.float64).expand(x.shape[0], -1) if y.ndim == 1 else y.to(torch.float64)
+    y = y.expand(x.shape[0], -1) if y.ndim == 1 else y
     if y.shape != x.shape[:2]:
         raise ValueError(f"y must have shape [row] or {tuple(x.shape[:2])}, got {tuple(y.shape)}")
     n_rows = x.shape[1]

@@ -1,0 +1,143 @@
+"""Handlers of ``iclprobe align | compare | probe | demo`` (heavy imports happen here)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+DEMO_MODELS = ("gpt-softmax", "gpt-softmax-paired", "gpt-linear-paired")
+DEMO_PQ = ("pq-rotated-3layer", "pq-isotropic-1layer")
+
+
+def _align_config(args: argparse.Namespace) -> Any:
+    from iclprobe.alignment.pipeline import AlignConfig
+
+    metrics = ("error_cosine", "weight_cosine") if args.metric == "both" else (args.metric,)
+    algos = tuple(a.strip() for a in args.algorithms.split(",") if a.strip())
+    return AlignConfig(algorithms=algos, metrics=metrics, n_sequences=args.n_sequences,
+                       n_probe_sequences=args.n_probe_sequences, data=args.data,
+                       condition_number=args.condition_number, seed=args.seed,
+                       device=args.device)
+
+
+def _name(checkpoint: str) -> str:
+    return Path(checkpoint.rstrip("/")).name or checkpoint
+
+
+def _probes(model: Any, checkpoint: str, cfg: Any, task: Any) -> Any:
+    """Probes saved next to the checkpoint (when they fit this model and data), else fitted."""
+    from iclprobe import probes
+    from iclprobe.models.checkpoint import resolve
+
+    saved = resolve(checkpoint) / "probes"
+    if cfg.data == "task" and (saved / "probes.json").is_file():
+        try:
+            return probes.LayerProbes.load(saved, model)
+        except ValueError as err:
+            logger.warning("not using %s: %s", saved, err)
+    import torch
+
+    return probes.LayerProbes().fit(model, task, n_sequences=cfg.n_probe_sequences,
+                                    generator=torch.Generator().manual_seed(cfg.seed + 1))
+
+
+def align_checkpoints(checkpoints: list[str], cfg: Any) -> list[Any]:
+    """Load and align each checkpoint on the same evaluation data."""
+    from iclprobe import models
+    from iclprobe.alignment.pipeline import align, evaluation_task
+
+    loaded = [(c, models.load(c, device=cfg.device)) for c in checkpoints]
+    task = evaluation_task(loaded[0][1], cfg)
+    results = []
+    for checkpoint, model in loaded:
+        if model.cfg.n_dims != task.n_dims:
+            raise ValueError(f"{checkpoint} has n_dims={model.cfg.n_dims}, but the data has "
+                             f"d={task.n_dims}: compare models of one dimension")
+        results.append(align(model, cfg, name=_name(checkpoint),
+                             layer_probes=_probes(model, checkpoint, cfg, task), eval_task=task))
+    return results
+
+
+def cmd_align(args: argparse.Namespace) -> int:
+    """``iclprobe align`` and ``iclprobe compare``."""
+    from iclprobe.alignment.report import comparison_rows, text_table, write_report
+
+    checkpoints = [args.checkpoint] if hasattr(args, "checkpoint") else args.checkpoints
+    cfg = _align_config(args)
+    results = align_checkpoints(checkpoints, cfg)
+    if args.out:
+        command = "iclprobe " + " ".join(sys.argv[1:]) if sys.argv[1:] else ""
+        write_report(args.out, results, title=f"iclprobe {args.command}", command=command)
+    if args.json:
+        print(json.dumps({r.name: r.to_dict() for r in results}))
+        return 0
+    for res in results:
+        for metric in cfg.metrics:
+            print(text_table(res, metric), end="\n\n")
+    if len(results) > 1:
+        header, body = comparison_rows(results)
+        print("best Newton step per layer (* = the models differ)")
+        for row in [header, *body]:
+            print("  ".join(c.ljust(22) for c in row))
+    if args.out:
+        print(f"report: {Path(args.out) / 'report.md'}")
+    return 0
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    """``iclprobe probe``: fit and save the layer probes of a checkpoint."""
+    import torch
+
+    from iclprobe import models, probes
+    from iclprobe.models.checkpoint import resolve
+
+    model = models.load(args.checkpoint, device=args.device)
+    if model.task is None:
+        raise ValueError(f"{args.checkpoint} has no task.json to draw probe data from")
+    out = Path(args.out) if args.out else resolve(args.checkpoint) / "probes"
+    lp = probes.LayerProbes().fit(model, n_sequences=args.n_sequences,
+                                  generator=torch.Generator().manual_seed(args.seed))
+    lp.save(out)
+    print("layer  alpha      held-out R²  normalized error")
+    for layer, (a, r2, err) in enumerate(zip(lp.alpha_.tolist(), lp.metrics_.r2,
+                                             lp.metrics_.normalized_error)):
+        print(f"{layer:5d}  {a:9.2e}  {r2:11.4f}  {err:.4f}")
+    print(f"probes saved to {out}")
+    return 0
+
+
+def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int = 2000) -> Path:
+    """The whole pipeline on the shipped models; returns the report path."""
+    from iclprobe import models, probes
+    from iclprobe.alignment.pipeline import AlignConfig
+    from iclprobe.alignment.report import comparison_rows, text_table, write_report
+
+    cfg = AlignConfig(n_sequences=n_sequences, n_probe_sequences=n_probe_sequences)
+    gpt = align_checkpoints([DEMO_MODELS[0]], cfg)
+    paired = align_checkpoints(list(DEMO_MODELS[1:]), cfg)
+    pq = [(name, probes.analyze_preconditioners(models.load(name))) for name in DEMO_PQ]
+    report = write_report(out, gpt + paired, pq, title="iclprobe demo: which algorithm "
+                          "does each layer run?", command="iclprobe demo")
+    print(text_table(gpt[0]), end="\n\n")
+    header, body = comparison_rows(paired)
+    print("softmax vs linear attention, paired layout: best Newton step per layer")
+    for row in [header, *body]:
+        print("  ".join(c.ljust(26) for c in row))
+    for name, analysis in pq:
+        dists = ", ".join(f"{d:.3f}" for d in analysis.dist_to_inv_cov)
+        print(f"{name}: distance of A_l to Σ⁻¹ per layer: {dists}; scales a_l "
+              + ", ".join(f"{a:.2f}" for a in analysis.scale))
+    print(f"report: {report}")
+    return report
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """``iclprobe demo``."""
+    run_demo(Path(args.out), n_sequences=args.n_sequences,
+             n_probe_sequences=args.n_probe_sequences)
+    return 0

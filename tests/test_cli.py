@@ -1,0 +1,112 @@
+"""The command line, driven through main(argv) on tiny models in tmp_path."""
+
+import csv
+import json
+
+import pytest
+import torch
+from helpers import tiny_gpt
+
+from iclprobe import models, tasks
+from iclprobe.cli import main
+from iclprobe.cli_flags import MODEL_FIELDS, TASK_FIELDS, TRAIN_FIELDS
+
+FAST = ["--n-sequences", "32", "--n-probe-sequences", "64"]
+
+
+@pytest.fixture(scope="module")
+def ckpts(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ckpts")
+    task = tasks.RegressionTask(n_dims=3, n_points=8)
+    a = tiny_gpt("softmax", "paired")
+    a.save(root / "soft", task=task)
+    b = tiny_gpt("linear", "paired", seed=11)
+    b.save(root / "lin", task=task)
+    pq = models.PQTransformer.from_matrices(A=[0.2 * torch.eye(3)] * 3)
+    pq.save(root / "pq", task=task)
+    return root
+
+
+def test_flag_tables_match_the_dataclasses():
+    import dataclasses
+
+    train = {f.name: f.default for f in dataclasses.fields(models.TrainConfig)}
+    assert {name: default for name, default, _ in TRAIN_FIELDS} == train
+    task_fields = {f.name for f in dataclasses.fields(tasks.RegressionTask) if f.init}
+    assert {name for name, _, _ in TASK_FIELDS} == task_fields - {"n_dims"} | {"n_dims"}
+    model_fields = ({f.name for f in dataclasses.fields(models.GPTConfig)}
+                    | {f.name for f in dataclasses.fields(models.PQConfig)}) - {"n_dims"}
+    assert {name for name, _, _ in MODEL_FIELDS} == model_fields
+
+
+def test_align_writes_the_report(ckpts, tmp_path, capsys):
+    out = tmp_path / "report"
+    assert main(["align", str(ckpts / "soft"), *FAST, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "Newton step" in printed and "report:" in printed
+    names = {p.name for p in out.iterdir()}
+    assert {"report.md", "summary.json", "error_soft.png", "matched_newton_steps.png",
+            "heatmap_soft_newton_error_cosine.png", "table_soft_error_cosine.csv",
+            "similarity_soft_gd_weight_cosine.csv"} <= names
+    summary = json.loads((out / "summary.json").read_text())
+    table = summary["models"]["soft"]["table"]["error_cosine"]
+    assert [row["layer"] for row in table] == [0, 1, 2]
+    assert {"newton_step", "newton_sim", "gd_step", "newton_zero_sim"} <= set(table[0])
+    rows = list(csv.reader((out / "table_soft_error_cosine.csv").open()))
+    assert rows[0][0] == "layer" and len(rows) == 4
+    report = (out / "report.md").read_text()
+    for png in (p for p in names if p.endswith(".png")):
+        assert f"]({png})" in report  # every figure is embedded
+
+
+def test_align_json_and_options(ckpts, capsys):
+    assert main(["align", str(ckpts / "pq"), *FAST, "--json", "--algorithms", "newton,gd",
+                 "--metric", "error_cosine", "--data", "ill-conditioned",
+                 "--condition-number", "10"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    result = data["pq"]
+    assert set(result["matches"]) == {"newton", "gd"}
+    assert set(result["matches"]["newton"]) == {"error_cosine"}
+    assert result["task"]["cov"] == "ill-conditioned" and result["task"]["condition_number"] == 10
+
+
+def test_compare_and_probe(ckpts, tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert main(["compare", str(ckpts / "soft"), str(ckpts / "lin"), *FAST,
+                 "--metric", "error_cosine", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "best Newton step per layer" in printed
+    assert (out / "comparison_newton.csv").exists()
+    assert main(["probe", str(ckpts / "lin"), "--n-sequences", "64"]) == 0
+    assert (ckpts / "lin" / "probes" / "probes.json").exists()
+    assert "probes saved" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["align", "no/such/checkpoint"], "checkpoint 'no/such/checkpoint' not found"),
+        (["align", "{soft}", "--algorithms", "newton,sgd"], "unknown learner(s) ['sgd']"),
+        (["align", "{soft}", "--metric", "cka"], "invalid choice: 'cka'"),
+        (["align", "{soft}", "--n-sequences", "0"], "expected a positive integer, got 0"),
+        (["compare", "{soft}", "nope"], "checkpoint 'nope' not found"),
+        (["probe"], "the following arguments are required: checkpoint"),
+    ],
+)
+def test_bad_invocations_exit_2_with_one_line(ckpts, capsys, argv, message):
+    argv = [a.format(soft=ckpts / "soft") for a in argv]
+    try:
+        rc = main(argv)
+    except SystemExit as exc:
+        rc = exc.code
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+
+
+def test_every_command_has_help(capsys):
+    for command in ("train", "align", "compare", "probe", "demo", "models"):
+        with pytest.raises(SystemExit) as exc:
+            main([command, "--help"])
+        assert exc.value.code == 0
+        assert "usage: iclprobe " + command in capsys.readouterr().out

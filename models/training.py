@@ -249,7 +249,11 @@ def train(
     model.to(device).train()
     model.task = task
     apply_constraints(model, cfg)
-    params = [p for p in model.parameters() if p.requires_grad]
+    # With zero_b on a sparse PQ model, B is held at 0 by leaving it out of the optimizer
+    # (zeroing it after each step would feed L-BFGS inconsistent curvature pairs).
+    frozen = cfg.zero_b and isinstance(model, PQTransformer) and model.cfg.sparse
+    params = [p for name, p in model.named_parameters()
+              if p.requires_grad and not (frozen and name.endswith("attn.B"))]
     optimizer = make_optimizer(params, cfg)
     start = _restore(out_path, model, cfg, optimizer) if resume else 0  # type: ignore[arg-type]
     net: nn.Module = model

@@ -168,8 +168,9 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("runs/pretrained"))
     parser.add_argument("--dest", type=Path, default=PRETRAINED_DIR)
     parser.add_argument("--quick", action="store_true", help="a tenth of the steps")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     by_name = {s.name: s for s in SPECS}
     unknown = [n for n in args.names if n not in by_name]
     if unknown:

@@ -1,0 +1,46 @@
+"""What ``iclprobe align`` does, with the Python API, in a page.
+
+python scripts/align_layers.py [CHECKPOINT]   (default: the shipped gpt-softmax)
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from iclprobe import algorithms, alignment, models, probes
+
+
+def main(checkpoint: str = "gpt-softmax") -> None:
+    torch.set_num_threads(2)
+    model = models.load(checkpoint)
+    task = model.task
+    g = torch.Generator().manual_seed(0)
+
+    # 1. Read each layer's prediction out with ridge probes fitted on fresh sequences.
+    lp = probes.LayerProbes().fit(model, task, n_sequences=2000, generator=g)
+    batch = task.sample(512, generator=g)
+    layer_preds = lp.predict(batch.xs, batch.ys)  # [L+1, B, n]
+
+    # 2. The reference learners on the same data, sharing one eigendecomposition.
+    xs, ys = batch.xs.double(), batch.ys.double()
+    stats = algorithms.prefix_stats(xs, ys)
+    newton = algorithms.newton(xs, ys, steps=range(25), stats=stats)
+    gd = algorithms.gd(xs, ys, steps=[2**i for i in range(13)], lr="max", stats=stats)
+
+    # 3. Similarity of errors per (layer, step), best step per layer and the fit.
+    for it in (newton, gd):
+        sim = alignment.similarity(layer_preds, it, ys, metric="error_cosine")
+        match = alignment.match_steps(sim)
+        print(f"{it.name}: best step per layer {match.best_step}")
+        print(f"  similarity {[round(v, 3) for v in match.best_value]}")
+        print(f"  zero predictor at those steps "
+              f"{[round(float(sim.zero[sim.steps.index(s)]), 3) for s in match.best_step]}")
+        fit = match.fit
+        print(f"  fit over layers {fit.layers}: slope {fit.slope:.2f}"
+              f"{' (log2 steps)' if fit.log2 else ''}, R² {fit.r2:.3f}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

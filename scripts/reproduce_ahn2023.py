@@ -1,0 +1,125 @@
+"""Ahn et al. 2023 on a CPU: Theorem 1, the 3-layer rotated-Σ experiment, and growing n.
+
+    python scripts/reproduce_ahn2023.py [--restarts 3] [--steps 8000] [--out ahn2023-report]
+    python scripts/reproduce_ahn2023.py --paper      # their batch 20,000 and 30,000 steps
+
+1. Theorem 1: one layer, x ~ N(0, Σ), w ~ N(0, I), n = 20: A against Γ⁻¹.
+2. Three layers, rotated Σ, w ~ N(0, Σ⁻¹) (their code's prior), sparse: distance of each
+   A_l to Σ⁻¹ and the scales a_l over restarts, for Adam, SGD and L-BFGS (does the optimizer
+   matter? do the a_l repeat?), with B = 0 and with B free (does longer training reach the
+   stationary point A_l = a_l Σ⁻¹, B_l = b_l I?).
+3. One layer as n grows: distance of A to Σ⁻¹ (the inverse of the data's Gram matrix in
+   the limit) and to the finite-n optimum n/(n+d+1) Σ⁻¹.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from iclprobe import models, probes, tasks
+from iclprobe.models.io import write_text_atomic
+
+D = 5
+OPTIMIZERS = {  # recipes scaled to a CPU; L-BFGS trains on one fixed dataset (Ahn et al.)
+    "adam": dict(optimizer="adam", lr=0.01, betas=(0.9, 0.9), schedule="step", step_every=2000),
+    "sgd": dict(optimizer="sgd", lr=0.02, momentum=0.9, schedule="step", step_every=2000,
+                clip="per-matrix", clip_norm=0.5),
+    "lbfgs": dict(optimizer="lbfgs", lr=1.0, resample_every=0, max_iter=20, history_size=50),
+}
+
+
+def train_pq(task: tasks.RegressionTask, n_layers: int, recipe: dict[str, Any], steps: int,
+             batch: int, seed: int, zero_b: bool) -> models.PQTransformer:
+    model = models.PQTransformer(models.PQConfig(n_dims=D, n_layers=n_layers, seed=seed,
+                                                 init_std=0.01))
+    lbfgs = recipe["optimizer"] == "lbfgs"
+    cfg = models.TrainConfig(**{**recipe, "steps": max(1, steps // 40) if lbfgs else steps,
+                                "batch_size": batch * (5 if lbfgs else 1), "loss": "last",
+                                "zero_b": zero_b, "seed": seed, "log_every": 10**6,
+                                "checkpoint_every": 0})
+    models.train(model, task, cfg, progress=False)
+    return model
+
+
+def theorem1(steps: int, batch: int) -> dict[str, Any]:
+    out = {}
+    for cov in ("isotropic", "rotated"):
+        task = tasks.RegressionTask(n_dims=D, n_points=21, cov=cov, w_prior="standard")
+        model = train_pq(task, 1, OPTIMIZERS["adam"], steps, batch, 0, zero_b=True)
+        a = probes.preconditioners(model).A[0].double()
+        opt = probes.ahn_optimum(task.covariance, 20)
+        out[cov] = {"distance": float(probes.distance(a, opt)[0]),
+                    "relative_error": float((a - opt).norm() / opt.norm())}
+        print(f"Theorem 1, {cov} Σ: distance(A, Γ⁻¹) {out[cov]['distance']:.4f}, "
+              f"‖A − Γ⁻¹‖/‖Γ⁻¹‖ {out[cov]['relative_error']:.4f}")
+    return out
+
+
+def three_layers(restarts: int, steps: int, batch: int) -> dict[str, Any]:
+    task = tasks.RegressionTask(n_dims=D, n_points=21, cov="rotated", w_prior="inverse-cov")
+    inv = torch.linalg.inv(task.covariance)
+    out: dict[str, Any] = {}
+    for zero_b in (True, False):
+        for name, recipe in OPTIMIZERS.items():
+            runs = []
+            for seed in range(restarts):
+                model = train_pq(task, 3, recipe, steps, batch, seed, zero_b)
+                dist, scale = probes.distance(probes.preconditioners(model).A, inv)
+                b_dist = probes.distance(probes.preconditioners(model).B,
+                                         torch.eye(D))[0] if not zero_b else None
+                runs.append({"dist": dist.tolist(), "scale": scale.tolist(),
+                             "b_dist_to_identity": None if b_dist is None else b_dist.tolist()})
+            key = f"{name}, B {'= 0' if zero_b else 'free'}"
+            out[key] = runs
+            mean = [statistics.mean(r["dist"][layer] for r in runs) for layer in range(3)]
+            scales = [[round(r["scale"][layer], 2) for r in runs] for layer in range(3)]
+            print(f"3 layers, {key}: distance(A_l, Σ⁻¹) mean over {restarts} restarts "
+                  f"{[round(m, 3) for m in mean]}; a_l per restart {scales}")
+    return out
+
+
+def growing_n(ns: list[int], steps: int, batch: int) -> dict[str, Any]:
+    out = {}
+    cov = tasks.RegressionTask(n_dims=D, n_points=2, cov="rotated").covariance
+    for n in ns:
+        task = tasks.RegressionTask(n_dims=D, n_points=n + 1, cov=cov, w_prior="inverse-cov")
+        model = train_pq(task, 1, OPTIMIZERS["adam"], steps, batch, 0, zero_b=True)
+        a = probes.preconditioners(model).A[0].double()
+        to_inv = float(probes.distance(a, torch.linalg.inv(cov))[0])
+        opt = probes.ahn_optimum(cov, n, "inverse-cov")
+        out[n] = {"dist_to_inv_cov": to_inv, "rel_error_to_optimum":
+                  float((a - opt).norm() / opt.norm()), "scale": float(
+                      probes.distance(a, torch.linalg.inv(cov))[1]), "optimal_scale": n / (n + D + 1)}
+        print(f"n = {n}: distance(A, Σ⁻¹) {to_inv:.4f}, scale {out[n]['scale']:.3f} "
+              f"(optimum n/(n+d+1) = {n / (n + D + 1):.3f})")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--restarts", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=8000)
+    parser.add_argument("--batch", type=int, default=2000)
+    parser.add_argument("--paper", action="store_true", help="batch 20,000, 30,000 steps")
+    parser.add_argument("--out", type=Path, default=Path("ahn2023-report"))
+    args = parser.parse_args()
+    if args.paper:
+        args.batch, args.steps = 20_000, 30_000
+    torch.set_num_threads(2)
+    results = {"theorem1": theorem1(args.steps, args.batch),
+               "three_layers": three_layers(args.restarts, args.steps, args.batch),
+               "growing_n": growing_n([5, 10, 20, 40], args.steps, args.batch),
+               "settings": vars(args) | {"out": str(args.out)}}
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(args.out / "results.json", json.dumps(results, indent=1))
+    print(f"results: {args.out / 'results.json'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -7,6 +7,7 @@ Axis legend: ``batch``, ``pos`` (examples n), ``tok`` (tokens: 2n interleaved, n
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -135,11 +136,18 @@ class GPTRegressor(RegressorMixin, HookedRootModule):
         xs: Float[Tensor, "batch pos n_dims"],
         ys: Float[Tensor, "batch pos"],
         queries: Float[Tensor, "batch pos query n_dims"],
+        reduce: Callable[[Tensor], Tensor] | None = None,
     ) -> Float[Tensor, "layer batch pos query d_model"]:
-        """Every layer's residual at each query token (layer 0: the embedded query)."""
-        return self._over_queries(xs, ys, queries, all_layers=True)
+        """Every layer's residual at each query token (layer 0: the embedded query).
 
-    def _over_queries(self, xs: Tensor, ys: Tensor, queries: Tensor, all_layers: bool) -> Tensor:
+        ``reduce`` (e.g. a probe) is applied to each chunk of queries as it is computed,
+        ``[layer, batch, pos, chunk, d_model] -> [..., chunk]``, so the full stack of
+        residuals never has to be held at once.
+        """
+        return self._over_queries(xs, ys, queries, all_layers=True, reduce=reduce)
+
+    def _over_queries(self, xs: Tensor, ys: Tensor, queries: Tensor, all_layers: bool,
+                      reduce: Callable[[Tensor], Tensor] | None = None) -> Tensor:
         """Side-token passes in chunks of queries (bounded attention-score memory)."""
         self.check_inputs(xs, ys)
         b, n, d = xs.shape
@@ -155,8 +163,11 @@ class GPTRegressor(RegressorMixin, HookedRootModule):
         out = []
         for s in range(0, queries.shape[2], chunk):
             layers = self._side_residuals(ctx, xs, ys, queries[:, :, s : s + chunk])
-            out.append(layers if all_layers else self.readout(layers[-1]))
-        return torch.cat(out, dim=3 if all_layers else 2)
+            if not all_layers:
+                out.append(self.readout(layers[-1]))
+            else:
+                out.append(reduce(layers) if reduce is not None else layers)
+        return torch.cat(out, dim=-2 if all_layers and reduce is None else -1)
 
     def _side_residuals(self, ctx: list[Tensor], xs: Tensor, ys: Tensor,
                         queries: Tensor) -> Tensor:

@@ -17,7 +17,7 @@ Rows ``j >= t`` of prefix t's context slots are zero padding and never keys.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -182,8 +182,9 @@ class PQTransformer(RegressorMixin, HookedRootModule):
         xs: Float[Tensor, "batch pos n_dims"],
         ys: Float[Tensor, "batch pos"],
         queries: Float[Tensor, "batch pos query n_dims"],
+        reduce: Callable[[Tensor], Tensor] | None = None,
     ) -> Float[Tensor, "layer batch pos query d_model"]:
-        """Every layer's query rows (layer 0: ``(q, 0)`` as embedded)."""
+        """Every layer's query rows (layer 0: ``(q, 0)`` as embedded), optionally reduced."""
         self.check_inputs(xs, ys)
         rows = self.rows(xs, ys, queries)
         n = xs.shape[1]
@@ -192,7 +193,8 @@ class PQTransformer(RegressorMixin, HookedRootModule):
         for block in self.blocks:
             rows = block(rows, n_keys, n)
             layers.append(rows[:, :, n:])
-        return torch.stack(layers)
+        stacked = torch.stack(layers)
+        return reduce(stacked) if reduce is not None else stacked
 
     def forward(
         self, xs: Float[Tensor, "batch pos n_dims"], ys: Float[Tensor, "batch pos"],

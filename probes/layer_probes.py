@@ -195,7 +195,7 @@ class LayerProbes:
         """Every layer's prediction at each query, ``[L+1, B, n, T]`` (for induced weights)."""
         self._check_fitted()
         with torch.no_grad():
-            return self.apply(self._model_or_raise().query_residuals(xs, ys, queries))
+            return self._model_or_raise().query_residuals(xs, ys, queries, reduce=self.apply)
 
     # ------------------------------------------------------------------ files
     def save(self, path: str | os.PathLike[str]) -> Path:

@@ -166,3 +166,19 @@ def test_last_only_forward(attention, layout):
     with torch.no_grad():
         torch.testing.assert_close(model(b.xs, b.ys, last_only=True), model(b.xs, b.ys)[:, -1:],
                                    atol=1e-6, rtol=0)
+
+
+def test_query_residuals_chunked_and_reduced(monkeypatch):
+    import iclprobe.models.gpt as gpt
+
+    model = tiny_gpt("softmax", "paired")
+    b = small_batch()
+    queries = torch.randn(4, 8, 5, 3, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        full = model.query_residuals(b.xs, b.ys, queries)  # [L+1, B, n, T, d_model]
+        assert full.shape == (3, 4, 8, 5, 16)
+        torch.testing.assert_close(model.readout(full[-1]), model.predict_queries(b.xs, b.ys,
+                                                                                  queries))
+        monkeypatch.setattr(gpt, "_QUERY_CHUNK_ELEMENTS", 1)  # one query per chunk
+        reduced = model.query_residuals(b.xs, b.ys, queries, reduce=lambda r: r.sum(-1))
+        torch.testing.assert_close(reduced, full.sum(-1))

@@ -1,0 +1,114 @@
+"""The shipped models: documented errors, what they are trained to show, the script."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from iclprobe import algorithms, models, probes
+from iclprobe.alignment.pipeline import AlignConfig, align
+from iclprobe.cli import main
+from iclprobe.models.checkpoint import PRETRAINED_DIR
+
+GPTS = ["gpt-softmax", "gpt-softmax-paired", "gpt-linear-paired"]
+PQS = ["pq-rotated-3layer", "pq-isotropic-1layer"]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def documented(name):
+    return json.loads((PRETRAINED_DIR / name / "error_curve.json").read_text())
+
+
+@torch.no_grad()
+def fresh_error(model, n=1000, seed=777):
+    batch = model.task.sample(n, generator=seed)
+    preds = model(batch.xs, batch.ys)
+    return batch, (preds - batch.ys).pow(2).mean(0) / model.task.n_dims
+
+
+def test_every_model_ships_small_and_is_listed(capsys):
+    assert main(["models"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert sorted(line.split()[0] for line in lines) == sorted(GPTS + PQS)
+    for name in GPTS + PQS:
+        folder = PRETRAINED_DIR / name
+        assert sum(f.stat().st_size for f in folder.iterdir()) < 5 * 2**20
+        assert {"config.json", "model.safetensors", "task.json", "train.json",
+                "metrics.jsonl", "error_curve.csv", "error_curve.json"} <= {
+                    f.name for f in folder.iterdir()}
+
+
+@pytest.mark.parametrize("name", GPTS)
+def test_gpt_errors_as_documented_and_better_than_one_gd_step(name):
+    model = models.load(name)
+    d = model.task.n_dims
+    batch, err = fresh_error(model)
+    worst = err[2 * d:].max().item()
+    doc = documented(name)["worst_normalized_error"]
+    assert worst < 0.05, worst
+    assert worst < 1.5 * doc + 0.005, (worst, doc)
+    # the best single GD step (lr tuned per prefix over a grid) is worse at every t >= d
+    xs, ys = batch.xs.double(), batch.ys.double()
+    stats = algorithms.prefix_stats(xs, ys)
+    gd_err = torch.stack([
+        (algorithms.gd(xs, ys, steps=[1], lr=lr, stats=stats, weights=False).preds[0] - ys)
+        .pow(2).mean(0) / d for lr in torch.logspace(-2, 0.5, 26).tolist()]).min(0).values
+    assert torch.all(err[d:] < gd_err[d:].float())
+
+
+@pytest.mark.parametrize("name", PQS)
+def test_pq_errors_as_documented(name):
+    model = models.load(name)
+    _, err = fresh_error(model, n=4000)
+    doc = documented(name)["worst_normalized_error"]
+    assert abs(err[-1].item() - doc) < 0.1 * doc + 0.005, (err[-1].item(), doc)
+
+
+def test_pq_isotropic_one_layer_is_ahn_optimum():
+    model = models.load("pq-isotropic-1layer")
+    a = probes.preconditioners(model).A[0].double()
+    opt = probes.ahn_optimum(model.task.covariance, model.task.n_points - 1)
+    dist, _ = probes.distance(a, opt)
+    assert dist < 0.05 and (a - opt).norm() / opt.norm() < 0.05
+
+
+def test_pq_rotated_three_layers_are_proportional_to_inverse_covariance():
+    model = models.load("pq-rotated-3layer")
+    analysis = probes.analyze_preconditioners(model)
+    assert max(analysis.dist_to_inv_cov) < 0.05, analysis.dist_to_inv_cov
+    assert min(analysis.dist_to_identity) > 10 * max(analysis.dist_to_inv_cov)
+
+
+def spearman(a, b):
+    ra = torch.tensor(a, dtype=torch.float64).argsort().argsort().double()
+    rb = torch.tensor(b, dtype=torch.float64).argsort().argsort().double()
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    return float((ra * rb).sum() / (ra.norm() * rb.norm()))
+
+
+def test_gpt_softmax_layers_track_newton():
+    model = models.load("gpt-softmax")
+    cfg = AlignConfig(algorithms=("newton",), metrics=("error_cosine",), n_sequences=256,
+                      n_probe_sequences=1000)
+    res = align(model, cfg, name="gpt-softmax")
+    match = res.matches["newton"]["error_cosine"]
+    layers = list(range(1, model.cfg.n_layers + 1))
+    assert spearman(layers, [match.best_step[layer] for layer in layers]) >= 0.8, match.best_step
+    assert match.best_value[-1] > 0.95
+
+
+@pytest.mark.slow
+def test_training_script_reruns_and_the_loss_falls(tmp_path):
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "train_pretrained.py"),
+                          "gpt-linear-paired", "pq-isotropic-1layer", "--quick",
+                          "--work", str(tmp_path / "work"), "--dest", str(tmp_path / "dest")],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    for name in ("gpt-linear-paired", "pq-isotropic-1layer"):
+        rows = [json.loads(line) for line in
+                (tmp_path / "dest" / name / "metrics.jsonl").read_text().splitlines()]
+        assert rows[-1]["loss"] < 0.8 * rows[0]["loss"], (name, rows[0], rows[-1])
+        assert isinstance(models.load(tmp_path / "dest" / name), torch.nn.Module)

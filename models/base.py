@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from torch import Tensor
+
 from iclprobe.models._tl import ActivationCache
 
 
@@ -14,6 +16,23 @@ class RegressorMixin:
 
     Mixed in before ``HookedRootModule``.
     """
+
+    def check_inputs(self, xs: Tensor, ys: Tensor) -> None:
+        """Validate ``xs [batch, pos, n_dims]`` and ``ys [batch, pos]`` against the config."""
+        d = self.cfg.n_dims  # type: ignore[attr-defined]
+        if xs.ndim != 3 or xs.shape[-1] != d:
+            raise ValueError(f"xs must have shape [batch, pos, {d}], got {tuple(xs.shape)}")
+        if ys.shape != xs.shape[:2]:
+            raise ValueError(f"ys must have shape {tuple(xs.shape[:2])}, got {tuple(ys.shape)}")
+
+    def check_queries(self, xs: Tensor, ys: Tensor, queries: Tensor) -> None:
+        """Validate the context and ``queries [batch, pos, T, n_dims]``."""
+        self.check_inputs(xs, ys)
+        b, n, d = xs.shape
+        if queries.ndim != 4 or queries.shape[:2] != (b, n) or queries.shape[-1] != d:
+            raise ValueError(
+                f"queries must have shape [{b}, {n}, T, {d}], got {tuple(queries.shape)}"
+            )
 
     def save(self, path: str | os.PathLike[str], task: Any = None) -> Path:
         """Save the model, its config and ``task`` (default: ``self.task``) atomically."""

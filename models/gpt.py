@@ -63,12 +63,9 @@ class GPTRegressor(RegressorMixin, HookedRootModule):
 
     # ------------------------------------------------------------------ tokens
     def check_inputs(self, xs: Tensor, ys: Tensor) -> None:
-        """Validate ``xs [batch, pos, n_dims]`` and ``ys [batch, pos]`` against the config."""
-        d, n_max = self.cfg.n_dims, self.cfg.n_positions
-        if xs.ndim != 3 or xs.shape[-1] != d:
-            raise ValueError(f"xs must have shape [batch, pos, {d}], got {tuple(xs.shape)}")
-        if ys.shape != xs.shape[:2]:
-            raise ValueError(f"ys must have shape {tuple(xs.shape[:2])}, got {tuple(ys.shape)}")
+        """Validate the shapes, and at most ``n_positions`` examples."""
+        super().check_inputs(xs, ys)
+        n_max = self.cfg.n_positions
         if xs.shape[1] > n_max:
             raise ValueError(
                 f"xs has {xs.shape[1]} points but the model has n_positions={n_max}"
@@ -149,12 +146,8 @@ class GPTRegressor(RegressorMixin, HookedRootModule):
     def _over_queries(self, xs: Tensor, ys: Tensor, queries: Tensor, all_layers: bool,
                       reduce: Callable[[Tensor], Tensor] | None = None) -> Tensor:
         """Side-token passes in chunks of queries (bounded attention-score memory)."""
-        self.check_inputs(xs, ys)
-        b, n, d = xs.shape
-        if queries.ndim != 4 or queries.shape[:2] != (b, n) or queries.shape[-1] != d:
-            raise ValueError(
-                f"queries must have shape [{b}, {n}, T, {d}], got {tuple(queries.shape)}"
-            )
+        self.check_queries(xs, ys, queries)
+        b, n, _ = xs.shape
         per_query = b * n * self.cfg.n_heads * self.cfg.n_ctx
         chunk = max(1, _QUERY_CHUNK_ELEMENTS // per_query)
         ctx = [self.embed(xs, ys)]

@@ -122,14 +122,6 @@ class PQTransformer(RegressorMixin, HookedRootModule):
         self.setup()
 
     # ------------------------------------------------------------------ forward
-    def check_inputs(self, xs: Tensor, ys: Tensor) -> None:
-        """Validate ``xs [batch, pos, n_dims]`` and ``ys [batch, pos]``."""
-        d = self.cfg.n_dims
-        if xs.ndim != 3 or xs.shape[-1] != d:
-            raise ValueError(f"xs must have shape [batch, pos, {d}], got {tuple(xs.shape)}")
-        if ys.shape != xs.shape[:2]:
-            raise ValueError(f"ys must have shape {tuple(xs.shape[:2])}, got {tuple(ys.shape)}")
-
     def rows(
         self, xs: Tensor, ys: Tensor, queries: Tensor
     ) -> Float[Tensor, "batch prefix row d_model"]:
@@ -169,12 +161,7 @@ class PQTransformer(RegressorMixin, HookedRootModule):
         queries: Float[Tensor, "batch pos query n_dims"],
     ) -> Float[Tensor, "batch pos query"]:
         """Predict ``queries[:, t, j]`` from the t examples before position t."""
-        self.check_inputs(xs, ys)
-        b, n, d = xs.shape
-        if queries.ndim != 4 or queries.shape[:2] != (b, n) or queries.shape[-1] != d:
-            raise ValueError(
-                f"queries must have shape [{b}, {n}, T, {d}], got {tuple(queries.shape)}"
-            )
+        self.check_queries(xs, ys, queries)
         return self.readout(self.run_rows(self.rows(xs, ys, queries)))
 
     def query_residuals(
@@ -185,7 +172,7 @@ class PQTransformer(RegressorMixin, HookedRootModule):
         reduce: Callable[[Tensor], Tensor] | None = None,
     ) -> Float[Tensor, "layer batch pos query d_model"]:
         """Every layer's query rows (layer 0: ``(q, 0)`` as embedded), optionally reduced."""
-        self.check_inputs(xs, ys)
+        self.check_queries(xs, ys, queries)
         rows = self.rows(xs, ys, queries)
         n = xs.shape[1]
         layers = [rows[:, :, n:]]

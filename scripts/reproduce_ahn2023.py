@@ -84,6 +84,20 @@ def three_layers(restarts: int, steps: int, batch: int) -> dict[str, Any]:
     return out
 
 
+def b_free_long(steps: int, batch: int) -> dict[str, Any]:
+    """Does longer training with B free reach A_l ∝ Σ⁻¹, B_l ∝ I (the stationary point)?"""
+    task = tasks.RegressionTask(n_dims=D, n_points=21, cov="rotated", w_prior="inverse-cov")
+    model = train_pq(task, 3, OPTIMIZERS["adam"], steps, batch, 0, zero_b=False)
+    pre = probes.preconditioners(model)
+    dist, scale = probes.distance(pre.A, torch.linalg.inv(task.covariance))
+    b_dist, b_scale = probes.distance(pre.B, torch.eye(D))
+    print(f"3 layers, adam, B free, {steps} steps: distance(A_l, Σ⁻¹) "
+          f"{[round(v, 3) for v in dist.tolist()]}, distance(B_l, I) "
+          f"{[round(v, 3) for v in b_dist.tolist()]}, b_l {[round(v, 3) for v in b_scale.tolist()]}")
+    return {"steps": steps, "dist": dist.tolist(), "scale": scale.tolist(),
+            "b_dist_to_identity": b_dist.tolist(), "b_scale": b_scale.tolist()}
+
+
 def growing_n(ns: list[int], steps: int, batch: int) -> dict[str, Any]:
     out = {}
     cov = tasks.RegressionTask(n_dims=D, n_points=2, cov="rotated").covariance
@@ -106,14 +120,18 @@ def main() -> None:
     parser.add_argument("--restarts", type=int, default=3)
     parser.add_argument("--steps", type=int, default=8000)
     parser.add_argument("--batch", type=int, default=2000)
+    parser.add_argument("--long-steps", type=int, default=None,
+                        help="steps of the extra long Adam run with B free (default 4x steps)")
     parser.add_argument("--paper", action="store_true", help="batch 20,000, 30,000 steps")
+    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("ahn2023-report"))
     args = parser.parse_args()
     if args.paper:
         args.batch, args.steps = 20_000, 30_000
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     results = {"theorem1": theorem1(args.steps, args.batch),
                "three_layers": three_layers(args.restarts, args.steps, args.batch),
+               "b_free_long": b_free_long(args.long_steps or 4 * args.steps, args.batch),
                "growing_n": growing_n([5, 10, 20, 40], args.steps, args.batch),
                "settings": vars(args) | {"out": str(args.out)}}
     args.out.mkdir(parents=True, exist_ok=True)

@@ -110,3 +110,20 @@ def test_every_command_has_help(capsys):
             main([command, "--help"])
         assert exc.value.code == 0
         assert "usage: iclprobe " + command in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_demo_writes_the_whole_report(tmp_path, capsys):
+    out = tmp_path / "iclprobe-report"
+    assert main(["demo", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "pq-rotated-3layer: distance of A_l to Σ⁻¹" in printed
+    names = {p.name for p in out.iterdir()}
+    assert {"report.md", "summary.json", "error_gpt-softmax.png", "matched_newton_steps.png",
+            "pq_preconditioners.png", "pq_preconditioners.csv", "comparison_newton.csv",
+            "heatmap_gpt-linear-paired_newton_weight_cosine.png"} <= names
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["models"]) == {"gpt-softmax", "gpt-softmax-paired", "gpt-linear-paired"}
+    assert set(summary["pq"]) == {"pq-rotated-3layer", "pq-isotropic-1layer"}
+    report = (out / "report.md").read_text()
+    assert all(f"]({p})" in report for p in names if p.endswith(".png"))

@@ -36,61 +36,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _cmd_train(args: argparse.Namespace) -> int:
-    import dataclasses
-
-    from iclprobe import models, tasks
-    from iclprobe.cli_flags import (
-        MODEL_FIELDS,
-        MODEL_RENAME,
-        TASK_FIELDS,
-        TASK_RENAME,
-        TRAIN_FIELDS,
-        given,
-    )
-
-    train_given = given(args, [f[0] for f in TRAIN_FIELDS])
-    if args.resume:
-        ignored = given(args, [f[0] for f in TASK_FIELDS], TASK_RENAME) | given(
-            args, [f[0] for f in MODEL_FIELDS], MODEL_RENAME)
-        if ignored or hasattr(args, "family"):
-            raise UsageError(f"--resume takes the model and task from {args.out}; "
-                             f"drop {sorted(ignored) or ['--family']}")
-        cfg = dataclasses.replace(models.read_train_config(args.out), **train_given)
-        model = models.load(args.out)
-        task = model.task
-    else:
-        task = tasks.RegressionTask(**{"n_dims": 8, "n_points": 24,
-                                       **given(args, [f[0] for f in TASK_FIELDS], TASK_RENAME)})
-        model_kw = given(args, [f[0] for f in MODEL_FIELDS], MODEL_RENAME)
-        model_kw["n_dims"] = task.n_dims
-        family = getattr(args, "family", "gpt")
-        if family == "gpt":
-            model_kw.setdefault("n_positions", task.n_points)
-            bad = sorted({"sparse", "kernel", "init_std"} & set(model_kw))
-            config: object = models.GPTConfig(**_only(model_kw, bad, family))
-            model = models.GPTRegressor(config)
-        else:
-            bad = sorted({"n_positions", "d_model", "d_mlp", "attention", "layout",
-                          "ln_eps"} & set(model_kw))
-            model = models.PQTransformer(models.PQConfig(**_only(model_kw, bad, family)))
-        cfg = models.TrainConfig(**train_given)
-    result = models.train(model, task, cfg, out=args.out, resume=args.resume)
-    if result.history:
-        last = result.final
-        print(f"step {last['step']}: loss {last['loss']:.5f}, normalized "
-              f"{last['normalized_loss']:.5f} (OLS on the same batch: "
-              f"{last['ols_normalized_loss']:.5f}); run in {args.out}")
-    return 0
-
-
-def _only(kw: dict, bad: list[str], family: str) -> dict:
-    if bad:
-        flags = ", ".join("--" + b.replace("_", "-") for b in bad)
-        raise UsageError(f"not applicable to --family {family}: {flags}")
-    return kw
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     parser = _Parser(
@@ -130,7 +75,7 @@ def _add_train(sub: Any) -> None:
     add_fields(p.add_argument_group("task"), TASK_FIELDS, TASK_RENAME)
     add_fields(p.add_argument_group("model"), MODEL_FIELDS, MODEL_RENAME)
     add_fields(p.add_argument_group("training (TrainConfig)"), TRAIN_FIELDS)
-    p.set_defaults(handler=_cmd_train)
+    p.set_defaults(handler=_lazy("cmd_train"))
 
 
 def _lazy(name: str) -> Handler:

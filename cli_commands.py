@@ -7,7 +7,12 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from iclprobe.cli import UsageError
+
+if TYPE_CHECKING:
+    from iclprobe.models.regressor import Regressor
 
 logger = logging.getLogger(__name__)
 DEMO_MODELS = ("gpt-softmax", "gpt-softmax-paired", "gpt-linear-paired")
@@ -141,3 +146,59 @@ def cmd_demo(args: argparse.Namespace) -> int:
     run_demo(Path(args.out), n_sequences=args.n_sequences,
              n_probe_sequences=args.n_probe_sequences)
     return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """``iclprobe train``."""
+    import dataclasses
+
+    from iclprobe import models, tasks
+    from iclprobe.cli_flags import (
+        MODEL_FIELDS,
+        MODEL_RENAME,
+        TASK_FIELDS,
+        TASK_RENAME,
+        TRAIN_FIELDS,
+        given,
+    )
+
+    train_given = given(args, [f[0] for f in TRAIN_FIELDS])
+    if args.resume:
+        ignored = given(args, [f[0] for f in TASK_FIELDS], TASK_RENAME) | given(
+            args, [f[0] for f in MODEL_FIELDS], MODEL_RENAME)
+        if ignored or hasattr(args, "family"):
+            raise UsageError(f"--resume takes the model and task from {args.out}; "
+                             f"drop {sorted(ignored) or ['--family']}")
+        cfg = dataclasses.replace(models.read_train_config(args.out), **train_given)
+        model = models.load(args.out)
+        task = model.task
+    else:
+        task = tasks.RegressionTask(**{"n_dims": 8, "n_points": 24,
+                                       **given(args, [f[0] for f in TASK_FIELDS], TASK_RENAME)})
+        model_kw = given(args, [f[0] for f in MODEL_FIELDS], MODEL_RENAME)
+        model_kw["n_dims"] = task.n_dims
+        family = getattr(args, "family", "gpt")
+        if family == "gpt":
+            model_kw.setdefault("n_positions", task.n_points)
+            bad = sorted({"sparse", "kernel", "init_std"} & set(model_kw))
+            model: Regressor = models.GPTRegressor(
+                models.GPTConfig(**_only(model_kw, bad, family)))
+        else:
+            bad = sorted({"n_positions", "d_model", "d_mlp", "attention", "layout",
+                          "ln_eps"} & set(model_kw))
+            model = models.PQTransformer(models.PQConfig(**_only(model_kw, bad, family)))
+        cfg = models.TrainConfig(**train_given)
+    result = models.train(model, task, cfg, out=args.out, resume=args.resume)
+    if result.history:
+        last = result.final
+        print(f"step {last['step']}: loss {last['loss']:.5f}, normalized "
+              f"{last['normalized_loss']:.5f} (OLS on the same batch: "
+              f"{last['ols_normalized_loss']:.5f}); run in {args.out}")
+    return 0
+
+
+def _only(kw: dict[str, Any], bad: list[str], family: str) -> dict[str, Any]:
+    if bad:
+        flags = ", ".join("--" + b.replace("_", "-") for b in bad)
+        raise UsageError(f"not applicable to --family {family}: {flags}")
+    return kw

@@ -14,11 +14,11 @@ import logging
 from typing import Any
 
 import torch
-from torch import nn
 
 from iclprobe import algorithms, probes
 from iclprobe.alignment.matching import Match, match_steps
 from iclprobe.alignment.similarity import Similarity, similarity
+from iclprobe.models.regressor import Regressor
 from iclprobe.tasks import RegressionBatch, RegressionTask
 
 logger = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ class AlignResult:
         }
 
 
-def evaluation_task(model: nn.Module, cfg: AlignConfig) -> RegressionTask:
+def evaluation_task(model: Regressor, cfg: AlignConfig) -> RegressionTask:
     """The data `align` evaluates on: the model's task, or isotropic/ill-conditioned."""
     task = getattr(model, "task", None)
     if task is None:
@@ -118,8 +118,8 @@ def evaluation_task(model: nn.Module, cfg: AlignConfig) -> RegressionTask:
                          "ill-conditioned")
     if cfg.data == "task":
         return task
-    extra = {"condition_number": cfg.condition_number} if cfg.data == "ill-conditioned" else {}
-    return RegressionTask(n_dims=task.n_dims, n_points=task.n_points, cov=cfg.data, **extra)
+    return RegressionTask(n_dims=task.n_dims, n_points=task.n_points, cov=cfg.data,
+                          condition_number=cfg.condition_number)
 
 
 def _steps(cfg: AlignConfig, learner: str, n_dims: int) -> list[int] | None:
@@ -150,7 +150,7 @@ def run_learner(name: str, batch: RegressionBatch, cfg: AlignConfig,
     return algorithms.iterates(name, batch.xs.double(), batch.ys.double(), **kw)
 
 
-def align(model: nn.Module, cfg: AlignConfig | None = None, name: str = "model",
+def align(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
           layer_probes: probes.LayerProbes | None = None,
           eval_task: RegressionTask | None = None) -> AlignResult:
     """Align every layer of ``model`` with the reference learners (see the module doc)."""
@@ -185,9 +185,10 @@ def align(model: nn.Module, cfg: AlignConfig | None = None, name: str = "model",
             if metric == "error_cosine":
                 sim = similarity(layer_preds, it, ys64, metric, seed=cfg.seed)
             else:
+                assert it.weights is not None and layer_w is not None
                 sub_it = algorithms.Iterates(it.steps, it.preds[:, sub], it.weights[:, sub],
-                                             it.hyper, it.name)  # type: ignore[index]
-                sim = similarity(layer_w, sub_it, ys64[sub], metric, seed=cfg.seed)  # type: ignore[arg-type]
+                                             it.hyper, it.name)
+                sim = similarity(layer_w, sub_it, ys64[sub], metric, seed=cfg.seed)
             sims[learner][metric] = sim
             matches[learner][metric] = match_steps(sim)
         # The reference curve: the step that best matches the last layer.

@@ -11,10 +11,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
-from torch import Tensor, nn
+from torch import Tensor
 
 from iclprobe.hooks.residuals import _check_model, check_layers, resid_hook_name
 from iclprobe.models.pq import PQTransformer
+from iclprobe.models.regressor import Regressor
 
 HookFn = Callable[..., Tensor]
 
@@ -25,7 +26,7 @@ class _Stop(Exception):  # noqa: N818 - control flow, not an error
         self.value = value
 
 
-def run_first_layers(model: nn.Module, xs: Tensor, ys: Tensor, n_blocks: int) -> Tensor:
+def run_first_layers(model: Regressor, xs: Tensor, ys: Tensor, n_blocks: int) -> Tensor:
     """Run only the first ``n_blocks`` blocks; return the residual after them (full shape).
 
     ``n_blocks = 0`` returns the embedded input. The remaining blocks are never computed.
@@ -44,7 +45,7 @@ def run_first_layers(model: nn.Module, xs: Tensor, ys: Tensor, n_blocks: int) ->
     raise RuntimeError("the residual hook never fired")  # pragma: no cover
 
 
-def _check_block(model: nn.Module, block: int) -> None:
+def _check_block(model: Regressor, block: int) -> None:
     n = model.cfg.n_layers
     if not (isinstance(block, int) and 0 <= block < n):
         raise ValueError(f"block must be an integer in 0..{n - 1}, got {block!r}")
@@ -59,8 +60,8 @@ def _replace(kind: str) -> Callable[[Tensor], Tensor]:
 
 
 @contextlib.contextmanager
-def ablate(model: nn.Module, block: int, head: int | None = None,
-           kind: str = "zero") -> Iterator[nn.Module]:
+def ablate(model: Regressor, block: int, head: int | None = None,
+           kind: str = "zero") -> Iterator[Regressor]:
     """Zero- or mean-ablate block ``block``'s output, or one of its heads.
 
     A whole block: its attention and MLP outputs (``hook_attn_out``, ``hook_mlp_out``).
@@ -96,7 +97,7 @@ def ablate(model: nn.Module, block: int, head: int | None = None,
 
 
 @contextlib.contextmanager
-def patch_residual(model: nn.Module, layer: int, source: Tensor) -> Iterator[nn.Module]:
+def patch_residual(model: Regressor, layer: int, source: Tensor) -> Iterator[Regressor]:
     """Replace residual layer ``layer`` with ``source`` (e.g. from another run's cache)."""
     _check_model(model)
     check_layers(model, [layer])

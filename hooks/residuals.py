@@ -16,12 +16,13 @@ from pathlib import Path
 import torch
 from jaxtyping import Float
 from safetensors.torch import load_file, save_file
-from torch import Tensor, nn
+from torch import Tensor
 from tqdm.auto import tqdm
 
 from iclprobe.models.gpt import GPTRegressor
 from iclprobe.models.io import atomic_directory
 from iclprobe.models.pq import PQTransformer
+from iclprobe.models.regressor import Regressor
 
 
 def resid_hook_name(layer: int) -> str:
@@ -29,7 +30,7 @@ def resid_hook_name(layer: int) -> str:
     return "blocks.0.hook_resid_pre" if layer == 0 else f"blocks.{layer - 1}.hook_resid_post"
 
 
-def check_layers(model: nn.Module, layers: Sequence[int] | None) -> list[int]:
+def check_layers(model: Regressor, layers: Sequence[int] | None) -> list[int]:
     """Layer indices 0..n_layers (default: all), validated."""
     n = model.cfg.n_layers
     if layers is None:
@@ -41,19 +42,19 @@ def check_layers(model: nn.Module, layers: Sequence[int] | None) -> list[int]:
     return out
 
 
-def readout_rows(model: nn.Module, resid: Tensor, n_points: int) -> Tensor:
+def readout_rows(model: Regressor, resid: Tensor, n_points: int) -> Tensor:
     """A hook's residual → ``[batch, pos, d_model]`` at the readout positions."""
     if isinstance(model, PQTransformer):
         return resid[:, :, n_points]  # [batch, prefix, row, D]: the query row of each prefix
     return resid[:, model.readout_positions(n_points)]
 
 
-def _check_model(model: nn.Module) -> None:
+def _check_model(model: Regressor) -> None:
     if not isinstance(model, (GPTRegressor, PQTransformer)):
         raise TypeError(f"model must be a GPTRegressor or PQTransformer, got {type(model).__name__}")
 
 
-def iter_residuals(model: nn.Module, xs: Tensor, ys: Tensor, layers: Sequence[int] | None = None,
+def iter_residuals(model: Regressor, xs: Tensor, ys: Tensor, layers: Sequence[int] | None = None,
                    batch_size: int = 256, progress: bool = False
                    ) -> Iterator[Float[Tensor, "layer batch pos d_model"]]:
     """Residuals batch by batch, caching only the hooks needed (``names_filter``)."""
@@ -73,7 +74,7 @@ def iter_residuals(model: nn.Module, xs: Tensor, ys: Tensor, layers: Sequence[in
         yield torch.stack([readout_rows(model, cache[name], xs.shape[1]) for name in names])
 
 
-def collect_residuals(model: nn.Module, xs: Tensor, ys: Tensor,
+def collect_residuals(model: Regressor, xs: Tensor, ys: Tensor,
                       layers: Sequence[int] | None = None, batch_size: int = 256,
                       progress: bool = False) -> Float[Tensor, "layer batch pos d_model"]:
     """Every layer's residual stream at the readout positions, ``[L+1, B, n, d_model]``.
@@ -100,7 +101,7 @@ class ResidualStore:
         self.shape: list[int] = meta["shape"]
 
     @classmethod
-    def write(cls, path: str | os.PathLike[str], model: nn.Module, xs: Tensor, ys: Tensor,
+    def write(cls, path: str | os.PathLike[str], model: Regressor, xs: Tensor, ys: Tensor,
               layers: Sequence[int] | None = None, batch_size: int = 256,
               progress: bool = True) -> ResidualStore:
         """Collect residuals shard by shard (one per batch) into ``path``, atomically."""

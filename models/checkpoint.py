@@ -12,7 +12,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors import SafetensorError
@@ -21,6 +21,9 @@ from torch import nn
 
 from iclprobe.models.io import atomic_directory
 from iclprobe.tasks import RegressionTask
+
+if TYPE_CHECKING:
+    from iclprobe.models.regressor import Regressor
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +50,7 @@ def _families() -> dict[str, tuple[type, type]]:
     return families
 
 
-def family_of(model: nn.Module) -> str:
+def family_of(model: Regressor) -> str:
     """The family name under which ``model``'s class is saved."""
     for name, (_, cls) in _families().items():
         if type(model) is cls:
@@ -55,7 +58,7 @@ def family_of(model: nn.Module) -> str:
     raise TypeError(f"model must be an iclprobe model, got {type(model).__name__}")
 
 
-def write_checkpoint_files(model: nn.Module, directory: Path, task: RegressionTask | None) -> None:
+def write_checkpoint_files(model: Regressor, directory: Path, task: RegressionTask | None) -> None:
     """Write ``config.json``, ``model.safetensors`` and ``task.json`` into ``directory``."""
     if task is not None and not isinstance(task, RegressionTask):
         raise TypeError(f"task must be a RegressionTask or None, got {type(task).__name__}")
@@ -68,7 +71,7 @@ def write_checkpoint_files(model: nn.Module, directory: Path, task: RegressionTa
     (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2))
 
 
-def save(model: nn.Module, path: str | os.PathLike[str], task: RegressionTask | None = None) -> Path:
+def save(model: Regressor, path: str | os.PathLike[str], task: RegressionTask | None = None) -> Path:
     """Write ``model`` (and ``task``, default ``model.task``) as a checkpoint directory."""
     task = task if task is not None else getattr(model, "task", None)
     path = Path(path)
@@ -133,7 +136,7 @@ def resolve(path_or_name: str | os.PathLike[str]) -> Path:
     )
 
 
-def load(path_or_name: str | os.PathLike[str], device: str | torch.device = "cpu") -> nn.Module:
+def load(path_or_name: str | os.PathLike[str], device: str | torch.device = "cpu") -> Regressor:
     """Load an iclprobe checkpoint or training run, a Garg/Fu run, or a shipped model by name.
 
     A ``.pt``/``.pth`` file is read as Ahn et al.'s ``allparam`` tensor (see `load_ahn`).
@@ -158,7 +161,7 @@ def load(path_or_name: str | os.PathLike[str], device: str | torch.device = "cpu
     return model.to(device).eval()
 
 
-def _load_native(path: Path) -> nn.Module:
+def _load_native(path: Path) -> Regressor:
     meta = _read_json(path / CONFIG_FILE)
     version = meta.get("format_version")
     if version != FORMAT_VERSION:

@@ -26,6 +26,7 @@ from iclprobe.models.checkpoint import RUN_CHECKPOINT, load_state_into, write_ch
 from iclprobe.models.gpt import GPTRegressor
 from iclprobe.models.io import atomic_directory, write_text_atomic
 from iclprobe.models.pq import PQTransformer
+from iclprobe.models.regressor import Regressor
 from iclprobe.models.train_config import TrainConfig
 from iclprobe.tasks import RegressionBatch, RegressionTask
 
@@ -65,7 +66,7 @@ def batch_for_step(task: RegressionTask, cfg: TrainConfig, step: int,
                              for f in ("xs", "ys", "ws")), cov)
 
 
-def check_setup(model: nn.Module, task: RegressionTask, cfg: TrainConfig) -> None:
+def check_setup(model: Regressor, task: RegressionTask, cfg: TrainConfig) -> None:
     """Refuse a bad combination before any training starts, naming the field."""
     if not isinstance(model, (GPTRegressor, PQTransformer)):
         raise TypeError(f"model must be a GPTRegressor or PQTransformer, got {type(model).__name__}")
@@ -127,7 +128,7 @@ def clip_gradients(params: list[nn.Parameter], cfg: TrainConfig) -> None:
 
 
 @torch.no_grad()
-def apply_constraints(model: nn.Module, cfg: TrainConfig) -> None:
+def apply_constraints(model: Regressor, cfg: TrainConfig) -> None:
     """PQ constraints: Eq. 8 projection of a dense model, and B = 0."""
     if not isinstance(model, PQTransformer):
         return
@@ -166,7 +167,7 @@ def _distributed(cfg: TrainConfig) -> tuple[int, int, bool]:
     return dist.get_rank(), dist.get_world_size(), started
 
 
-def save_run_checkpoint(out: Path, model: nn.Module, task: RegressionTask, cfg: TrainConfig,
+def save_run_checkpoint(out: Path, model: Regressor, task: RegressionTask, cfg: TrainConfig,
                         optimizer: torch.optim.Optimizer, step: int) -> None:
     """Atomically replace ``out/checkpoint``: model, task, optimizer, step, RNG, config."""
     state = {"step": step, "optimizer": optimizer.state_dict(),
@@ -186,7 +187,7 @@ def read_train_config(out: str | os.PathLike[str]) -> TrainConfig:
     return TrainConfig.from_dict(json.loads(path.read_text()))
 
 
-def _restore(out: Path, model: nn.Module, cfg: TrainConfig,
+def _restore(out: Path, model: Regressor, cfg: TrainConfig,
              optimizer: torch.optim.Optimizer) -> int:
     """Load the run's checkpoint into ``model`` and ``optimizer``; returns its step."""
     from safetensors.torch import load_file
@@ -210,7 +211,7 @@ def _restore(out: Path, model: nn.Module, cfg: TrainConfig,
 
 
 def train(
-    model: nn.Module,
+    model: Regressor,
     task: RegressionTask,
     cfg: TrainConfig | None = None,
     out: str | os.PathLike[str] | None = None,

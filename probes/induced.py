@@ -9,6 +9,7 @@ al.'s ILWD), with the fit's R² telling how linear the predictor is; or the grad
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal, overload
 
 import torch
 from jaxtyping import Float
@@ -34,6 +35,18 @@ def sample_queries(shape: tuple[int, int, int, int], cov: Tensor | None,
     if chol.ndim == 2:
         return z @ chol.T
     return torch.einsum("bntd,bed->bnte", z, chol)
+
+
+@overload
+def induced_weights(predict_fn: PredictFn, xs: Tensor, ys: Tensor, n_queries: int,
+                    cov: Tensor | None = ..., generator: torch.Generator | int = ...,
+                    return_r2: Literal[False] = ...) -> Tensor: ...
+
+
+@overload
+def induced_weights(predict_fn: PredictFn, xs: Tensor, ys: Tensor, n_queries: int,
+                    cov: Tensor | None = ..., generator: torch.Generator | int = ...,
+                    *, return_r2: Literal[True]) -> tuple[Tensor, Tensor]: ...
 
 
 def induced_weights(predict_fn: PredictFn, xs: Tensor, ys: Tensor, n_queries: int,

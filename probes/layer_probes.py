@@ -20,11 +20,12 @@ from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
-from torch import Tensor, nn
+from torch import Tensor
 
 from iclprobe.hooks.residuals import _check_model, collect_residuals
 from iclprobe.models.io import atomic_directory
 from iclprobe.models.pq import PQTransformer
+from iclprobe.models.regressor import Regressor
 from iclprobe.probes.ridge import ridge_gcv
 from iclprobe.tasks import RegressionTask, as_generator
 
@@ -33,7 +34,7 @@ SOLVERS = ("ridge", "adam")
 PROBE_FORMAT_VERSION = 1
 
 
-def model_hash(model: nn.Module) -> str:
+def model_hash(model: Regressor) -> str:
     """SHA-256 of the model's parameters and buffers (names, shapes and bytes)."""
     h = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
@@ -44,7 +45,7 @@ def model_hash(model: nn.Module) -> str:
 
 
 @torch.no_grad()
-def readout_predictions(model: nn.Module, xs: Tensor, ys: Tensor,
+def readout_predictions(model: Regressor, xs: Tensor, ys: Tensor,
                         batch_size: int = 256) -> Tensor:
     """The no-training readout of every layer, ``[L+1, B, n]``.
 
@@ -89,10 +90,10 @@ class LayerProbes:
             raise ValueError(f"alpha must be 'gcv' or a number >= 0, got {alpha!r}")
         self.alpha, self.alphas, self.target, self.t_min = alpha, alphas, target, t_min
         self.solver, self.lr, self.max_steps, self.batch_rows = solver, lr, max_steps, batch_rows
-        self.model: nn.Module | None = None
+        self.model: Regressor | None = None
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, model: nn.Module, task: RegressionTask | None = None,
+    def fit(self, model: Regressor, task: RegressionTask | None = None,
             n_sequences: int = 2000, generator: torch.Generator | int = 0,
             n_heldout: int = 500, batch_size: int = 256) -> LayerProbes:
         """Fit on residuals of ``n_sequences`` fresh draws of ``task`` (default: the model's)."""
@@ -180,7 +181,7 @@ class LayerProbes:
         bias = self.intercept_.to(resid.dtype).reshape(self.n_layers_, *[1] * (resid.ndim - 2))
         return (resid * coef).sum(-1) + bias
 
-    def _model_or_raise(self) -> nn.Module:
+    def _model_or_raise(self) -> Regressor:
         if self.model is None:
             raise ValueError("no model attached: fit() on a model or load(path, model)")
         return self.model
@@ -214,7 +215,7 @@ class LayerProbes:
         return Path(path)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], model: nn.Module) -> LayerProbes:
+    def load(cls, path: str | os.PathLike[str], model: Regressor) -> LayerProbes:
         """Load probes saved by `save`; refuses probes fitted on another model."""
         path = Path(path)
         meta_path = path / "probes.json"

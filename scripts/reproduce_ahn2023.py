@@ -115,6 +115,51 @@ def growing_n(ns: list[int], steps: int, batch: int) -> dict[str, Any]:
     return out
 
 
+def plot(results: dict[str, Any], out: Path) -> Path:
+    """Distances of A_l to Σ⁻¹ per optimizer (mean, min-max over restarts) and the scales."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    runs = results["three_layers"]
+    for i, (key, restarts) in enumerate(runs.items()):
+        dist = torch.tensor([r["dist"] for r in restarts])  # [restart, layer]
+        x = torch.arange(3) + (i - len(runs) / 2) * 0.12
+        axes[0].errorbar(x, dist.mean(0), yerr=[dist.mean(0) - dist.min(0).values,
+                                                 dist.max(0).values - dist.mean(0)],
+                         fmt="o", capsize=3, label=key)
+        for r, run in enumerate(restarts):
+            axes[1].plot(range(3), run["scale"], "o-" if "= 0" in key else "s--",
+                         color=f"C{i}", alpha=0.7, label=key if r == 0 else None)
+    axes[0].set_xticks(range(3))
+    axes[0].set_xlabel("layer")
+    axes[0].set_ylabel("distance(A_l, Σ⁻¹)")
+    axes[0].set_title("3 layers, rotated Σ: mean and range over restarts", fontsize=9)
+    axes[0].legend(fontsize=6)
+    axes[1].set_xticks(range(3))
+    axes[1].set_xlabel("layer")
+    axes[1].set_ylabel("a_l (A_l ≈ a_l Σ⁻¹)")
+    axes[1].set_title("Scales a_l, one line per restart", fontsize=9)
+    axes[1].legend(fontsize=6)
+    ns = sorted(int(n) for n in results["growing_n"])
+    grow = [results["growing_n"][str(n)] if str(n) in results["growing_n"]
+            else results["growing_n"][n] for n in ns]
+    axes[2].plot(ns, [g["scale"] for g in grow], "o-", label="learned a (A ≈ a Σ⁻¹)")
+    axes[2].plot(ns, [g["optimal_scale"] for g in grow], "k--", label="n/(n+d+1)")
+    axes[2].plot(ns, [g["dist_to_inv_cov"] for g in grow], "s-", label="distance(A, Σ⁻¹)")
+    axes[2].set_xscale("log", base=2)
+    axes[2].set_xlabel("context examples n")
+    axes[2].set_title("One layer as n grows", fontsize=9)
+    axes[2].legend(fontsize=7)
+    fig.tight_layout()
+    path = out / "ahn2023.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--restarts", type=int, default=3)
@@ -125,7 +170,12 @@ def main() -> None:
     parser.add_argument("--paper", action="store_true", help="batch 20,000, 30,000 steps")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("ahn2023-report"))
+    parser.add_argument("--plot-only", action="store_true",
+                        help="redraw the figure from OUT/results.json")
     args = parser.parse_args()
+    if args.plot_only:
+        print(f"figure: {plot(json.loads((args.out / 'results.json').read_text()), args.out)}")
+        return
     if args.paper:
         args.batch, args.steps = 20_000, 30_000
     torch.set_num_threads(args.threads)
@@ -136,7 +186,7 @@ def main() -> None:
                "settings": vars(args) | {"out": str(args.out)}}
     args.out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(args.out / "results.json", json.dumps(results, indent=1))
-    print(f"results: {args.out / 'results.json'}")
+    print(f"results: {args.out / 'results.json'}; figure: {plot(results, args.out)}")
 
 
 if __name__ == "__main__":

@@ -125,7 +125,11 @@ def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int = 2000) -
     cfg = AlignConfig(n_sequences=n_sequences, n_probe_sequences=n_probe_sequences)
     gpt = align_checkpoints([DEMO_MODELS[0]], cfg)
     paired = align_checkpoints(list(DEMO_MODELS[1:]), cfg)
-    pq = [(name, probes.analyze_preconditioners(models.load(name))) for name in DEMO_PQ]
+    pq = []
+    for name in DEMO_PQ:
+        model = models.load(name)
+        assert isinstance(model, models.PQTransformer), name
+        pq.append((name, probes.analyze_preconditioners(model)))
     report = write_report(out, gpt + paired, pq, title="iclprobe demo: which algorithm "
                           "does each layer run?", command="iclprobe demo")
     print(text_table(gpt[0]), end="\n\n")
@@ -170,7 +174,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise UsageError(f"--resume takes the model and task from {args.out}; "
                              f"drop {sorted(ignored) or ['--family']}")
         cfg = dataclasses.replace(models.read_train_config(args.out), **train_given)
-        model = models.load(args.out)
+        model: Regressor = models.load(args.out)
         task = model.task
     else:
         task = tasks.RegressionTask(**{"n_dims": 8, "n_points": 24,
@@ -181,8 +185,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         if family == "gpt":
             model_kw.setdefault("n_positions", task.n_points)
             bad = sorted({"sparse", "kernel", "init_std"} & set(model_kw))
-            model: Regressor = models.GPTRegressor(
-                models.GPTConfig(**_only(model_kw, bad, family)))
+            model = models.GPTRegressor(models.GPTConfig(**_only(model_kw, bad, family)))
         else:
             bad = sorted({"n_positions", "d_model", "d_mlp", "attention", "layout",
                           "ln_eps"} & set(model_kw))

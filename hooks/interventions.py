@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from torch import Tensor
 
@@ -72,6 +73,7 @@ def ablate(model: Regressor, block: int, head: int | None = None,
     _check_block(model, block)
     replace = _replace(kind)
     is_pq = isinstance(model, PQTransformer)
+    hooks: list[tuple[str | Callable[..., Any], Callable[..., Any]]]
     if head is None:
         names = [f"blocks.{block}.hook_attn_out"]
         if not is_pq:

@@ -3,12 +3,31 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
-from torch import Tensor
+from torch import Tensor, nn
 
 from iclprobe.models._tl import ActivationCache
+
+M = TypeVar("M", bound=nn.Module)
+
+
+class ModuleList(nn.ModuleList, Generic[M]):
+    """``nn.ModuleList`` whose items have one static type (for the type checker only)."""
+
+    if TYPE_CHECKING:
+
+        def __iter__(self) -> Iterator[M]: ...
+
+        @overload
+        def __getitem__(self, idx: slice) -> ModuleList[M]: ...
+
+        @overload
+        def __getitem__(self, idx: int) -> M: ...
+
+        def __getitem__(self, idx: int | slice) -> M | ModuleList[M]: ...
 
 
 class RegressorMixin:

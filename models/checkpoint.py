@@ -37,11 +37,11 @@ class CheckpointError(ValueError):
     """A checkpoint exists but cannot be read: the message names the file and the problem."""
 
 
-def _families() -> dict[str, tuple[type, type]]:
+def _families() -> dict[str, tuple[Any, Any]]:
     from iclprobe.models.config import GPTConfig
     from iclprobe.models.gpt import GPTRegressor
 
-    families: dict[str, tuple[type, type]] = {"gpt": (GPTConfig, GPTRegressor)}
+    families: dict[str, tuple[Any, Any]] = {"gpt": (GPTConfig, GPTRegressor)}
     try:
         from iclprobe.models.pq import PQConfig, PQTransformer
     except ImportError:  # pragma: no cover - the PQ family lands separately
@@ -155,7 +155,7 @@ def load(path_or_name: str | os.PathLike[str], device: str | torch.device = "cpu
     if not (path / CONFIG_FILE).exists() and (path / "state.pt").exists():
         from iclprobe.models.garg import load_garg_run
 
-        model = load_garg_run(path)
+        model: Regressor = load_garg_run(path)
     else:
         model = _load_native(path)
     return model.to(device).eval()

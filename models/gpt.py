@@ -15,7 +15,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from iclprobe.models._tl import HookedRootModule, HookPoint
-from iclprobe.models.base import RegressorMixin
+from iclprobe.models.base import ModuleList, RegressorMixin
 from iclprobe.models.components import Block, LayerNorm, side_block
 from iclprobe.models.config import GPTConfig
 
@@ -43,7 +43,7 @@ class GPTRegressor(RegressorMixin, HookedRootModule):
             torch.manual_seed(cfg.seed)
             self.read_in = nn.Linear(cfg.token_dim, cfg.d_model)  # PyTorch's default init
             self.W_pos = nn.Parameter(torch.empty(cfg.n_ctx, cfg.d_model))  # [tok, d_model]
-            self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+            self.blocks: ModuleList[Block] = ModuleList(Block(cfg) for _ in range(cfg.n_layers))
             self.ln_final = LayerNorm(cfg.d_model, cfg.ln_eps)
             self.read_out = nn.Linear(cfg.d_model, 1)
             self._init_gpt2_weights()

@@ -26,7 +26,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from iclprobe.models._tl import HookedRootModule, HookPoint, observed
-from iclprobe.models.base import RegressorMixin
+from iclprobe.models.base import ModuleList, RegressorMixin
 from iclprobe.models.config import PQConfig
 
 MatrixLike = Tensor | Sequence[Any]
@@ -114,7 +114,7 @@ class PQTransformer(RegressorMixin, HookedRootModule):
             raise TypeError(f"cfg must be a PQConfig, got {type(cfg).__name__}")
         self.cfg = cfg
         self.task: Any = None
-        self.blocks = nn.ModuleList(PQBlock(cfg) for _ in range(cfg.n_layers))
+        self.blocks: ModuleList[PQBlock] = ModuleList(PQBlock(cfg) for _ in range(cfg.n_layers))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
             for param in self.parameters():
@@ -337,9 +337,10 @@ def load_ahn(source: Tensor | str | os.PathLike[str], kernel: str = "linear") ->
             raw = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as err:  # noqa: BLE001 - any unpickling failure is a bad file
             raise CheckpointError(f"{path}: truncated, corrupt or unsafe ({err})") from None
-        allparam = raw.get("allparam") if isinstance(raw, dict) else raw
-        if not isinstance(allparam, Tensor):
+        found: Any = raw.get("allparam") if isinstance(raw, dict) else raw
+        if not isinstance(found, Tensor):
             raise CheckpointError(f"{path}: no 'allparam' tensor in the file")
+        allparam = found
     if allparam.ndim != 5 or allparam.shape[2] != 2 or allparam.shape[3] != allparam.shape[4]:
         raise ValueError(
             f"allparam must have shape [n_layer, n_head, 2, d, d], got {tuple(allparam.shape)}"

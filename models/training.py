@@ -62,8 +62,9 @@ def batch_for_step(task: RegressionTask, cfg: TrainConfig, step: int,
     if len(parts) == 1:
         return parts[0]
     cov = torch.cat([p.cov for p in parts]) if parts[0].cov.ndim == 3 else parts[0].cov
-    return RegressionBatch(*(torch.cat([getattr(p, f) for p in parts])
-                             for f in ("xs", "ys", "ws")), cov)
+    return RegressionBatch(xs=torch.cat([p.xs for p in parts]),
+                           ys=torch.cat([p.ys for p in parts]),
+                           ws=torch.cat([p.ws for p in parts]), cov=cov)
 
 
 def check_setup(model: Regressor, task: RegressionTask, cfg: TrainConfig) -> None:
@@ -77,7 +78,7 @@ def check_setup(model: Regressor, task: RegressionTask, cfg: TrainConfig) -> Non
     if model.cfg.n_dims != task.n_dims:
         raise ValueError(f"task.n_dims={task.n_dims} but the model has n_dims={model.cfg.n_dims}")
     is_gpt = isinstance(model, GPTRegressor)
-    if is_gpt and task.n_points > model.cfg.n_positions:
+    if isinstance(model, GPTRegressor) and task.n_points > model.cfg.n_positions:
         raise ValueError(f"task.n_points={task.n_points} is more than the model's "
                          f"n_positions={model.cfg.n_positions}")
     family = type(model).__name__
@@ -91,7 +92,7 @@ def check_setup(model: Regressor, task: RegressionTask, cfg: TrainConfig) -> Non
     for field in ("project_sparse", "zero_b"):
         if getattr(cfg, field) and is_gpt:
             raise ValueError(f"TrainConfig.{field} is for PQTransformer, not {family}")
-    if cfg.project_sparse and model.cfg.sparse:
+    if cfg.project_sparse and isinstance(model, PQTransformer) and model.cfg.sparse:
         raise ValueError("TrainConfig.project_sparse needs a dense PQ model (PQConfig.sparse="
                          "False); this one is sparse by construction")
     if cfg.optimizer == "lbfgs" and cfg.resample_every != 0:
@@ -310,7 +311,7 @@ def _optimizer_step(net: nn.Module, optimizer: torch.optim.Optimizer,
         return loss
 
     if cfg.optimizer == "lbfgs":
-        return optimizer.step(closure)  # type: ignore[return-value]
+        return optimizer.step(closure)  # type: ignore[arg-type,return-value]
     loss = closure()
     optimizer.step()
     return loss

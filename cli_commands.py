@@ -87,8 +87,9 @@ def cmd_align(args: argparse.Namespace) -> int:
     if len(results) > 1:
         header, body = comparison_rows(results)
         print("best Newton step per layer (* = the models differ)")
+        widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
         for row in [header, *body]:
-            print("  ".join(c.ljust(22) for c in row))
+            print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
     if args.out:
         print(f"report: {Path(args.out) / 'report.md'}")
     return 0
@@ -135,8 +136,9 @@ def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int = 2000) -
     print(text_table(gpt[0]), end="\n\n")
     header, body = comparison_rows(paired)
     print("softmax vs linear attention, paired layout: best Newton step per layer")
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
     for row in [header, *body]:
-        print("  ".join(c.ljust(26) for c in row))
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
     for name, analysis in pq:
         dists = ", ".join(f"{d:.3f}" for d in analysis.dist_to_inv_cov)
         print(f"{name}: distance of A_l to Σ⁻¹ per layer: {dists}; scales a_l "

@@ -3,7 +3,8 @@
 Fu et al. 2024 (Fig. 3a): the best-matching Newton step grows linearly with depth, the
 best GD step exponentially (so GD steps are fitted in log₂). Ties — steps within ``tol``
 of the best — are reported, as are layers whose best match does not beat the zero
-predictor (a layer that computes nothing matches any learner's first tiny step).
+predictor by more than its bootstrap interval (a layer that computes nothing matches any
+learner's first tiny step).
 """
 
 from __future__ import annotations
@@ -100,8 +101,13 @@ def match_steps(sim: Similarity, steps: list[int] | None = None, tol: float = 1e
     best_score = score.max(dim=1).values
     ties = [[steps[k] for k in range(n_steps) if score[layer, k] >= best_score[layer] - tol]
             for layer in range(n_layers)]
-    zero_score = sign * sim.zero[best]
-    above_zero = [bool(best_score[layer] > zero_score[layer] + tol) for layer in range(n_layers)]
+    # A match counts only if its bootstrap bound clears the zero predictor's value: a layer
+    # that computes nothing matches a learner's first tiny step (error cosine ~0.95) or
+    # nothing at all (weight cosine ~0), and its "best step" is noise.
+    rows = torch.arange(n_layers)
+    bound = (sim.lower if sim.higher_is_better else sim.upper)[rows, best]
+    above_zero = [bool(sign * bound[layer] > sign * sim.zero[best[layer]] + tol)
+                  for layer in range(n_layers)]
     log2 = sim.learner in LOG_STEP_LEARNERS if log2 is None else log2
     fit_layers = [layer for layer in layers if not (log2 and best_step[layer] <= 0)]
     fit = None

@@ -103,8 +103,8 @@ def _align_options(p: argparse.ArgumentParser) -> None:
                    default="both", help="similarity metric (default: both)")
     p.add_argument("--n-sequences", type=_positive_int, default=512,
                    help="evaluation sequences (default: 512)")
-    p.add_argument("--n-probe-sequences", type=_positive_int, default=2000,
-                   help="sequences the layer probes are fitted on (default: 2000)")
+    p.add_argument("--n-probe-sequences", type=_positive_int, default=1000,
+                   help="sequences the layer probes are fitted on (default: 1000)")
     p.add_argument("--data", choices=("task", "isotropic", "ill-conditioned"), default="task",
                    help="evaluation data (default: the checkpoint's own task)")
     p.add_argument("--condition-number", type=float, default=100.0,
@@ -142,7 +142,7 @@ def _add_analysis(sub: Any) -> None:
     p.add_argument("--out", default="iclprobe-report", help="report folder "
                    "(default: ./iclprobe-report)")
     p.add_argument("--n-sequences", type=_positive_int, default=512, help=argparse.SUPPRESS)
-    p.add_argument("--n-probe-sequences", type=_positive_int, default=2000,
+    p.add_argument("--n-probe-sequences", type=_positive_int, default=1000,
                    help=argparse.SUPPRESS)
     p.set_defaults(handler=_lazy("cmd_demo"))
 

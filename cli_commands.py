@@ -48,7 +48,8 @@ def _probes(model: Any, checkpoint: str, cfg: Any, task: Any) -> Any:
     import torch
 
     return probes.LayerProbes().fit(model, task, n_sequences=cfg.n_probe_sequences,
-                                    generator=torch.Generator().manual_seed(cfg.seed + 1))
+                                    generator=torch.Generator().manual_seed(cfg.seed + 1),
+                                    n_heldout=cfg.n_probe_heldout)
 
 
 def align_checkpoints(checkpoints: list[str], cfg: Any) -> list[Any]:
@@ -117,7 +118,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int = 2000) -> Path:
+def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int = 1000) -> Path:
     """The whole pipeline on the shipped models; returns the report path."""
     from iclprobe import models, probes
     from iclprobe.alignment.pipeline import AlignConfig

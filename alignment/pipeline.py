@@ -35,9 +35,10 @@ class AlignConfig:
     algorithms: tuple[str, ...] = DEFAULT_ALGORITHMS
     metrics: tuple[str, ...] = METRIC_CHOICES
     n_sequences: int = 512  # evaluation sequences
-    n_probe_sequences: int = 2000  # fresh sequences the layer probes are fitted on
+    n_probe_sequences: int = 1000  # fresh sequences the layer probes are fitted on
+    n_probe_heldout: int = 256  # fresh sequences the probes' R² is measured on
     n_weight_sequences: int = 64  # sequences for induced weights (weight_cosine)
-    n_queries: int | None = None  # queries per prefix for induced weights (default 2d)
+    n_queries: int | None = None  # queries per prefix for induced weights (default 1.5 d)
     data: str = "task"  # "task" | "isotropic" | "ill-conditioned"
     condition_number: float = 100.0
     newton_steps: int = 24  # Newton steps 0..newton_steps
@@ -160,7 +161,7 @@ def align(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
     gen = torch.Generator().manual_seed(cfg.seed)
     if layer_probes is None:
         layer_probes = probes.LayerProbes().fit(model, task, n_sequences=cfg.n_probe_sequences,
-                                                generator=gen)
+                                                generator=gen, n_heldout=cfg.n_probe_heldout)
     batch = task.sample(cfg.n_sequences, generator=gen)
     xs, ys = batch.xs.to(cfg.device), batch.ys.to(cfg.device)
     layer_preds = layer_probes.predict(xs, ys).double().cpu()  # [L+1, B, n]
@@ -170,7 +171,7 @@ def align(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
     sub = slice(0, min(cfg.n_weight_sequences, cfg.n_sequences))
     layer_w = None
     if weights_needed:
-        n_q = cfg.n_queries or 2 * task.n_dims
+        n_q = cfg.n_queries or task.n_dims + max(2, task.n_dims // 2)
         cov = batch.cov[sub] if batch.cov.ndim == 3 else batch.cov
         layer_w = probes.induced_weights(layer_probes.predict_queries, xs[sub], ys[sub],
                                          n_queries=n_q, cov=cov, generator=cfg.seed).double()

@@ -108,7 +108,14 @@ def test_training_script_reruns_and_the_loss_falls(tmp_path):
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-2000:]
     for name in ("gpt-linear-paired", "pq-isotropic-1layer"):
-        rows = [json.loads(line) for line in
-                (tmp_path / "dest" / name / "metrics.jsonl").read_text().splitlines()]
-        assert rows[-1]["loss"] < 0.8 * rows[0]["loss"], (name, rows[0], rows[-1])
-        assert isinstance(models.load(tmp_path / "dest" / name), torch.nn.Module)
+        dest = tmp_path / "dest" / name
+        rows = [json.loads(line) for line in (dest / "metrics.jsonl").read_text().splitlines()]
+        # The untrained models predict about 0: the logged loss falls well below the zero
+        # predictor's on the same kind of data (the PQ model is near its optimum by the
+        # first log line, so first-vs-last is no test for it).
+        task = models.load(dest).task
+        ys = task.sample(4000, generator=0).ys
+        last = json.loads((dest / "train.json").read_text())["loss"] == "last"
+        zero = (ys[:, -1] if last else ys).pow(2).mean().item()
+        assert rows[-1]["loss"] < 0.5 * zero, (name, rows[-1]["loss"], zero)
+        assert rows[-1]["loss"] <= rows[0]["loss"] * 1.1, (name, rows[0], rows[-1])

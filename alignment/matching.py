@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -73,7 +74,8 @@ def fit_line(layers: list[int], steps: list[float]) -> tuple[float, float, float
     return float(slope), float(intercept), float(r2)
 
 
-def match_steps(sim: Similarity, steps: list[int] | None = None, tol: float = 1e-3,
+def match_steps(sim: Similarity, steps: Sequence[int] | torch.Tensor | None = None,
+                tol: float = 1e-3,
                 layers: list[int] | range | None = None, log2: bool | None = None) -> Match:
     """Best step per layer (with ties within ``tol``) and the fit over ``layers``.
 
@@ -84,7 +86,9 @@ def match_steps(sim: Similarity, steps: list[int] | None = None, tol: float = 1e
         layers: the layers the line is fitted over (default: 1..L, the blocks).
         log2: fit log₂(step) (default: True for GD-like learners, False otherwise).
     """
-    steps = list(sim.steps if steps is None else steps)
+    if isinstance(steps, torch.Tensor):
+        steps = steps.tolist()
+    steps = [int(s) for s in (sim.steps if steps is None else steps)]
     n_layers, n_steps = sim.values.shape
     if len(steps) != n_steps:
         raise ValueError(f"steps has {len(steps)} entries, the table has {n_steps} columns")

@@ -52,6 +52,13 @@ def text_table(result: AlignResult, metric: str = "error_cosine") -> str:
     lines = [f"{result.name} ({metric}; † = not above the zero predictor)",
              "  ".join(h.rjust(w) for h, w in zip(header, widths))]
     lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in body]
+    for learner in ("newton", "gd"):
+        fit = result.matches.get(learner, {}).get(metric)
+        if fit is not None and fit.fit is not None:
+            f = fit.fit
+            lines.append(f"{learner} step vs layer over layers {f.layers[0]}..{f.layers[-1]}: "
+                         f"slope {f.slope:.2f}{' in log2(step)' if f.log2 else ''}, "
+                         f"R² {f.r2:.2f}")
     return "\n".join(lines)
 
 

@@ -73,6 +73,8 @@ def test_match_steps_finds_a_planted_linear_trend_and_ties():
     values[3, 10] = 0.9895  # a tie within 1e-3 at layer 3 (step 11)
     match = alignment.match_steps(planted(values.tolist()))
     assert match.best_step == [2 * layer + 2 for layer in range(n_layers)]
+    as_tensor = alignment.match_steps(planted(values.tolist()), torch.arange(1, n_steps + 1))
+    assert as_tensor.best_step == match.best_step and json.loads(as_tensor.to_json())
     assert match.ties[3] == [8, 11] and match.ties[2] == [6]
     assert match.fit.slope == pytest.approx(2.0) and match.fit.intercept == pytest.approx(2.0)
     assert match.fit.r2 == pytest.approx(1.0) and match.fit.layers == list(range(1, 7))

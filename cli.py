@@ -154,8 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Handler = args.handler
     try:
         return handler(args)
-    except (UsageError, ValueError, TypeError, FileNotFoundError, FileExistsError,
-            NotADirectoryError) as err:
+    except (UsageError, ValueError, TypeError, OSError) as err:  # OSError: unwritable --out, ...
         print(f"iclprobe {args.command}: error: {err}", file=sys.stderr)
         return 2
 

@@ -127,3 +127,13 @@ def test_demo_writes_the_whole_report(tmp_path, capsys):
     assert set(summary["pq"]) == {"pq-rotated-3layer", "pq-isotropic-1layer"}
     report = (out / "report.md").read_text()
     assert all(f"]({p})" in report for p in names if p.endswith(".png"))
+
+
+def test_unwritable_output_is_a_one_line_error(ckpts, tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    rc = main(["probe", str(ckpts / "pq"), "--n-sequences", "16", "--out",
+               str(blocker / "probes")])
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "iclprobe probe: error:" in err

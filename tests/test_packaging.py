@@ -43,6 +43,9 @@ def test_wheel_holds_only_the_package(wheel):
         assert module in names, module
     assert not any(n.startswith(("iclprobe/tests/", "iclprobe/bench/", "iclprobe/scripts/"))
                    for n in names)
+    for name in ("gpt-softmax", "pq-rotated-3layer"):  # the shipped models are package data
+        for file in ("config.json", "model.safetensors", "task.json", "error_curve.json"):
+            assert f"iclprobe/models/pretrained/{name}/{file}" in names
     entry = [n for n in names if n.endswith("entry_points.txt")]
     assert "iclprobe = iclprobe.cli:main" in zipfile.ZipFile(wheel).read(entry[0]).decode()
 

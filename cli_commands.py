@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -195,7 +196,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             model = models.PQTransformer(models.PQConfig(**_only(model_kw, bad, family)))
         cfg = models.TrainConfig(**train_given)
     result = models.train(model, task, cfg, out=args.out, resume=args.resume)
-    if result.history:
+    if result.history and os.environ.get("RANK", "0") == "0":  # torchrun: rank 0 reports
         last = result.final
         print(f"step {last['step']}: loss {last['loss']:.5f}, normalized "
               f"{last['normalized_loss']:.5f} (OLS on the same batch: "

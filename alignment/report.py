@@ -146,20 +146,20 @@ def write_report(out: str | os.PathLike[str], results: Sequence[AlignResult],
                 md += [f"![{learner} {metric}]({png.name})", "",
                        f"{metric.replace('_', ' ').capitalize()} between each layer and each "
                        f"{learner} step; stars mark each layer's best match.", ""]
-    for metric in ("error_cosine",):
-        pairs = [(r.name, r.matches["newton"][metric]) for r in results
-                 if "newton" in r.matches and metric in r.matches["newton"]]
-        if pairs:
-            png = plots.matched_steps(pairs, out / "matched_newton_steps.png")
-            md += ["## Matched Newton step against depth", "", f"![matched steps]({png.name})",
-                   "", "The best-matching Newton step per layer with a least-squares line "
-                   "over layers 1..L (Fu et al. Fig. 3a): a slope near 1 means one Newton "
-                   "step per layer.", ""]
-        if len(results) > 1:
-            header, body = comparison_rows(results, metric)
-            write_text_atomic(out / "comparison_newton.csv", _csv(header, body))
-            md += ["Side by side (* marks layers whose best Newton step differs):", "",
-                   markdown_table(header, body), ""]
+    metric = "error_cosine"  # the comparison figure and table use the error cosine
+    pairs = [(r.name, r.matches["newton"][metric]) for r in results
+             if "newton" in r.matches and metric in r.matches["newton"]]
+    if pairs:
+        png = plots.matched_steps(pairs, out / "matched_newton_steps.png")
+        md += ["## Matched Newton step against depth", "", f"![matched steps]({png.name})",
+               "", "The best-matching Newton step per layer with a least-squares line "
+               "over layers 1..L (Fu et al. Fig. 3a): a slope near 1 means one Newton "
+               "step per layer.", ""]
+    if len(results) > 1:
+        header, body = comparison_rows(results, metric)
+        write_text_atomic(out / "comparison_newton.csv", _csv(header, body))
+        md += ["Side by side (* marks layers whose best Newton step differs):", "",
+               markdown_table(header, body), ""]
     if pq:
         rows = []
         for name, analysis in pq:

@@ -100,18 +100,14 @@ def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
         raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    if metric in WEIGHT_METRICS:
-        other = iterates.weights
-        if other is None:
-            raise ValueError(f"metric {metric!r} needs the learner's weights: "
-                             "compute the iterates with weights=True")
-        want = (other.shape[1:],)
-    else:
-        other = iterates.preds
-        want = (other.shape[1:],)
-    if layer_values.shape[1:] != want[0]:
-        raise ValueError(f"layer_values must have shape [layer, {', '.join(map(str, want[0]))}] "
-                         f"to match the iterates, got {tuple(layer_values.shape)}")
+    other = iterates.weights if metric in WEIGHT_METRICS else iterates.preds
+    if other is None:
+        raise ValueError(f"metric {metric!r} needs the learner's weights: "
+                         "compute the iterates with weights=True")
+    if layer_values.shape[1:] != other.shape[1:]:
+        raise ValueError(f"layer_values must have shape [layer, "
+                         f"{', '.join(map(str, other.shape[1:]))}] to match the iterates, "
+                         f"got {tuple(layer_values.shape)}")
     if ys.shape != iterates.preds.shape[1:]:
         raise ValueError(f"ys must have shape {tuple(iterates.preds.shape[1:])}, "
                          f"got {tuple(ys.shape)}")

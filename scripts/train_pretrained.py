@@ -22,7 +22,6 @@ import csv
 import dataclasses
 import json
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -115,11 +114,10 @@ def train_one(spec: Spec, work: Path, steps_scale: float) -> dict[str, Any]:
     run = work / spec.name
     cfg = models.TrainConfig(**{**spec.train,
                                 "steps": max(1, int(spec.train["steps"] * steps_scale))})
-    start = time.perf_counter()
     if (run / RUN_CHECKPOINT).exists():
         model = models.load(run)
-        cfg = dataclasses.replace(models.read_train_config(run), steps=max(
-            cfg.steps, models.read_train_config(run).steps))
+        saved = models.read_train_config(run)
+        cfg = dataclasses.replace(saved, steps=max(cfg.steps, saved.steps))
         models.train(model, model.task, cfg, out=run, resume=True)
         task = model.task
     else:
@@ -136,8 +134,7 @@ def train_one(spec: Spec, work: Path, steps_scale: float) -> dict[str, Any]:
         model = models.load(run)
         models.train(model, model.task, cfg, out=run, resume=True)
         curve = error_curve(model, task)
-    return {"curve": curve, "steps": cfg.steps, "minutes": (time.perf_counter() - start) / 60,
-            "model": model, "run": run}
+    return {"curve": curve, "steps": cfg.steps, "model": model, "run": run}
 
 
 def logged_minutes(metrics: Path) -> float:

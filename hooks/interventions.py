@@ -14,9 +14,9 @@ from typing import Any
 
 from torch import Tensor
 
-from iclprobe.hooks.residuals import _check_model, check_layers, resid_hook_name
+from iclprobe.hooks.residuals import check_layers, resid_hook_name
 from iclprobe.models.pq import PQTransformer
-from iclprobe.models.regressor import Regressor
+from iclprobe.models.regressor import Regressor, check_model
 
 HookFn = Callable[..., Tensor]
 
@@ -32,7 +32,7 @@ def run_first_layers(model: Regressor, xs: Tensor, ys: Tensor, n_blocks: int) ->
 
     ``n_blocks = 0`` returns the embedded input. The remaining blocks are never computed.
     """
-    _check_model(model)
+    check_model(model)
     check_layers(model, [n_blocks])
 
     def stop(value: Tensor, hook: object) -> Tensor:
@@ -69,7 +69,7 @@ def ablate(model: Regressor, block: int, head: int | None = None,
     A head: its slice of ``attn.hook_z`` (GPT) or of ``attn.hook_pattern`` (PQ, whose head
     outputs are summed inside the layer). Mean ablation uses the batch mean per position.
     """
-    _check_model(model)
+    check_model(model)
     _check_block(model, block)
     replace = _replace(kind)
     is_pq = isinstance(model, PQTransformer)
@@ -101,7 +101,7 @@ def ablate(model: Regressor, block: int, head: int | None = None,
 @contextlib.contextmanager
 def patch_residual(model: Regressor, layer: int, source: Tensor) -> Iterator[Regressor]:
     """Replace residual layer ``layer`` with ``source`` (e.g. from another run's cache)."""
-    _check_model(model)
+    check_model(model)
     check_layers(model, [layer])
     name = resid_hook_name(layer)
 

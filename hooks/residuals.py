@@ -19,10 +19,9 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from iclprobe.models.gpt import GPTRegressor
 from iclprobe.models.io import atomic_directory
 from iclprobe.models.pq import PQTransformer
-from iclprobe.models.regressor import Regressor
+from iclprobe.models.regressor import Regressor, check_model
 
 
 def resid_hook_name(layer: int) -> str:
@@ -49,16 +48,11 @@ def readout_rows(model: Regressor, resid: Tensor, n_points: int) -> Tensor:
     return resid[:, model.readout_positions(n_points)]
 
 
-def _check_model(model: Regressor) -> None:
-    if not isinstance(model, (GPTRegressor, PQTransformer)):
-        raise TypeError(f"model must be a GPTRegressor or PQTransformer, got {type(model).__name__}")
-
-
 def iter_residuals(model: Regressor, xs: Tensor, ys: Tensor, layers: Sequence[int] | None = None,
                    batch_size: int = 256, progress: bool = False
                    ) -> Iterator[Float[Tensor, "layer batch pos d_model"]]:
     """Residuals batch by batch, caching only the hooks needed (``names_filter``)."""
-    _check_model(model)
+    check_model(model)
     layers = check_layers(model, layers)
     if not isinstance(batch_size, int) or batch_size <= 0:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")

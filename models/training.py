@@ -26,7 +26,7 @@ from iclprobe.models.checkpoint import RUN_CHECKPOINT, load_state_into, write_ch
 from iclprobe.models.gpt import GPTRegressor
 from iclprobe.models.io import atomic_directory, write_text_atomic
 from iclprobe.models.pq import PQTransformer
-from iclprobe.models.regressor import Regressor
+from iclprobe.models.regressor import Regressor, check_model
 from iclprobe.models.train_config import TrainConfig
 from iclprobe.tasks import RegressionBatch, RegressionTask
 
@@ -69,8 +69,7 @@ def batch_for_step(task: RegressionTask, cfg: TrainConfig, step: int,
 
 def check_setup(model: Regressor, task: RegressionTask, cfg: TrainConfig) -> None:
     """Refuse a bad combination before any training starts, naming the field."""
-    if not isinstance(model, (GPTRegressor, PQTransformer)):
-        raise TypeError(f"model must be a GPTRegressor or PQTransformer, got {type(model).__name__}")
+    check_model(model)
     if not isinstance(task, RegressionTask):
         raise TypeError(f"task must be a RegressionTask, got {type(task).__name__}")
     if not isinstance(cfg, TrainConfig):

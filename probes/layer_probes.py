@@ -22,10 +22,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from iclprobe.hooks.residuals import _check_model, collect_residuals
+from iclprobe.hooks.residuals import collect_residuals
 from iclprobe.models.io import atomic_directory
-from iclprobe.models.pq import PQTransformer
-from iclprobe.models.regressor import Regressor
+from iclprobe.models.regressor import Regressor, check_model, readout_residual
 from iclprobe.probes.ridge import ridge_gcv
 from iclprobe.tasks import RegressionTask, as_generator
 
@@ -52,10 +51,7 @@ def readout_predictions(model: Regressor, xs: Tensor, ys: Tensor,
     GPT: the final norm and read-out applied to each layer's residual (a logit lens);
     PQ: ``−Z[query, d]`` of each layer.
     """
-    resid = collect_residuals(model, xs, ys, batch_size=batch_size)
-    if isinstance(model, PQTransformer):
-        return -resid[..., -1]
-    return model.readout(resid)
+    return readout_residual(model, collect_residuals(model, xs, ys, batch_size=batch_size))
 
 
 @dataclasses.dataclass
@@ -97,7 +93,7 @@ class LayerProbes:
             n_sequences: int = 2000, generator: torch.Generator | int = 0,
             n_heldout: int = 500, batch_size: int = 256) -> LayerProbes:
         """Fit on residuals of ``n_sequences`` fresh draws of ``task`` (default: the model's)."""
-        _check_model(model)
+        check_model(model)
         task = task if task is not None else getattr(model, "task", None)
         if not isinstance(task, RegressionTask):
             raise ValueError("task is required: the model has no task attached")
@@ -105,22 +101,21 @@ class LayerProbes:
         train = task.sample(n_sequences, generator=gen)
         held = task.sample(n_heldout, generator=gen)
         self.model = model
-        self.fit_residuals(collect_residuals(model, train.xs, train.ys, batch_size=batch_size),
-                           self._targets(train.xs, train.ys, batch_size))
+        resid = collect_residuals(model, train.xs, train.ys, batch_size=batch_size)
+        self.fit_residuals(resid, self._targets(resid, train.ys))
         self.model_hash_ = model_hash(model)
         self.n_dims_ = task.n_dims
         resid = collect_residuals(model, held.xs, held.ys, batch_size=batch_size)
-        self.metrics_ = self._evaluate(resid, self._targets(held.xs, held.ys, batch_size),
-                                       held.ys)
+        self.metrics_ = self._evaluate(resid, self._targets(resid, held.ys), held.ys)
         return self
 
-    def _targets(self, xs: Tensor, ys: Tensor, batch_size: int) -> Tensor:
+    def _targets(self, resid: Tensor, ys: Tensor) -> Tensor:
+        """The true y, or the model's prediction read off its last residual (no 2nd forward)."""
         if self.target == "y":
             return ys
         assert self.model is not None
         with torch.no_grad():
-            return torch.cat([self.model(xs[s:s + batch_size], ys[s:s + batch_size])
-                              for s in range(0, xs.shape[0], batch_size)])
+            return readout_residual(self.model, resid[-1])
 
     def fit_residuals(self, resid: Tensor, targets: Tensor) -> LayerProbes:
         """Fit on collected residuals ``[L+1, B, n, d_model]`` and targets ``[B, n]``."""

@@ -22,3 +22,15 @@ def tiny_gpt(attention: str = "softmax", layout: str = "interleaved", **kw) -> m
 
 def small_batch(n_dims: int = 3, n_points: int = 8, batch: int = 4, seed: int = 0):
     return tasks.RegressionTask(n_dims=n_dims, n_points=n_points).sample(batch, generator=seed)
+
+
+def assert_queries_match_substitution(model, xs, ys, queries, atol, rtol=0.0):
+    """``predict_queries`` equals putting each query at its position and reading preds."""
+    with torch.no_grad():
+        got = model.predict_queries(xs, ys, queries)
+        for t in range(xs.shape[1]):
+            for j in range(queries.shape[2]):
+                subst = xs.clone()
+                subst[:, t] = queries[:, t, j]
+                torch.testing.assert_close(got[:, t, j], model(subst, ys)[:, t], atol=atol,
+                                           rtol=rtol)

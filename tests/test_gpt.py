@@ -1,7 +1,7 @@
 import pytest
 import torch
 from einops import einsum
-from helpers import small_batch, tiny_gpt
+from helpers import assert_queries_match_substitution, small_batch, tiny_gpt
 from transformer_lens import ActivationCache
 
 from iclprobe import models
@@ -33,13 +33,7 @@ def test_predict_queries_equals_substitution(attention, layout):
     model = tiny_gpt(attention, layout)
     b = small_batch()
     queries = torch.randn(4, 8, 3, 3, generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        got = model.predict_queries(b.xs, b.ys, queries)
-        for t in range(8):
-            for j in range(3):
-                xs = b.xs.clone()
-                xs[:, t] = queries[:, t, j]
-                torch.testing.assert_close(got[:, t, j], model(xs, b.ys)[:, t], atol=1e-5, rtol=0)
+    assert_queries_match_substitution(model, b.xs, b.ys, queries, atol=1e-5)
 
 
 def test_predict_queries_chunks(monkeypatch):

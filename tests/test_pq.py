@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 import torch
+from helpers import assert_queries_match_substitution
 from transformer_lens import ActivationCache
 
 from iclprobe import models, tasks
@@ -133,13 +134,7 @@ def test_predict_queries_equals_substitution(kernel):
                                    init_std=0.3))
     b = batch(n=6)
     queries = torch.randn(4, 6, 3, 3, generator=torch.Generator().manual_seed(2))
-    with torch.no_grad():
-        got = model.predict_queries(b.xs, b.ys, queries)
-        for t in range(6):
-            for j in range(3):
-                xs = b.xs.clone()
-                xs[:, t] = queries[:, t, j]
-                torch.testing.assert_close(got[:, t, j], model(xs, b.ys)[:, t], atol=1e-6, rtol=1e-6)
+    assert_queries_match_substitution(model, b.xs, b.ys, queries, atol=1e-6, rtol=1e-6)
 
 
 def test_hooks_and_activation_cache():

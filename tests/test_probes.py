@@ -110,6 +110,18 @@ def test_layer_probes_fit_predict_save_load(tmp_path):
                                rtol=1e-5)
 
 
+@pytest.mark.parametrize("make", [lambda: tiny_gpt(n_dims=4, n_positions=12),
+                                  lambda: tiny_gpt("linear", "paired", n_dims=4, n_positions=12),
+                                  lambda: gd_construction(k=2)])
+def test_last_layer_readout_is_the_models_prediction(make):
+    """target="model" reads the prediction off the last residual instead of a 2nd forward."""
+    model = make()
+    b = TASK.sample(6, generator=4)
+    with torch.no_grad():
+        torch.testing.assert_close(probes.readout_predictions(model, b.xs, b.ys)[-1],
+                                   model(b.xs, b.ys), atol=1e-5, rtol=0)
+
+
 def test_target_model_and_adam_solver():
     model = gd_construction(k=2)
     b = TASK.sample(256, generator=1)

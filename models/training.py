@@ -52,11 +52,16 @@ def data_seed(seed: int, rank: int, step: int) -> int:
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
+def active_size(task: RegressionTask, cfg: TrainConfig, step: int) -> tuple[int, int]:
+    """(active dims, points) of step's data: the curriculum, within the task's truncation."""
+    return cfg.curriculum(step, task.active_dims or task.n_dims, task.n_points)
+
+
 def batch_for_step(task: RegressionTask, cfg: TrainConfig, step: int,
                    ranks: tuple[int, ...]) -> RegressionBatch:
     """The training batch of ``step``: the concatenated batches of ``ranks``."""
     data_step = step - step % cfg.resample_every if cfg.resample_every else 0
-    dims, points = cfg.curriculum(step, task.n_dims, task.n_points)
+    dims, points = active_size(task, cfg, step)
     parts = [task.sample(cfg.batch_size, generator=data_seed(cfg.seed, r, data_step),
                          n_points=points, active_dims=dims) for r in ranks]
     if len(parts) == 1:
@@ -281,7 +286,8 @@ def train(
             if done % cfg.log_every == 0 or done == cfg.steps:
                 rate = (done - last_logged) / max(time.perf_counter() - t0, 1e-9)
                 t0, last_logged = time.perf_counter(), done
-                row = _metrics(done, loss.item(), batch, cfg, rate)
+                row = _metrics(done, loss.item(), batch, cfg, rate,
+                               active_size(task, cfg, step)[0])
                 history.append(row)
                 bar.set_postfix(loss=f"{row['loss']:.4f}", norm=f"{row['normalized_loss']:.4f}")
                 if writer:
@@ -317,9 +323,8 @@ def _optimizer_step(net: nn.Module, optimizer: torch.optim.Optimizer,
 
 
 def _metrics(step: int, loss: float, batch: RegressionBatch, cfg: TrainConfig,
-             rate: float) -> dict[str, Any]:
+             rate: float, active: int) -> dict[str, Any]:
     """Loss, Garg's normalized loss (÷ active dims) and OLS's loss on the same batch."""
-    active = int((batch.xs.abs().sum((0, 1)) > 0).sum().clamp(min=1))
     ols = loss_of(ols_predictions(batch.xs, batch.ys), batch.ys, cfg).item()
     return {"step": step, "lr": cfg.lr * cfg.lr_factor(step - 1), "loss": loss,
             "normalized_loss": loss / active, "ols_loss": ols,

@@ -69,6 +69,11 @@ def test_data_is_a_function_of_seed_rank_step():
     b = batch_for_step(TASK, cur, 15, (0,))
     assert b.xs.shape[1] == 6 and torch.all(b.xs[..., 2:] == 0) and b.xs[..., 1].abs().sum() > 0
     assert cur.curriculum(1000, 3, 8) == (3, 8)
+    # the task's own truncation holds with and without a curriculum
+    truncated = tasks.RegressionTask(n_dims=3, n_points=8, active_dims=2)
+    for c in (TrainConfig(), cur):
+        b = batch_for_step(truncated, c, 5000, (0,))
+        assert torch.all(b.xs[..., 2:] == 0) and b.xs[..., 1].abs().sum() > 0
 
 
 def test_loss_positions():

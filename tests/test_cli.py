@@ -32,11 +32,20 @@ def test_flag_tables_match_the_dataclasses():
 
     train = {f.name: f.default for f in dataclasses.fields(models.TrainConfig)}
     assert {name: default for name, default, _ in TRAIN_FIELDS} == train
-    task_fields = {f.name for f in dataclasses.fields(tasks.RegressionTask) if f.init}
-    assert {name for name, _, _ in TASK_FIELDS} == task_fields - {"n_dims"} | {"n_dims"}
+    task_fields = {f.name: f.default for f in dataclasses.fields(tasks.RegressionTask) if f.init}
+    listed = {name: default for name, default, _ in TASK_FIELDS}
+    assert listed.keys() == task_fields.keys()
+    # the help shows the dataclass defaults (n_dims and n_points have CLI defaults of their own)
+    assert {k: v for k, v in listed.items() if k not in ("n_dims", "n_points")} == {
+        k: v for k, v in task_fields.items() if k not in ("n_dims", "n_points")}
     model_fields = ({f.name for f in dataclasses.fields(models.GPTConfig)}
                     | {f.name for f in dataclasses.fields(models.PQConfig)}) - {"n_dims"}
     assert {name for name, _, _ in MODEL_FIELDS} == model_fields
+    gpt = {f.name: f.default for f in dataclasses.fields(models.GPTConfig)}
+    pq = {f.name: f.default for f in dataclasses.fields(models.PQConfig)}
+    for name, default, _ in MODEL_FIELDS:  # the help text shows the GPT default, else PQ's
+        if name != "n_positions":
+            assert default == gpt.get(name, pq.get(name)), name
 
 
 def test_align_writes_the_report(ckpts, tmp_path, capsys):

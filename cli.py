@@ -97,10 +97,27 @@ def _positive_int(text: str) -> int:
 
 
 def _align_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--algorithms", default="newton,gd,pgd,cg,ols",
-                   help="comma-separated learners (default: newton,gd,pgd,cg,ols)")
+    p.add_argument("--protocol", choices=("iclprobe", "fu2024"), default="iclprobe",
+                   help="the alignment choices: iclprobe (per-prefix step sizes, t >= 1) or "
+                   "fu2024 (Fu et al.'s evaluation code: GD step 0.01 on the summed loss, "
+                   "Newton alpha 2/||SS^T||_F, t >= 0) (default: iclprobe)")
+    p.add_argument("--algorithms", default=None,
+                   help="comma-separated subset of the protocol's learners (default: all of "
+                   "them; iclprobe: newton,gd,online_gd,pgd,cg,ols; fu2024: "
+                   "newton,gd,online_gd,ols)")
     p.add_argument("--metric", choices=("error_cosine", "weight_cosine", "both"),
                    default="both", help="similarity metric (default: both)")
+    p.add_argument("--positions", choices=("auto", "all", "last"), default="auto",
+                   help="positions t to align at: auto = where the model was trained (the "
+                   "last position for Ahn-style PQ models, every prefix otherwise) "
+                   "(default: auto)")
+    p.add_argument("--t-min", type=_nonnegative_int, default=None,
+                   help="first position in the metrics (default: the protocol's)")
+    p.add_argument("--t-max", type=_nonnegative_int, default=None,
+                   help="last position in the metrics (default: the last)")
+    p.add_argument("--fit-layers", choices=("live", "all"), default="live",
+                   help="layers the step-vs-layer lines are fitted over: live = above the "
+                   "zero predictor (default: live)")
     p.add_argument("--n-sequences", type=_positive_int, default=512,
                    help="evaluation sequences (default: 512)")
     p.add_argument("--n-probe-sequences", type=_positive_int, default=1000,
@@ -113,6 +130,16 @@ def _align_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--out", help="write a report folder (report.md, PNGs, CSVs, JSON) here")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+
+
+def _nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
 
 
 def _add_analysis(sub: Any) -> None:
@@ -151,6 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (tests call it with ``argv``)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # for the report's "Produced by"
     handler: Handler = args.handler
     try:
         return handler(args)

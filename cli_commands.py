@@ -6,7 +6,6 @@ import argparse
 import json
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,8 +23,12 @@ def _align_config(args: argparse.Namespace) -> Any:
     from iclprobe.alignment.pipeline import AlignConfig
 
     metrics = ("error_cosine", "weight_cosine") if args.metric == "both" else (args.metric,)
-    algos = tuple(a.strip() for a in args.algorithms.split(",") if a.strip())
-    return AlignConfig(algorithms=algos, metrics=metrics, n_sequences=args.n_sequences,
+    algos = None
+    if args.algorithms:
+        algos = tuple(a.strip() for a in args.algorithms.split(",") if a.strip())
+    return AlignConfig(protocol=args.protocol, algorithms=algos, metrics=metrics,
+                       positions=args.positions, t_min=args.t_min, t_max=args.t_max,
+                       fit_layers=args.fit_layers, n_sequences=args.n_sequences,
                        n_probe_sequences=args.n_probe_sequences, data=args.data,
                        condition_number=args.condition_number, seed=args.seed,
                        device=args.device)
@@ -78,7 +81,7 @@ def cmd_align(args: argparse.Namespace) -> int:
     cfg = _align_config(args)
     results = align_checkpoints(checkpoints, cfg)
     if args.out:
-        command = "iclprobe " + " ".join(sys.argv[1:]) if sys.argv[1:] else ""
+        command = "iclprobe " + " ".join(args.argv)
         write_report(args.out, results, title=f"iclprobe {args.command}", command=command)
     if args.json:
         print(json.dumps({r.name: r.to_dict() for r in results}))
@@ -86,9 +89,11 @@ def cmd_align(args: argparse.Namespace) -> int:
     for res in results:
         for metric in cfg.metrics:
             print(text_table(res, metric), end="\n\n")
+            if res.meaningless:
+                break
     if len(results) > 1:
         header, body = comparison_rows(results)
-        print("best Newton step per layer (* = the models differ)")
+        print("best Newton step per layer (* = the models differ, † = not above zero)")
         widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
         for row in [header, *body]:
             print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
@@ -121,26 +126,37 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int = 1000) -> Path:
     """The whole pipeline on the shipped models; returns the report path."""
+    import dataclasses
+
     from iclprobe import models, probes
-    from iclprobe.alignment.pipeline import AlignConfig
-    from iclprobe.alignment.report import comparison_rows, text_table, write_report
+    from iclprobe.alignment.pipeline import AlignConfig, align
+    from iclprobe.alignment.report import comparison_rows, write_report
+    from iclprobe.alignment.tables import aligned, headline_lines, text_table
 
     cfg = AlignConfig(n_sequences=n_sequences, n_probe_sequences=n_probe_sequences)
-    gpt = align_checkpoints([DEMO_MODELS[0]], cfg)
+    model = models.load(DEMO_MODELS[0])
+    assert model.task is not None
+    probe = _probes(model, DEMO_MODELS[0], cfg, model.task)
+    gpt = [align(model, cfg, name=DEMO_MODELS[0], layer_probes=probe),
+           align(model, dataclasses.replace(cfg, protocol="fu2024"),
+                 name=f"{DEMO_MODELS[0]}-fu2024", layer_probes=probe)]
     paired = align_checkpoints(list(DEMO_MODELS[1:]), cfg)
+    pq_aligned = [align_checkpoints([name], cfg)[0] for name in DEMO_PQ]
     pq = []
     for name in DEMO_PQ:
-        model = models.load(name)
-        assert isinstance(model, models.PQTransformer), name
-        pq.append((name, probes.analyze_preconditioners(model)))
-    report = write_report(out, gpt + paired, pq, title="iclprobe demo: which algorithm "
-                          "does each layer run?", command="iclprobe demo")
+        pq_model = models.load(name)
+        assert isinstance(pq_model, models.PQTransformer), name
+        pq.append((name, probes.analyze_preconditioners(pq_model)))
+    report = write_report(out, gpt + paired + pq_aligned, pq,
+                          title="iclprobe demo: which algorithm does each layer run?",
+                          command="iclprobe demo")
     print(text_table(gpt[0]), end="\n\n")
-    header, body = comparison_rows(paired)
+    print("Fu et al.'s headline (Newton closer than GD) at the last layer, under both "
+          "protocols and on every model:")
+    print("\n".join(headline_lines(gpt + paired)), end="\n\n")
     print("softmax vs linear attention, paired layout: best Newton step per layer")
-    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
-    for row in [header, *body]:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+    print("\n".join(aligned(*comparison_rows(paired), right=False)), end="\n\n")
+    print(text_table(pq_aligned[0]), end="\n\n")
     for name, analysis in pq:
         dists = ", ".join(f"{d:.3f}" for d in analysis.dist_to_inv_cov)
         print(f"{name}: distance of A_l to Σ⁻¹ per layer: {dists}; scales a_l "

@@ -30,6 +30,9 @@ from iclprobe.algorithms.base import (
 from iclprobe.algorithms.prefix import PrefixStats, prefix_stats, safe_inverse
 
 LrSpec = float | str
+#: Newton–Schulz initial scalings: name -> (numerator, norm of S Sᵀ).
+NEWTON_ALPHAS = {"frobenius": (1.0, "fro"), "2/frobenius": (2.0, "fro"),
+                 "spectral": (1.0, "spectral"), "2/spectral": (2.0, "spectral")}
 
 
 def _stats(xs: Tensor, ys: Tensor, stats: PrefixStats | None) -> PrefixStats:
@@ -215,20 +218,24 @@ def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
 
     ``w_k = M_k Xᵀy`` (step k ↔ M_k). In S's eigenbasis ``m_{k+1} = m_k (2 − λ m_k)`` and
     ``1 − λ m_{k+1} = (1 − λ m_k)²``, so it converges iff ``0 < α λ_max² < 2``.
-    ``alpha``: "frobenius" = 1/‖SSᵀ‖_F (Fu et al.'s code, the default), "spectral" =
-    1/‖SSᵀ‖₂, or a number. The paper's own α = 2/‖SSᵀ‖₂ lies exactly on the divergence
-    boundary: in the top eigendirection ``1 − λ m_k`` goes −1, 1, 1, … and never converges
-    (in floating point, round-off ε grows as 2^k ε and lets it escape after ~30-50 steps).
+    ``alpha``: "frobenius" = 1/‖SSᵀ‖_F (the default), "2/frobenius" = 2/‖SSᵀ‖_F (what Fu
+    et al.'s evaluation code uses), "spectral" = 1/‖SSᵀ‖₂, or a number. The paper's own
+    α = 2/‖SSᵀ‖₂ ("2/spectral") lies exactly on the divergence boundary: in the top
+    eigendirection ``1 − λ m_k`` goes −1, 1, 1, … and never converges (in floating point,
+    round-off ε grows as 2^k ε and lets it escape after ~30-50 steps). 2/‖SSᵀ‖_F converges
+    whenever S has rank ≥ 2 (‖SSᵀ‖_F > λ_max²) and sits on the boundary at rank 1.
     """
     k_steps = check_steps(steps)
     stats = _stats(xs, ys, stats)
     lam = stats.eigvals
-    if alpha == "frobenius":
-        a = safe_inverse(lam.pow(4).sum(-1, keepdim=True).sqrt())
-    elif alpha == "spectral":
-        a = safe_inverse(lam[..., -1:].pow(2))
+    if alpha in NEWTON_ALPHAS:
+        numerator, norm = NEWTON_ALPHAS[alpha]
+        sq = lam.pow(2)  # the eigenvalues of S Sᵀ
+        size = sq.pow(2).sum(-1, keepdim=True).sqrt() if norm == "fro" else sq[..., -1:]
+        a = numerator * safe_inverse(size)
     elif isinstance(alpha, str):
-        raise ValueError(f"alpha must be 'frobenius', 'spectral' or a number > 0, got {alpha!r}")
+        raise ValueError(f"alpha must be one of {sorted(NEWTON_ALPHAS)} or a number > 0, "
+                         f"got {alpha!r}")
     else:
         a = torch.tensor(check_positive(alpha, "alpha"), dtype=torch.float64)
     preds, w = _run_recurrence(stats, k_steps, a * lam, lambda m: m * (2.0 - lam * m),

@@ -14,6 +14,7 @@ from torch import Tensor
 
 from iclprobe.algorithms.base import Iterates, check_positive, check_steps, out_dtype, register
 from iclprobe.algorithms.prefix import check_regression, prefix_stats, safe_inverse
+from iclprobe.tasks import as_generator
 
 
 def _record(k_steps: Tensor, weights_at: dict[int, Tensor], xs: Tensor, want: bool,
@@ -23,14 +24,36 @@ def _record(k_steps: Tensor, weights_at: dict[int, Tensor], xs: Tensor, want: bo
     return preds.to(dtype), (w.to(dtype) if want else None)
 
 
+def _initial_weights(init: str | Tensor, shape: tuple[int, int, int],
+                     generator: torch.Generator | int | None, device: torch.device) -> Tensor:
+    """The starting w of every prefix, ``[batch, pos, n_dims]`` in float64."""
+    if isinstance(init, Tensor):
+        if init.shape != shape:
+            raise ValueError(f"init must have shape {list(shape)}, got {tuple(init.shape)}")
+        if not bool(torch.isfinite(init).all()):
+            raise ValueError("init must be finite (found NaN or Inf)")
+        return init.to(device=device, dtype=torch.float64).clone()
+    if init == "zero":
+        return torch.zeros(shape, dtype=torch.float64, device=device)
+    if init == "uniform":
+        gen = as_generator(0 if generator is None else generator)
+        return torch.rand(shape, generator=gen, dtype=torch.float64).to(device)
+    raise ValueError(f"init must be 'zero', 'uniform' or a [batch, pos, n_dims] tensor, "
+                     f"got {init!r}")
+
+
 @register("online_gd")
 def online_gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
-              lr: float | str = "normalized", weights: bool = True) -> Iterates:
-    """Online (single-example) GD from w = 0; step k = k passes over the prefix's examples.
+              lr: float | str = "normalized", weights: bool = True,
+              init: str | Tensor = "zero",
+              generator: torch.Generator | int | None = None) -> Iterates:
+    """Online (single-example) GD; step k = k passes over the prefix's examples.
 
     Each update is ``w <- w − η_j x_j (x_jᵀ w − y_j)`` for j = 0..t−1 in order, with
     ``η_j = lr`` or, for ``lr="normalized"``, ``1/‖x_j‖²`` (Kaczmarz: each update fits
-    example j exactly). Fu et al.'s code starts from a random w instead of 0.
+    example j exactly). ``init``: "zero" (w = 0), "uniform" (each prefix's w drawn from
+    U[0, 1)^d with ``generator``, as Fu et al.'s code draws ``torch.rand``), or a tensor
+    ``[batch, pos, n_dims]``. Prefix t = 0 has no examples and predicts 0 in every case.
     """
     k_steps = check_steps(steps)
     check_regression(xs, ys)
@@ -38,8 +61,8 @@ def online_gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
         lr = check_positive(lr, "lr")
     x, y = xs.to(torch.float64), ys.to(torch.float64)
     b, n, d = x.shape
-    w = torch.zeros(b, n, d, dtype=torch.float64, device=xs.device)  # one w per prefix
-    prefix = torch.arange(n, device=xs.device)
+    w = _initial_weights(init, (b, n, d), generator, xs.device)  # one w per prefix
+    w[:, 0] = 0.0
     saved = {0: w.clone()}
     for k in range(1, int(k_steps.max()) + 1):
         for j in range(n - 1):  # example j updates every prefix t > j
@@ -49,9 +72,9 @@ def online_gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
             resid = (w[:, j + 1 :] * xj[:, None]).sum(-1) - y[:, j, None]  # [batch, t > j]
             w[:, j + 1 :] -= (eta[:, None] * resid)[..., None] * xj[:, None]
         saved[k] = w.clone()
-    w[:, prefix == 0] = 0.0
     preds, ws = _record(k_steps, saved, xs, weights, out_dtype(xs))
-    return Iterates(k_steps, preds, ws, {"lr": lr}, "online_gd")
+    hyper = {"lr": lr, "init": init if isinstance(init, str) else "given"}
+    return Iterates(k_steps, preds, ws, hyper, "online_gd")
 
 
 @register("gd_plus_plus")

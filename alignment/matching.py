@@ -1,10 +1,13 @@
-"""Best-matching step per layer, its ties, and the fit of matched step against layer.
+"""Best-matching step per layer, its ties, and fits of matched step against layer.
 
 Fu et al. 2024 (Fig. 3a): the best-matching Newton step grows linearly with depth, the
-best GD step exponentially (so GD steps are fitted in log₂). Ties — steps within ``tol``
-of the best — are reported, as are layers whose best match does not beat the zero
-predictor by more than its bootstrap interval (a layer that computes nothing matches any
-learner's first tiny step).
+best GD step exponentially. Both lines are fitted — step ∝ layer and log₂ step ∝ layer —
+so a report can say which explains the matched steps better. Ties (steps within ``tol``
+of the best) are reported, as are layers whose best match does not beat the zero
+predictor by more than its bootstrap interval: a layer that computes nothing matches any
+learner's first tiny step, so by default fits use only the layers above the zero
+predictor. A fit over fewer than three layers, or of a constant series, is undefined (no
+slope, no R²) rather than a perfect line.
 """
 
 from __future__ import annotations
@@ -19,16 +22,36 @@ import torch
 
 from iclprobe.alignment.similarity import LOG_STEP_LEARNERS, Similarity
 
+MIN_FIT_LAYERS = 3
+
 
 @dataclasses.dataclass
 class Fit:
-    """Least-squares line ``step ≈ slope · layer + intercept`` (log₂ step if ``log2``)."""
+    """Least-squares line ``step ≈ slope · layer + intercept`` (log₂ step if ``log2``).
 
-    slope: float
-    intercept: float
-    r2: float
+    ``slope``, ``intercept`` and ``r2`` are None when the fit is undefined; ``reason``
+    then says why.
+    """
+
+    slope: float | None
+    intercept: float | None
+    r2: float | None
     layers: list[int]
     log2: bool
+    reason: str | None = None
+
+    @property
+    def defined(self) -> bool:
+        """Whether the line exists (enough layers, a varying series)."""
+        return self.slope is not None
+
+    def describe(self) -> str:
+        """One line: slope and R², or why there is no fit."""
+        scale = "log2(step)" if self.log2 else "step"
+        if not self.defined:
+            return f"{scale} vs layer: undefined ({self.reason})"
+        span = f"layers {self.layers[0]}..{self.layers[-1]}" if self.layers else "no layers"
+        return f"{scale} vs layer over {span}: slope {self.slope:.2f}, R² {self.r2:.2f}"
 
 
 @dataclasses.dataclass
@@ -41,7 +64,9 @@ class Match:
     best_value: list[float]
     ties: list[list[int]]
     above_zero: list[bool]
-    fit: Fit | None
+    fit: Fit | None  # on the learner's own step scale (log₂ for GD-like learners)
+    fits: dict[str, Fit] = dataclasses.field(default_factory=dict)  # "linear", "log2"
+    best_column: list[int] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
@@ -60,31 +85,66 @@ class Match:
         return "\n".join(rows) + "\n"
 
 
-def fit_line(layers: list[int], steps: list[float]) -> tuple[float, float, float]:
-    """Slope, intercept and R² of ordinary least squares (R² = 1 for a perfect or flat fit)."""
-    x = torch.tensor(layers, dtype=torch.float64)
-    y = torch.tensor(steps, dtype=torch.float64)
+def fit_line(layers: Sequence[int], steps: Sequence[float]) -> tuple[float, float, float] | None:
+    """Slope, intercept and R² of ordinary least squares; None if undefined.
+
+    Undefined: fewer than two distinct layers, or a constant series (R² = 0/0).
+    """
+    x = torch.tensor(list(layers), dtype=torch.float64)
+    y = torch.tensor(list(steps), dtype=torch.float64)
+    if x.numel() != y.numel():
+        raise ValueError(f"layers and steps differ in length: {x.numel()} and {y.numel()}")
+    if not bool(torch.isfinite(y).all()):
+        raise ValueError(f"steps must be finite, got {list(steps)}")
     xc, yc = x - x.mean(), y - y.mean()
-    sxx = (xc * xc).sum()
-    slope = (xc * yc).sum() / sxx if sxx > 0 else torch.tensor(0.0, dtype=torch.float64)
+    sxx, ss_tot = (xc * xc).sum(), (yc * yc).sum()
+    if x.numel() < 2 or sxx <= 0 or ss_tot <= 0:
+        return None
+    slope = (xc * yc).sum() / sxx
     intercept = y.mean() - slope * x.mean()
-    ss_tot = (yc * yc).sum()
     ss_res = ((y - slope * x - intercept) ** 2).sum()
-    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else torch.tensor(1.0, dtype=torch.float64)
-    return float(slope), float(intercept), float(r2)
+    return float(slope), float(intercept), float(1.0 - ss_res / ss_tot)
+
+
+def fit_steps(layers: Sequence[int], steps: Sequence[int], log2: bool,
+              min_layers: int = MIN_FIT_LAYERS) -> Fit:
+    """The fit of ``steps`` (or log₂ steps) against ``layers``, undefined where it must be."""
+    layers = list(layers)
+    if log2:
+        dropped = [layer for layer, s in zip(layers, steps) if s <= 0]
+        pairs = [(layer, math.log2(s)) for layer, s in zip(layers, steps) if s > 0]
+    else:
+        dropped, pairs = [], [(layer, float(s)) for layer, s in zip(layers, steps)]
+    used = [layer for layer, _ in pairs]
+    if len(pairs) < min_layers:
+        why = f"{len(pairs)} layer{'s' if len(pairs) != 1 else ''} to fit, {min_layers} needed"
+        if dropped:
+            why += f" (step 0 at layers {dropped} has no log2)"
+        return Fit(None, None, None, used, log2, why)
+    line = fit_line(used, [v for _, v in pairs])
+    if line is None:
+        return Fit(None, None, None, used, log2, "the matched steps are constant")
+    return Fit(*line, used, log2)
 
 
 def match_steps(sim: Similarity, steps: Sequence[int] | torch.Tensor | None = None,
-                tol: float = 1e-3,
-                layers: list[int] | range | None = None, log2: bool | None = None) -> Match:
-    """Best step per layer (with ties within ``tol``) and the fit over ``layers``.
+                tol: float = 1e-3, layers: Sequence[int] | None = None,
+                log2: bool | None = None, live: Sequence[bool] | None = None,
+                fit_dead: bool = False, min_fit_layers: int = MIN_FIT_LAYERS) -> Match:
+    """Best step per layer (the first maximum; ties within ``tol``) and step-vs-layer fits.
 
     Args:
         sim: a `Similarity` table.
         steps: the step counts of its columns (default: ``sim.steps``).
         tol: steps whose value is within ``tol`` of the best are reported as ties.
-        layers: the layers the line is fitted over (default: 1..L, the blocks).
-        log2: fit log₂(step) (default: True for GD-like learners, False otherwise).
+        layers: the layers the lines may be fitted over (default: 1..L, the blocks).
+        log2: the learner's own scale for ``fit`` (default: log₂ for GD-like learners).
+        live: per layer, whether it computes something (default: its best match clears
+            the zero predictor's value beyond the bootstrap bound, ``above_zero``). Pass the
+            error-cosine verdict when matching weight-cosine tables, whose zero reference
+            (cosine with the zero vector) is 0 and says nothing.
+        fit_dead: include layers that are not live in the fits.
+        min_fit_layers: fewer layers than this give an undefined fit.
     """
     if isinstance(steps, torch.Tensor):
         steps = steps.tolist()
@@ -98,27 +158,27 @@ def match_steps(sim: Similarity, steps: Sequence[int] | torch.Tensor | None = No
     bad = [layer for layer in layers if not 0 <= layer < n_layers]
     if bad:
         raise ValueError(f"layers {bad} out of range: the table has layers 0..{n_layers - 1}")
+    if not bool(torch.isfinite(sim.values).all()):
+        raise ValueError(f"match_steps: the {sim.metric} table of {sim.learner} holds NaN or Inf")
     sign = 1.0 if sim.higher_is_better else -1.0
     score = sign * sim.values  # higher is better from here on
-    best = score.argmax(dim=1)
+    best = score.argmax(dim=1)  # the first maximum
     best_step = [steps[int(i)] for i in best]
     best_score = score.max(dim=1).values
     ties = [[steps[k] for k in range(n_steps) if score[layer, k] >= best_score[layer] - tol]
             for layer in range(n_layers)]
-    # A match counts only if its bootstrap bound clears the zero predictor's value: a layer
-    # that computes nothing matches a learner's first tiny step (error cosine ~0.95) or
-    # nothing at all (weight cosine ~0), and its "best step" is noise.
     rows = torch.arange(n_layers)
     bound = (sim.lower if sim.higher_is_better else sim.upper)[rows, best]
     above_zero = [bool(sign * bound[layer] > sign * sim.zero[best[layer]] + tol)
                   for layer in range(n_layers)]
-    log2 = sim.learner in LOG_STEP_LEARNERS if log2 is None else log2
-    fit_layers = [layer for layer in layers if not (log2 and best_step[layer] <= 0)]
-    fit = None
-    if len(fit_layers) >= 2:
-        ys = [math.log2(best_step[layer]) if log2 else float(best_step[layer])
-              for layer in fit_layers]
-        slope, intercept, r2 = fit_line(fit_layers, ys)
-        fit = Fit(slope, intercept, r2, fit_layers, log2)
+    if live is not None and len(live) != n_layers:
+        raise ValueError(f"live has {len(live)} entries, the table has {n_layers} layers")
+    alive = list(above_zero if live is None else live)
+    fit_layers = [layer for layer in layers if fit_dead or alive[layer]]
+    fit_vals = [best_step[layer] for layer in fit_layers]
+    fits = {"linear": fit_steps(fit_layers, fit_vals, False, min_fit_layers),
+            "log2": fit_steps(fit_layers, fit_vals, True, min_fit_layers)}
+    own_log2 = sim.learner in LOG_STEP_LEARNERS if log2 is None else log2
     return Match(sim.learner, sim.metric, best_step, [float(sign * v) for v in best_score],
-                 ties, above_zero, fit)
+                 ties, above_zero if live is None else [bool(v) for v in live],
+                 fits["log2" if own_log2 else "linear"], fits, [int(i) for i in best])

@@ -1,10 +1,14 @@
 """The alignment pipeline behind ``iclprobe align``: which learner does each layer run?
 
-For a checkpoint: draw evaluation data (the model's own task by default), read every
-layer's prediction out with `LayerProbes` (fitted on fresh draws, or loaded next to the
-checkpoint), compute the reference learners' iterates on the same data (one shared
-eigendecomposition), and compare layers with steps by error cosine and, through induced
-weights on a subset, by weight cosine.
+For a checkpoint: draw evaluation data (the model's own task by default); read every
+layer's prediction out (ridge `LayerProbes` for a GPT, the exact readout −Z[query, d] for
+a PQ transformer); run the protocol's learners on the same data; compare layers with
+steps by error cosine and, through induced weights on a subset, by weight cosine; then
+compare the learners with each other per layer, calibrated by their own resemblance.
+
+A model is aligned where it was trained: every prefix for a model trained on all
+positions (Garg et al.), only the trained context length for one trained on the last
+position (Ahn et al.), where the error cosine is taken across sequences.
 """
 
 from __future__ import annotations
@@ -14,26 +18,48 @@ import logging
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from iclprobe import algorithms, probes
+from iclprobe.alignment import comparison as C
+from iclprobe.alignment.family import (
+    default_positions,
+    family_runs,
+    layer_predictions,
+    layer_weight_fn,
+)
 from iclprobe.alignment.matching import Match, match_steps
+from iclprobe.alignment.protocols import PROTOCOLS, Protocol, RunSpec, get_protocol
+from iclprobe.alignment.runs import run_spec
+from iclprobe.alignment.separation import Separation, separation_views
 from iclprobe.alignment.similarity import Similarity, similarity
 from iclprobe.models.regressor import Regressor
 from iclprobe.tasks import RegressionBatch, RegressionTask
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_ALGORITHMS = ("newton", "gd", "pgd", "cg", "ols")
 DATA_CHOICES = ("task", "isotropic", "ill-conditioned")
 METRIC_CHOICES = ("error_cosine", "weight_cosine")
+POSITION_CHOICES = ("auto", "all", "last")
+FIT_LAYER_CHOICES = ("live", "all")
+#: Learners a model family adds (PQ: preconditioned GD with its own A_l, and a_l Σ⁻¹).
+FAMILY_RUNS = ("pgd_own", "pgd_inv_cov")
+#: Learner pairs whose difference and verdict are reported, when both were run.
+PAIRS = (("newton", "gd"), ("newton", "online_gd"), ("pgd_inv_cov", "gd"),
+         ("pgd_inv_cov", "newton"))
 
 
 @dataclasses.dataclass(frozen=True)
 class AlignConfig:
     """What `align` computes (defaults sized for a CPU)."""
 
-    algorithms: tuple[str, ...] = DEFAULT_ALGORITHMS
+    protocol: str = "iclprobe"  # a named set of learner/metric choices (see protocols)
+    algorithms: tuple[str, ...] | None = None  # a subset of the protocol's learners
     metrics: tuple[str, ...] = METRIC_CHOICES
+    positions: str = "auto"  # "auto" (where the model was trained) | "all" | "last"
+    t_min: int | None = None  # first position in the metrics (default: the protocol's)
+    t_max: int | None = None  # last position (default: the last)
+    fit_layers: str = "live"  # "live": layers above the zero predictor | "all"
     n_sequences: int = 512  # evaluation sequences
     n_probe_sequences: int = 1000  # fresh sequences the layer probes are fitted on
     n_probe_heldout: int = 256  # fresh sequences the probes' R² is measured on
@@ -41,28 +67,46 @@ class AlignConfig:
     n_queries: int | None = None  # queries per prefix for induced weights (default 1.5 d)
     data: str = "task"  # "task" | "isotropic" | "ill-conditioned"
     condition_number: float = 100.0
-    newton_steps: int = 24  # Newton steps 0..newton_steps
-    gd_max_log2: int = 12  # GD steps 2^0..2^gd_max_log2 (Fu et al.'s grid)
-    gd_lr: float | str = "max"  # GD step size (default 1/λ_max of each prefix's Hessian)
+    n_boot: int = 200  # bootstrap resamples of the sequences
+    confidence: float = 0.95
+    separation: bool = True  # measure which views separate Newton from GD
     seed: int = 0
     device: str = "cpu"
 
     def __post_init__(self) -> None:
-        unknown = [a for a in self.algorithms if a not in algorithms.LEARNERS]
-        if unknown or not self.algorithms:
-            raise ValueError(f"unknown learner(s) {unknown or list(self.algorithms)}; valid: "
-                             f"{sorted(algorithms.LEARNERS)}")
+        protocol = get_protocol(self.protocol)
+        if self.algorithms is not None:
+            unknown = [a for a in self.algorithms
+                       if a not in protocol.runs and a not in FAMILY_RUNS]
+            if unknown or not self.algorithms:
+                raise ValueError(f"algorithms {unknown or list(self.algorithms)} are not in "
+                                 f"protocol {self.protocol!r}; choose from "
+                                 f"{list(protocol.runs) + list(FAMILY_RUNS)}")
         bad = [m for m in self.metrics if m not in METRIC_CHOICES]
         if bad or not self.metrics:
             raise ValueError(f"metric must be among {METRIC_CHOICES}, got {list(self.metrics)}")
-        if self.data not in DATA_CHOICES:
-            raise ValueError(f"data must be one of {DATA_CHOICES}, got {self.data!r}")
-        for name in ("n_sequences", "n_probe_sequences", "n_weight_sequences", "newton_steps"):
+        for name, choices in (("data", DATA_CHOICES), ("positions", POSITION_CHOICES),
+                              ("fit_layers", FIT_LAYER_CHOICES)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
+        for name in ("n_sequences", "n_probe_sequences", "n_weight_sequences", "n_boot"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.condition_number < 1:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+                raise ValueError(f"{name} must be an integer >= 2, got {value!r}")
+        for name in ("t_min", "t_max"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 0):
+                raise ValueError(f"{name} must be an integer >= 0 or None, got {value!r}")
+        if not 0 < self.confidence < 1:
+            raise ValueError(f"confidence must be in (0, 1), got {self.confidence!r}")
+        if not self.condition_number >= 1:
             raise ValueError(f"condition_number must be >= 1, got {self.condition_number!r}")
+
+    @property
+    def protocol_spec(self) -> Protocol:
+        """The `Protocol` named by ``protocol``."""
+        return PROTOCOLS[self.protocol]
 
 
 @dataclasses.dataclass
@@ -72,28 +116,47 @@ class AlignResult:
     name: str
     n_layers: int
     task: dict[str, Any]
-    layer_error: list[float]  # normalized error per layer, mean over t >= 1
+    protocol: dict[str, Any]
+    positions: str  # "all" or "last"
+    window: tuple[int, int]  # the positions t that enter the metrics
+    readout: str  # how layer predictions were read
+    layer_error: list[float]  # normalized error per layer over the window
     layer_error_by_t: list[list[float]]  # [layer][t]
+    zero_error: float  # the zero predictor's normalized error over the window
     learner_error_by_t: dict[str, list[float]]  # each learner at the last layer's best step
     probe_r2: list[float]
-    similarities: dict[str, dict[str, Similarity]]  # learner -> metric -> table
+    run_labels: dict[str, str]  # run key -> what it is
+    similarities: dict[str, dict[str, Similarity]]  # run -> metric -> table
     matches: dict[str, dict[str, Match]]
+    comparisons: dict[str, C.LearnerComparison]  # metric -> learner table and verdicts
+    separation: Separation | None
+    notes: list[str]  # one line each: what was skipped or means little, and why
+    live: list[bool] = dataclasses.field(default_factory=list)  # layer above the zero predictor
+    meaningless: str | None = None  # set when no alignment means anything for this model
+    probes_info: dict[str, Any] | None = None
+
+    @property
+    def step_runs(self) -> list[str]:
+        """Runs with more than one column, in protocol order (closed forms left out)."""
+        return [r for r, by in self.similarities.items()
+                if len(next(iter(by.values())).steps) > 1]
 
     def table(self, metric: str = "error_cosine") -> list[dict[str, Any]]:
-        """Per layer: error, best Newton/GD step, similarity, ties, zero reference."""
+        """Per layer: error, best step of each learner, its value, ties, liveness."""
         rows = []
         for layer in range(self.n_layers + 1):
             row: dict[str, Any] = {"layer": layer, "normalized_error": self.layer_error[layer]}
-            for learner in ("newton", "gd"):
-                if learner not in self.matches or metric not in self.matches[learner]:
+            for run in self.step_runs:
+                if metric not in self.matches[run]:
                     continue
-                m, sim = self.matches[learner][metric], self.similarities[learner][metric]
-                k = sim.steps.index(m.best_step[layer])
-                row[f"{learner}_step"] = m.best_step[layer]
-                row[f"{learner}_sim"] = m.best_value[layer]
-                row[f"{learner}_ties"] = m.ties[layer]
-                row[f"{learner}_zero_sim"] = float(sim.zero[k])
-                row[f"{learner}_above_zero"] = m.above_zero[layer]
+                m, sim = self.matches[run][metric], self.similarities[run][metric]
+                k = m.best_column[layer]
+                row[f"{run}_step"] = m.best_step[layer]
+                row[f"{run}_column"] = sim.column_label(k)
+                row[f"{run}_sim"] = m.best_value[layer]
+                row[f"{run}_ties"] = m.ties[layer]
+                row[f"{run}_zero_sim"] = float(sim.zero[k])
+                row[f"{run}_above_zero"] = m.above_zero[layer]
             rows.append(row)
         return rows
 
@@ -101,13 +164,19 @@ class AlignResult:
         """JSON-ready summary (similarity tables included)."""
         return {
             "name": self.name, "n_layers": self.n_layers, "task": self.task,
+            "protocol": self.protocol, "positions": self.positions,
+            "window": list(self.window), "readout": self.readout,
             "layer_error": self.layer_error, "layer_error_by_t": self.layer_error_by_t,
-            "learner_error_by_t": self.learner_error_by_t, "probe_r2": self.probe_r2,
-            "table": {m: self.table(m) for m in next(iter(self.matches.values()), {})},
-            "similarities": {lrn: {m: s.to_dict() for m, s in by.items()}
-                             for lrn, by in self.similarities.items()},
-            "matches": {lrn: {m: x.to_dict() for m, x in by.items()}
-                        for lrn, by in self.matches.items()},
+            "zero_error": self.zero_error, "learner_error_by_t": self.learner_error_by_t,
+            "probe_r2": self.probe_r2, "run_labels": self.run_labels, "notes": self.notes,
+            "meaningless": self.meaningless, "probes": self.probes_info, "live": self.live,
+            "table": {m: self.table(m) for m in self.comparisons},
+            "comparisons": {m: c.to_dict() for m, c in self.comparisons.items()},
+            "separation": self.separation.to_dict() if self.separation else None,
+            "similarities": {r: {m: s.to_dict() for m, s in by.items()}
+                             for r, by in self.similarities.items()},
+            "matches": {r: {m: x.to_dict() for m, x in by.items()}
+                        for r, by in self.matches.items()},
         }
 
 
@@ -123,32 +192,28 @@ def evaluation_task(model: Regressor, cfg: AlignConfig) -> RegressionTask:
                           condition_number=cfg.condition_number)
 
 
-def _steps(cfg: AlignConfig, learner: str, n_dims: int) -> list[int] | None:
-    if learner in ("ols", "ridge"):
-        return None
-    if learner in ("gd", "pgd", "momentum"):
-        return [2**i for i in range(cfg.gd_max_log2 + 1)]
-    if learner == "cg":
-        return list(range(n_dims + 2))
-    if learner in ("online_gd", "gd_plus_plus"):
-        return list(range(1, 9))
-    return list(range(cfg.newton_steps + 1))
+def trained_positions(model: Regressor) -> str:
+    """"last" for a model trained on the last position only (Ahn et al.), else "all"."""
+    recipe = getattr(model, "train_config", None) or {}
+    if "loss" in recipe:
+        return "last" if recipe["loss"] == "last" else "all"
+    return default_positions(model)
 
 
-def run_learner(name: str, batch: RegressionBatch, cfg: AlignConfig,
-                stats: algorithms.PrefixStats | None, weights: bool) -> algorithms.Iterates:
-    """A learner's iterates with `align`'s default hyperparameters."""
-    steps = _steps(cfg, name, batch.xs.shape[-1])
-    kw: dict[str, Any] = {"weights": weights}
-    if name in ("gd", "momentum"):
-        kw["lr"] = cfg.gd_lr
-    if name == "pgd":
-        kw.update(precond=torch.linalg.inv(batch.cov.double()), lr=cfg.gd_lr)
-    elif name in ("gd", "momentum", "newton", "cg", "ols", "ridge"):
-        kw["stats"] = stats
-    if steps is not None:
-        kw["steps"] = steps
-    return algorithms.iterates(name, batch.xs.double(), batch.ys.double(), **kw)
+def _window(cfg: AlignConfig, protocol: Protocol, positions: str, n: int) -> tuple[int, int]:
+    if positions == "last":
+        return n - 1, n - 1
+    t_min = protocol.t_min if cfg.t_min is None else cfg.t_min
+    t_max = n - 1 if cfg.t_max is None else cfg.t_max
+    if not t_min <= t_max < n:
+        raise ValueError(f"t_min={t_min}, t_max={t_max}: need t_min <= t_max <= {n - 1} "
+                         f"for {n} points")
+    return t_min, t_max
+
+
+def _check_finite(what: str, tensor: Tensor) -> None:
+    if not bool(torch.isfinite(tensor).all()):
+        raise ValueError(f"align: the {what} are not finite (found NaN or Inf)")
 
 
 def align(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
@@ -158,47 +223,153 @@ def align(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
     cfg = cfg or AlignConfig()
     model = model.to(cfg.device).eval()
     task = eval_task or evaluation_task(model, cfg)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    if layer_probes is None:
-        layer_probes = probes.LayerProbes().fit(model, task, n_sequences=cfg.n_probe_sequences,
-                                                generator=gen, n_heldout=cfg.n_probe_heldout)
-    batch = task.sample(cfg.n_sequences, generator=gen)
-    xs, ys = batch.xs.to(cfg.device), batch.ys.to(cfg.device)
-    layer_preds = layer_probes.predict(xs, ys).double().cpu()  # [L+1, B, n]
-    ys64 = batch.ys.double()
-    err_by_t = (layer_preds - ys64).pow(2).mean(1) / task.n_dims  # [L+1, n]
-    weights_needed = "weight_cosine" in cfg.metrics
-    sub = slice(0, min(cfg.n_weight_sequences, cfg.n_sequences))
+    positions = trained_positions(model) if cfg.positions == "auto" else cfg.positions
+    batch = task.sample(cfg.n_sequences, generator=torch.Generator().manual_seed(cfg.seed))
+    layer_preds, readout, probe_r2, layer_probes = layer_predictions(model, task, batch, cfg,
+                                                                     layer_probes)
     layer_w = None
-    if weights_needed:
-        n_q = cfg.n_queries or task.n_dims + max(2, task.n_dims // 2)
+    if "weight_cosine" in cfg.metrics:
+        d, sub = task.n_dims, slice(0, min(cfg.n_weight_sequences, cfg.n_sequences))
+        n_q = cfg.n_queries or d + max(2, d // 2)
         cov = batch.cov[sub] if batch.cov.ndim == 3 else batch.cov
-        layer_w = probes.induced_weights(layer_probes.predict_queries, xs[sub], ys[sub],
-                                         n_queries=n_q, cov=cov, generator=cfg.seed).double()
+        layer_w = probes.induced_weights(layer_weight_fn(model, layer_probes), batch.xs[sub],
+                                         batch.ys[sub], n_queries=n_q, cov=cov,
+                                         generator=cfg.seed).double()
+    extra, notes = family_runs(model, batch)
+    result = align_layers(layer_preds, batch, cfg, layer_weights=layer_w, name=name,
+                          positions=positions, extra_runs=extra, notes=notes, task=task)
+    result.readout, result.probe_r2 = readout, probe_r2
+    return result
+
+
+def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig | None = None,
+                 layer_weights: Tensor | None = None, name: str = "model",
+                 positions: str = "all",
+                 extra_runs: dict[str, tuple[RunSpec, dict[str, Any]]] | None = None,
+                 notes: list[str] | None = None,
+                 task: RegressionTask | None = None) -> AlignResult:
+    """Align per-layer predictions of any model with the protocol's learners.
+
+    Args:
+        layer_preds: ``[L+1, B, n]``, layer l's prediction of ``batch.ys`` at every prefix.
+        batch: the evaluation data the predictions were made on.
+        cfg: the protocol, metrics and statistics (its ``positions`` is ignored here).
+        layer_weights: ``[L+1, B', n, d]`` induced weights of the layers on the first B'
+            sequences (needed for ``weight_cosine``).
+        positions: "all" (every prefix) or "last" (the last position only).
+        extra_runs: learners beyond the protocol's, ``key -> (RunSpec, extra kwargs)``.
+        notes: lines to carry into the result.
+        task: the task ``batch`` came from (recorded; default: dims and points only).
+    """
+    cfg = cfg or AlignConfig()
+    protocol = cfg.protocol_spec
+    n_layers = layer_preds.shape[0] - 1
+    n, d = batch.xs.shape[1], batch.xs.shape[2]
+    if layer_preds.shape[1:] != batch.ys.shape:
+        raise ValueError(f"layer_preds must have shape [layer, {batch.ys.shape[0]}, {n}], "
+                         f"got {tuple(layer_preds.shape)}")
+    window = _window(cfg, protocol, positions, n)
+    notes = list(notes or [])
+    _check_finite("layer predictions (model output read per layer)", layer_preds)
+    layer_preds, ys64 = layer_preds.double(), batch.ys.double()
+    err_by_t = (layer_preds - ys64).pow(2).mean(1) / d  # [L+1, n]
+    t_lo, t_hi = window
+    zero_error = float(ys64[:, t_lo:t_hi + 1].pow(2).mean() / d)
+    weights_needed = "weight_cosine" in cfg.metrics
+    if weights_needed:
+        if layer_weights is None:
+            raise ValueError("metric weight_cosine needs layer_weights")
+        _check_finite("induced weights of the layers", layer_weights)
+        layer_weights = layer_weights.double()
+    sub = slice(0, layer_weights.shape[1] if layer_weights is not None else 0)
     stats = algorithms.prefix_stats(batch.xs.double(), ys64)
+    over = "sequences" if positions == "last" else "positions"
+    extra_runs = extra_runs or {}
+    chosen = cfg.algorithms or [*extra_runs, *protocol.runs]
+    runs = {k: extra_runs[k] if k in extra_runs else (protocol.runs[k], {})
+            for k in chosen if k in protocol.runs or k in extra_runs}
     sims: dict[str, dict[str, Similarity]] = {}
     matches: dict[str, dict[str, Match]] = {}
-    curves: dict[str, list[float]] = {}
-    for learner in cfg.algorithms:
-        it = run_learner(learner, batch, cfg, stats, weights_needed)
-        sims[learner], matches[learner] = {}, {}
-        for metric in cfg.metrics:
-            if metric == "error_cosine":
-                sim = similarity(layer_preds, it, ys64, metric, seed=cfg.seed)
-            else:
-                assert it.weights is not None and layer_w is not None
-                sub_it = algorithms.Iterates(it.steps, it.preds[:, sub], it.weights[:, sub],
-                                             it.hyper, it.name)
-                sim = similarity(layer_w, sub_it, ys64[sub], metric, seed=cfg.seed)
-            sims[learner][metric] = sim
-            matches[learner][metric] = match_steps(sim)
-        # The reference curve: the step that best matches the last layer.
-        last = matches[learner][cfg.metrics[0]].best_step[-1]
-        k = it.steps.tolist().index(last)
-        curves[f"{learner} (step {last})" if it.steps.numel() > 1 else learner] = (
-            (it.preds[k] - ys64).pow(2).mean(0) / task.n_dims).tolist()
+    iterates: dict[str, algorithms.Iterates] = {}
+    labels: dict[str, str] = {}
+    live_by: dict[str, Match] = {}
+    for key, (spec, extra) in runs.items():
+        it = dataclasses.replace(run_spec(spec, batch, n_layers, weights_needed, stats,
+                                          cfg.seed, **extra), name=key)
+        _check_finite(f"{key} iterates", it.preds)
+        iterates[key], labels[key] = it, spec.label
+        sims[key], matches[key] = {}, {}
+        sim_e = similarity(layer_preds, it, ys64, "error_cosine", t_min=t_lo, t_max=t_hi,
+                           over=over, n_boot=cfg.n_boot, confidence=cfg.confidence,
+                           seed=cfg.seed)
+        match_e = match_steps(sim_e, tol=protocol.tie_tol, fit_dead=cfg.fit_layers == "all")
+        live_by[key] = match_e
+        if "error_cosine" in cfg.metrics:
+            sims[key]["error_cosine"], matches[key]["error_cosine"] = sim_e, match_e
+        if weights_needed:
+            assert it.weights is not None and layer_weights is not None
+            sub_it = algorithms.Iterates(it.steps, it.preds[:, sub], it.weights[:, sub],
+                                         it.hyper, it.name)
+            w_lo = t_lo if positions == "last" else max(t_lo, protocol.weight_t_min)
+            sim_w = similarity(layer_weights, sub_it, ys64[sub], "weight_cosine", t_min=w_lo,
+                               t_max=t_hi, n_boot=cfg.n_boot, confidence=cfg.confidence,
+                               seed=cfg.seed)
+            sims[key]["weight_cosine"] = sim_w
+            matches[key]["weight_cosine"] = match_steps(
+                sim_w, tol=protocol.tie_tol, live=match_e.above_zero,
+                fit_dead=cfg.fit_layers == "all")
+    live = [any(m.above_zero[layer] for m in live_by.values()) for layer in range(n_layers + 1)]
+    comparisons = {m: _compare(m, sims, matches, iterates, ys64, sub, live) for m in cfg.metrics}
+    meaningless = None
+    last_error = float(err_by_t[-1, t_lo:t_hi + 1].mean())
+    if last_error >= 0.9 * zero_error:
+        meaningless = (f"the model does not solve this task (last layer's normalized error "
+                       f"{last_error:.3f} vs the zero predictor's {zero_error:.3f}): its "
+                       "layers cannot be aligned with a learner")
+    separation = None
+    if cfg.separation and positions == "all" and {"newton", "gd"} <= set(iterates):
+        separation = separation_views(d, n, protocol, iterates, batch, sub, window, cfg.seed,
+                                      cfg.condition_number)
     return AlignResult(
-        name=name, n_layers=model.cfg.n_layers, task=task.to_dict(),
-        layer_error=err_by_t[:, 1:].mean(-1).tolist(), layer_error_by_t=err_by_t.tolist(),
-        learner_error_by_t=curves, probe_r2=list(layer_probes.metrics_.r2)
-        if hasattr(layer_probes, "metrics_") else [], similarities=sims, matches=matches)
+        name=name, n_layers=n_layers,
+        task=task.to_dict() if task is not None else {"n_dims": d, "n_points": n,
+                                                     "cov": "given"},
+        protocol=protocol.to_dict(), positions=positions, window=window,
+        readout="given layer predictions",
+        layer_error=err_by_t[:, t_lo:t_hi + 1].mean(-1).tolist(),
+        layer_error_by_t=err_by_t.tolist(), zero_error=zero_error,
+        learner_error_by_t=_learner_curves(iterates, live_by, ys64, d), probe_r2=[],
+        run_labels=labels, similarities=sims, matches=matches, comparisons=comparisons,
+        separation=separation, notes=notes, live=live, meaningless=meaningless)
+
+
+def _learner_curves(iterates: dict[str, algorithms.Iterates], matches: dict[str, Match],
+                    ys: Tensor, d: int) -> dict[str, list[float]]:
+    """Each learner's error by t at the step that best matches the last layer (error cosine)."""
+    curves = {}
+    for key, it in iterates.items():
+        k = matches[key].best_column[-1]
+        label = f"{key} (step {it.steps[k].item()})" if it.steps.numel() > 1 else key
+        curves[label] = ((it.preds[k].double() - ys).pow(2).mean(0) / d).tolist()
+    return curves
+
+
+def _compare(metric: str, sims: dict[str, dict[str, Similarity]],
+             matches: dict[str, dict[str, Match]], iterates: dict[str, algorithms.Iterates],
+             ys: Tensor, sub: slice, live: list[bool]) -> C.LearnerComparison:
+    """The learner table for one metric: best scores, paired differences, verdicts."""
+    scores = {r: C.learner_score(by[metric], matches[r][metric].best_column)
+              for r, by in sims.items()}
+    pairs = []
+    for a, b in PAIRS:
+        if a not in sims or b not in sims:
+            continue
+        sa, sb = sims[a][metric], sims[b][metric]
+        ma, mb = matches[a][metric], matches[b][metric]
+        diff = C.difference(sa, sb)
+        cal = C.calibrate(iterates[a], iterates[b], ys, sa, sb, ma.best_column, mb.best_column,
+                          sub if metric == "weight_cosine" else None)
+        labels = C.verdicts(scores[a], scores[b], diff, cal, live, sa.higher_is_better)
+        pairs.append(C.PairVerdict(a, b, metric, diff, cal, labels,
+                                   C.sentence(labels, a, b, metric)))
+    return C.LearnerComparison(metric, scores, pairs, list(live))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -11,12 +10,20 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
 
 from iclprobe.alignment.matching import Match  # noqa: E402
 from iclprobe.alignment.similarity import Similarity  # noqa: E402
+from iclprobe.alignment.tables import METRIC_WORDS, nice_float  # noqa: E402
 
 LEARNER_STYLE = {"ols": ("black", "--"), "gd": ("tab:red", ":"), "newton": ("tab:blue", "-."),
-                 "pgd": ("tab:orange", ":"), "cg": ("tab:green", "--")}
+                 "pgd": ("tab:orange", ":"), "cg": ("tab:green", "--"),
+                 "online_gd": ("tab:purple", (0, (3, 1, 1, 1))), "pgd_own": ("tab:brown", "-."),
+                 "pgd_inv_cov": ("tab:pink", ":")}
+MARKERS = "osD^v<>P*"
+
+__all__ = ["error_curves", "learner_comparison", "matched_steps", "nice_float",
+           "preconditioner_distances", "similarity_heatmap"]
 
 
 def _save(fig: Any, path: Path) -> Path:
@@ -26,58 +33,94 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
+def overlapping_groups(curves: Sequence[Sequence[float]], rtol: float = 0.02) -> list[list[int]]:
+    """Consecutive curves within ``rtol`` of the first of their group (drawn as one)."""
+    groups: list[list[int]] = []
+    for i, curve in enumerate(curves):
+        if groups:
+            ref = curves[groups[-1][0]]
+            close = all(abs(a - b) <= rtol * max(abs(a), abs(b), 1e-12)
+                        for a, b in zip(curve[1:], ref[1:]))
+            if close:
+                groups[-1].append(i)
+                continue
+        groups.append([i])
+    return groups
+
+
 def error_curves(result: Any, path: Path) -> Path:
     """Normalized error vs number of in-context examples: a curve per layer + learners."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    n_layers = len(result.layer_error_by_t)
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    curves = result.layer_error_by_t
+    n_layers = len(curves)
     cmap = plt.get_cmap("viridis")
-    for layer, curve in enumerate(result.layer_error_by_t):
-        ax.plot(range(len(curve)), curve, color=cmap(layer / max(1, n_layers - 1)), lw=1.2,
-                label=f"layer {layer}" if layer in (0, n_layers - 1) or n_layers <= 6 else None)
+    norm = matplotlib.colors.Normalize(vmin=0, vmax=max(1, n_layers - 1))
+    for group in overlapping_groups(curves):
+        layer = group[0]
+        label = (f"layers {group[0]}–{group[-1]} (overlapping)" if len(group) > 1 else None)
+        ax.plot(range(len(curves[layer])), curves[layer], color=cmap(norm(group[-1])), lw=1.4,
+                label=label)
     for label, curve in result.learner_error_by_t.items():
         color, style = LEARNER_STYLE.get(label.split(" ")[0], ("gray", "--"))
         ax.plot(range(len(curve)), curve, color=color, ls=style, lw=2,
                 label=label if label != "ols" else "OLS")
     d = result.task["n_dims"]
-    ax.axvline(d, color="gray", lw=0.8, alpha=0.5)
+    ax.axvline(d, color="gray", lw=0.9, ls=":", label=f"t = d = {d} (OLS interpolates)")
     ax.set_yscale("log")
-    floor = min(min(c[1:]) for c in result.layer_error_by_t if len(c) > 1)
+    floor = min(min(c[1:]) for c in curves if len(c) > 1)
     ax.set_ylim(bottom=max(floor / 30, 1e-6))
     ax.set_xlabel("in-context examples t")
     ax.set_ylabel("normalized squared error (÷ d)")
     ax.set_title(f"{result.name}: error by layer; learners at the last layer's best step",
                  fontsize=9)
+    bar = fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax)
+    bar.set_label("layer (0 = embedding)")
     ax.legend(fontsize=7, ncol=2)
     return _save(fig, path)
 
 
 def similarity_heatmap(sim: Similarity, match: Match, path: Path, title: str) -> Path:
-    """Layer × step similarity, best step per layer marked."""
-    fig, ax = plt.subplots(figsize=(max(5, 0.3 * len(sim.steps) + 2), 0.35 * sim.values.shape[0]
-                                    + 1.8))
-    im = ax.imshow(sim.values.numpy(), aspect="auto", cmap="magma",
-                   origin="lower", interpolation="nearest")
-    for layer, step in enumerate(match.best_step):
-        ax.plot(sim.steps.index(step), layer, "c*" if match.above_zero[layer] else "wx", ms=7)
-    ax.set_xticks(range(len(sim.steps)))
-    ax.set_xticklabels([str(s) for s in sim.steps], rotation=90, fontsize=7)
+    """Layer × step similarity, best step per layer marked (✕: not above zero)."""
+    n_layers, n_steps = sim.values.shape
+    fig, ax = plt.subplots(figsize=(max(5.5, 0.32 * n_steps + 2.5), 0.38 * n_layers + 2.0))
+    values = sim.values.numpy()
+    live = [z for z in match.above_zero]
+    shown = sim.values[torch.tensor(live)] if any(live) else sim.values
+    vmin = float(torch.quantile(shown.flatten(), 0.05))
+    vmax = float(shown.max())
+    im = ax.imshow(values, aspect="auto", cmap="magma", origin="lower", interpolation="nearest",
+                   vmin=vmin, vmax=max(vmax, vmin + 1e-9))
+    for layer, k in enumerate(match.best_column):
+        if match.above_zero[layer]:
+            ax.plot(k, layer, marker="*", ms=11, mfc="cyan", mec="black", mew=0.8, ls="none")
+        else:
+            ax.plot(k, layer, marker="X", ms=8, mfc="white", mec="black", mew=0.8, ls="none")
+    ax.set_xticks(range(n_steps))
+    ax.set_xticklabels([sim.column_label(k) for k in range(n_steps)], rotation=90, fontsize=7)
+    ax.set_yticks(range(n_layers))
     ax.set_xlabel(f"{sim.learner} steps")
     ax.set_ylabel("layer")
-    ax.set_title(title, fontsize=9)
-    fig.colorbar(im, ax=ax, label=sim.metric)
+    ax.set_title(title + "\n★ best step, ✕ best step not above the zero predictor", fontsize=9)
+    words = METRIC_WORDS.get(sim.metric, sim.metric)
+    bar = fig.colorbar(im, ax=ax, extend="min")
+    bar.set_label(f"{words} (colours clipped below {vmin:.2f})")
     return _save(fig, path)
 
 
 def matched_steps(matches: Sequence[tuple[str, Match]], path: Path) -> Path:
-    """Best-matching step vs layer with the fitted line, several models on one axis."""
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    markers = "osD^v<>"
+    """Best-matching step vs layer, hollow where not live, fitted line where defined."""
+    fig, ax = plt.subplots(figsize=(6.8, 4.3))
     for i, (label, match) in enumerate(matches):
-        layers = list(range(len(match.best_step)))
-        steps = match.best_step
-        line = ax.plot(layers, steps, markers[i % len(markers)], label=label)[0]
+        marker = MARKERS[i % len(MARKERS)]
+        live = [layer for layer, ok in enumerate(match.above_zero) if ok]
+        dead = [layer for layer, ok in enumerate(match.above_zero) if not ok]
+        line = ax.plot(live, [match.best_step[x] for x in live], marker, label=label)[0]
+        if dead:
+            ax.plot(dead, [match.best_step[x] for x in dead], marker, mfc="none",
+                    color=line.get_color(), label=f"  {label}: not above zero")
         fit = match.fit
-        if fit is not None:
+        if fit is not None and fit.defined:
+            assert fit.slope is not None and fit.intercept is not None
             xs = [min(fit.layers), max(fit.layers)]
             ys = [fit.slope * x + fit.intercept for x in xs]
             if fit.log2:
@@ -90,15 +133,55 @@ def matched_steps(matches: Sequence[tuple[str, Match]], path: Path) -> Path:
     ax.set_xlabel("layer")
     ax.set_ylabel(f"best-matching {matches[0][1].learner} step" if matches else "step")
     ax.legend(fontsize=7)
-    ax.set_title("Matched step vs layer (stars in the heatmaps mark these steps)", fontsize=9)
+    ax.set_title("Matched step vs layer (lines fitted over live layers)", fontsize=9)
+    return _save(fig, path)
+
+
+def learner_comparison(result: Any, metric: str, path: Path) -> Path:
+    """Per layer: each learner's best similarity with CI; paired differences with CI."""
+    comp = result.comparisons[metric]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    layers = list(range(result.n_layers + 1))
+    offset = 0.8 / max(1, len(comp.scores))
+    for i, (run, score) in enumerate(comp.scores.items()):
+        color = LEARNER_STYLE.get(run, ("gray", "-"))[0]
+        xs = [x - 0.4 + (i + 0.5) * offset for x in layers]
+        iv = score.score
+        err = [[v - lo for v, lo in zip(iv.value, iv.lower)],
+               [hi - v for v, hi in zip(iv.value, iv.upper)]]
+        left.errorbar(xs, iv.value, yerr=err, fmt="none", ecolor=color, elinewidth=1)
+        for x, v, ok in zip(xs, iv.value, comp.live):
+            left.plot(x, v, MARKERS[i % len(MARKERS)], color=color,
+                      mfc=color if ok else "none")
+        left.plot([], [], MARKERS[i % len(MARKERS)], color=color, label=run)
+    words = METRIC_WORDS.get(metric, metric)
+    left.set_xlabel("layer")
+    left.set_ylabel(f"best {words} over steps")
+    left.set_title(f"{result.name}: learners' best {words} (95% CI)", fontsize=9)
+    left.legend(fontsize=7)
+    for i, pair in enumerate(comp.pairs):
+        iv = pair.difference
+        xs = [x + (i - (len(comp.pairs) - 1) / 2) * 0.15 for x in layers]
+        err = [[v - lo for v, lo in zip(iv.value, iv.lower)],
+               [hi - v for v, hi in zip(iv.value, iv.upper)]]
+        right.errorbar(xs, iv.value, yerr=err, fmt=MARKERS[i % len(MARKERS)], ms=4, capsize=2,
+                       label=f"{pair.a} − {pair.b}")
+    right.axhline(0, color="gray", lw=0.8)
+    right.set_xlabel("layer")
+    right.set_ylabel("difference of best similarities")
+    right.set_title("Paired differences (95% CI; above 0: the first learner is closer)",
+                    fontsize=9)
+    right.legend(fontsize=7)
+    for ax in (left, right):
+        ax.set_xticks(layers)
     return _save(fig, path)
 
 
 def preconditioner_distances(rows: Sequence[tuple[str, Any]], path: Path) -> Path:
-    """Per PQ model: distance of A_l to Σ⁻¹ and to I, and the scales a_l."""
+    """Per PQ model: distance of A_l to Σ⁻¹ and to I, and the scales a_l (layers 1..L)."""
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
     for name, analysis in rows:
-        layers = list(range(len(analysis.dist_to_inv_cov)))
+        layers = list(range(1, len(analysis.dist_to_inv_cov) + 1))
         line = axes[0].plot(layers, analysis.dist_to_inv_cov, "o-", label=f"{name}: to Σ⁻¹")[0]
         axes[0].plot(layers, analysis.dist_to_identity, "s--", color=line.get_color(),
                      label=f"{name}: to I")
@@ -113,12 +196,5 @@ def preconditioner_distances(rows: Sequence[tuple[str, Any]], path: Path) -> Pat
     axes[1].set_title("Fitted scales a_l", fontsize=9)
     axes[1].legend(fontsize=7)
     for ax in axes:
-        ax.set_xticks(range(max(len(a.scale) for _, a in rows)))
+        ax.set_xticks(range(1, max(len(a.scale) for _, a in rows) + 1))
     return _save(fig, path)
-
-
-def nice_float(x: float) -> str:
-    """Compact formatting for tables."""
-    if x == 0 or not math.isfinite(x):
-        return str(x)
-    return f"{x:.3f}" if abs(x) >= 1e-2 else f"{x:.1e}"

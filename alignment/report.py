@@ -1,4 +1,8 @@
-"""Tables and the report folder: report.md, summary.json, one CSV per table, PNG plots."""
+"""The report folder: report.md, summary.json, one CSV per table, PNG plots.
+
+`write_report` writes into the folder it is given (callers that replace an old report
+write into a temporary folder and swap it in whole).
+"""
 
 from __future__ import annotations
 
@@ -6,66 +10,53 @@ import csv
 import io
 import json
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from iclprobe.alignment import plots
+from iclprobe.alignment import tables as T
 from iclprobe.alignment.pipeline import AlignResult
+from iclprobe.alignment.tables import nice_float, text_table
 from iclprobe.models.io import write_text_atomic
 
-COLUMNS = [("layer", "layer"), ("normalized_error", "norm. error"),
-           ("newton_step", "Newton step"), ("newton_sim", "sim"), ("newton_ties", "ties"),
-           ("gd_step", "GD step"), ("gd_sim", "sim"), ("gd_ties", "ties"),
-           ("newton_zero_sim", "zero-pred. sim (Newton)")]
+__all__ = ["comparison_rows", "markdown_table", "text_table", "write_report"]
 
+GLOSSARY = """\
+How to read the tables:
 
-def _cell(row: dict[str, Any], key: str) -> str:
-    value = row.get(key, "")
-    if isinstance(value, float):
-        return plots.nice_float(value)
-    if isinstance(value, list):
-        return " ".join(map(str, value)) if len(value) <= 4 else \
-            f"{value[0]}..{value[-1]} ({len(value)})"
-    return str(value)
-
-
-def table_rows(result: AlignResult, metric: str) -> tuple[list[str], list[list[str]]]:
-    """Header and formatted rows of the per-layer table."""
-    rows = result.table(metric)
-    cols = [(k, h) for k, h in COLUMNS if any(k in r for r in rows)]
-    body = []
-    for r in rows:
-        cells = [_cell(r, k) for k, _ in cols]
-        for learner in ("newton", "gd"):
-            key = f"{learner}_step"
-            if key in r and not r.get(f"{learner}_above_zero", True):
-                cells[[k for k, _ in cols].index(key)] += "†"  # no better than predicting 0
-        body.append(cells)
-    return [h for _, h in cols], body
-
-
-def text_table(result: AlignResult, metric: str = "error_cosine") -> str:
-    """The per-layer table as aligned plain text (what ``iclprobe align`` prints)."""
-    header, body = table_rows(result, metric)
-    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]
-    lines = [f"{result.name} ({metric}; † = not above the zero predictor)",
-             "  ".join(h.rjust(w) for h, w in zip(header, widths))]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in body]
-    for learner in ("newton", "gd"):
-        fit = result.matches.get(learner, {}).get(metric)
-        if fit is not None and fit.fit is not None:
-            f = fit.fit
-            lines.append(f"{learner} step vs layer over layers {f.layers[0]}..{f.layers[-1]}: "
-                         f"slope {f.slope:.2f}{' in log2(step)' if f.log2 else ''}, "
-                         f"R² {f.r2:.2f}")
-    return "\n".join(lines)
+- **layer**: 0 is the embedded input, l the output of block l.
+- **norm. error**: the layer's mean squared error against the true y, divided by d, over
+  the positions in the window (the zero predictor scores about 1 on standard data).
+- **step**: the learner step whose predictions (error cosine) or induced weights (weight
+  cosine) are most similar to the layer's — the first maximum; **ties** lists steps within
+  the protocol's tolerance of it.
+- **sim** / **error cosine**: per sequence, the cosine between the layer's residuals
+  (prediction − y) and the learner's over the window, averaged over sequences (Fu et
+  al.'s Def. 3.1). For a model evaluated at one context length it is the cosine across
+  sequences at that t. **weight cosine**: the cosine between the induced weight vectors
+  (least squares on fresh queries), averaged over sequences and t (Def. 3.2).
+- **†** / **live**: a best match whose bootstrap bound does not beat the zero predictor's
+  similarity with the same step is marked † — a layer that computes nothing resembles any
+  learner's first tiny step. A layer is live when some learner's match clears the zero
+  predictor; fits use only a learner's live matches.
+- **zero-pred. sim**: the similarity of the zero predictor with the matched step.
+- **learner table**: each learner's best similarity over its steps with a 95% bootstrap
+  interval over sequences (the best step re-picked in every replicate), and paired
+  differences A − B with intervals.
+- **calibration**: "B ~ that A step" is the best similarity any step of B reaches with
+  the A step matched at that layer. If B imitates the A step at least as well as the
+  layer does, the metric cannot attribute the layer to A ("closer to A but within the
+  learners' own resemblance"); "prefers A" needs both a difference above 0 beyond its
+  interval and a layer closer to its A step than any B step is.
+"""
 
 
 def markdown_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
     """A GitHub-flavoured markdown table."""
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(r) + " |" for r in body]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in body]
     return "\n".join(out)
 
 
@@ -79,7 +70,7 @@ def _csv(header: Sequence[str], body: Sequence[Sequence[Any]]) -> str:
 
 def comparison_rows(results: Sequence[AlignResult], metric: str = "error_cosine",
                     learner: str = "newton") -> tuple[list[str], list[list[str]]]:
-    """Side by side: each model's best step per layer; differing layers marked with *."""
+    """Side by side: each model's best step per layer (†: not live); * marks differences."""
     header = ["layer"] + [f"{r.name} step (sim)" for r in results]
     depth = max(r.n_layers for r in results) + 1
     body = []
@@ -91,16 +82,77 @@ def comparison_rows(results: Sequence[AlignResult], metric: str = "error_cosine"
                 cells.append("-")
                 continue
             steps.add(m.best_step[layer])
-            cells.append(f"{m.best_step[layer]} ({plots.nice_float(m.best_value[layer])})")
+            mark = "" if m.above_zero[layer] else "†"
+            cells.append(f"{m.best_step[layer]}{mark} ({nice_float(m.best_value[layer])})")
         if len(steps) > 1:
             cells[0] += " *"
         body.append(cells)
-    fits = ["fit"]
+    fits = ["fit (live layers)"]
     for r in results:
-        fit = r.matches.get(learner, {}).get(metric)
-        fits.append("-" if fit is None or fit.fit is None else
-                    f"slope {fit.fit.slope:.2f}, R² {fit.fit.r2:.2f}")
+        m = r.matches.get(learner, {}).get(metric)
+        fits.append("-" if m is None or m.fit is None else m.fit.describe())
     return header, body + [fits]
+
+
+def _model_section(out: Path, res: AlignResult, slug: str) -> list[str]:
+    cov = res.task["cov"] if isinstance(res.task["cov"], str) else "given"
+    md = [f"## {res.name}", "",
+          f"Task: d = {res.task['n_dims']}, {res.task['n_points']} points, covariance {cov}. "
+          f"Protocol **{res.protocol['name']}** ({res.protocol['summary']}); positions "
+          f"{T.where(res)}; layers read by {res.readout}.", ""]
+    md += [f"- {n}" for n in res.notes] + ([""] if res.notes else [])
+    if res.meaningless:
+        png = plots.error_curves(res, out / f"error_{slug}.png")
+        return md + [f"**No alignment:** {res.meaningless}.", "",
+                     f"![error curves]({png.name})", ""]
+    for metric in res.comparisons:
+        words = T.METRIC_WORDS.get(metric, metric)
+        head, rows = T.matched_csv(res, metric)
+        write_text_atomic(out / f"table_{slug}_{metric}.csv", _csv(head, rows))
+        head, rows = T.learner_csv(res, metric)
+        write_text_atomic(out / f"learners_{slug}_{metric}.csv", _csv(head, rows))
+        md += [f"### By {words}", "", f"Best step per layer ([CSV](table_{slug}_{metric}.csv)):",
+               "", markdown_table(*T.matched_rows(res, metric)), "",
+               f"Learner table ([CSV](learners_{slug}_{metric}.csv)):", "",
+               markdown_table(*T.learner_rows(res, metric)), ""]
+        for pair in res.comparisons[metric].pairs:
+            md += [f"Calibration, {pair.a} vs {pair.b}:", "",
+                   markdown_table(*T.calibration_rows(res, pair)), "", f"**{pair.sentence}**",
+                   ""]
+        md += ["Step growth over live layers:", ""]
+        md += [f"- {g}" for g in T.growth_lines(res, metric)] + [""]
+        png = plots.learner_comparison(res, metric, out / f"learners_{slug}_{metric}.png")
+        md += [f"![learner comparison]({png.name})", "",
+               "Left: each learner's best similarity per layer with its 95% interval; "
+               "right: the paired differences with intervals (0 = indistinguishable). "
+               "Hollow markers: layers not above the zero predictor.", ""]
+        for run in T.display_runs(res):
+            sim, match = res.similarities[run][metric], res.matches[run][metric]
+            png = plots.similarity_heatmap(
+                sim, match, out / f"heatmap_{slug}_{run}_{metric}.png",
+                f"{res.name}: {words} with {res.run_labels.get(run, run)}")
+            md += [f"![{run} {metric}]({png.name})", "",
+                   f"{words.capitalize()} between each layer and each {run} step; ★ marks "
+                   "each layer's best match, ✕ a best match no better than the zero "
+                   "predictor's.", ""]
+    png = plots.error_curves(res, out / f"error_{slug}.png")
+    md += [f"![error curves]({png.name})", "",
+           "Normalized error against the number of in-context examples t, one curve per "
+           "layer (colour bar), with OLS and each learner at the step that best matches the "
+           "last layer. The dotted vertical line marks t = d, where OLS first interpolates.",
+           ""]
+    if res.separation:
+        md += ["Which views separate Newton from GD (the best similarity any GD step reaches "
+               "with Newton steps " + ", ".join(map(str, res.separation.views[0].newton_steps))
+               + "; lower = better separated):", "",
+               markdown_table(["view", "separation (1 − mean)", "GD's resemblance per step"],
+                              [[v.view, f"{v.separation:.4f}",
+                                ", ".join(f"{x:.3f}" for x in v.resemblance)]
+                               for v in res.separation.views]), ""]
+    for by in res.similarities.values():
+        for metric, sim in by.items():
+            write_text_atomic(out / f"similarity_{slug}_{sim.learner}_{metric}.csv", sim.to_csv())
+    return md
 
 
 def write_report(out: str | os.PathLike[str], results: Sequence[AlignResult],
@@ -109,77 +161,54 @@ def write_report(out: str | os.PathLike[str], results: Sequence[AlignResult],
     """Write the report folder and return the path of report.md."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    md = [f"# {title}", ""]
-    if command:
-        md += [f"Produced by `{command}`.", ""]
-    md += ["Each layer's prediction is read out by a ridge probe fitted on fresh sequences "
-           "(layer 0 is the embedded input). Similarities compare a layer with every step "
-           "count of a reference learner; † marks a best match that is no better than the "
-           "zero predictor's similarity with that step (a layer that computes nothing looks "
-           "like any learner's first tiny step).", ""]
+    md = [f"# {title}", ""] + ([f"Produced by `{command}`.", ""] if command else [])
+    md += [GLOSSARY, ""]
     summary: dict[str, Any] = {"title": title, "command": command, "models": {}, "pq": {}}
-    for res in results:
-        slug = res.name.replace("/", "_")
+    slugs = [re.sub(r"[^A-Za-z0-9._-]+", "_", r.name) for r in results]
+    for res, slug in zip(results, slugs):
         summary["models"][res.name] = res.to_dict()
-        cov = res.task["cov"] if isinstance(res.task["cov"], str) else "given"
-        md += [f"## {res.name}", "", f"Task: d = {res.task['n_dims']}, {res.task['n_points']} "
-               f"points, covariance {cov}.", ""]
-        for metric in next(iter(res.matches.values())):
-            header, body = table_rows(res, metric)
-            write_text_atomic(out / f"table_{slug}_{metric}.csv", _csv(header, body))
-            md += [f"Per-layer alignment by {metric.replace('_', ' ')} "
-                   f"([CSV](table_{slug}_{metric}.csv)):", "", markdown_table(header, body), ""]
-        png = plots.error_curves(res, out / f"error_{slug}.png")
-        md += [f"![error curves]({png.name})", "",
-               "Normalized error against the number of in-context examples, one curve per "
-               "layer, with OLS and the best step of each learner for reference.", ""]
-        for learner, by_metric in res.similarities.items():
-            for metric, sim in by_metric.items():
-                write_text_atomic(out / f"similarity_{slug}_{learner}_{metric}.csv",
-                                  sim.to_csv())
-                if learner not in ("newton", "gd"):
-                    continue
-                png = plots.similarity_heatmap(
-                    sim, res.matches[learner][metric],
-                    out / f"heatmap_{slug}_{learner}_{metric}.png",
-                    f"{res.name}: {metric} with {learner} (★ best step, x: not above zero)")
-                md += [f"![{learner} {metric}]({png.name})", "",
-                       f"{metric.replace('_', ' ').capitalize()} between each layer and each "
-                       f"{learner} step; stars mark each layer's best match.", ""]
-    metric = "error_cosine"  # the comparison figure and table use the error cosine
-    pairs = [(r.name, r.matches["newton"][metric]) for r in results
-             if "newton" in r.matches and metric in r.matches["newton"]]
+        md += _model_section(out, res, slug)
+    pairs = [(r.name, r.matches["newton"]["error_cosine"]) for r in results
+             if not r.meaningless and "error_cosine" in r.matches.get("newton", {})]
     if pairs:
         png = plots.matched_steps(pairs, out / "matched_newton_steps.png")
-        md += ["## Matched Newton step against depth", "", f"![matched steps]({png.name})",
-               "", "The best-matching Newton step per layer with a least-squares line "
-               "over layers 1..L (Fu et al. Fig. 3a): a slope near 1 means one Newton "
-               "step per layer.", ""]
+        md += ["## Matched Newton step against depth", "", f"![matched steps]({png.name})", "",
+               "The best-matching Newton step per layer (hollow: not above the zero "
+               "predictor) with the least-squares line over the live layers where it is "
+               "defined (Fu et al. Fig. 3a): a slope near 1 means one Newton step per layer.",
+               ""]
     if len(results) > 1:
-        header, body = comparison_rows(results, metric)
+        header, body = comparison_rows(results)
         write_text_atomic(out / "comparison_newton.csv", _csv(header, body))
         md += ["Side by side (* marks layers whose best Newton step differs):", "",
                markdown_table(header, body), ""]
     if pq:
-        rows = []
-        for name, analysis in pq:
-            summary["pq"][name] = analysis.to_dict()
-            for layer, (ds, a, di) in enumerate(zip(analysis.dist_to_inv_cov, analysis.scale,
-                                                    analysis.dist_to_identity)):
-                rows.append([name, str(layer), plots.nice_float(ds), plots.nice_float(a),
-                             plots.nice_float(di)])
-        header = ["model", "layer", "dist(A, Σ⁻¹)", "a_l", "dist(A, I)"]
-        write_text_atomic(out / "pq_preconditioners.csv", _csv(header, rows))
-        png = plots.preconditioner_distances(pq, out / "pq_preconditioners.png")
-        md += ["## PQ transformers: the learned preconditioners", "", markdown_table(header, rows),
-               "", f"![preconditioners]({png.name})", "",
-               "Left: how far each layer's A_l is from a multiple of Σ⁻¹ and of I "
-               "(0 = exactly proportional); right: the fitted scales a_l.", ""]
-        for name, analysis in pq:
-            if analysis.dist_to_optimum is not None:
-                md += [f"{name}: distance of A to Ahn et al.'s optimum (n = "
-                       f"{analysis.n_context}) {analysis.dist_to_optimum:.4f}, relative error "
-                       f"‖A − A*‖/‖A*‖ = {analysis.rel_error_to_optimum:.4f}.", ""]
+        md += _pq_section(out, pq, summary)
     write_text_atomic(out / "summary.json", json.dumps(summary, indent=1))
     write_text_atomic(out / "report.md", "\n".join(md))
     return out / "report.md"
+
+
+def _pq_section(out: Path, pq: Sequence[tuple[str, Any]], summary: dict[str, Any]) -> list[str]:
+    rows = []
+    for name, analysis in pq:
+        summary["pq"][name] = analysis.to_dict()
+        for layer, (ds, a, di) in enumerate(zip(analysis.dist_to_inv_cov, analysis.scale,
+                                                analysis.dist_to_identity)):
+            rows.append([name, str(layer + 1), nice_float(ds), nice_float(a), nice_float(di)])
+    header = ["model", "layer", "dist(A, Σ⁻¹)", "a_l", "dist(A, I)"]
+    write_text_atomic(out / "pq_preconditioners.csv",
+                      _csv(["model", "layer", "dist_to_inv_cov", "scale", "dist_to_identity"],
+                           rows))
+    png = plots.preconditioner_distances(pq, out / "pq_preconditioners.png")
+    md = ["## PQ transformers: the learned preconditioners", "", markdown_table(header, rows),
+          "", f"![preconditioners]({png.name})", "",
+          "Left: how far each layer's A_l is from a multiple of Σ⁻¹ and of I "
+          "(min_a ‖A − aM‖_F / ‖A‖_F; 0 = exactly proportional); right: the fitted scales "
+          "a_l.", ""]
+    for name, analysis in pq:
+        if analysis.dist_to_optimum is not None:
+            md += [f"{name}: distance of A to Ahn et al.'s optimum (n = "
+                   f"{analysis.n_context}) {analysis.dist_to_optimum:.4f}, relative error "
+                   f"‖A − A*‖/‖A*‖ = {analysis.rel_error_to_optimum:.4f}.", ""]
+    return md

@@ -1,7 +1,16 @@
-"""Layer × step similarity tables with bootstrap bounds, and best-step matching.
+"""Layer × step similarity tables with bootstrap bounds.
 
 Axis legend: ``layer`` (L + 1 rows: the embedding, then each block), ``step`` (K step
-counts of a learner), ``batch``.
+counts of a learner), ``batch``, ``pos`` (t), ``boot`` (bootstrap resamples).
+
+A metric is computed from per-sequence moments that are averaged over sequences and then
+combined, so one bootstrap code path serves both kinds of statistic: a per-sequence value
+averaged over sequences (``over="positions"``: error cosine over the positions of each
+sequence, Fu et al.'s Def. 3.1), and a cosine across sequences at each position
+(``over="sequences"``: the error cosine of a model evaluated at one context length).
+Every `similarity` call with the same ``seed`` and batch size draws the same resamples,
+so statistics of two tables (the best step of Newton minus that of GD) pair up
+replicate by replicate.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ PRED_METRICS = ("error_cosine", "spd")
 WEIGHT_METRICS = ("weight_cosine", "ilwd")
 METRICS = PRED_METRICS + WEIGHT_METRICS
 HIGHER_IS_BETTER = {"error_cosine": True, "weight_cosine": True, "spd": False, "ilwd": False}
+OVER = ("positions", "sequences")
 LOG_STEP_LEARNERS = ("gd", "pgd", "momentum", "online_gd")
 
 
@@ -40,10 +50,19 @@ class Similarity:
     t_min: int
     n_sequences: int
     confidence: float
+    t_max: int | None = None  # last position in the window (None: the last of the data)
+    over: str = "positions"  # "positions": per sequence, then mean; "sequences": per t
+    labels: list[str] | None = None  # per column, when columns differ by more than steps
+    boots: Tensor | None = dataclasses.field(default=None, repr=False)  # [layer, step, boot]
+
+    def column_label(self, k: int) -> str:
+        """How column k is shown: its step count, or its label when there is one."""
+        return self.labels[k] if self.labels else str(self.steps[k])
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields (tensors as nested lists)."""
-        out = dataclasses.asdict(self)
+        """JSON-ready fields (tensors as nested lists; the bootstrap replicates left out)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name != "boots"}
         for key in ("values", "lower", "upper", "zero"):
             out[key] = getattr(self, key).tolist()
         return out
@@ -56,11 +75,11 @@ class Similarity:
         """One row per (layer, step): value, bounds and the zero predictor's value."""
         buf = io.StringIO()
         writer = csv.writer(buf)
-        writer.writerow(["metric", "learner", "layer", "step", "value", "lower", "upper",
-                         "zero_predictor"])
+        writer.writerow(["metric", "learner", "layer", "step", "column", "value", "lower",
+                         "upper", "zero_predictor"])
         for layer in range(self.values.shape[0]):
             for k, step in enumerate(self.steps):
-                writer.writerow([self.metric, self.learner, layer, step,
+                writer.writerow([self.metric, self.learner, layer, step, self.column_label(k),
                                  f"{self.values[layer, k].item():.6g}",
                                  f"{self.lower[layer, k].item():.6g}",
                                  f"{self.upper[layer, k].item():.6g}",
@@ -68,21 +87,66 @@ class Similarity:
         return buf.getvalue()
 
 
-def _per_sequence(metric: str, a: Tensor, b: Tensor, ys: Tensor, t_min: int) -> Tensor:
-    """``a [L, ...]`` against ``b [K, ...]`` → ``[L, K, batch]``."""
-    a, b = a[:, None], b[None]
+def bootstrap_weights(batch: int, n_boot: int, seed: int) -> Tensor:
+    """``[boot, batch]`` resampling weights (each row sums to 1), the same for one seed."""
+    gen = torch.Generator().manual_seed(seed)
+    picks = torch.randint(batch, (n_boot, batch), generator=gen)
+    counts = torch.zeros(n_boot, batch, dtype=torch.float64)
+    return counts.scatter_add_(1, picks, torch.ones(n_boot, batch, dtype=torch.float64)) / batch
+
+
+def _per_sequence(metric: str, a: Tensor, b: Tensor, ys: Tensor, t_min: int,
+                  t_max: int | None) -> Tensor:
     if metric == "error_cosine":
-        return M.error_cosine_per_sequence(a, b, ys, t_min)
+        return M.error_cosine_per_sequence(a, b, ys, t_min, t_max)
     if metric == "spd":
-        return M.spd_per_sequence(a, b, t_min)
+        return M.spd_per_sequence(a, b, t_min, t_max=t_max)
     if metric == "weight_cosine":
-        return M.weight_cosine_per_sequence(a, b, t_min)
-    return M.ilwd_per_sequence(a, b, t_min)
+        return M.weight_cosine_per_sequence(a, b, t_min, t_max)
+    if metric == "ilwd":
+        return M.ilwd_per_sequence(a, b, t_min, t_max=t_max)
+    raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
+
+
+def moments(metric: str, over: str, a: Tensor, b: Tensor, ys: Tensor, t_min: int,
+            t_max: int | None) -> Tensor:
+    """Per-sequence moments ``[..., batch, pos, m]`` whose batch mean `combine` reduces."""
+    if over == "sequences":
+        n = ys.shape[-1]
+        t_max = M.check_window(t_min, t_max, n)
+        ra, rb = (a - ys)[..., t_min:t_max + 1], (b - ys)[..., t_min:t_max + 1]
+        return torch.stack(torch.broadcast_tensors(ra * rb, ra * ra, rb * rb), dim=-1)
+    return _per_sequence(metric, a, b, ys, t_min, t_max)[..., None, None]
+
+
+def combine(mean_moments: Tensor) -> Tensor:
+    """The statistic from moments averaged over sequences, ``[..., pos, m] -> [...]``."""
+    if mean_moments.shape[-1] == 1:
+        return mean_moments[..., 0].mean(-1)
+    ab, aa, bb = mean_moments.unbind(-1)
+    den = (aa * bb).sqrt()
+    return torch.where(den > 0, ab / torch.where(den > 0, den, 1.0), 0.0).mean(-1)
+
+
+def _labels(iterates: Iterates) -> list[str] | None:
+    """Column labels when a hyperparameter varies per column (e.g. a learning-rate grid)."""
+    k = iterates.steps.numel()
+    varying = {key: v for key, v in iterates.hyper.items()
+               if isinstance(v, list) and len(v) == k and k > 1 and len(set(map(str, v))) > 1}
+    if not varying:
+        return None
+
+    def show(value: Any) -> str:
+        return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+    return [f"{int(step)} ({', '.join(key + ' ' + show(v[i]) for key, v in varying.items())})"
+            for i, step in enumerate(iterates.steps.tolist())]
 
 
 def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
                metric: str = "error_cosine", t_min: int = 1, n_boot: int = 200,
-               confidence: float = 0.95, seed: int = 0, chunk: int = 64) -> Similarity:
+               confidence: float = 0.95, seed: int = 0, chunk: int = 64,
+               t_max: int | None = None, over: str = "positions") -> Similarity:
     """Similarity of every layer with every step count of a learner.
 
     Args:
@@ -91,15 +155,22 @@ def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
         iterates: the learner's `Iterates` (with weights for the weight metrics).
         ys: ``[batch, pos]``.
         metric: one of ``METRICS``.
-        t_min: positions t < t_min are left out.
+        t_min, t_max: the positions that enter (default: t >= 1).
         n_boot: bootstrap resamples of the sequences (seeded by ``seed``).
         confidence: width of the bootstrap interval.
         chunk: step counts evaluated at once (bounds memory at thousands of steps).
+        over: "positions" (a value per sequence, averaged) or "sequences" (error cosine
+            across sequences at each position, averaged over positions).
     """
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
+    if over not in OVER or (over == "sequences" and metric != "error_cosine"):
+        raise ValueError(f"over must be one of {OVER} ('sequences' only for error_cosine), "
+                         f"got {over!r} with metric {metric!r}")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    if not isinstance(n_boot, int) or n_boot < 2:
+        raise ValueError(f"n_boot must be an integer >= 2, got {n_boot!r}")
     other = iterates.weights if metric in WEIGHT_METRICS else iterates.preds
     if other is None:
         raise ValueError(f"metric {metric!r} needs the learner's weights: "
@@ -111,18 +182,24 @@ def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
     if ys.shape != iterates.preds.shape[1:]:
         raise ValueError(f"ys must have shape {tuple(iterates.preds.shape[1:])}, "
                          f"got {tuple(ys.shape)}")
-    a, ys64 = layer_values.to(torch.float64), ys.to(torch.float64)
-    per_seq = torch.cat([_per_sequence(metric, a, other[s:s + chunk].to(torch.float64), ys64,
-                                       t_min) for s in range(0, other.shape[0], chunk)], dim=1)
-    zero = _per_sequence(metric, torch.zeros_like(a[:1]), other.to(torch.float64), ys64, t_min)
-    batch = per_seq.shape[-1]
-    gen = torch.Generator().manual_seed(seed)
-    picks = torch.randint(batch, (n_boot, batch), generator=gen)
-    weights = torch.zeros(n_boot, batch, dtype=torch.float64).scatter_add_(
-        1, picks, torch.ones(n_boot, batch, dtype=torch.float64)) / batch
-    boots = per_seq @ weights.T  # [layer, step, n_boot]
+    for what, tensor in (("layer values", layer_values), (f"{iterates.name} iterates", other),
+                         ("ys", ys)):
+        if not bool(torch.isfinite(tensor).all()):
+            raise ValueError(f"similarity: the {what} are not finite (found NaN or Inf)")
+    a, ys64 = layer_values.to(torch.float64)[:, None], ys.to(torch.float64)
+    batch = ys.shape[0]
+    weights = bootstrap_weights(batch, n_boot, seed)
+    values, boots = [], []
+    for s in range(0, other.shape[0], chunk):
+        mom = moments(metric, over, a, other[s:s + chunk].to(torch.float64)[None], ys64, t_min,
+                      t_max)  # [layer, step, batch, pos, m]
+        values.append(combine(mom.mean(2)))
+        boots.append(combine(torch.einsum("lkbtm,rb->lkrtm", mom, weights)))
+    zero_mom = moments(metric, over, torch.zeros_like(a[:1]),
+                       other.to(torch.float64)[None], ys64, t_min, t_max)
+    value, boot = torch.cat(values, dim=1), torch.cat(boots, dim=1)  # boot: [layer, step, boot]
     q = torch.tensor([(1 - confidence) / 2, (1 + confidence) / 2], dtype=torch.float64)
-    lower, upper = torch.quantile(boots, q, dim=-1)
-    return Similarity(metric, iterates.name, iterates.steps.tolist(), per_seq.mean(-1), lower,
-                      upper, zero[0].mean(-1), HIGHER_IS_BETTER[metric], t_min, batch,
-                      confidence)
+    lower, upper = torch.quantile(boot, q, dim=-1)
+    return Similarity(metric, iterates.name, iterates.steps.tolist(), value, lower, upper,
+                      combine(zero_mom.mean(2))[0], HIGHER_IS_BETTER[metric], t_min, batch,
+                      confidence, t_max, over, _labels(iterates), boot)

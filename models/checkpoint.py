@@ -188,6 +188,8 @@ def _load_native(path: Path) -> Regressor:
         raise CheckpointError(f"{weights}: truncated or corrupt weights ({err})") from None
     model = model_cls(cfg)
     load_state_into(model, state, weights)
+    recipe = path / "train.json"  # the TrainConfig it was trained with, when known
+    model.train_config = _read_json(recipe) if recipe.is_file() else None
     task_path = path / TASK_FILE
     if task_path.exists():
         try:

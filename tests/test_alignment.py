@@ -83,7 +83,8 @@ def test_match_steps_finds_a_planted_linear_trend_and_ties():
     gd_values = torch.ones(5, 17)
     for layer in range(5):
         gd_values[layer, 2**layer - 1] = 0.0
-    gd = alignment.match_steps(planted(gd_values.tolist(), learner="gd", higher=False))
+    gd = alignment.match_steps(planted(gd_values.tolist(), learner="gd", higher=False),
+                               live=[True] * 5)
     assert gd.best_step == [1, 2, 4, 8, 16] and gd.fit.log2
     assert gd.fit.slope == pytest.approx(1.0) and gd.fit.r2 == pytest.approx(1.0)
 

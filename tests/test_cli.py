@@ -48,24 +48,46 @@ def test_flag_tables_match_the_dataclasses():
             assert default == gpt.get(name, pq.get(name)), name
 
 
-def test_align_writes_the_report(ckpts, tmp_path, capsys):
+def test_align_writes_the_report(tmp_path, capsys):
     out = tmp_path / "report"
-    assert main(["align", str(ckpts / "soft"), *FAST, "--out", str(out)]) == 0
+    model = "gpt-softmax-paired"  # a shipped model that solves its task
+    assert main(["align", model, *FAST, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "Newton step" in printed and "report:" in printed
+    assert "learner table" in printed and "newton vs gd by error cosine:" in printed
     names = {p.name for p in out.iterdir()}
-    assert {"report.md", "summary.json", "error_soft.png", "matched_newton_steps.png",
-            "heatmap_soft_newton_error_cosine.png", "table_soft_error_cosine.csv",
-            "similarity_soft_gd_weight_cosine.csv"} <= names
+    assert {"report.md", "summary.json", f"error_{model}.png", "matched_newton_steps.png",
+            f"heatmap_{model}_newton_error_cosine.png", f"table_{model}_error_cosine.csv",
+            f"learners_{model}_weight_cosine.csv", f"learners_{model}_error_cosine.png",
+            f"similarity_{model}_gd_weight_cosine.csv"} <= names
     summary = json.loads((out / "summary.json").read_text())
-    table = summary["models"]["soft"]["table"]["error_cosine"]
-    assert [row["layer"] for row in table] == [0, 1, 2]
+    result = summary["models"][model]
+    assert result["protocol"]["name"] == "iclprobe" and result["positions"] == "all"
+    table = result["table"]["error_cosine"]
+    assert [row["layer"] for row in table] == list(range(9))
     assert {"newton_step", "newton_sim", "gd_step", "newton_zero_sim"} <= set(table[0])
-    rows = list(csv.reader((out / "table_soft_error_cosine.csv").open()))
-    assert rows[0][0] == "layer" and len(rows) == 4
+    rows = list(csv.reader((out / f"table_{model}_error_cosine.csv").open()))
+    assert rows[0][:3] == ["layer", "normalized_error", "live"] and len(rows) == 10
+    assert len(set(rows[0])) == len(rows[0])  # unique column names
+    steps = rows[0].index("newton_step")
+    assert all(r[steps].isdigit() for r in rows[1:])  # numeric, the † lives in "live"
+    learners = list(csv.reader((out / f"learners_{model}_error_cosine.csv").open()))
+    assert len(set(learners[0])) == len(learners[0])
+    assert {"newton_minus_gd_lower", "verdict_newton_vs_gd"} <= set(learners[0])
     report = (out / "report.md").read_text()
     for png in (p for p in names if p.endswith(".png")):
         assert f"]({png})" in report  # every figure is embedded
+    assert "Protocol **iclprobe**" in report and "How to read the tables" in report
+    assert f"Produced by `iclprobe align {model}" in report
+
+
+def test_align_under_fu_protocol_says_so(capsys):
+    assert main(["align", "gpt-softmax-paired", *FAST, "--protocol", "fu2024", "--metric",
+                 "error_cosine", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)["gpt-softmax-paired"]
+    assert result["protocol"]["name"] == "fu2024" and result["window"][0] == 0
+    assert result["similarities"]["gd"]["error_cosine"]["steps"] == [2**i for i in range(13)]
+    assert result["comparisons"]["error_cosine"]["pairs"][0]["a"] == "newton"
 
 
 def test_align_json_and_options(ckpts, capsys):
@@ -95,7 +117,8 @@ def test_compare_and_probe(ckpts, tmp_path, capsys):
     ("argv", "message"),
     [
         (["align", "no/such/checkpoint"], "checkpoint 'no/such/checkpoint' not found"),
-        (["align", "{soft}", "--algorithms", "newton,sgd"], "unknown learner(s) ['sgd']"),
+        (["align", "{soft}", "--algorithms", "newton,sgd"],
+         "algorithms ['sgd'] are not in protocol 'iclprobe'"),
         (["align", "{soft}", "--metric", "cka"], "invalid choice: 'cka'"),
         (["align", "{soft}", "--n-sequences", "0"], "expected a positive integer, got 0"),
         (["compare", "{soft}", "nope"], "checkpoint 'nope' not found"),

@@ -1,0 +1,210 @@
+"""Which learner does a layer resemble more — and can the metric tell them apart at all?
+
+Per layer and metric (Fu et al.'s table): each learner's best similarity with a bootstrap
+interval (the best step is re-picked in every bootstrap replicate, so the interval covers
+the selection too), and paired differences such as Newton − GD, whose replicates share
+the resampled sequences.
+
+Calibration reads a verdict against the learners' own resemblance: for a layer matched to
+Newton step k, how similar is the best GD step to Newton step k itself? If GD imitates
+Newton step k better than the layer does, the metric cannot attribute the layer to
+Newton, however significant the difference. Verdict per layer:
+
+- ``prefers A``: A − B is above 0 beyond its interval, and the layer is closer to its A
+  step than any B step is (the layer's lower bound beats B's best imitation of that step);
+- ``leans A``: A − B is above 0 beyond its interval, but B imitates the matched A step at
+  least as well as the layer does — closer to A, not attributable to A;
+- ``indistinguishable``: the interval of A − B contains 0;
+- ``computes nothing``: the layer is not above the zero predictor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from iclprobe.algorithms.base import Iterates
+from iclprobe.alignment.similarity import Similarity, similarity
+
+VERDICTS = ("prefers", "leans", "indistinguishable", "computes nothing")
+
+
+@dataclasses.dataclass
+class Interval:
+    """Per layer: a value with its bootstrap interval."""
+
+    value: list[float]
+    lower: list[float]
+    upper: list[float]
+
+
+@dataclasses.dataclass
+class LearnerScore:
+    """A learner's best similarity per layer (over its steps), with a bootstrap interval."""
+
+    run: str
+    metric: str
+    best_step: list[int]
+    best_label: list[str]
+    score: Interval
+
+
+@dataclasses.dataclass
+class Calibration:
+    """How well each learner imitates the other's matched step, per layer.
+
+    ``a_by_b[l]``: the best similarity of any B step with A's step matched at layer l
+    (``b_step_for_a[l]`` is that B step); ``b_by_a`` the other way round.
+    """
+
+    a: str
+    b: str
+    metric: str
+    a_by_b: list[float]
+    b_step_for_a: list[str]
+    b_by_a: list[float]
+    a_step_for_b: list[str]
+
+
+@dataclasses.dataclass
+class PairVerdict:
+    """A − B per layer, the calibration, the verdict per layer and a sentence."""
+
+    a: str
+    b: str
+    metric: str
+    difference: Interval
+    calibration: Calibration
+    verdicts: list[str]
+    sentence: str
+
+
+@dataclasses.dataclass
+class LearnerComparison:
+    """Every learner's best similarity and the paired verdicts, for one metric."""
+
+    metric: str
+    scores: dict[str, LearnerScore]
+    pairs: list[PairVerdict]
+    live: list[bool]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        return dataclasses.asdict(self)
+
+
+def _quantiles(boot: Tensor, confidence: float) -> tuple[list[float], list[float]]:
+    q = torch.tensor([(1 - confidence) / 2, (1 + confidence) / 2], dtype=torch.float64)
+    lower, upper = torch.quantile(boot, q, dim=-1)
+    return lower.tolist(), upper.tolist()
+
+
+def _best_boot(sim: Similarity) -> Tensor:
+    """Per layer and replicate, the best value over steps (higher is better), ``[L, R]``."""
+    if sim.boots is None:
+        raise ValueError(f"the {sim.metric} table of {sim.learner} has no bootstrap replicates")
+    sign = 1.0 if sim.higher_is_better else -1.0
+    return sign * (sign * sim.boots).max(dim=1).values
+
+
+def learner_score(sim: Similarity, match_columns: Sequence[int]) -> LearnerScore:
+    """The best similarity per layer with an interval that re-picks the step per replicate."""
+    lower, upper = _quantiles(_best_boot(sim), sim.confidence)
+    rows = torch.arange(sim.values.shape[0])
+    cols = torch.tensor(list(match_columns))
+    return LearnerScore(sim.learner, sim.metric, [sim.steps[c] for c in cols.tolist()],
+                        [sim.column_label(c) for c in cols.tolist()],
+                        Interval(sim.values[rows, cols].tolist(), lower, upper))
+
+
+def difference(sim_a: Similarity, sim_b: Similarity) -> Interval:
+    """Best of A − best of B per layer, paired replicate by replicate."""
+    if sim_a.n_sequences != sim_b.n_sequences or sim_a.boots is None or sim_b.boots is None \
+            or sim_a.boots.shape[-1] != sim_b.boots.shape[-1]:
+        raise ValueError("the two tables must come from the same sequences and bootstrap seed")
+    sign = 1.0 if sim_a.higher_is_better else -1.0
+    best_a = sign * (sign * sim_a.values).max(1).values
+    best_b = sign * (sign * sim_b.values).max(1).values
+    lower, upper = _quantiles(_best_boot(sim_a) - _best_boot(sim_b), sim_a.confidence)
+    return Interval((best_a - best_b).tolist(), lower, upper)
+
+
+def calibrate(it_a: Iterates, it_b: Iterates, ys: Tensor, sim_a: Similarity,
+              sim_b: Similarity, cols_a: Sequence[int], cols_b: Sequence[int],
+              sequences: slice | None = None) -> Calibration:
+    """The learners' resemblance at each layer's matched steps, on the same data and view."""
+    weights = sim_a.metric in ("weight_cosine", "ilwd")
+    sub = sequences or slice(None)
+
+    def values(it: Iterates) -> Tensor:
+        v = it.weights if weights else it.preds
+        if v is None:
+            raise ValueError(f"calibration by {sim_a.metric} needs {it.name}'s weights")
+        return v[:, sub]
+
+    cross_it = Iterates(it_b.steps, it_b.preds[:, sub],
+                        it_b.weights[:, sub] if it_b.weights is not None else None,
+                        it_b.hyper, it_b.name)
+    table = similarity(values(it_a), cross_it, ys[sub], sim_a.metric, t_min=sim_a.t_min,
+                       t_max=sim_a.t_max, over=sim_a.over, n_boot=2)
+    sign = 1.0 if sim_a.higher_is_better else -1.0
+    score = sign * table.values  # [K_a, K_b]
+    a_cols, b_cols = list(cols_a), list(cols_b)
+    return Calibration(
+        sim_a.learner, sim_b.learner, sim_a.metric,
+        [float(sign * score[c].max()) for c in a_cols],
+        [sim_b.column_label(int(score[c].argmax())) for c in a_cols],
+        [float(sign * score[:, c].max()) for c in b_cols],
+        [sim_a.column_label(int(score[:, c].argmax())) for c in b_cols])
+
+
+def verdicts(score_a: LearnerScore, score_b: LearnerScore, diff: Interval, cal: Calibration,
+             live: Sequence[bool], higher_is_better: bool = True) -> list[str]:
+    """The verdict per layer (see the module docstring)."""
+    sign = 1.0 if higher_is_better else -1.0
+    out = []
+    for layer, alive in enumerate(live):
+        if not alive:
+            out.append("computes nothing")
+        elif diff.lower[layer] > 0 or diff.upper[layer] < 0:
+            a_wins = diff.lower[layer] > 0
+            own, rival = (score_a, cal.a_by_b) if a_wins else (score_b, cal.b_by_a)
+            bound = own.score.lower[layer] if higher_is_better else own.score.upper[layer]
+            strength = "prefers" if sign * bound > sign * rival[layer] else "leans"
+            out.append(f"{strength} {own.run}")
+        else:
+            out.append("indistinguishable")
+    return out
+
+
+def layer_ranges(layers: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` -> "0–2, 5"."""
+    spans: list[list[int]] = []
+    for layer in layers:
+        if spans and layer == spans[-1][1] + 1:
+            spans[-1][1] = layer
+        else:
+            spans.append([layer, layer])
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in spans)
+
+
+def sentence(labels: Sequence[str], a: str, b: str, metric: str) -> str:
+    """The verdicts in words, grouped by kind, as strong as the intervals allow."""
+    order = [f"prefers {a}", f"prefers {b}", f"leans {a}", f"leans {b}", "indistinguishable",
+             "computes nothing"]
+    words = {f"prefers {a}": f"prefers {a}", f"prefers {b}": f"prefers {b}",
+             f"leans {a}": f"closer to {a} but within the learners' own resemblance",
+             f"leans {b}": f"closer to {b} but within the learners' own resemblance",
+             "indistinguishable": f"{a} and {b} indistinguishable",
+             "computes nothing": "computes nothing (not above the zero predictor)"}
+    parts = []
+    for kind in order:
+        layers = [i for i, v in enumerate(labels) if v == kind]
+        if layers:
+            noun = "layer" if len(layers) == 1 else "layers"
+            parts.append(f"{words[kind]} at {noun} {layer_ranges(layers)}")
+    return f"{a} vs {b} by {metric.replace('_', ' ')}: " + "; ".join(parts) + "."

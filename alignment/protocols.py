@@ -1,0 +1,122 @@
+"""Alignment protocols: named sets of choices that decide what "layer l runs step k" means.
+
+A protocol fixes the learners and their hyperparameters (step sizes, loss scaling, Newton's
+initial scaling), the step grids, which positions t enter the similarities, and how the
+best step is picked. Every result records the protocol that made it.
+
+- ``iclprobe`` (the default): GD with step 1/λ_max of each prefix's Hessian on the mean
+  loss, so a step count means the same at every t; Newton–Schulz with α = 1/‖SSᵀ‖_F;
+  online GD with normalized (Kaczmarz) steps from 0; positions t ≥ 1 (t = 0 has no
+  context, every learner predicts 0 there).
+- ``fu2024``: Fu et al. 2024's evaluation code (``eval_similarity.py`` and the learners of
+  their ``models.py``): GD with a fixed step 0.01 on the summed loss, 2⁰…2¹² steps;
+  Newton–Schulz with α = 2/‖SSᵀ‖_F and steps 1…23; online GD as one pass from a
+  uniform U[0, 1)^d start with step sizes 0.01…0.05; the error cosine over every position,
+  t = 0 included; the best step is the first maximum (no tie tolerance).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+GD_LOG_GRID = tuple(2**i for i in range(13))  # 2^0 … 2^12
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """One learner as a protocol runs it.
+
+    ``steps``: a tuple of step counts, or a rule resolved per model: ``"cg"`` (0…d+1),
+    ``"layers"`` (0…L). ``grid``: a hyperparameter whose values become extra columns
+    (each value run at every step count), e.g. Fu et al.'s online-GD step sizes.
+    """
+
+    learner: str
+    label: str
+    steps: tuple[int, ...] | str | None = None
+    hyper: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    grid: tuple[str, tuple[Any, ...]] | None = None
+
+    def resolve_steps(self, n_dims: int, n_layers: int) -> list[int] | None:
+        """The step counts for a model with ``n_layers`` on ``n_dims``-dimensional data."""
+        if self.steps is None or isinstance(self.steps, tuple):
+            return None if self.steps is None else list(self.steps)
+        if self.steps == "cg":
+            return list(range(n_dims + 2))
+        if self.steps == "layers":
+            return list(range(n_layers + 1))
+        raise ValueError(f"unknown step rule {self.steps!r} (known: 'cg', 'layers')")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready description."""
+        return {"learner": self.learner, "label": self.label,
+                "steps": list(self.steps) if isinstance(self.steps, tuple) else self.steps,
+                "hyper": dict(self.hyper),
+                "grid": {self.grid[0]: list(self.grid[1])} if self.grid else None}
+
+
+@dataclasses.dataclass(frozen=True)
+class Protocol:
+    """A named set of alignment choices (see the module docstring)."""
+
+    name: str
+    summary: str
+    runs: Mapping[str, RunSpec]
+    t_min: int  # first position t in the error metrics
+    weight_t_min: int  # first position t in the weight metrics (t = 0: every w is 0)
+    tie_tol: float  # steps within this of the best are reported as ties
+    pick: str  # how the best step is chosen
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready description (recorded in every result)."""
+        return {"name": self.name, "summary": self.summary, "t_min": self.t_min,
+                "weight_t_min": self.weight_t_min, "tie_tol": self.tie_tol, "pick": self.pick,
+                "source": self.source,
+                "runs": {key: spec.to_dict() for key, spec in self.runs.items()}}
+
+
+ICLPROBE = Protocol(
+    name="iclprobe",
+    summary="step sizes scaled per prefix (GD 1/λ_max, mean loss), Newton α = 1/‖SSᵀ‖_F, "
+            "positions t ≥ 1, ties within 1e-3",
+    runs={
+        "newton": RunSpec("newton", "Newton", tuple(range(25)), {"alpha": "frobenius"}),
+        "gd": RunSpec("gd", "GD", GD_LOG_GRID, {"lr": "max", "normalize": True}),
+        "online_gd": RunSpec("online_gd", "online GD", tuple(range(1, 9)),
+                             {"lr": "normalized", "init": "zero"}),
+        "pgd": RunSpec("pgd", "GD preconditioned by Σ⁻¹", GD_LOG_GRID,
+                       {"precond": "inverse_cov", "lr": "max", "normalize": True}),
+        "cg": RunSpec("cg", "CG", "cg"),
+        "ols": RunSpec("ols", "OLS"),
+    },
+    t_min=1, weight_t_min=1, tie_tol=1e-3, pick="first maximum; ties within 1e-3 reported",
+    source="iclprobe's own choices",
+)
+
+FU2024 = Protocol(
+    name="fu2024",
+    summary="Fu et al. 2024's eval code: GD step 0.01 on the summed loss, Newton α = "
+            "2/‖SSᵀ‖_F with steps 1..23, online GD one pass from U[0,1)^d with steps "
+            "0.01..0.05, error cosine over t = 0..n-1, first maximum",
+    runs={
+        "newton": RunSpec("newton", "Newton", tuple(range(1, 24)), {"alpha": "2/frobenius"}),
+        "gd": RunSpec("gd", "GD", GD_LOG_GRID, {"lr": 0.01, "normalize": False}),
+        "online_gd": RunSpec("online_gd", "online GD", (1,), {"init": "uniform"},
+                             grid=("lr", (0.01, 0.02, 0.03, 0.04, 0.05))),
+        "ols": RunSpec("ols", "OLS"),
+    },
+    t_min=0, weight_t_min=1, tie_tol=0.0, pick="first maximum (numpy argmax)",
+    source="DeqingFu/transformers-icl-second-order: src/eval_similarity.py, src/models.py",
+)
+
+PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (ICLPROBE, FU2024)}
+
+
+def get_protocol(name: str) -> Protocol:
+    """The protocol registered as ``name`` (the error lists them)."""
+    if name not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {sorted(PROTOCOLS)}, got {name!r}")
+    return PROTOCOLS[name]

@@ -1,0 +1,60 @@
+"""Running a protocol's learners on an evaluation batch.
+
+Hyperparameters that depend on the data are named symbolically in a protocol and resolved
+here: ``precond="inverse_cov"`` is Σ⁻¹ of the batch. Learners that accept ``stats`` share
+one eigendecomposition of the prefix matrices. A run with a ``grid`` becomes one column per
+(grid value, step count), the values recorded per column in ``hyper``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+from iclprobe import algorithms
+from iclprobe.alignment.protocols import RunSpec
+from iclprobe.tasks import RegressionBatch
+
+
+def _resolve_hyper(hyper: dict[str, Any], batch: RegressionBatch) -> dict[str, Any]:
+    out = dict(hyper)
+    if out.get("precond") == "inverse_cov":
+        out["precond"] = torch.linalg.inv(batch.cov.to(torch.float64))
+    return out
+
+
+def concat_iterates(parts: list[algorithms.Iterates], key: str,
+                    values: list[Any]) -> algorithms.Iterates:
+    """Columns of several runs side by side; ``hyper[key]`` lists each column's value."""
+    steps = torch.cat([p.steps for p in parts])
+    preds = torch.cat([p.preds for p in parts])
+    weights = None if any(p.weights is None for p in parts) else \
+        torch.cat([p.weights for p in parts])  # type: ignore[misc]
+    hyper = dict(parts[0].hyper)
+    hyper[key] = [v for v, p in zip(values, parts) for _ in range(p.steps.numel())]
+    return algorithms.Iterates(steps, preds, weights, hyper, parts[0].name)
+
+
+def run_spec(spec: RunSpec, batch: RegressionBatch, n_layers: int, weights: bool,
+             stats: algorithms.PrefixStats | None = None, seed: int = 0,
+             **extra: Any) -> algorithms.Iterates:
+    """The iterates of ``spec`` on ``batch`` (float64), with shared ``stats`` if it takes them."""
+    xs, ys = batch.xs.to(torch.float64), batch.ys.to(torch.float64)
+    fn = algorithms.LEARNERS[spec.learner]
+    params = inspect.signature(fn).parameters
+    kw: dict[str, Any] = {**_resolve_hyper(dict(spec.hyper), batch), **extra,
+                          "weights": weights}
+    if "stats" in params and stats is not None:
+        kw["stats"] = stats
+    if "generator" in params and kw.get("init") == "uniform":
+        kw["generator"] = seed
+    steps = spec.resolve_steps(xs.shape[-1], n_layers)
+    if steps is not None:
+        kw["steps"] = steps
+    if spec.grid is None:
+        return algorithms.iterates(spec.learner, xs, ys, **kw)
+    key, values = spec.grid
+    parts = [algorithms.iterates(spec.learner, xs, ys, **{**kw, key: v}) for v in values]
+    return concat_iterates(parts, key, list(values))

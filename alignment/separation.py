@@ -1,0 +1,106 @@
+"""Which views of the data tell Newton from GD apart? The learners' own resemblance.
+
+Newton's own iterates, used as if they were layers, are matched by GD: if GD imitates
+Newton step k at similarity 0.99 under a view, a layer's preference for Newton under that
+view can be at most 0.01, and a smaller preference is no evidence. This module measures,
+for several Newton steps, the best similarity any GD step reaches with it under each view:
+the error cosine over the protocol's positions; the error cosine only around t ≈ d (where
+a prefix is barely determined and the learners differ most); the induced-weight cosine;
+and the error cosine on ill-conditioned data (κ = 100). The lower the resemblance, the
+better the view separates the learners.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from iclprobe import algorithms
+from iclprobe.alignment.protocols import Protocol
+from iclprobe.alignment.runs import run_spec
+from iclprobe.alignment.similarity import similarity
+from iclprobe.tasks import RegressionBatch, RegressionTask
+
+NEWTON_PROBE_STEPS = (3, 6, 9, 12, 15, 18)
+
+
+@dataclasses.dataclass
+class SeparationView:
+    """Under one view: per Newton step, the best-matching GD step and its similarity."""
+
+    view: str
+    newton_steps: list[int]
+    gd_steps: list[int]
+    resemblance: list[float]  # best similarity of any GD step with Newton step k
+
+    @property
+    def separation(self) -> float:
+        """1 − mean resemblance: how far apart the view keeps the learners."""
+        return 1.0 - sum(self.resemblance) / len(self.resemblance)
+
+
+@dataclasses.dataclass
+class Separation:
+    """The views, best-separating first."""
+
+    views: list[SeparationView]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        return {"views": [{**dataclasses.asdict(v), "separation": v.separation}
+                          for v in self.views]}
+
+
+def _best_gd(newton: algorithms.Iterates, gd: algorithms.Iterates, ys: Tensor, cols: list[int],
+             metric: str, t_min: int, t_max: int | None) -> tuple[list[int], list[float]]:
+    values = (newton.weights if metric == "weight_cosine" else newton.preds)
+    assert values is not None
+    table = similarity(values[cols], gd, ys, metric, t_min=t_min, t_max=t_max, n_boot=2)
+    best = table.values.argmax(1)
+    return [int(gd.steps[int(i)]) for i in best], table.values.max(1).values.tolist()
+
+
+def separation_views(d: int, n: int, protocol: Protocol,
+                     iterates: dict[str, algorithms.Iterates], batch: RegressionBatch,
+                     sub: slice, window: tuple[int, int], seed: int,
+                     condition_number: float = 100.0) -> Separation:
+    """Newton-vs-GD resemblance under each view, on the evaluation data and on κ-data.
+
+    ``iterates`` holds the protocol's "newton" and "gd" runs on ``batch`` (with weights
+    on the sequences ``sub`` for the weight view).
+    """
+    newton, gd = iterates["newton"], iterates["gd"]
+    steps = newton.steps.tolist()
+    cols = [steps.index(k) for k in NEWTON_PROBE_STEPS if k in steps]
+    probe_steps = [steps[c] for c in cols]
+    ys = batch.ys.to(torch.float64)
+    lo, hi = max(window[0], d // 2), min(window[1], (3 * d) // 2)
+    views = [(f"error cosine, t = {window[0]}..{window[1]}", "error_cosine", *window)]
+    if lo <= hi and (lo, hi) != window:
+        views.append((f"error cosine, t = {lo}..{hi} (around t = d)", "error_cosine", lo, hi))
+    out = []
+    for label, metric, t_min, t_max in views:
+        gd_steps, res = _best_gd(newton, gd, ys, cols, metric, t_min, t_max)
+        out.append(SeparationView(label, probe_steps, gd_steps, res))
+    if newton.weights is not None and gd.weights is not None:
+        sub_n = algorithms.Iterates(newton.steps, newton.preds[:, sub], newton.weights[:, sub],
+                                    newton.hyper, "newton")
+        sub_g = algorithms.Iterates(gd.steps, gd.preds[:, sub], gd.weights[:, sub], gd.hyper,
+                                    "gd")
+        gd_steps, res = _best_gd(sub_n, sub_g, ys[sub], cols, "weight_cosine",
+                                 max(1, window[0]), window[1])
+        out.append(SeparationView("weight cosine", probe_steps, gd_steps, res))
+    ill = RegressionTask(n_dims=d, n_points=n, cov="ill-conditioned",
+                         condition_number=condition_number)
+    ill_batch = ill.sample(batch.xs.shape[0], generator=torch.Generator().manual_seed(seed + 7))
+    ill_stats = algorithms.prefix_stats(ill_batch.xs.double(), ill_batch.ys.double())
+    its = {k: run_spec(protocol.runs[k], ill_batch, 0, False, ill_stats, seed)
+           for k in ("newton", "gd")}
+    gd_steps, res = _best_gd(its["newton"], its["gd"], ill_batch.ys.double(), cols,
+                             "error_cosine", window[0], window[1])
+    out.append(SeparationView(f"error cosine, ill-conditioned data (κ = {condition_number:g})",
+                              probe_steps, gd_steps, res))
+    return Separation(sorted(out, key=lambda v: -v.separation))

@@ -1,0 +1,223 @@
+"""Tables of an `AlignResult`: what ``iclprobe align`` prints and what the report holds.
+
+Display tables (aligned text, markdown) mark a best match that does not beat the zero
+predictor with †; the CSV tables carry the same facts in machine-readable columns with
+unique names (steps numeric, liveness in its own column).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from iclprobe.alignment.comparison import Interval, PairVerdict
+from iclprobe.alignment.pipeline import AlignResult
+
+METRIC_WORDS = {"error_cosine": "error cosine", "weight_cosine": "weight cosine"}
+
+
+def nice_float(x: float) -> str:
+    """Compact formatting for tables."""
+    if x == 0 or not math.isfinite(x):
+        return str(x)
+    return f"{x:.3f}" if abs(x) >= 1e-2 else f"{x:.1e}"
+
+
+def _ci(iv: Interval, layer: int) -> str:
+    return f"{iv.value[layer]:.3f} [{iv.lower[layer]:.3f}, {iv.upper[layer]:.3f}]"
+
+
+def display_runs(result: AlignResult, k: int = 2) -> list[str]:
+    """The step learners shown in the per-layer match table (the first ``k``)."""
+    return result.step_runs[:k]
+
+
+def where(result: AlignResult) -> str:
+    """Which positions enter, in words."""
+    lo, hi = result.window
+    if result.positions == "last":
+        return (f"t = {hi} only, the trained context length (error cosine across "
+                "sequences)")
+    return f"t = {lo}..{hi}" if lo < hi else f"t = {lo}"
+
+
+def header_line(result: AlignResult, metric: str) -> str:
+    """The first line of a table: model, metric, protocol, positions."""
+    return (f"{result.name} — {METRIC_WORDS.get(metric, metric)}, protocol "
+            f"{result.protocol['name']}, {where(result)}")
+
+
+def matched_rows(result: AlignResult, metric: str) -> tuple[list[str], list[list[str]]]:
+    """Per layer: error and, for the displayed learners, best step (†: not live), value, ties."""
+    runs = display_runs(result)
+    label = {r: result.run_labels.get(r, r) for r in runs}
+    header = ["layer", "norm. error"]
+    for r in runs:
+        header += [f"{label[r]} step", "sim", "ties"]
+    if runs:
+        header.append(f"zero-pred. sim ({label[runs[0]]})")
+    body = []
+    for row in result.table(metric):
+        cells = [str(row["layer"]), nice_float(row["normalized_error"])]
+        for r in runs:
+            ties = row[f"{r}_ties"]
+            shown = " ".join(map(str, ties)) if len(ties) <= 4 else \
+                f"{ties[0]}..{ties[-1]} ({len(ties)})"
+            mark = "" if row[f"{r}_above_zero"] else "†"
+            cells += [f"{row[f'{r}_column']}{mark}", nice_float(row[f"{r}_sim"]), shown]
+        if runs:
+            cells.append(nice_float(row[f"{runs[0]}_zero_sim"]))
+        body.append(cells)
+    return header, body
+
+
+def matched_csv(result: AlignResult, metric: str) -> tuple[list[str], list[list[Any]]]:
+    """The per-layer match table with unique machine-readable columns."""
+    rows = result.table(metric)
+    keys = ["layer", "normalized_error", "live"]
+    for r in result.step_runs:
+        keys += [f"{r}_step", f"{r}_column", f"{r}_sim", f"{r}_ties", f"{r}_above_zero",
+                 f"{r}_zero_sim"]
+    body = []
+    for row in rows:
+        row = {**row, "live": result.live[row["layer"]]}
+        body.append([" ".join(map(str, row[k])) if isinstance(row.get(k), list) else
+                     row.get(k, "") for k in keys])
+    return keys, body
+
+
+def _pm(iv: Interval, layer: int) -> str:
+    half = (iv.upper[layer] - iv.lower[layer]) / 2
+    return f"{iv.value[layer]:.3f}±{half:.3f}"
+
+
+def learner_rows(result: AlignResult, metric: str, compact: bool = False
+                 ) -> tuple[list[str], list[list[str]]]:
+    """Fu et al.'s table per layer: each learner's best similarity [CI], and A − B [CI].
+
+    ``compact``: intervals as ± half-widths and the step after @ (for a terminal).
+    """
+    comp = result.comparisons[metric]
+    header = ["layer", "live"] + [f"{r} @step" if compact else f"{r} (step)"
+                                  for r in comp.scores]
+    header += [f"{p.a} − {p.b}" for p in comp.pairs]
+    body = []
+    for layer in range(result.n_layers + 1):
+        cells = [str(layer), "yes" if comp.live[layer] else "no"]
+        for s in comp.scores.values():
+            cells.append(f"{_pm(s.score, layer)} @{s.best_label[layer]}" if compact else
+                         f"{_ci(s.score, layer)} ({s.best_label[layer]})")
+        cells += [_ci(p.difference, layer) for p in comp.pairs]
+        body.append(cells)
+    return header, body
+
+
+def learner_csv(result: AlignResult, metric: str) -> tuple[list[str], list[list[Any]]]:
+    """The learner table with one column per number."""
+    comp = result.comparisons[metric]
+    keys = ["layer", "live"]
+    for r in comp.scores:
+        keys += [f"{r}_best", f"{r}_lower", f"{r}_upper", f"{r}_step", f"{r}_column"]
+    for p in comp.pairs:
+        stem = f"{p.a}_minus_{p.b}"
+        keys += [stem, f"{stem}_lower", f"{stem}_upper", f"{p.b}_imitates_{p.a}",
+                 f"{p.a}_imitates_{p.b}", f"verdict_{p.a}_vs_{p.b}"]
+    body = []
+    for layer in range(result.n_layers + 1):
+        row: list[Any] = [layer, comp.live[layer]]
+        for s in comp.scores.values():
+            iv = s.score
+            row += [iv.value[layer], iv.lower[layer], iv.upper[layer], s.best_step[layer],
+                    s.best_label[layer]]
+        for p in comp.pairs:
+            iv, cal = p.difference, p.calibration
+            row += [iv.value[layer], iv.lower[layer], iv.upper[layer], cal.a_by_b[layer],
+                    cal.b_by_a[layer], p.verdicts[layer]]
+        body.append(row)
+    return keys, body
+
+
+def calibration_rows(result: AlignResult, pair: PairVerdict
+                     ) -> tuple[list[str], list[list[str]]]:
+    """Per layer: the model's best similarity with A and B beside the learners' own."""
+    comp = result.comparisons[pair.metric]
+    sa, sb, cal = comp.scores[pair.a], comp.scores[pair.b], pair.calibration
+    header = ["layer", f"layer ~ {pair.a}", f"{pair.b} ~ that {pair.a} step",
+              f"layer ~ {pair.b}", f"{pair.a} ~ that {pair.b} step", "verdict"]
+    body = []
+    for layer in range(result.n_layers + 1):
+        body.append([str(layer), f"{sa.score.value[layer]:.3f} ({sa.best_label[layer]})",
+                     f"{cal.a_by_b[layer]:.3f} ({cal.b_step_for_a[layer]})",
+                     f"{sb.score.value[layer]:.3f} ({sb.best_label[layer]})",
+                     f"{cal.b_by_a[layer]:.3f} ({cal.a_step_for_b[layer]})",
+                     pair.verdicts[layer]])
+    return header, body
+
+
+def growth_lines(result: AlignResult, metric: str) -> list[str]:
+    """For each displayed step learner: both fits and which explains the steps better."""
+    lines = []
+    for run in result.step_runs:
+        if run not in ("newton", "gd") and run not in display_runs(result):
+            continue
+        fits = result.matches[run][metric].fits
+        lin, log = fits["linear"], fits["log2"]
+        verdict = ""
+        if lin.defined and log.defined:
+            assert lin.r2 is not None and log.r2 is not None
+            if abs(lin.r2 - log.r2) < 0.02:
+                verdict = " → both lines fit about equally"
+            else:
+                verdict = (" → step ∝ layer explains better" if lin.r2 > log.r2 else
+                           " → log₂ step ∝ layer (exponential growth) explains better")
+        lines.append(f"{run}: {lin.describe()}; {log.describe()}{verdict}")
+    return lines
+
+
+def aligned(header: Sequence[str], body: Sequence[Sequence[str]], right: bool = True) -> list[str]:
+    """Rows as aligned plain text."""
+    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h)
+              for i, h in enumerate(header)]
+    pad = str.rjust if right else str.ljust
+    return ["  ".join(pad(c, w) for c, w in zip(row, widths)) for row in [header, *body]]
+
+
+def text_table(result: AlignResult, metric: str = "error_cosine") -> str:
+    """Everything ``iclprobe align`` prints for one model and metric."""
+    lines = [header_line(result, metric) + f"; layers: {result.readout}"]
+    if result.meaningless:
+        return "\n".join(lines + [f"no alignment: {result.meaningless}"])
+    lines += ["best step per layer († = no better than the zero predictor's similarity)"]
+    lines += aligned(*matched_rows(result, metric))
+    lines += ["", "learner table: best similarity over steps ± half the 95% bootstrap "
+              "interval, @ the best step; differences with their 95% intervals"]
+    lines += aligned(*learner_rows(result, metric, compact=True), right=False)
+    for pair in result.comparisons[metric].pairs:
+        lines += ["", f"calibration, {pair.a} vs {pair.b}: the learners' own resemblance "
+                  "at each layer's matched steps"]
+        lines += aligned(*calibration_rows(result, pair), right=False)
+        lines.append(pair.sentence)
+    lines += ["", "step growth over live layers:"] + ["  " + g for g in growth_lines(result, metric)]
+    lines += [f"note: {n}" for n in result.notes]
+    return "\n".join(lines)
+
+
+def headline_lines(results: Sequence[AlignResult], metric: str = "error_cosine",
+                   a: str = "newton", b: str = "gd") -> list[str]:
+    """Per model: A and B at the last layer with intervals, A − B, and the verdict there."""
+    lines = []
+    for res in results:
+        comp = res.comparisons.get(metric)
+        pair = next((p for p in comp.pairs if (p.a, p.b) == (a, b)), None) if comp else None
+        if res.meaningless or comp is None or pair is None:
+            lines.append(f"{res.name}: no {a}/{b} comparison"
+                         + (f" ({res.meaningless})" if res.meaningless else ""))
+            continue
+        last = res.n_layers
+        sa, sb = comp.scores[a], comp.scores[b]
+        lines.append(f"{res.name} [{res.protocol['name']}], layer {last}: {a} "
+                     f"{_pm(sa.score, last)} @{sa.best_label[last]}, {b} "
+                     f"{_pm(sb.score, last)} @{sb.best_label[last]}; {a} − {b} "
+                     f"{_ci(pair.difference, last)} → {pair.verdicts[last]}")
+    return lines

@@ -208,7 +208,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             model = models.GPTRegressor(models.GPTConfig(**_only(model_kw, bad, family)))
         else:
             bad = sorted({"n_positions", "d_model", "d_mlp", "attention", "layout",
-                          "ln_eps"} & set(model_kw))
+                          "ln_eps", "final_norm"} & set(model_kw))
             model = models.PQTransformer(models.PQConfig(**_only(model_kw, bad, family)))
         cfg = models.TrainConfig(**train_given)
     result = models.train(model, task, cfg, out=args.out, resume=args.resume)

@@ -73,8 +73,9 @@ MODEL_FIELDS = [
     ("attention", "softmax", "GPT: softmax | linear"),
     ("layout", "interleaved", "GPT: interleaved | paired"),
     ("ln_eps", 1e-5, "GPT: LayerNorm epsilon"),
+    ("final_norm", True, "GPT: LayerNorm before the read-out (off: Fu et al.'s probing runs)"),
     ("sparse", True, "PQ: Eq. 8 sparse P and Q"),
-    ("kernel", "linear", "PQ: linear | softmax | relu"),
+    ("kernel", "linear", "PQ: linear | softmax | relu | softmax-ahn"),
     ("init_std", 0.01, "PQ: initialization standard deviation"),
     ("seed", 0, "initialization seed"),
 ]

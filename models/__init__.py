@@ -1,10 +1,11 @@
 """Hooked transformers for in-context regression, their configs and checkpoints."""
 
+from iclprobe.models.ahn import load_ahn
 from iclprobe.models.checkpoint import CheckpointError, load, save
 from iclprobe.models.config import GPTConfig, PQConfig
 from iclprobe.models.garg import convert_garg_state, load_garg_run
 from iclprobe.models.gpt import GPTRegressor
-from iclprobe.models.pq import PQTransformer, load_ahn
+from iclprobe.models.pq import PQTransformer
 from iclprobe.models.train_config import TrainConfig
 from iclprobe.models.training import TrainResult, read_train_config, train
 

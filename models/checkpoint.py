@@ -136,18 +136,23 @@ def resolve(path_or_name: str | os.PathLike[str]) -> Path:
     )
 
 
-def load(path_or_name: str | os.PathLike[str], device: str | torch.device = "cpu") -> Regressor:
+def load(path_or_name: str | os.PathLike[str], device: str | torch.device = "cpu", *,
+         ahn_index: int | None = None) -> Regressor:
     """Load an iclprobe checkpoint or training run, a Garg/Fu run, or a shipped model by name.
 
-    A ``.pt``/``.pth`` file is read as Ahn et al.'s ``allparam`` tensor (see `load_ahn`).
+    A ``.pt``/``.pth`` file is read as Ahn et al.'s ``allparam`` or training history (see
+    `load_ahn`, which also takes their softmax); ``ahn_index`` picks the history entry
+    (default: the last).
 
     The model comes back in eval mode with ``model.task`` set (None if no task was stored).
     """
     path = resolve(path_or_name)
     if path.is_file() and path.suffix in (".pt", ".pth"):
-        from iclprobe.models.pq import load_ahn  # Ahn et al.'s allparam tensor
+        from iclprobe.models.ahn import load_ahn
 
-        return load_ahn(path).to(device).eval()
+        return load_ahn(path, index=-1 if ahn_index is None else ahn_index).to(device).eval()
+    if ahn_index is not None:
+        raise ValueError(f"ahn_index applies to Ahn et al.'s .pt/.pth files, not to {path}")
     if not path.is_dir():
         raise CheckpointError(f"{path}: a checkpoint is a directory (or an Ahn et al. .pt file)")
     if not (path / CONFIG_FILE).exists() and (path / RUN_CHECKPOINT / CONFIG_FILE).exists():

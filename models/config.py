@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 logger = logging.getLogger(__name__)
 
 LAYOUTS = ("interleaved", "paired")
-KERNELS = ("linear", "softmax", "relu")
+KERNELS = ("linear", "softmax", "relu", "softmax-ahn")
 ATTENTIONS = ("softmax", "linear")
 
 C = TypeVar("C", bound="_ConfigMixin")
@@ -61,6 +61,7 @@ class GPTConfig(_ConfigMixin):
     layout: str = "interleaved"  # "interleaved" (x, y tokens) | "paired" ((x_prev, y_prev, x))
     seed: int = 0  # initialization seed (global RNG untouched)
     ln_eps: float = 1e-5  # LayerNorm epsilon (GPT-2's)
+    final_norm: bool = True  # False: no LayerNorm before the read-out (Fu et al.'s probing runs)
 
     def __post_init__(self) -> None:
         _check_positive(self, "n_dims", "n_positions", "n_layers", "d_model", "n_heads")
@@ -74,6 +75,8 @@ class GPTConfig(_ConfigMixin):
         _check_choice(self, "layout", LAYOUTS)
         if not isinstance(self.seed, int):
             raise ValueError(f"GPTConfig.seed must be an integer, got {self.seed!r}")
+        if not isinstance(self.final_norm, bool):
+            raise ValueError(f"GPTConfig.final_norm must be a bool, got {self.final_norm!r}")
 
     # Attributes TransformerLens's ActivationCache reads from ``model.cfg``.
     @property
@@ -111,7 +114,7 @@ class PQConfig(_ConfigMixin):
     n_layers: int = 3  # attention-only layers
     n_heads: int = 1  # heads per layer (their outputs are summed)
     sparse: bool = True  # Eq. 8: P = [[B, 0], [0, 1]], Q = -[[A, 0], [0, 0]]
-    kernel: str = "linear"  # "linear" | "softmax" | "relu" applied to the scores
+    kernel: str = "linear"  # "linear" | "softmax" | "relu" | "softmax-ahn" (see PQTransformer)
     seed: int = 0  # initialization seed (global RNG untouched)
     init_std: float = 0.01  # std of the N(0, init_std^2) initialization (Ahn's `var`)
 

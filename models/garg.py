@@ -3,10 +3,17 @@
 Their model is ``_read_in`` (Linear) → ``_backbone`` (Hugging Face ``GPT2Model``, fed
 ``inputs_embeds``) → ``_read_out`` (Linear), softmax attention on the interleaved layout.
 GPT-2's ``Conv1D`` weights are stored ``[in, out]``; ours are split per head.
+
+Fu et al.'s probing runs set ``model.use_first_n_layer: k`` below ``n_layer``: their model
+then predicts ``_read_out(hidden_states[k])``, Hugging Face's hidden state after k blocks
+(``hidden_states[0]`` is the embedding), which has no final LayerNorm (only
+``hidden_states[n_layer]`` has). Such a run imports as a k-block `GPTRegressor` with
+``final_norm=False``; the weights of the later blocks and of ``ln_f`` go unused.
 """
 
 from __future__ import annotations
 
+import logging
 import pickle
 import re
 from pathlib import Path
@@ -21,6 +28,8 @@ from iclprobe.models.checkpoint import CheckpointError, load_state_into
 from iclprobe.models.config import GPTConfig
 from iclprobe.models.gpt import GPTRegressor
 from iclprobe.tasks import RegressionTask
+
+logger = logging.getLogger(__name__)
 
 # HF buffers and the unused token embedding, present in some or all of their files.
 _IGNORED = re.compile(r"^_backbone\.(wte\.weight|h\.\d+\.attn\.(bias|masked_bias))$")
@@ -94,12 +103,35 @@ def convert_garg_state(state: dict[str, Tensor], cfg: GPTConfig) -> dict[str, Te
     return {k: v.contiguous() for k, v in out.items()}
 
 
-def load_garg_run(path: str | Path) -> GPTRegressor:
-    """Import a Garg et al. / Fu et al. run directory into a `GPTRegressor`."""
-    path = Path(path)
-    cfg_yaml = _read_config(path)
-    m = cfg_yaml["model"]
-    state_path = path / "state.pt"
+def first_n_layers(cfg: dict[str, Any], cfg_path: Path) -> int:
+    """The depth Fu et al.'s model reads out at: ``model.use_first_n_layer`` or ``n_layer``."""
+    n_layer, k = int(cfg["model"]["n_layer"]), cfg["model"].get("use_first_n_layer")
+    if k is None:  # absent or null: their code uses all n_layer blocks
+        return n_layer
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= n_layer:
+        why = (" (0 reads out the embedding alone: iclprobe models have at least one block)"
+               if k == 0 else "")
+        raise CheckpointError(f"{cfg_path}: model.use_first_n_layer must be an integer in "
+                              f"1..n_layer={n_layer}, got {k!r}{why}")
+    return k
+
+
+def _drop_unused(state: dict[str, Tensor], k: int, source: Path) -> dict[str, Tensor]:
+    """Remove blocks ``k..`` and ``ln_f``, which a model reading out after block k never uses."""
+    kept, dropped = {}, set()
+    for key, value in state.items():
+        m = re.match(r"^_backbone\.(?:h\.(\d+)|ln_f)\.", key)
+        if m and (m.group(1) is None or int(m.group(1)) >= k):
+            dropped.add("ln_f" if m.group(1) is None else f"block {m.group(1)}")
+        else:
+            kept[key] = value
+    if dropped:
+        logger.info("%s: model.use_first_n_layer=%d: the weights of %s are unused", source, k,
+                    ", ".join(sorted(dropped, key=lambda n: (n == "ln_f", len(n), n))))
+    return kept
+
+
+def _read_state(state_path: Path) -> dict[str, Tensor]:
     if not state_path.is_file():
         raise CheckpointError(f"{state_path}: file is missing")
     try:
@@ -108,13 +140,31 @@ def load_garg_run(path: str | Path) -> GPTRegressor:
         raise CheckpointError(f"{state_path}: truncated, corrupt or unsafe ({err})") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("model_state_dict"), dict):
         raise CheckpointError(f"{state_path}: no 'model_state_dict' in the file")
+    return raw["model_state_dict"]
+
+
+def load_garg_run(path: str | Path) -> GPTRegressor:
+    """Import a Garg et al. / Fu et al. run directory into a `GPTRegressor`.
+
+    A Fu et al. probing run (``model.use_first_n_layer: k`` < ``n_layer``) loads as the model
+    their code evaluates: k blocks, no final LayerNorm (see the module docstring).
+    """
+    path = Path(path)
+    cfg_yaml = _read_config(path)
+    m = cfg_yaml["model"]
+    n_layers = first_n_layers(cfg_yaml, path / "config.yaml")
+    truncated = n_layers < int(m["n_layer"])
+    state = _read_state(path / "state.pt")
+    if truncated:
+        state = _drop_unused(state, n_layers, path / "state.pt")
     try:
         cfg = GPTConfig(n_dims=int(m["n_dims"]), n_positions=int(m["n_positions"]),
-                        n_layers=int(m["n_layer"]), d_model=int(m["n_embd"]),
-                        n_heads=int(m["n_head"]), attention="softmax", layout="interleaved")
+                        n_layers=n_layers, d_model=int(m["n_embd"]),
+                        n_heads=int(m["n_head"]), attention="softmax", layout="interleaved",
+                        final_norm=not truncated)
     except ValueError as err:
         raise CheckpointError(f"{path / 'config.yaml'}: {err}") from None
     model = GPTRegressor(cfg)
-    load_state_into(model, convert_garg_state(raw["model_state_dict"], cfg), state_path)
+    load_state_into(model, convert_garg_state(state, cfg), path / "state.pt")
     model.task = _task_from(cfg_yaml, cfg.n_dims, cfg.n_positions)
     return model

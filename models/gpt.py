@@ -30,6 +30,8 @@ class GPTRegressor(RegressorMixin, HookedRootModule):
     the x tokens (Garg et al., Fu et al.). ``layout="paired"``: token t is
     ``(x_{t-1}, y_{t-1}, x_t)`` with zeros before the first example, read out at every token.
     Either way ``preds[:, t]`` sees the examples ``0..t-1`` and the query ``x_t`` only.
+    ``final_norm=False`` drops the final LayerNorm (no ``ln_final`` hooks or weights): the
+    read-out is applied to the last block's residual, as in Fu et al.'s probing runs.
     """
 
     def __init__(self, cfg: GPTConfig):
@@ -44,7 +46,10 @@ class GPTRegressor(RegressorMixin, HookedRootModule):
             self.read_in = nn.Linear(cfg.token_dim, cfg.d_model)  # PyTorch's default init
             self.W_pos = nn.Parameter(torch.empty(cfg.n_ctx, cfg.d_model))  # [tok, d_model]
             self.blocks: ModuleList[Block] = ModuleList(Block(cfg) for _ in range(cfg.n_layers))
-            self.ln_final = LayerNorm(cfg.d_model, cfg.ln_eps)
+            # Without a final norm (Fu et al.'s truncated models) the read-out sees the raw
+            # residual; an identity keeps `readout` and TransformerLens's apply_ln consistent.
+            self.ln_final: nn.Module = (LayerNorm(cfg.d_model, cfg.ln_eps) if cfg.final_norm
+                                        else nn.Identity())
             self.read_out = nn.Linear(cfg.d_model, 1)
             self._init_gpt2_weights()
         self.hook_embed = HookPoint()  # [batch, tok, d_model]
@@ -111,7 +116,7 @@ class GPTRegressor(RegressorMixin, HookedRootModule):
         return self.read_out(self.ln_final(resid[:, positions]))[..., 0]
 
     def readout(self, resid: Float[Tensor, "... d_model"]) -> Float[Tensor, "..."]:
-        """Final norm and read-out applied to any residual (the no-training probe)."""
+        """Final norm (if any) and read-out applied to any residual (the no-training probe)."""
         return self.read_out(self.ln_final(resid))[..., 0]
 
     def predict_queries(

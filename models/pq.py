@@ -16,9 +16,7 @@ Rows ``j >= t`` of prefix t's context slots are zero padding and never keys.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -68,7 +66,7 @@ class PQAttention(nn.Module):
         p, q = self.matrices()
         keys = rows[:, :, :n_slots]  # [batch, prefix, key, D], the context slots
         valid = torch.arange(n_slots, device=rows.device) < n_keys[:, None]  # [prefix, key]
-        inv_t = torch.where(n_keys > 0, 1.0 / n_keys.clamp(min=1), 0.0).to(rows.dtype)
+        inv_t = torch.where(n_keys > 0, 1.0 / n_keys.clamp(min=1).to(rows.dtype), 0.0)
         if self.cfg.kernel == "linear" and not observed(self.hook_attn_scores, self.hook_pattern):
             # S Z Pᵀ = Z Q (Zᵀ Z) Pᵀ: one (D x D) Gram matrix per prefix, no scores.
             gram = torch.einsum("btjd,btje->btde", keys * valid[None, :, :, None], keys)
@@ -79,6 +77,9 @@ class PQAttention(nn.Module):
         if self.cfg.kernel == "softmax":
             scores = self.hook_attn_scores(scores.masked_fill(~mask, float("-inf")))
             pattern = torch.nan_to_num(scores.softmax(dim=-1), nan=0.0)  # t = 0: no keys
+        elif self.cfg.kernel == "softmax-ahn":
+            scores = self.hook_attn_scores(scores.masked_fill(~mask, float("-inf")))
+            pattern = _ahn_softmax(scores, rows, q, n_slots) * inv_t[None, :, None, None, None]
         else:
             scores = self.hook_attn_scores(scores.masked_fill(~mask, 0.0))
             kernel = scores.relu() if self.cfg.kernel == "relu" else scores
@@ -86,6 +87,21 @@ class PQAttention(nn.Module):
         pattern = self.hook_pattern(pattern)
         values = torch.einsum("btjd,hed->bthje", keys, p)  # P z_j per head
         return torch.einsum("bthrj,bthje->btre", pattern, values)
+
+
+def _ahn_softmax(scores: Tensor, rows: Tensor, q: Tensor, n_slots: int) -> Tensor:
+    """Ahn et al.'s softmax: normalized over the keys and the query row's own column.
+
+    ``scores [batch, prefix, head, row, key]`` (invalid keys at -inf); the query row, right
+    after the ``n_slots`` context slots, must be the only one (its value is masked, so its
+    column enters the denominator only).
+    """
+    if rows.shape[2] != n_slots + 1:
+        raise ValueError(f"kernel 'softmax-ahn' needs one query row per prefix copy, got "
+                         f"{rows.shape[2] - n_slots} rows after {n_slots} context slots")
+    own = torch.einsum("btrd,hde,bte->bthr", rows, q, rows[:, :, n_slots])  # z_rᵀ Q z_query
+    total = torch.logsumexp(torch.cat([scores, own[..., None]], dim=-1), dim=-1, keepdim=True)
+    return (scores - total).exp()
 
 
 class PQBlock(nn.Module):
@@ -106,7 +122,21 @@ class PQBlock(nn.Module):
 
 
 class PQTransformer(RegressorMixin, HookedRootModule):
-    """Hooked PQ linear transformer (see the module docstring for the conventions)."""
+    """Hooked PQ linear transformer (see the module docstring for the conventions).
+
+    ``cfg.kernel`` acts on the scores ``s_rj = z_rᵀ Q z_j`` of a row r against the t context
+    keys (q: the prefix's query row):
+
+    - ``"linear"``: ``s_rj / t`` (Ahn et al.'s ``attention(..., activation=None)``);
+    - ``"relu"``: ``relu(s_rj) / t`` (their ReLU attention);
+    - ``"softmax"``: ``softmax_j(s_rj)`` over the t keys, no 1/t: the update is a convex
+      combination of the values;
+    - ``"softmax-ahn"``: Ahn et al.'s ``activation=softmax``: the softmax runs over all
+      t + 1 columns, the query's own included (its value masked to zero), then / t:
+      ``exp(s_rj) / (Σ_i exp(s_ri) + exp(s_rq)) / t``. The weights sum to less than 1/t and
+      every row's update depends on the query, so each query gets its own copy of the
+      context in `predict_queries`. `load_ahn` with ``kernel="softmax"`` uses this one.
+    """
 
     def __init__(self, cfg: PQConfig):
         super().__init__()
@@ -162,7 +192,31 @@ class PQTransformer(RegressorMixin, HookedRootModule):
     ) -> Float[Tensor, "batch pos query"]:
         """Predict ``queries[:, t, j]`` from the t examples before position t."""
         self.check_queries(xs, ys, queries)
-        return self.readout(self.run_rows(self.rows(xs, ys, queries)))
+        rows, n_keys = self._query_pass(xs, ys, queries)
+        n = xs.shape[1]
+        return -self._query_rows(self.run_rows(rows, n_keys, n), queries)[..., -1]
+
+    def _query_pass(self, xs: Tensor, ys: Tensor, queries: Tensor) -> tuple[Tensor, Tensor]:
+        """Rows and keys per copy for a pass over ``queries`` (n context slots each).
+
+        Ahn et al.'s softmax normalizes every row over the query's own column too, so each
+        query needs its own copy of the context: the T queries then fold into the prefix
+        axis, ``[batch, prefix * T, n + 1, D]``.
+        """
+        rows = self.rows(xs, ys, queries)
+        n, t_q = xs.shape[1], queries.shape[2]
+        n_keys = torch.arange(n, device=xs.device)
+        if self.cfg.kernel == "softmax-ahn" and t_q > 1:
+            ctx = rows[:, :, None, :n].expand(-1, -1, t_q, -1, -1)  # [batch, prefix, T, n, D]
+            rows = torch.cat([ctx, rows[:, :, n:, None]], dim=3).flatten(1, 2)
+            n_keys = n_keys.repeat_interleave(t_q)
+        return rows, n_keys
+
+    @staticmethod
+    def _query_rows(rows: Tensor, queries: Tensor) -> Tensor:
+        """The query rows of a `_query_pass`, ``[batch, pos, T, D]`` (folded or not)."""
+        b, n, t_q, _ = queries.shape
+        return rows[:, :, n:].reshape(b, n, t_q, rows.shape[-1])
 
     def query_residuals(
         self,
@@ -173,13 +227,12 @@ class PQTransformer(RegressorMixin, HookedRootModule):
     ) -> Float[Tensor, "layer batch pos query d_model"]:
         """Every layer's query rows (layer 0: ``(q, 0)`` as embedded), optionally reduced."""
         self.check_queries(xs, ys, queries)
-        rows = self.rows(xs, ys, queries)
+        rows, n_keys = self._query_pass(xs, ys, queries)
         n = xs.shape[1]
-        layers = [rows[:, :, n:]]
-        n_keys = torch.arange(n, device=xs.device)
+        layers = [self._query_rows(rows, queries)]
         for block in self.blocks:
             rows = block(rows, n_keys, n)
-            layers.append(rows[:, :, n:])
+            layers.append(self._query_rows(rows, queries))
         stacked = torch.stack(layers)
         return reduce(stacked) if reduce is not None else stacked
 
@@ -315,35 +368,3 @@ def _per_layer_head(m: MatrixLike, name: str, cfg: PQConfig, k: int) -> Tensor:
             f", got {tuple(t.shape)}{hint}"
         )
     return t
-
-
-def load_ahn(source: Tensor | str | os.PathLike[str], kernel: str = "linear") -> PQTransformer:
-    """Import Ahn et al.'s ``allparam`` ``[n_layer, n_head, 2, d, d]`` (P block, Q block).
-
-    Their layer uses ``P_full = [[P, 0], [0, 1]]`` and ``Q_full = [[Q, 0], [0, 0]]`` and
-    predicts ``-Z[N, d]`` as we do; their Q block is our ``-A`` and their P block our B.
-    ``source`` is the tensor, or a file saved with ``torch.save`` holding it (alone, or as
-    ``"allparam"`` in a dict or state dict); it is read with ``weights_only=True``.
-    """
-    if isinstance(source, Tensor):
-        allparam = source
-    else:
-        path = Path(source)
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: file is missing")
-        from iclprobe.models.checkpoint import CheckpointError
-
-        try:
-            raw = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as err:  # noqa: BLE001 - any unpickling failure is a bad file
-            raise CheckpointError(f"{path}: truncated, corrupt or unsafe ({err})") from None
-        found: Any = raw.get("allparam") if isinstance(raw, dict) else raw
-        if not isinstance(found, Tensor):
-            raise CheckpointError(f"{path}: no 'allparam' tensor in the file")
-        allparam = found
-    if allparam.ndim != 5 or allparam.shape[2] != 2 or allparam.shape[3] != allparam.shape[4]:
-        raise ValueError(
-            f"allparam must have shape [n_layer, n_head, 2, d, d], got {tuple(allparam.shape)}"
-        )
-    allparam = allparam.detach().float().cpu()
-    return PQTransformer.from_matrices(A=-allparam[:, :, 1], B=allparam[:, :, 0], kernel=kernel)

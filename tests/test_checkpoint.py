@@ -1,5 +1,7 @@
 import json
+import logging
 import pickle
+import re
 
 import pytest
 import torch
@@ -11,8 +13,14 @@ from iclprobe import models, tasks
 from iclprobe.models import CheckpointError
 
 
-def write_garg_run(path, n_dims, n_positions, n_embd, n_layer, n_head, seed, old_buffers):
-    """A Garg et al. run directory around a real Hugging Face GPT2Model."""
+def write_garg_run(path, n_dims, n_positions, n_embd, n_layer, n_head, seed, old_buffers,
+                   first_n_layer=None):
+    """A Garg et al. run directory around a real Hugging Face GPT2Model.
+
+    ``first_n_layer`` writes Fu et al.'s ``model.use_first_n_layer`` into the config; the
+    reference then computes as their model does: with k < n_layer, the read-out of
+    Hugging Face's ``hidden_states[k]`` (no final LayerNorm), else of ``last_hidden_state``.
+    """
     from transformers import GPT2Config, GPT2Model
 
     torch.manual_seed(seed)
@@ -37,13 +45,17 @@ def write_garg_run(path, n_dims, n_positions, n_embd, n_layer, n_head, seed, old
     config = {"model": {"family": "gpt2", "n_dims": n_dims, "n_positions": n_positions,
                         "n_embd": n_embd, "n_layer": n_layer, "n_head": n_head},
               "training": {"curriculum": {"points": {"end": n_positions}}}}
+    if first_n_layer is not None:
+        config["model"]["use_first_n_layer"] = first_n_layer
     (path / "config.yaml").write_text(yaml.safe_dump(config))
 
     def reference(xs, ys):
         b, n, d = xs.shape
         ys_wide = torch.cat([ys[..., None], torch.zeros(b, n, d - 1)], dim=2)
         zs = torch.stack([xs, ys_wide], dim=2).reshape(b, 2 * n, d)
-        hidden = backbone(inputs_embeds=read_in(zs)).last_hidden_state
+        out = backbone(inputs_embeds=read_in(zs), output_hidden_states=True)
+        k = n_layer if first_n_layer is None else first_n_layer
+        hidden = out.hidden_states[k] if k < n_layer else out.last_hidden_state
         return read_out(hidden)[:, ::2, 0]
 
     return reference
@@ -66,6 +78,60 @@ def test_garg_import_matches_hugging_face(tmp_path, shape):
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=0)
     hidden_last = model.ln_final(cache[f"blocks.{shape[3] - 1}.hook_resid_post"])
     torch.testing.assert_close(model.read_out(hidden_last)[:, ::2, 0], theirs, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_fu_probing_run_reads_out_after_k_blocks(tmp_path, caplog, k):
+    """Fu et al.'s ``use_first_n_layer: k``: k blocks, no final LayerNorm, as their model."""
+    n_dims, n_positions, n_layer = 3, 7, 3
+    reference = write_garg_run(tmp_path / "run", n_dims, n_positions, 32, n_layer, 4, seed=k,
+                               old_buffers=False, first_n_layer=k)
+    full = write_garg_run(tmp_path / "full", n_dims, n_positions, 32, n_layer, 4, seed=k,
+                          old_buffers=False)
+    with caplog.at_level(logging.INFO, logger="iclprobe.models.garg"):
+        model = models.load(tmp_path / "run")
+    assert model.cfg.n_layers == k and model.cfg.final_norm == (k == n_layer)
+    if k < n_layer:  # the state holds all 3 blocks and ln_f; the unused ones are named
+        assert f"the weights of {', '.join(f'block {i}' for i in range(k, 3))}, ln_f are unused" \
+            in caplog.text
+    b = tasks.RegressionTask(n_dims=n_dims, n_points=n_positions).sample(6, generator=0)
+    with torch.no_grad():
+        ours, theirs = model(b.xs, b.ys), reference(b.xs, b.ys)
+        preds, cache = model.run_with_cache(b.xs, b.ys)
+    assert (theirs - theirs.mean()).abs().max() > 1e-2
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=0)
+    if k < n_layer:  # the test tells the truncated model from the full-depth one
+        assert (full(b.xs, b.ys) - theirs).abs().max() > 0.05
+        assert not any(name.startswith("ln_final.") for name in model.hook_dict)
+        assert not any(name.startswith("ln_final.") for name in model.state_dict())
+    # The no-training readout of the last residual, and TransformerLens's apply_ln, agree.
+    last = cache[f"blocks.{k - 1}.hook_resid_post"]
+    torch.testing.assert_close(model.readout(last)[:, ::2], preds, atol=1e-5, rtol=0)
+    normed = cache.accumulated_resid(apply_ln=True)[-1]
+    torch.testing.assert_close(model.read_out(normed)[:, ::2, 0], preds, atol=1e-5, rtol=0)
+
+
+def test_fu_truncated_model_round_trip(tmp_path):
+    write_garg_run(tmp_path / "run", 3, 5, 16, 3, 2, seed=0, old_buffers=True, first_n_layer=2)
+    model = models.load(tmp_path / "run")
+    model.save(tmp_path / "ckpt")
+    meta = json.loads((tmp_path / "ckpt" / "config.json").read_text())
+    assert meta["config"]["final_norm"] is False and meta["config"]["n_layers"] == 2
+    assert not any(k.startswith("ln_final") for k in load_file(str(tmp_path / "ckpt" /
+                                                                   "model.safetensors")))
+    back = models.load(tmp_path / "ckpt")
+    assert back.cfg == model.cfg
+    b = small_batch(n_points=5)
+    with torch.no_grad():
+        assert torch.equal(back(b.xs, b.ys), model(b.xs, b.ys))
+
+
+@pytest.mark.parametrize("k", [4, 0, -1, "2", 1.5, True])
+def test_fu_use_first_n_layer_out_of_range(tmp_path, k):
+    write_garg_run(tmp_path / "run", 3, 5, 16, 3, 2, seed=0, old_buffers=False, first_n_layer=k)
+    with pytest.raises(CheckpointError, match=r"config.yaml: model.use_first_n_layer must be an "
+                                              rf"integer in 1..n_layer=3, got {re.escape(repr(k))}"):
+        models.load(tmp_path / "run")
 
 
 def test_garg_import_errors(tmp_path):

@@ -98,6 +98,29 @@ def test_gpt_softmax_layers_track_newton():
     layers = list(range(1, model.cfg.n_layers + 1))
     assert spearman(layers, [match.best_step[layer] for layer in layers]) >= 0.8, match.best_step
     assert match.best_value[-1] > 0.95
+    # layers 0-2 compute nothing and stay out of the fit
+    assert res.live[:3] == [False] * 3 and all(res.live[4:])
+    assert match.fit.layers[0] >= 3 and match.fit.r2 > 0.9
+
+
+def test_pq_rotated_layers_run_their_own_preconditioned_gd():
+    model = models.load("pq-rotated-3layer")
+    res = align(model, AlignConfig(n_sequences=256, n_weight_sequences=64, n_boot=100),
+                name="pq-rotated-3layer")
+    n = model.task.n_points
+    assert res.positions == "last" and res.window == (n - 1, n - 1)  # trained on t = 20 only
+    # the last layer's error at t = 20 is the documented trained loss (0.0261), not the
+    # 0.99 of reading every prefix through ridge probes
+    assert res.layer_error[-1] == pytest.approx(0.0261, abs=0.01)
+    for run in ("pgd_own", "pgd_inv_cov"):
+        for metric in ("error_cosine", "weight_cosine"):
+            match = res.matches[run][metric]
+            assert match.best_step == [0, 1, 2, 3], (run, metric)
+            assert match.fit.slope == pytest.approx(1.0) and match.fit.r2 == pytest.approx(1.0)
+    assert min(res.matches["pgd_own"]["error_cosine"].best_value[1:]) > 0.9999
+    verdict = next(p for p in res.comparisons["error_cosine"].pairs if p.a == "pgd_inv_cov"
+                   and p.b == "gd")
+    assert verdict.verdicts[1:] == ["prefers pgd_inv_cov"] * 3
 
 
 @pytest.mark.slow

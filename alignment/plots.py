@@ -164,8 +164,12 @@ def learner_comparison(result: Any, metric: str, path: Path) -> Path:
         xs = [x + (i - (len(comp.pairs) - 1) / 2) * 0.15 for x in layers]
         err = [[v - lo for v, lo in zip(iv.value, iv.lower)],
                [hi - v for v, hi in zip(iv.value, iv.upper)]]
-        right.errorbar(xs, iv.value, yerr=err, fmt=MARKERS[i % len(MARKERS)], ms=4, capsize=2,
-                       label=f"{pair.a} − {pair.b}")
+        color = f"C{i}"
+        right.errorbar(xs, iv.value, yerr=err, fmt="none", capsize=2, ecolor=color)
+        for x, v, ok in zip(xs, iv.value, comp.live):
+            right.plot(x, v, MARKERS[i % len(MARKERS)], ms=5, color=color,
+                       mfc=color if ok else "none")
+        right.plot([], [], MARKERS[i % len(MARKERS)], color=color, label=f"{pair.a} − {pair.b}")
     right.axhline(0, color="gray", lw=0.8)
     right.set_xlabel("layer")
     right.set_ylabel("difference of best similarities")

@@ -75,13 +75,13 @@ def matched_rows(result: AlignResult, metric: str) -> tuple[list[str], list[list
 def matched_csv(result: AlignResult, metric: str) -> tuple[list[str], list[list[Any]]]:
     """The per-layer match table with unique machine-readable columns."""
     rows = result.table(metric)
-    keys = ["layer", "normalized_error", "live"]
+    keys = ["protocol", "layer", "normalized_error", "live"]
     for r in result.step_runs:
         keys += [f"{r}_step", f"{r}_column", f"{r}_sim", f"{r}_ties", f"{r}_above_zero",
                  f"{r}_zero_sim"]
     body = []
     for row in rows:
-        row = {**row, "live": result.live[row["layer"]]}
+        row = {**row, "live": result.live[row["layer"]], "protocol": result.protocol["name"]}
         body.append([" ".join(map(str, row[k])) if isinstance(row.get(k), list) else
                      row.get(k, "") for k in keys])
     return keys, body
@@ -116,7 +116,7 @@ def learner_rows(result: AlignResult, metric: str, compact: bool = False
 def learner_csv(result: AlignResult, metric: str) -> tuple[list[str], list[list[Any]]]:
     """The learner table with one column per number."""
     comp = result.comparisons[metric]
-    keys = ["layer", "live"]
+    keys = ["protocol", "layer", "live"]
     for r in comp.scores:
         keys += [f"{r}_best", f"{r}_lower", f"{r}_upper", f"{r}_step", f"{r}_column"]
     for p in comp.pairs:
@@ -125,7 +125,7 @@ def learner_csv(result: AlignResult, metric: str) -> tuple[list[str], list[list[
                  f"{p.a}_imitates_{p.b}", f"verdict_{p.a}_vs_{p.b}"]
     body = []
     for layer in range(result.n_layers + 1):
-        row: list[Any] = [layer, comp.live[layer]]
+        row: list[Any] = [result.protocol["name"], layer, comp.live[layer]]
         for s in comp.scores.values():
             iv = s.score
             row += [iv.value[layer], iv.lower[layer], iv.upper[layer], s.best_step[layer],

@@ -67,7 +67,8 @@ def test_align_writes_the_report(tmp_path, capsys):
     assert [row["layer"] for row in table] == list(range(9))
     assert {"newton_step", "newton_sim", "gd_step", "newton_zero_sim"} <= set(table[0])
     rows = list(csv.reader((out / f"table_{model}_error_cosine.csv").open()))
-    assert rows[0][:3] == ["layer", "normalized_error", "live"] and len(rows) == 10
+    assert rows[0][:4] == ["protocol", "layer", "normalized_error", "live"] and len(rows) == 10
+    assert rows[1][0] == "iclprobe"
     assert len(set(rows[0])) == len(rows[0])  # unique column names
     steps = rows[0].index("newton_step")
     assert all(r[steps].isdigit() for r in rows[1:])  # numeric, the † lives in "live"

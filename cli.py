@@ -105,8 +105,10 @@ def _align_options(p: argparse.ArgumentParser) -> None:
                    help="comma-separated subset of the protocol's learners (default: all of "
                    "them; iclprobe: newton,gd,online_gd,pgd,cg,ols; fu2024: "
                    "newton,gd,online_gd,ols)")
-    p.add_argument("--metric", choices=("error_cosine", "weight_cosine", "both"),
-                   default="both", help="similarity metric (default: both)")
+    p.add_argument("--metric", default="both",
+                   help="comma-separated similarity metrics: error_cosine, weight_cosine, spd, "
+                   "ilwd (and any registered), or both = error_cosine,weight_cosine "
+                   "(default: both)")
     p.add_argument("--positions", choices=("auto", "all", "last"), default="auto",
                    help="positions t to align at: auto = where the model was trained (the "
                    "last position for Ahn-style PQ models, every prefix otherwise) "

@@ -22,7 +22,9 @@ DEMO_PQ = ("pq-rotated-3layer", "pq-isotropic-1layer")
 def _align_config(args: argparse.Namespace) -> Any:
     from iclprobe.alignment.pipeline import AlignConfig
 
-    metrics = ("error_cosine", "weight_cosine") if args.metric == "both" else (args.metric,)
+    metrics = tuple(m.strip() for m in args.metric.split(",") if m.strip())
+    if metrics == ("both",):
+        metrics = ("error_cosine", "weight_cosine")
     algos = None
     if args.algorithms:
         algos = tuple(a.strip() for a in args.algorithms.split(",") if a.strip())

@@ -7,7 +7,16 @@ a function here. Adding a learner is one function and one ``@register`` line.
 from iclprobe.algorithms import learners as _learners  # noqa: F401  (registers learners)
 from iclprobe.algorithms import schedule as _schedule  # noqa: F401
 from iclprobe.algorithms import sequential as _sequential  # noqa: F401
-from iclprobe.algorithms.base import LEARNERS, Iterates, iterates, register
+from iclprobe.algorithms.base import (
+    LEARNER_INFO,
+    LEARNERS,
+    Iterates,
+    LearnerInfo,
+    aligned_learners,
+    iterates,
+    learner_info,
+    register,
+)
 from iclprobe.algorithms.learners import cg, gd, momentum, newton, ols, pgd, ridge
 from iclprobe.algorithms.prefix import PrefixStats, prefix_stats
 from iclprobe.algorithms.schedule import pgd_schedule
@@ -15,6 +24,10 @@ from iclprobe.algorithms.sequential import gd_plus_plus, online_gd
 
 __all__ = [
     "LEARNERS",
+    "LEARNER_INFO",
+    "LearnerInfo",
+    "aligned_learners",
+    "learner_info",
     "Iterates",
     "PrefixStats",
     "cg",

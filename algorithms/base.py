@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -40,16 +40,72 @@ class Iterates:
 
 Learner = Callable[..., Iterates]
 LEARNERS: dict[str, Learner] = {}
+STEP_SCALES = ("linear", "log2")
 
 
-def register(name: str) -> Callable[[Learner], Learner]:
-    """Add a learner to the registry under ``name``."""
+@dataclasses.dataclass(frozen=True)
+class LearnerInfo:
+    """What the alignment pipeline, its report, plots and CLI need to know of a learner.
+
+    ``steps``: the default step grid of ``align`` — a tuple, a rule resolved per model
+    (``"cg"``: 0…d+1; ``"layers"``: 0…L), or None for a closed form. ``step_scale``: how
+    matched steps grow with depth in a fitted line ("log2" for GD-like learners, whose
+    matched steps grow exponentially). ``align_hyper``: the hyperparameters ``align`` passes
+    (``precond="inverse_cov"`` stands for Σ⁻¹ of the evaluation data). ``align``: whether
+    ``align`` runs it by default. ``order``: its place in tables (lower first).
+    """
+
+    name: str
+    fn: Learner
+    label: str
+    steps: tuple[int, ...] | str | None = None
+    step_scale: str = "linear"
+    align_hyper: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    align: bool = False
+    order: int = 100
+
+
+LEARNER_INFO: dict[str, LearnerInfo] = {}
+
+
+def register(name: str, *, label: str | None = None,
+             steps: Iterable[int] | str | None = None, step_scale: str = "linear",
+             align_hyper: Mapping[str, Any] | None = None, align: bool = False,
+             order: int = 100) -> Callable[[Learner], Learner]:
+    """Add a learner to the registry under ``name``, with what ``align`` needs of it.
+
+    One decorator is all a new learner needs to appear in ``align``'s tables, JSON, CSVs,
+    report and heatmaps (pass ``align=True`` to run it by default, or name it in
+    ``AlignConfig(algorithms=...)``)::
+
+        @register("heavy_ball", label="heavy ball", steps=(1, 2, 4, 8), step_scale="log2",
+                  align_hyper={"lr": 0.1}, align=True)
+        def heavy_ball(xs, ys, steps=None, lr=0.1, weights=True): ...
+    """
+    if step_scale not in STEP_SCALES:
+        raise ValueError(f"step_scale must be one of {STEP_SCALES}, got {step_scale!r}")
+    grid = steps if steps is None or isinstance(steps, str) else tuple(int(s) for s in steps)
 
     def wrap(fn: Learner) -> Learner:
         LEARNERS[name] = fn
+        LEARNER_INFO[name] = LearnerInfo(name, fn, label or name, grid, step_scale,
+                                         dict(align_hyper or {}), align, order)
         return fn
 
     return wrap
+
+
+def learner_info(name: str) -> LearnerInfo:
+    """The registration of learner ``name`` (the error lists the registered ones)."""
+    if name not in LEARNER_INFO:
+        raise ValueError(f"unknown learner {name!r}; valid: {sorted(LEARNER_INFO)}")
+    return LEARNER_INFO[name]
+
+
+def aligned_learners() -> list[LearnerInfo]:
+    """The learners ``align`` runs by default, in table order."""
+    infos = [i for i in LEARNER_INFO.values() if i.align]
+    return sorted(infos, key=lambda i: i.order)
 
 
 def iterates(name: str, xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,

@@ -30,6 +30,7 @@ from iclprobe.algorithms.base import (
 from iclprobe.algorithms.prefix import PrefixStats, prefix_stats, safe_inverse
 
 LrSpec = float | str
+GD_LOG_GRID = tuple(2**i for i in range(13))  # 2^0 … 2^12, Fu et al.'s grid
 #: Newton–Schulz initial scalings: name -> (numerator, norm of S Sᵀ).
 NEWTON_ALPHAS = {"frobenius": (1.0, "fro"), "2/frobenius": (2.0, "fro"),
                  "spectral": (1.0, "spectral"), "2/spectral": (2.0, "spectral")}
@@ -88,7 +89,8 @@ def _tune_gd(tune: PrefixStats, ys: Tensor, c: Tensor, steps: Tensor,
     return chosen
 
 
-@register("gd")
+@register("gd", label="GD", steps=GD_LOG_GRID, step_scale="log2",
+          align_hyper={"lr": "max", "normalize": True}, align=True, order=1)
 def gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrSpec = 0.1,
        normalize: bool = True, weights: bool = True,
         stats: PrefixStats | None = None,
@@ -142,7 +144,9 @@ def _matrix_sqrt(precond: Tensor, n_dims: int, batch: int) -> Tensor:
     return (v * lam.sqrt().unsqueeze(-2)) @ v.transpose(-1, -2)
 
 
-@register("pgd")
+@register("pgd", label="GD preconditioned by Σ⁻¹", steps=GD_LOG_GRID, step_scale="log2",
+          align_hyper={"precond": "inverse_cov", "lr": "max", "normalize": True}, align=True,
+          order=3)
 def pgd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
         precond: Tensor | None = None, lr: LrSpec = 1.0, normalize: bool = True,
         weights: bool = True) -> Iterates:
@@ -186,7 +190,8 @@ def _run_recurrence(stats: PrefixStats, k_steps: Tensor, state: Any, advance: An
             torch.stack(weights) if want_weights else None)  # type: ignore[arg-type]
 
 
-@register("momentum")
+@register("momentum", label="heavy-ball momentum", steps=GD_LOG_GRID, step_scale="log2",
+          align_hyper={"lr": "max", "beta": 0.9})
 def momentum(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrSpec = 0.1,
              beta: float = 0.9, normalize: bool = True, weights: bool = True,
         stats: PrefixStats | None = None) -> Iterates:
@@ -210,7 +215,8 @@ def momentum(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrS
                     "momentum")
 
 
-@register("newton")
+@register("newton", label="Newton", steps=range(25), align_hyper={"alpha": "frobenius"},
+          align=True, order=0)
 def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
            alpha: float | str = "frobenius", weights: bool = True,
         stats: PrefixStats | None = None) -> Iterates:
@@ -243,7 +249,7 @@ def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     return Iterates(k_steps, preds, w, {"alpha": alpha}, "newton")
 
 
-@register("cg")
+@register("cg", label="CG", steps="cg", align=True, order=4)
 def cg(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
        weights: bool = True,
         stats: PrefixStats | None = None) -> Iterates:
@@ -268,7 +274,7 @@ def cg(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     return Iterates(k_steps, preds, w, {}, "cg")
 
 
-@register("ols")
+@register("ols", label="OLS", align=True, order=5)
 def ols(xs: Tensor, ys: Tensor, weights: bool = True,
         stats: PrefixStats | None = None) -> Iterates:
     """Min-norm least squares ``S_t⁺ Xᵀy`` at every prefix (also for t < d)."""
@@ -278,7 +284,7 @@ def ols(xs: Tensor, ys: Tensor, weights: bool = True,
     return Iterates(torch.zeros(1, dtype=torch.int64), preds, w, {}, "ols")
 
 
-@register("ridge")
+@register("ridge", label="ridge", align_hyper={"lam": 1.0})
 def ridge(xs: Tensor, ys: Tensor, lam: float = 1.0, weights: bool = True,
         stats: PrefixStats | None = None) -> Iterates:
     """Ridge ``(S_t + λ I)⁻¹ Xᵀy``: minimizes ‖y − Xw‖² + λ‖w‖² (scikit-learn's alpha)."""

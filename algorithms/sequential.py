@@ -42,7 +42,8 @@ def _initial_weights(init: str | Tensor, shape: tuple[int, int, int],
                      f"got {init!r}")
 
 
-@register("online_gd")
+@register("online_gd", label="online GD", steps=range(1, 9), step_scale="log2",
+          align_hyper={"lr": "normalized", "init": "zero"}, align=True, order=2)
 def online_gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
               lr: float | str = "normalized", weights: bool = True,
               init: str | Tensor = "zero",
@@ -77,7 +78,7 @@ def online_gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     return Iterates(k_steps, preds, ws, hyper, "online_gd")
 
 
-@register("gd_plus_plus")
+@register("gd_plus_plus", label="GD++", steps=range(1, 9), align_hyper={"lr": 0.1, "gamma": 0.01})
 def gd_plus_plus(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: float = 0.1,
                  gamma: float = 0.01, weights: bool = True) -> Iterates:
     """GD++ (von Oswald et al.): a GD step, then the covariates map ``x <- (I − γ S/t) x``.

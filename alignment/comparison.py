@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from iclprobe.algorithms.base import Iterates
+from iclprobe.alignment.metrics import metric_info
 from iclprobe.alignment.similarity import Similarity, similarity
 
 VERDICTS = ("prefers", "leans", "indistinguishable", "computes nothing")
@@ -137,7 +138,7 @@ def calibrate(it_a: Iterates, it_b: Iterates, ys: Tensor, sim_a: Similarity,
               sim_b: Similarity, cols_a: Sequence[int], cols_b: Sequence[int],
               sequences: slice | None = None) -> Calibration:
     """The learners' resemblance at each layer's matched steps, on the same data and view."""
-    weights = sim_a.metric in ("weight_cosine", "ilwd")
+    weights = metric_info(sim_a.metric).on == "weights"
     sub = sequences or slice(None)
 
     def values(it: Iterates) -> Tensor:
@@ -207,4 +208,4 @@ def sentence(labels: Sequence[str], a: str, b: str, metric: str) -> str:
         if layers:
             noun = "layer" if len(layers) == 1 else "layers"
             parts.append(f"{words[kind]} at {noun} {layer_ranges(layers)}")
-    return f"{a} vs {b} by {metric.replace('_', ' ')}: " + "; ".join(parts) + "."
+    return f"{a} vs {b} by {metric_info(metric).label}: " + "; ".join(parts) + "."

@@ -20,7 +20,8 @@ from typing import Any
 
 import torch
 
-from iclprobe.alignment.similarity import LOG_STEP_LEARNERS, Similarity
+from iclprobe.algorithms.base import LEARNER_INFO
+from iclprobe.alignment.similarity import Similarity
 
 MIN_FIT_LAYERS = 3
 
@@ -138,7 +139,7 @@ def match_steps(sim: Similarity, steps: Sequence[int] | torch.Tensor | None = No
         steps: the step counts of its columns (default: ``sim.steps``).
         tol: steps whose value is within ``tol`` of the best are reported as ties.
         layers: the layers the lines may be fitted over (default: 1..L, the blocks).
-        log2: the learner's own scale for ``fit`` (default: log₂ for GD-like learners).
+        log2: the scale of ``fit`` (default: the learner's registered ``step_scale``).
         live: per layer, whether it computes something (default: its best match clears
             the zero predictor's value beyond the bootstrap bound, ``above_zero``). Pass the
             error-cosine verdict when matching weight-cosine tables, whose zero reference
@@ -178,7 +179,10 @@ def match_steps(sim: Similarity, steps: Sequence[int] | torch.Tensor | None = No
     fit_vals = [best_step[layer] for layer in fit_layers]
     fits = {"linear": fit_steps(fit_layers, fit_vals, False, min_fit_layers),
             "log2": fit_steps(fit_layers, fit_vals, True, min_fit_layers)}
-    own_log2 = sim.learner in LOG_STEP_LEARNERS if log2 is None else log2
+    if log2 is None:
+        info = LEARNER_INFO.get(sim.learner)
+        log2 = info is not None and info.step_scale == "log2"
+    own_log2 = log2
     return Match(sim.learner, sim.metric, best_step, [float(sign * v) for v in best_score],
                  ties, above_zero if live is None else [bool(v) for v in live],
                  fits["log2" if own_log2 else "linear"], fits, [int(i) for i in best])

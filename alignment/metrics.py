@@ -9,6 +9,9 @@ learner predicts 0 there; ``t_max`` defaults to the last position).
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -100,3 +103,77 @@ def ilwd(w_a: Tensor, w_b: Tensor, t_min: int = 1, normalized: bool = False,
          t_max: int | None = None) -> Tensor:
     """Akyürek et al.'s ILWD; ÷ d when ``normalized``."""
     return ilwd_per_sequence(w_a, w_b, t_min, normalized, t_max).mean(-1)
+
+
+# ------------------------------------------------------------------ registry
+MetricFn = Callable[[Tensor, Tensor, Tensor, int, "int | None"], Tensor]
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricInfo:
+    """What ``align``, its report and ``--metric`` need to know of a similarity metric.
+
+    ``per_sequence(a, b, ys, t_min, t_max) -> [..., batch]`` compares two predictors per
+    sequence over the positions ``t_min..t_max``: predictions ``[..., batch, pos]`` when
+    ``on="preds"``, induced weights ``[..., batch, pos, n_dims]`` when ``on="weights"``.
+    ``across``: the metric also has a form across sequences at one position (the error
+    cosine of a model evaluated at one context length).
+    """
+
+    name: str
+    per_sequence: MetricFn
+    on: str
+    higher_is_better: bool
+    label: str
+    across: bool = False
+
+
+METRIC_INFO: dict[str, MetricInfo] = {}
+METRIC_ON = ("preds", "weights")
+
+
+def register_metric(name: str, *, on: str, higher_is_better: bool, label: str | None = None,
+                    across: bool = False) -> Callable[[MetricFn], MetricFn]:
+    """Add a metric to the registry.
+
+    One function and this decorator make a metric available to ``align``
+    (``AlignConfig(metrics=...)``, ``--metric``), its tables, report and plots.
+    """
+    if on not in METRIC_ON:
+        raise ValueError(f"on must be one of {METRIC_ON}, got {on!r}")
+
+    def wrap(fn: MetricFn) -> MetricFn:
+        METRIC_INFO[name] = MetricInfo(name, fn, on, higher_is_better,
+                                       label or name.replace("_", " "), across)
+        return fn
+
+    return wrap
+
+
+def metric_info(name: str) -> MetricInfo:
+    """The registration of metric ``name`` (the error lists the registered ones)."""
+    if name not in METRIC_INFO:
+        raise ValueError(f"metric must be one of {list(METRIC_INFO)}, got {name!r}")
+    return METRIC_INFO[name]
+
+
+@register_metric("error_cosine", on="preds", higher_is_better=True, across=True)
+def _error_cosine(a: Tensor, b: Tensor, ys: Tensor, t_min: int, t_max: int | None) -> Tensor:
+    return error_cosine_per_sequence(a, b, ys, t_min, t_max)
+
+
+@register_metric("weight_cosine", on="weights", higher_is_better=True)
+def _weight_cosine(a: Tensor, b: Tensor, ys: Tensor, t_min: int, t_max: int | None) -> Tensor:
+    return weight_cosine_per_sequence(a, b, t_min, t_max)
+
+
+@register_metric("spd", on="preds", higher_is_better=False,
+                 label="squared prediction difference")
+def _spd(a: Tensor, b: Tensor, ys: Tensor, t_min: int, t_max: int | None) -> Tensor:
+    return spd_per_sequence(a, b, t_min, t_max=t_max)
+
+
+@register_metric("ilwd", on="weights", higher_is_better=False,
+                 label="implicit linear weight difference")
+def _ilwd(a: Tensor, b: Tensor, ys: Tensor, t_min: int, t_max: int | None) -> Tensor:
+    return ilwd_per_sequence(a, b, t_min, t_max=t_max)

@@ -29,6 +29,7 @@ from iclprobe.alignment.family import (
     layer_weight_fn,
 )
 from iclprobe.alignment.matching import Match, match_steps
+from iclprobe.alignment.metrics import METRIC_INFO
 from iclprobe.alignment.protocols import PROTOCOLS, Protocol, RunSpec, get_protocol
 from iclprobe.alignment.runs import run_spec
 from iclprobe.alignment.separation import Separation, separation_views
@@ -39,7 +40,7 @@ from iclprobe.tasks import RegressionBatch, RegressionTask
 logger = logging.getLogger(__name__)
 
 DATA_CHOICES = ("task", "isotropic", "ill-conditioned")
-METRIC_CHOICES = ("error_cosine", "weight_cosine")
+DEFAULT_METRICS = ("error_cosine", "weight_cosine")
 POSITION_CHOICES = ("auto", "all", "last")
 FIT_LAYER_CHOICES = ("live", "all")
 #: Learners a model family adds (PQ: preconditioned GD with its own A_l, and a_l Σ⁻¹).
@@ -55,7 +56,7 @@ class AlignConfig:
 
     protocol: str = "iclprobe"  # a named set of learner/metric choices (see protocols)
     algorithms: tuple[str, ...] | None = None  # a subset of the protocol's learners
-    metrics: tuple[str, ...] = METRIC_CHOICES
+    metrics: tuple[str, ...] = DEFAULT_METRICS  # any registered metric
     positions: str = "auto"  # "auto" (where the model was trained) | "all" | "last"
     t_min: int | None = None  # first position in the metrics (default: the protocol's)
     t_max: int | None = None  # last position (default: the last)
@@ -77,14 +78,19 @@ class AlignConfig:
         protocol = get_protocol(self.protocol)
         if self.algorithms is not None:
             unknown = [a for a in self.algorithms
-                       if a not in protocol.runs and a not in FAMILY_RUNS]
+                       if not protocol.accepts(a) and a not in FAMILY_RUNS]
             if unknown or not self.algorithms:
+                choices = (list(protocol.runs) if protocol.explicit_runs is not None
+                           else sorted(algorithms.LEARNER_INFO))
                 raise ValueError(f"algorithms {unknown or list(self.algorithms)} are not in "
                                  f"protocol {self.protocol!r}; choose from "
-                                 f"{list(protocol.runs) + list(FAMILY_RUNS)}")
-        bad = [m for m in self.metrics if m not in METRIC_CHOICES]
-        if bad or not self.metrics:
-            raise ValueError(f"metric must be among {METRIC_CHOICES}, got {list(self.metrics)}")
+                                 f"{choices + list(FAMILY_RUNS)}")
+        if isinstance(self.metrics, str) or not self.metrics:
+            raise ValueError(f"metrics must be a non-empty tuple of metric names, got "
+                             f"{self.metrics!r}")
+        bad = [m for m in self.metrics if m not in METRIC_INFO]
+        if bad:
+            raise ValueError(f"metric must be among {list(METRIC_INFO)}, got {list(self.metrics)}")
         for name, choices in (("data", DATA_CHOICES), ("positions", POSITION_CHOICES),
                               ("fit_layers", FIT_LAYER_CHOICES)):
             if getattr(self, name) not in choices:
@@ -228,7 +234,7 @@ def align(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
     layer_preds, readout, probe_r2, layer_probes = layer_predictions(model, task, batch, cfg,
                                                                      layer_probes)
     layer_w = None
-    if "weight_cosine" in cfg.metrics:
+    if any(METRIC_INFO[m].on == "weights" for m in cfg.metrics):
         d, sub = task.n_dims, slice(0, min(cfg.n_weight_sequences, cfg.n_sequences))
         n_q = cfg.n_queries or d + max(2, d // 2)
         cov = batch.cov[sub] if batch.cov.ndim == 3 else batch.cov
@@ -255,7 +261,7 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
         batch: the evaluation data the predictions were made on.
         cfg: the protocol, metrics and statistics (its ``positions`` is ignored here).
         layer_weights: ``[L+1, B', n, d]`` induced weights of the layers on the first B'
-            sequences (needed for ``weight_cosine``).
+            sequences (needed for the weight metrics, e.g. ``weight_cosine``).
         positions: "all" (every prefix) or "last" (the last position only).
         extra_runs: learners beyond the protocol's, ``key -> (RunSpec, extra kwargs)``.
         notes: lines to carry into the result.
@@ -275,10 +281,11 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
     err_by_t = (layer_preds - ys64).pow(2).mean(1) / d  # [L+1, n]
     t_lo, t_hi = window
     zero_error = float(ys64[:, t_lo:t_hi + 1].pow(2).mean() / d)
-    weights_needed = "weight_cosine" in cfg.metrics
+    weight_metrics = [m for m in cfg.metrics if METRIC_INFO[m].on == "weights"]
+    weights_needed = bool(weight_metrics)
     if weights_needed:
         if layer_weights is None:
-            raise ValueError("metric weight_cosine needs layer_weights")
+            raise ValueError(f"metrics {weight_metrics} need layer_weights")
         _check_finite("induced weights of the layers", layer_weights)
         layer_weights = layer_weights.double()
     sub = slice(0, layer_weights.shape[1] if layer_weights is not None else 0)
@@ -286,8 +293,8 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
     over = "sequences" if positions == "last" else "positions"
     extra_runs = extra_runs or {}
     chosen = cfg.algorithms or [*extra_runs, *protocol.runs]
-    runs = {k: extra_runs[k] if k in extra_runs else (protocol.runs[k], {})
-            for k in chosen if k in protocol.runs or k in extra_runs}
+    runs = {k: extra_runs[k] if k in extra_runs else (protocol.run(k), {})
+            for k in chosen if protocol.accepts(k) or k in extra_runs}
     sims: dict[str, dict[str, Similarity]] = {}
     matches: dict[str, dict[str, Match]] = {}
     iterates: dict[str, algorithms.Iterates] = {}
@@ -302,22 +309,31 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
         sim_e = similarity(layer_preds, it, ys64, "error_cosine", t_min=t_lo, t_max=t_hi,
                            over=over, n_boot=cfg.n_boot, confidence=cfg.confidence,
                            seed=cfg.seed)
-        match_e = match_steps(sim_e, tol=protocol.tie_tol, fit_dead=cfg.fit_layers == "all")
+        log2 = algorithms.learner_info(spec.learner).step_scale == "log2"
+        match_e = match_steps(sim_e, tol=protocol.tie_tol, log2=log2,
+                              fit_dead=cfg.fit_layers == "all")
         live_by[key] = match_e
-        if "error_cosine" in cfg.metrics:
-            sims[key]["error_cosine"], matches[key]["error_cosine"] = sim_e, match_e
-        if weights_needed:
-            assert it.weights is not None and layer_weights is not None
-            sub_it = algorithms.Iterates(it.steps, it.preds[:, sub], it.weights[:, sub],
-                                         it.hyper, it.name)
-            w_lo = t_lo if positions == "last" else max(t_lo, protocol.weight_t_min)
-            sim_w = similarity(layer_weights, sub_it, ys64[sub], "weight_cosine", t_min=w_lo,
-                               t_max=t_hi, n_boot=cfg.n_boot, confidence=cfg.confidence,
-                               seed=cfg.seed)
-            sims[key]["weight_cosine"] = sim_w
-            matches[key]["weight_cosine"] = match_steps(
-                sim_w, tol=protocol.tie_tol, live=match_e.above_zero,
-                fit_dead=cfg.fit_layers == "all")
+        for metric in cfg.metrics:
+            if metric == "error_cosine":
+                sims[key][metric], matches[key][metric] = sim_e, match_e
+                continue
+            on_w = METRIC_INFO[metric].on == "weights"
+            if on_w:
+                assert it.weights is not None and layer_weights is not None
+                values, target = layer_weights, algorithms.Iterates(
+                    it.steps, it.preds[:, sub], it.weights[:, sub], it.hyper, it.name)
+                ys_m, lo = ys64[sub], t_lo if positions == "last" else \
+                    max(t_lo, protocol.weight_t_min)
+            else:
+                values, target, ys_m, lo = layer_preds, it, ys64, t_lo
+            sim = similarity(values, target, ys_m, metric, t_min=lo, t_max=t_hi,
+                             n_boot=cfg.n_boot, confidence=cfg.confidence, seed=cfg.seed)
+            sims[key][metric] = sim
+            # liveness comes from the error cosine: the zero reference of other metrics
+            # (a cosine with the zero vector, a distance to 0) says nothing of a layer
+            matches[key][metric] = match_steps(sim, tol=protocol.tie_tol, log2=log2,
+                                               live=match_e.above_zero,
+                                               fit_dead=cfg.fit_layers == "all")
     live = [any(m.above_zero[layer] for m in live_by.values()) for layer in range(n_layers + 1)]
     comparisons = {m: _compare(m, sims, matches, iterates, ys64, sub, live) for m in cfg.metrics}
     meaningless = None
@@ -368,7 +384,7 @@ def _compare(metric: str, sims: dict[str, dict[str, Similarity]],
         ma, mb = matches[a][metric], matches[b][metric]
         diff = C.difference(sa, sb)
         cal = C.calibrate(iterates[a], iterates[b], ys, sa, sb, ma.best_column, mb.best_column,
-                          sub if metric == "weight_cosine" else None)
+                          sub if METRIC_INFO[metric].on == "weights" else None)
         labels = C.verdicts(scores[a], scores[b], diff, cal, live, sa.higher_is_better)
         pairs.append(C.PairVerdict(a, b, metric, diff, cal, labels,
                                    C.sentence(labels, a, b, metric)))

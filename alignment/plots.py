@@ -14,7 +14,7 @@ import torch  # noqa: E402
 
 from iclprobe.alignment.matching import Match  # noqa: E402
 from iclprobe.alignment.similarity import Similarity  # noqa: E402
-from iclprobe.alignment.tables import METRIC_WORDS, nice_float  # noqa: E402
+from iclprobe.alignment.tables import metric_words, nice_float  # noqa: E402
 
 LEARNER_STYLE = {"ols": ("black", "--"), "gd": ("tab:red", ":"), "newton": ("tab:blue", "-."),
                  "pgd": ("tab:orange", ":"), "cg": ("tab:green", "--"),
@@ -101,7 +101,7 @@ def similarity_heatmap(sim: Similarity, match: Match, path: Path, title: str) ->
     ax.set_xlabel(f"{sim.learner} steps")
     ax.set_ylabel("layer")
     ax.set_title(title + "\n★ best step, ✕ best step not above the zero predictor", fontsize=9)
-    words = METRIC_WORDS.get(sim.metric, sim.metric)
+    words = metric_words(sim.metric)
     bar = fig.colorbar(im, ax=ax, extend="min")
     bar.set_label(f"{words} (colours clipped below {vmin:.2f})")
     return _save(fig, path)
@@ -154,7 +154,7 @@ def learner_comparison(result: Any, metric: str, path: Path) -> Path:
             left.plot(x, v, MARKERS[i % len(MARKERS)], color=color,
                       mfc=color if ok else "none")
         left.plot([], [], MARKERS[i % len(MARKERS)], color=color, label=run)
-    words = METRIC_WORDS.get(metric, metric)
+    words = metric_words(metric)
     left.set_xlabel("layer")
     left.set_ylabel(f"best {words} over steps")
     left.set_title(f"{result.name}: learners' best {words} (95% CI)", fontsize=9)

@@ -21,7 +21,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-GD_LOG_GRID = tuple(2**i for i in range(13))  # 2^0 … 2^12
+from iclprobe import algorithms
+from iclprobe.algorithms.learners import GD_LOG_GRID
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,16 +60,42 @@ class RunSpec:
 
 @dataclasses.dataclass(frozen=True)
 class Protocol:
-    """A named set of alignment choices (see the module docstring)."""
+    """A named set of alignment choices (see the module docstring).
+
+    ``explicit_runs`` None means: every learner registered with ``align=True``, with its
+    registered step grid and hyperparameters (so a newly registered learner joins in).
+    """
 
     name: str
     summary: str
-    runs: Mapping[str, RunSpec]
     t_min: int  # first position t in the error metrics
     weight_t_min: int  # first position t in the weight metrics (t = 0: every w is 0)
     tie_tol: float  # steps within this of the best are reported as ties
     pick: str  # how the best step is chosen
     source: str
+    explicit_runs: Mapping[str, RunSpec] | None = None
+
+    @property
+    def runs(self) -> dict[str, RunSpec]:
+        """The learners this protocol runs by default, ``key -> RunSpec``."""
+        if self.explicit_runs is not None:
+            return dict(self.explicit_runs)
+        return {i.name: registered_run(i.name) for i in algorithms.aligned_learners()}
+
+    def run(self, key: str) -> RunSpec:
+        """The run of learner ``key``: the protocol's own, or (registry protocols) its default."""
+        runs = self.runs
+        if key in runs:
+            return runs[key]
+        if self.explicit_runs is None and key in algorithms.LEARNER_INFO:
+            return registered_run(key)
+        raise ValueError(f"learner {key!r} is not in protocol {self.name!r}; choose from "
+                         f"{list(runs)}")
+
+    def accepts(self, key: str) -> bool:
+        """Whether ``run(key)`` has an answer."""
+        return key in self.runs or (self.explicit_runs is None
+                                    and key in algorithms.LEARNER_INFO)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready description (recorded in every result)."""
@@ -78,22 +105,19 @@ class Protocol:
                 "runs": {key: spec.to_dict() for key, spec in self.runs.items()}}
 
 
+def registered_run(name: str) -> RunSpec:
+    """Learner ``name`` as its registration says ``align`` should run it."""
+    info = algorithms.learner_info(name)
+    return RunSpec(info.name, info.label, info.steps, dict(info.align_hyper))
+
+
 ICLPROBE = Protocol(
     name="iclprobe",
     summary="step sizes scaled per prefix (GD 1/λ_max, mean loss), Newton α = 1/‖SSᵀ‖_F, "
             "positions t ≥ 1, ties within 1e-3",
-    runs={
-        "newton": RunSpec("newton", "Newton", tuple(range(25)), {"alpha": "frobenius"}),
-        "gd": RunSpec("gd", "GD", GD_LOG_GRID, {"lr": "max", "normalize": True}),
-        "online_gd": RunSpec("online_gd", "online GD", tuple(range(1, 9)),
-                             {"lr": "normalized", "init": "zero"}),
-        "pgd": RunSpec("pgd", "GD preconditioned by Σ⁻¹", GD_LOG_GRID,
-                       {"precond": "inverse_cov", "lr": "max", "normalize": True}),
-        "cg": RunSpec("cg", "CG", "cg"),
-        "ols": RunSpec("ols", "OLS"),
-    },
     t_min=1, weight_t_min=1, tie_tol=1e-3, pick="first maximum; ties within 1e-3 reported",
-    source="iclprobe's own choices",
+    source="iclprobe's own choices: every learner registered with align=True, with its "
+           "registered step grid and hyperparameters",
 )
 
 FU2024 = Protocol(
@@ -101,7 +125,7 @@ FU2024 = Protocol(
     summary="Fu et al. 2024's eval code: GD step 0.01 on the summed loss, Newton α = "
             "2/‖SSᵀ‖_F with steps 1..23, online GD one pass from U[0,1)^d with steps "
             "0.01..0.05, error cosine over t = 0..n-1, first maximum",
-    runs={
+    explicit_runs={
         "newton": RunSpec("newton", "Newton", tuple(range(1, 24)), {"alpha": "2/frobenius"}),
         "gd": RunSpec("gd", "GD", GD_LOG_GRID, {"lr": 0.01, "normalize": False}),
         "online_gd": RunSpec("online_gd", "online GD", (1,), {"init": "uniform"},

@@ -106,7 +106,7 @@ def _model_section(out: Path, res: AlignResult, slug: str) -> list[str]:
         return md + [f"**No alignment:** {res.meaningless}.", "",
                      f"![error curves]({png.name})", ""]
     for metric in res.comparisons:
-        words = T.METRIC_WORDS.get(metric, metric)
+        words = T.metric_words(metric)
         head, rows = T.matched_csv(res, metric)
         write_text_atomic(out / f"table_{slug}_{metric}.csv", _csv(head, rows))
         head, rows = T.learner_csv(res, metric)

@@ -27,12 +27,8 @@ from torch import Tensor
 from iclprobe.algorithms.base import Iterates
 from iclprobe.alignment import metrics as M
 
-PRED_METRICS = ("error_cosine", "spd")
-WEIGHT_METRICS = ("weight_cosine", "ilwd")
-METRICS = PRED_METRICS + WEIGHT_METRICS
-HIGHER_IS_BETTER = {"error_cosine": True, "weight_cosine": True, "spd": False, "ilwd": False}
+METRICS = M.METRIC_INFO  # the registered metrics, by name (register_metric adds one)
 OVER = ("positions", "sequences")
-LOG_STEP_LEARNERS = ("gd", "pgd", "momentum", "online_gd")
 
 
 @dataclasses.dataclass
@@ -95,19 +91,6 @@ def bootstrap_weights(batch: int, n_boot: int, seed: int) -> Tensor:
     return counts.scatter_add_(1, picks, torch.ones(n_boot, batch, dtype=torch.float64)) / batch
 
 
-def _per_sequence(metric: str, a: Tensor, b: Tensor, ys: Tensor, t_min: int,
-                  t_max: int | None) -> Tensor:
-    if metric == "error_cosine":
-        return M.error_cosine_per_sequence(a, b, ys, t_min, t_max)
-    if metric == "spd":
-        return M.spd_per_sequence(a, b, t_min, t_max=t_max)
-    if metric == "weight_cosine":
-        return M.weight_cosine_per_sequence(a, b, t_min, t_max)
-    if metric == "ilwd":
-        return M.ilwd_per_sequence(a, b, t_min, t_max=t_max)
-    raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
-
-
 def moments(metric: str, over: str, a: Tensor, b: Tensor, ys: Tensor, t_min: int,
             t_max: int | None) -> Tensor:
     """Per-sequence moments ``[..., batch, pos, m]`` whose batch mean `combine` reduces."""
@@ -116,7 +99,7 @@ def moments(metric: str, over: str, a: Tensor, b: Tensor, ys: Tensor, t_min: int
         t_max = M.check_window(t_min, t_max, n)
         ra, rb = (a - ys)[..., t_min:t_max + 1], (b - ys)[..., t_min:t_max + 1]
         return torch.stack(torch.broadcast_tensors(ra * rb, ra * ra, rb * rb), dim=-1)
-    return _per_sequence(metric, a, b, ys, t_min, t_max)[..., None, None]
+    return M.metric_info(metric).per_sequence(a, b, ys, t_min, t_max)[..., None, None]
 
 
 def combine(mean_moments: Tensor) -> Tensor:
@@ -154,7 +137,8 @@ def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
             induced weights ``[layer, batch, pos, n_dims]`` (weight_cosine, ilwd).
         iterates: the learner's `Iterates` (with weights for the weight metrics).
         ys: ``[batch, pos]``.
-        metric: one of ``METRICS``.
+        metric: a registered metric (``METRICS``: error_cosine, weight_cosine, spd, ilwd, and
+            any added with `register_metric`).
         t_min, t_max: the positions that enter (default: t >= 1).
         n_boot: bootstrap resamples of the sequences (seeded by ``seed``).
         confidence: width of the bootstrap interval.
@@ -162,16 +146,16 @@ def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
         over: "positions" (a value per sequence, averaged) or "sequences" (error cosine
             across sequences at each position, averaged over positions).
     """
-    if metric not in METRICS:
-        raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
-    if over not in OVER or (over == "sequences" and metric != "error_cosine"):
-        raise ValueError(f"over must be one of {OVER} ('sequences' only for error_cosine), "
-                         f"got {over!r} with metric {metric!r}")
+    info = M.metric_info(metric)
+    if over not in OVER or (over == "sequences" and not info.across):
+        raise ValueError(f"over must be one of {OVER} ('sequences' only for "
+                         f"{[m for m, i in METRICS.items() if i.across]}), got {over!r} "
+                         f"with metric {metric!r}")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     if not isinstance(n_boot, int) or n_boot < 2:
         raise ValueError(f"n_boot must be an integer >= 2, got {n_boot!r}")
-    other = iterates.weights if metric in WEIGHT_METRICS else iterates.preds
+    other = iterates.weights if info.on == "weights" else iterates.preds
     if other is None:
         raise ValueError(f"metric {metric!r} needs the learner's weights: "
                          "compute the iterates with weights=True")
@@ -201,5 +185,5 @@ def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
     q = torch.tensor([(1 - confidence) / 2, (1 + confidence) / 2], dtype=torch.float64)
     lower, upper = torch.quantile(boot, q, dim=-1)
     return Similarity(metric, iterates.name, iterates.steps.tolist(), value, lower, upper,
-                      combine(zero_mom.mean(2))[0], HIGHER_IS_BETTER[metric], t_min, batch,
+                      combine(zero_mom.mean(2))[0], info.higher_is_better, t_min, batch,
                       confidence, t_max, over, _labels(iterates), boot)

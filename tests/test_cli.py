@@ -120,7 +120,7 @@ def test_compare_and_probe(ckpts, tmp_path, capsys):
         (["align", "no/such/checkpoint"], "checkpoint 'no/such/checkpoint' not found"),
         (["align", "{soft}", "--algorithms", "newton,sgd"],
          "algorithms ['sgd'] are not in protocol 'iclprobe'"),
-        (["align", "{soft}", "--metric", "cka"], "invalid choice: 'cka'"),
+        (["align", "{soft}", "--metric", "cka"], "metric must be among ['error_cosine'"),
         (["align", "{soft}", "--n-sequences", "0"], "expected a positive integer, got 0"),
         (["compare", "{soft}", "nope"], "checkpoint 'nope' not found"),
         (["probe"], "the following arguments are required: checkpoint"),
@@ -156,7 +156,12 @@ def test_demo_writes_the_whole_report(tmp_path, capsys):
             "pq_preconditioners.png", "pq_preconditioners.csv", "comparison_newton.csv",
             "heatmap_gpt-linear-paired_newton_weight_cosine.png"} <= names
     summary = json.loads((out / "summary.json").read_text())
-    assert set(summary["models"]) == {"gpt-softmax", "gpt-softmax-paired", "gpt-linear-paired"}
+    assert set(summary["models"]) == {"gpt-softmax", "gpt-softmax-fu2024", "gpt-softmax-paired",
+                                      "gpt-linear-paired", "pq-rotated-3layer",
+                                      "pq-isotropic-1layer"}
+    assert summary["models"]["gpt-softmax-fu2024"]["protocol"]["name"] == "fu2024"
+    assert summary["models"]["pq-rotated-3layer"]["positions"] == "last"
+    assert "Fu et al.'s headline" in printed
     assert set(summary["pq"]) == {"pq-rotated-3layer", "pq-isotropic-1layer"}
     report = (out / "report.md").read_text()
     assert all(f"]({p})" in report for p in names if p.endswith(".png"))

@@ -332,11 +332,13 @@ def load_ahn(source: Tensor | str | os.PathLike[str], kernel: str = "linear") ->
         if not path.is_file():
             raise FileNotFoundError(f"{path}: file is missing")
         from iclprobe.models.checkpoint import CheckpointError
+        from iclprobe.models.io import torch_load_failure
 
         try:
             raw = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as err:  # noqa: BLE001 - any unpickling failure is a bad file
-            raise CheckpointError(f"{path}: truncated, corrupt or unsafe ({err})") from None
+            raise CheckpointError(f"{path}: truncated, corrupt or unsafe "
+                                  f"({torch_load_failure(err)})") from None
         found: Any = raw.get("allparam") if isinstance(raw, dict) else raw
         if not isinstance(found, Tensor):
             raise CheckpointError(f"{path}: no 'allparam' tensor in the file")

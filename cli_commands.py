@@ -139,7 +139,7 @@ def _probes(model: Any, checkpoint: str, cfg: Any, task: Any, req: ProbeRequest,
         try:
             lp = probes.LayerProbes.load(saved, model)
         except ValueError as err:
-            logger.warning("not using the saved probes: %s", err)
+            print(f"{name}: warning: not using the saved probes: {err}", file=sys.stderr)
             why = f" (the saved probes in {saved} are unusable)"
         else:
             mismatch = _probe_mismatch(getattr(lp, "fit_settings_", None), req, task, lp)

@@ -139,11 +139,7 @@ def atomic_directory(path: str | os.PathLike[str], kind: str,
     try:
         yield tmp
         write_marker(tmp, kind)
-        os.chmod(tmp, normal_mode(directory=True))  # mkdtemp made it 0700
-        for f in tmp.iterdir():
-            if f.is_file():
-                with open(f, "rb") as fh:
-                    os.fsync(fh.fileno())
+        _settle(tmp)
         if not path.exists():
             os.rename(tmp, path)
         else:
@@ -153,6 +149,21 @@ def atomic_directory(path: str | os.PathLike[str], kind: str,
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
+
+
+def _settle(tmp: Path) -> None:
+    """Flush what was written to disk, with the umask's permissions.
+
+    mkdtemp makes directories 0700 and safetensors writes files 0600.
+    """
+    os.chmod(tmp, normal_mode(directory=True))
+    for root, dirs, files in os.walk(tmp):
+        for name in dirs:
+            os.chmod(Path(root) / name, normal_mode(directory=True))
+        for name in files:
+            os.chmod(Path(root) / name, normal_mode(directory=False))
+            with open(Path(root) / name, "rb") as fh:
+                os.fsync(fh.fileno())
 
 
 def _swap_in(tmp: Path, path: Path) -> None:

@@ -95,7 +95,11 @@ class LayerProbes:
     def fit(self, model: Regressor, task: RegressionTask | None = None,
             n_sequences: int = 2000, generator: torch.Generator | int = 0,
             n_heldout: int = 500, batch_size: int = 256) -> LayerProbes:
-        """Fit on residuals of ``n_sequences`` fresh draws of ``task`` (default: the model's)."""
+        """Fit on residuals of ``n_sequences`` fresh draws of ``task`` (default: the model's).
+
+        Records how in ``fit_settings_`` (sequences, seed — None for a generator already
+        drawn from —, task, time), which `save` writes to ``probes.json``.
+        """
         check_model(model)
         task = task if task is not None else getattr(model, "task", None)
         if not isinstance(task, RegressionTask):

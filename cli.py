@@ -70,6 +70,8 @@ def _add_train(sub: Any) -> None:
     p.add_argument("--out", required=True, help="run directory (metrics.jsonl, checkpoint/)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out (model, task and recipe from its checkpoint)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="start afresh in --out, replacing the run iclprobe wrote there")
     p.add_argument("--family", choices=("gpt", "pq"), default=argparse.SUPPRESS,
                    help="gpt: GPTRegressor, pq: PQTransformer (default: gpt)")
     add_fields(p.add_argument_group("task"), TASK_FIELDS, TASK_RENAME)
@@ -122,8 +124,11 @@ def _align_options(p: argparse.ArgumentParser) -> None:
                    "zero predictor (default: live)")
     p.add_argument("--n-sequences", type=_positive_int, default=512,
                    help="evaluation sequences (default: 512)")
-    p.add_argument("--n-probe-sequences", type=_positive_int, default=1000,
-                   help="sequences the layer probes are fitted on (default: 1000)")
+    p.add_argument("--n-probe-sequences", type=_positive_int, default=None,
+                   help="sequences the layer probes are fitted on (default: 1000; saved "
+                   "probes, from `iclprobe probe`, are used if they were fitted on this many)")
+    p.add_argument("--refit-probes", action="store_true",
+                   help="fit new layer probes even where saved ones fit the model and data")
     p.add_argument("--data", choices=("task", "isotropic", "ill-conditioned"), default="task",
                    help="evaluation data (default: the checkpoint's own task)")
     p.add_argument("--condition-number", type=float, default=100.0,
@@ -131,6 +136,7 @@ def _align_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the evaluation data")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--out", help="write a report folder (report.md, PNGs, CSVs, JSON) here")
+    _overwrite_flag(p, "a report")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
 
 
@@ -142,6 +148,12 @@ def _nonnegative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
     return value
+
+
+def _overwrite_flag(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--overwrite", action="store_true",
+                   help=f"replace {what} that iclprobe wrote in --out (anything else in "
+                   "--out is never replaced)")
 
 
 def _add_analysis(sub: Any) -> None:
@@ -160,9 +172,12 @@ def _add_analysis(sub: Any) -> None:
     p = sub.add_parser("probe", help="fit and save the layer probes of a checkpoint")
     p.add_argument("checkpoint")
     p.add_argument("--n-sequences", type=_positive_int, default=2000)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed as `align --seed`: a later align with this seed uses these probes")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--out", help="directory for the probes (default: CHECKPOINT/probes)")
+    p.add_argument("--out", help="directory for the probes (default: CHECKPOINT/probes; for "
+                   "a shipped model, the user cache, $ICLPROBE_CACHE overrides)")
+    _overwrite_flag(p, "probes")
     p.set_defaults(handler=_lazy("cmd_probe"))
     p = sub.add_parser("demo", help="the whole pipeline on the shipped models",
                        description="Align gpt-softmax, compare gpt-softmax-paired with "
@@ -170,6 +185,7 @@ def _add_analysis(sub: Any) -> None:
                        "writes a report folder.")
     p.add_argument("--out", default="iclprobe-report", help="report folder "
                    "(default: ./iclprobe-report)")
+    _overwrite_flag(p, "a report")
     p.add_argument("--n-sequences", type=_positive_int, default=512, help=argparse.SUPPRESS)
     p.add_argument("--n-probe-sequences", type=_positive_int, default=1000,
                    help=argparse.SUPPRESS)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,65 +30,198 @@ def _align_config(args: argparse.Namespace) -> Any:
     algos = None
     if args.algorithms:
         algos = tuple(a.strip() for a in args.algorithms.split(",") if a.strip())
+    n_probe = args.n_probe_sequences or AlignConfig.n_probe_sequences
     return AlignConfig(protocol=args.protocol, algorithms=algos, metrics=metrics,
                        positions=args.positions, t_min=args.t_min, t_max=args.t_max,
                        fit_layers=args.fit_layers, n_sequences=args.n_sequences,
-                       n_probe_sequences=args.n_probe_sequences, data=args.data,
+                       n_probe_sequences=n_probe, data=args.data,
                        condition_number=args.condition_number, seed=args.seed,
                        device=args.device)
 
 
-def _name(checkpoint: str) -> str:
-    return Path(checkpoint.rstrip("/")).name or checkpoint
-
-
-def _probes(model: Any, checkpoint: str, cfg: Any, task: Any) -> Any:
-    """Probes saved next to the checkpoint (when they fit this model and data), else fitted."""
-    from iclprobe import probes
-    from iclprobe.models.checkpoint import resolve
-
-    saved = resolve(checkpoint) / "probes"
-    if cfg.data == "task" and (saved / "probes.json").is_file():
-        try:
-            return probes.LayerProbes.load(saved, model)
-        except ValueError as err:
-            logger.warning("not using %s: %s", saved, err)
+def _check_device(device: str) -> None:
     import torch
 
-    return probes.LayerProbes().fit(model, task, n_sequences=cfg.n_probe_sequences,
-                                    generator=torch.Generator().manual_seed(cfg.seed + 1),
-                                    n_heldout=cfg.n_probe_heldout)
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device cuda: no CUDA device is available to torch "
+                         f"{torch.__version__}; use --device cpu")
 
 
-def align_checkpoints(checkpoints: list[str], cfg: Any) -> list[Any]:
-    """Load and align each checkpoint on the same evaluation data."""
+def _model_dir(checkpoint: str) -> Path:
+    """The directory that stands for a checkpoint: a run directory for ``RUN/checkpoint``."""
+    from iclprobe.models.checkpoint import RUN_CHECKPOINT, resolve
+    from iclprobe.models.io import read_marker
+    from iclprobe.models.run_dir import METRICS_FILE
+
+    path = Path(os.path.abspath(resolve(checkpoint)))
+    run = path.parent
+    if path.name == RUN_CHECKPOINT and ((read_marker(run) or {}).get("kind") == "run"
+                                        or (run / METRICS_FILE).is_file()):
+        return run
+    return path
+
+
+def _name(checkpoint: str) -> str:
+    return _model_dir(checkpoint).name or checkpoint
+
+
+def unique_names(checkpoints: list[str]) -> list[str]:
+    """One name per checkpoint, for tables, JSON keys and file names.
+
+    A checkpoint is named after its directory, parent-qualified (``a_run``) where two share
+    a name, and numbered (``run-2``) where that is not enough.
+    """
+    dirs = [_model_dir(c) for c in checkpoints]
+    base = [d.name or c for d, c in zip(dirs, checkpoints)]
+    names = [f"{d.parent.name}_{n}" if base.count(n) > 1 and d.parent.name else n
+             for d, n in zip(dirs, base)]
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        out.append(name if seen[name] == 1 else f"{name}-{seen[name]}")
+    return out
+
+
+def probes_dir(checkpoint: str) -> Path:
+    """Where ``iclprobe probe`` saves a checkpoint's probes and ``align`` looks for them.
+
+    Next to the checkpoint (``CHECKPOINT/probes``; ``RUN/probes`` for a training run), but
+    for a shipped model in the user cache (``$ICLPROBE_CACHE``, else the platform's), never
+    inside the installed package.
+    """
+    from iclprobe.models.checkpoint import PRETRAINED_DIR
+    from iclprobe.models.io import cache_dir
+
+    path = _model_dir(checkpoint)
+    if path.resolve().is_relative_to(PRETRAINED_DIR.resolve()):
+        return cache_dir() / "probes" / path.name
+    if path.is_file():  # an Ahn et al. .pt file
+        return path.with_name(path.name + ".probes")
+    return path / "probes"
+
+
+@dataclasses.dataclass
+class ProbeRequest:
+    """What ``align`` asks of the layer probes it reads out with."""
+
+    n_sequences: int
+    seed: int  # the probe data's seed (align's --seed + 1)
+    n_given: bool = False  # --n-probe-sequences given: saved probes must match it
+    refit: bool = False  # --refit-probes
+
+
+def _probe_mismatch(fit: Any, req: ProbeRequest, task: Any, lp: Any) -> list[str]:
+    """How saved probes differ from what ``req`` asks for (empty: usable)."""
+    from iclprobe import probes
+
+    if not isinstance(fit, dict):
+        return ["they do not record how they were fitted"]
+    default = probes.LayerProbes()
+    why = [f"{k} {getattr(lp, k)!r}, not {getattr(default, k)!r}"
+           for k in ("target", "alpha", "solver", "t_min") if getattr(lp, k) != getattr(default, k)]
+    if req.n_given and fit.get("n_sequences") != req.n_sequences:
+        why.append(f"{fit.get('n_sequences')} sequences, not {req.n_sequences}")
+    if fit.get("seed") != req.seed:
+        why.append(f"seed {fit.get('seed')}, not {req.seed}")
+    if fit.get("task") != json.loads(task.to_json()):
+        why.append("other data than the evaluation task")
+    return why
+
+
+def _probes(model: Any, checkpoint: str, cfg: Any, task: Any, req: ProbeRequest,
+            name: str) -> tuple[Any, dict[str, Any]]:
+    """Probes saved for the checkpoint when they fit this model, data and request, else fitted.
+
+    Returns the probes and a record of which were used and how they were fitted; prints
+    that record as one line on stderr.
+    """
+    from iclprobe import probes
+
+    saved, why = probes_dir(checkpoint), ""
+    if req.refit:
+        why = " (--refit-probes)"
+    elif (saved / "probes.json").is_file():
+        try:
+            lp = probes.LayerProbes.load(saved, model)
+        except ValueError as err:
+            print(f"{name}: warning: not using the saved probes: {err}", file=sys.stderr)
+            why = f" (the saved probes in {saved} are unusable)"
+        else:
+            mismatch = _probe_mismatch(getattr(lp, "fit_settings_", None), req, task, lp)
+            if not mismatch:
+                info = _probe_record("saved", saved, lp)
+                print(f"{name}: using the probes saved in {saved} ({_describe(info)}); "
+                      "--refit-probes fits new ones", file=sys.stderr)
+                return lp, info
+            why = f" (the probes saved in {saved} have {'; '.join(mismatch)})"
+    lp = probes.LayerProbes().fit(model, task, n_sequences=req.n_sequences, generator=req.seed,
+                                  n_heldout=cfg.n_probe_heldout)
+    info = _probe_record("fitted", None, lp)
+    print(f"{name}: fitted new probes ({_describe(info)}){why}", file=sys.stderr)
+    return lp, info
+
+
+def _probe_record(source: str, path: Path | None, lp: Any) -> dict[str, Any]:
+    fit = getattr(lp, "fit_settings_", None) or {}
+    return {"source": source, "path": str(path) if path else None,
+            "n_sequences": fit.get("n_sequences"), "seed": fit.get("seed"),
+            "target": lp.target, "alpha": lp.alpha, "fitted_at": fit.get("fitted_at")}
+
+
+def _describe(info: dict[str, Any]) -> str:
+    return (f"{info['n_sequences']} sequences, seed {info['seed']}, target {info['target']}, "
+            f"alpha {info['alpha']}, fitted {info['fitted_at']}")
+
+
+def align_checkpoints(checkpoints: list[str], cfg: Any, refit_probes: bool = False,
+                      n_probe_given: bool = True) -> tuple[list[Any], dict[str, Any]]:
+    """Load and align each checkpoint on the same evaluation data.
+
+    Returns the results (named uniquely) and, by name, which layer probes each used and
+    how they were fitted.
+    """
     from iclprobe import models
+    from iclprobe.alignment.family import needs_probes
     from iclprobe.alignment.pipeline import align, evaluation_task
 
     loaded = [(c, models.load(c, device=cfg.device)) for c in checkpoints]
     task = evaluation_task(loaded[0][1], cfg)
-    results = []
-    for checkpoint, model in loaded:
+    req = ProbeRequest(cfg.n_probe_sequences, cfg.seed + 1, n_probe_given, refit_probes)
+    results, records = [], {}
+    for (checkpoint, model), name in zip(loaded, unique_names(checkpoints)):
         if model.cfg.n_dims != task.n_dims:
             raise ValueError(f"{checkpoint} has n_dims={model.cfg.n_dims}, but the data has "
                              f"d={task.n_dims}: compare models of one dimension")
-        results.append(align(model, cfg, name=_name(checkpoint),
-                             layer_probes=_probes(model, checkpoint, cfg, task), eval_task=task))
-    return results
+        lp = None
+        if needs_probes(model):
+            lp, records[name] = _probes(model, checkpoint, cfg, task, req, name)
+        else:
+            records[name] = {"source": "none: the layers are read exactly"}
+        res = align(model, cfg, name=name, layer_probes=lp, eval_task=task)
+        res.probes_info = records[name]
+        results.append(res)
+    return results, records
 
 
 def cmd_align(args: argparse.Namespace) -> int:
     """``iclprobe align`` and ``iclprobe compare``."""
     from iclprobe.alignment.report import comparison_rows, text_table, write_report
+    from iclprobe.models.io import atomic_directory, check_output
 
     checkpoints = [args.checkpoint] if hasattr(args, "checkpoint") else args.checkpoints
     cfg = _align_config(args)
-    results = align_checkpoints(checkpoints, cfg)
+    _check_device(cfg.device)
+    if args.out:
+        check_output(args.out, "report", args.overwrite)  # before the work, not after
+    results, records = align_checkpoints(checkpoints, cfg, refit_probes=args.refit_probes,
+                                         n_probe_given=args.n_probe_sequences is not None)
     if args.out:
         command = "iclprobe " + " ".join(args.argv)
-        write_report(args.out, results, title=f"iclprobe {args.command}", command=command)
+        with atomic_directory(args.out, "report", args.overwrite) as tmp:
+            write_report(tmp, results, title=f"iclprobe {args.command}", command=command)
     if args.json:
-        print(json.dumps({r.name: r.to_dict() for r in results}))
+        print(json.dumps({r.name: {**r.to_dict(), "probes": records[r.name]} for r in results}))
         return 0
     for res in results:
         for metric in cfg.metrics:
@@ -106,18 +241,18 @@ def cmd_align(args: argparse.Namespace) -> int:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     """``iclprobe probe``: fit and save the layer probes of a checkpoint."""
-    import torch
-
     from iclprobe import models, probes
-    from iclprobe.models.checkpoint import resolve
+    from iclprobe.models.io import check_output
 
+    _check_device(args.device)
     model = models.load(args.checkpoint, device=args.device)
     if model.task is None:
         raise ValueError(f"{args.checkpoint} has no task.json to draw probe data from")
-    out = Path(args.out) if args.out else resolve(args.checkpoint) / "probes"
-    lp = probes.LayerProbes().fit(model, n_sequences=args.n_sequences,
-                                  generator=torch.Generator().manual_seed(args.seed))
-    lp.save(out)
+    out = Path(args.out) if args.out else probes_dir(args.checkpoint)
+    check_output(out, "probes", args.overwrite)  # before the work, not after
+    # Seeded as `align --seed SEED` fits its probes, so that align uses these.
+    lp = probes.LayerProbes().fit(model, n_sequences=args.n_sequences, generator=args.seed + 1)
+    lp.save(out, overwrite=args.overwrite)
     print("layer  alpha      held-out R²  normalized error")
     for layer, (a, r2, err) in enumerate(zip(lp.alpha_.tolist(), lp.metrics_.r2,
                                              lp.metrics_.normalized_error)):
@@ -126,32 +261,42 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int = 1000) -> Path:
-    """The whole pipeline on the shipped models; returns the report path."""
+def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int = 1000,
+             overwrite: bool = False) -> Path:
+    """The whole pipeline on the shipped models; returns the report path.
+
+    ``out`` is checked before any work (`check_output`) and written whole at the end.
+    """
     import dataclasses
 
     from iclprobe import models, probes
     from iclprobe.alignment.pipeline import AlignConfig, align
     from iclprobe.alignment.report import comparison_rows, write_report
     from iclprobe.alignment.tables import aligned, headline_lines, text_table
+    from iclprobe.models.io import atomic_directory, check_output
 
+    check_output(out, "report", overwrite)
     cfg = AlignConfig(n_sequences=n_sequences, n_probe_sequences=n_probe_sequences)
     model = models.load(DEMO_MODELS[0])
-    assert model.task is not None
-    probe = _probes(model, DEMO_MODELS[0], cfg, model.task)
+    req = ProbeRequest(cfg.n_probe_sequences, cfg.seed + 1)
+    probe, record = _probes(model, DEMO_MODELS[0], cfg, model.task, req, DEMO_MODELS[0])
     gpt = [align(model, cfg, name=DEMO_MODELS[0], layer_probes=probe),
            align(model, dataclasses.replace(cfg, protocol="fu2024"),
                  name=f"{DEMO_MODELS[0]}-fu2024", layer_probes=probe)]
-    paired = align_checkpoints(list(DEMO_MODELS[1:]), cfg)
-    pq_aligned = [align_checkpoints([name], cfg)[0] for name in DEMO_PQ]
+    for res in gpt:
+        res.probes_info = record
+    paired, _ = align_checkpoints(list(DEMO_MODELS[1:]), cfg)
+    pq_aligned = [align_checkpoints([name], cfg)[0][0] for name in DEMO_PQ]
     pq = []
     for name in DEMO_PQ:
         pq_model = models.load(name)
         assert isinstance(pq_model, models.PQTransformer), name
         pq.append((name, probes.analyze_preconditioners(pq_model)))
-    report = write_report(out, gpt + paired + pq_aligned, pq,
-                          title="iclprobe demo: which algorithm does each layer run?",
-                          command="iclprobe demo")
+    with atomic_directory(out, "report", overwrite) as tmp:
+        write_report(tmp, gpt + paired + pq_aligned, pq,
+                     title="iclprobe demo: which algorithm does each layer run?",
+                     command="iclprobe demo")
+    report = Path(out) / "report.md"
     print(text_table(gpt[0]), end="\n\n")
     print("Fu et al.'s headline (Newton closer than GD) at the last layer, under both "
           "protocols and on every model:")
@@ -170,14 +315,47 @@ def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int = 1000) -
 def cmd_demo(args: argparse.Namespace) -> int:
     """``iclprobe demo``."""
     run_demo(Path(args.out), n_sequences=args.n_sequences,
-             n_probe_sequences=args.n_probe_sequences)
+             n_probe_sequences=args.n_probe_sequences, overwrite=args.overwrite)
     return 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    """``iclprobe train``."""
-    import dataclasses
+    """``iclprobe train``: exit 1 when training diverges, 130 on Ctrl-C."""
+    from iclprobe import models
+    from iclprobe.models.checkpoint import RUN_CHECKPOINT
 
+    if args.resume and args.overwrite:
+        raise UsageError("--overwrite starts a fresh run: drop --resume, or drop --overwrite")
+    try:
+        model, task, cfg = _train_setup(args)
+        result = models.train(model, task, cfg, out=args.out, resume=args.resume,
+                              overwrite=args.overwrite)
+    except models.TrainingDiverged as err:
+        print(f"iclprobe train: error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as err:
+        done = f" after step {err.step}" if isinstance(err, models.TrainingInterrupted) else ""
+        if (Path(args.out) / RUN_CHECKPOINT / "train.json").is_file():
+            hint = f"continue with: iclprobe train --out {args.out} --resume"
+        else:
+            hint = "no checkpoint was written yet: run the same command again to start afresh"
+        print(f"iclprobe train: interrupted{done}; {hint}", file=sys.stderr)
+        return 130
+    if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 reports
+        return 0
+    if result.history:
+        last = result.final
+        print(f"step {last['step']}: loss {last['loss']:.5f}, normalized "
+              f"{last['normalized_loss']:.5f} (OLS on the same batch: "
+              f"{last['ols_normalized_loss']:.5f}); run in {args.out}")
+    elif args.resume:
+        print(f"nothing to do: the run in {args.out} has done all {cfg.steps} steps "
+              "(pass a larger --steps to train further)")
+    return 0
+
+
+def _train_setup(args: argparse.Namespace) -> tuple[Regressor, Any, Any]:
+    """The model, task and recipe of ``iclprobe train``, fresh or from the run (--resume)."""
     from iclprobe import models, tasks
     from iclprobe.cli_flags import (
         MODEL_FIELDS,
@@ -197,29 +375,21 @@ def cmd_train(args: argparse.Namespace) -> int:
                              f"drop {sorted(ignored) or ['--family']}")
         cfg = dataclasses.replace(models.read_train_config(args.out), **train_given)
         model: Regressor = models.load(args.out)
-        task = model.task
+        return model, model.task, cfg
+    task = tasks.RegressionTask(**{"n_dims": 8, "n_points": 24,
+                                   **given(args, [f[0] for f in TASK_FIELDS], TASK_RENAME)})
+    model_kw = given(args, [f[0] for f in MODEL_FIELDS], MODEL_RENAME)
+    model_kw["n_dims"] = task.n_dims
+    family = getattr(args, "family", "gpt")
+    if family == "gpt":
+        model_kw.setdefault("n_positions", task.n_points)
+        bad = sorted({"sparse", "kernel", "init_std"} & set(model_kw))
+        model = models.GPTRegressor(models.GPTConfig(**_only(model_kw, bad, family)))
     else:
-        task = tasks.RegressionTask(**{"n_dims": 8, "n_points": 24,
-                                       **given(args, [f[0] for f in TASK_FIELDS], TASK_RENAME)})
-        model_kw = given(args, [f[0] for f in MODEL_FIELDS], MODEL_RENAME)
-        model_kw["n_dims"] = task.n_dims
-        family = getattr(args, "family", "gpt")
-        if family == "gpt":
-            model_kw.setdefault("n_positions", task.n_points)
-            bad = sorted({"sparse", "kernel", "init_std"} & set(model_kw))
-            model = models.GPTRegressor(models.GPTConfig(**_only(model_kw, bad, family)))
-        else:
-            bad = sorted({"n_positions", "d_model", "d_mlp", "attention", "layout",
-                          "ln_eps", "final_norm"} & set(model_kw))
-            model = models.PQTransformer(models.PQConfig(**_only(model_kw, bad, family)))
-        cfg = models.TrainConfig(**train_given)
-    result = models.train(model, task, cfg, out=args.out, resume=args.resume)
-    if result.history and os.environ.get("RANK", "0") == "0":  # torchrun: rank 0 reports
-        last = result.final
-        print(f"step {last['step']}: loss {last['loss']:.5f}, normalized "
-              f"{last['normalized_loss']:.5f} (OLS on the same batch: "
-              f"{last['ols_normalized_loss']:.5f}); run in {args.out}")
-    return 0
+        bad = sorted({"n_positions", "d_model", "d_mlp", "attention", "layout",
+                      "ln_eps", "final_norm"} & set(model_kw))
+        model = models.PQTransformer(models.PQConfig(**_only(model_kw, bad, family)))
+    return model, task, models.TrainConfig(**train_given)
 
 
 def _only(kw: dict[str, Any], bad: list[str], family: str) -> dict[str, Any]:

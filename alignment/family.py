@@ -35,6 +35,11 @@ def _exact_readout(model: Regressor) -> bool:
     return isinstance(model, PQTransformer)
 
 
+def needs_probes(model: Regressor) -> bool:
+    """Whether `align` reads this model's layers through fitted probes (else exactly)."""
+    return not _exact_readout(model)
+
+
 def layer_predictions(model: Regressor, task: RegressionTask, batch: RegressionBatch,
                       cfg: AlignConfig, layer_probes: probes.LayerProbes | None
                       ) -> tuple[Tensor, str, list[float], probes.LayerProbes | None]:

@@ -91,10 +91,10 @@ class AlignConfig:
         bad = [m for m in self.metrics if m not in METRIC_INFO]
         if bad:
             raise ValueError(f"metric must be among {list(METRIC_INFO)}, got {list(self.metrics)}")
-        for name, choices in (("data", DATA_CHOICES), ("positions", POSITION_CHOICES),
+        for name, allowed in (("data", DATA_CHOICES), ("positions", POSITION_CHOICES),
                               ("fit_layers", FIT_LAYER_CHOICES)):
-            if getattr(self, name) not in choices:
-                raise ValueError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         for name in ("n_sequences", "n_probe_sequences", "n_weight_sequences", "n_boot"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 2:

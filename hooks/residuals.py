@@ -97,11 +97,14 @@ class ResidualStore:
     @classmethod
     def write(cls, path: str | os.PathLike[str], model: Regressor, xs: Tensor, ys: Tensor,
               layers: Sequence[int] | None = None, batch_size: int = 256,
-              progress: bool = True) -> ResidualStore:
-        """Collect residuals shard by shard (one per batch) into ``path``, atomically."""
+              progress: bool = True, overwrite: bool = False) -> ResidualStore:
+        """Collect residuals shard by shard (one per batch) into ``path``, atomically.
+
+        ``overwrite=True`` replaces a store that iclprobe wrote at ``path``.
+        """
         layers = check_layers(model, layers)
         shards = []
-        with atomic_directory(path) as tmp:
+        with atomic_directory(path, "residuals", overwrite) as tmp:
             for i, resid in enumerate(iter_residuals(model, xs, ys, layers, batch_size,
                                                      progress)):
                 name = f"resid-{i:05d}.safetensors"

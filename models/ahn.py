@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from iclprobe.models.checkpoint import CheckpointError
+from iclprobe.models.io import torch_load_failure
 from iclprobe.models.pq import PQTransformer
 from iclprobe.tasks import RegressionTask
 
@@ -76,7 +77,8 @@ def _read_file(path: Path) -> tuple[list[Any], Tensor | None, Tensor | None]:
     try:
         raw = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - any unpickling failure is a bad file
-        raise CheckpointError(f"{path}: truncated, corrupt or unsafe ({err})") from None
+        raise CheckpointError(f"{path}: truncated, corrupt or unsafe "
+                              f"({torch_load_failure(err)})") from None
     if isinstance(raw, Tensor):
         return [raw], None, None
     if not isinstance(raw, dict):

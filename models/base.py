@@ -53,11 +53,16 @@ class RegressorMixin:
                 f"queries must have shape [{b}, {n}, T, {d}], got {tuple(queries.shape)}"
             )
 
-    def save(self, path: str | os.PathLike[str], task: Any = None) -> Path:
-        """Save the model, its config and ``task`` (default: ``self.task``) atomically."""
+    def save(self, path: str | os.PathLike[str], task: Any = None,
+             overwrite: bool = False) -> Path:
+        """Save the model, its config and ``task`` (default: ``self.task``) atomically.
+
+        ``overwrite=True`` replaces a checkpoint that iclprobe wrote at ``path``; nothing
+        else is ever replaced (see `iclprobe.models.save`).
+        """
         from iclprobe.models.checkpoint import save  # checkpoint imports the families
 
-        return save(self, path, task=task)  # type: ignore[arg-type]
+        return save(self, path, task=task, overwrite=overwrite)  # type: ignore[arg-type]
 
     def run_with_cache(
         self, *model_args: Any, return_cache_object: bool = True, remove_batch_dim: bool = False,

@@ -71,11 +71,17 @@ def write_checkpoint_files(model: Regressor, directory: Path, task: RegressionTa
     (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2))
 
 
-def save(model: Regressor, path: str | os.PathLike[str], task: RegressionTask | None = None) -> Path:
-    """Write ``model`` (and ``task``, default ``model.task``) as a checkpoint directory."""
+def save(model: Regressor, path: str | os.PathLike[str], task: RegressionTask | None = None,
+         overwrite: bool = False) -> Path:
+    """Write ``model`` (and ``task``, default ``model.task``) as a checkpoint directory.
+
+    ``path`` must not exist or be empty; ``overwrite=True`` replaces a checkpoint that
+    iclprobe wrote there. Anything else (a file, another directory) is refused with
+    `OutputExistsError` and left as it was.
+    """
     task = task if task is not None else getattr(model, "task", None)
     path = Path(path)
-    with atomic_directory(path) as tmp:
+    with atomic_directory(path, "checkpoint", overwrite) as tmp:
         write_checkpoint_files(model, tmp, task)
     return path
 

@@ -27,6 +27,7 @@ from torch import Tensor
 from iclprobe.models.checkpoint import CheckpointError, load_state_into
 from iclprobe.models.config import GPTConfig
 from iclprobe.models.gpt import GPTRegressor
+from iclprobe.models.io import torch_load_failure
 from iclprobe.tasks import RegressionTask
 
 logger = logging.getLogger(__name__)
@@ -137,7 +138,8 @@ def _read_state(state_path: Path) -> dict[str, Tensor]:
     try:
         raw = torch.load(state_path, map_location="cpu", weights_only=True)
     except (RuntimeError, pickle.UnpicklingError, EOFError, ValueError) as err:
-        raise CheckpointError(f"{state_path}: truncated, corrupt or unsafe ({err})") from None
+        raise CheckpointError(f"{state_path}: truncated, corrupt or unsafe "
+                              f"({torch_load_failure(err)})") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("model_state_dict"), dict):
         raise CheckpointError(f"{state_path}: no 'model_state_dict' in the file")
     return raw["model_state_dict"]

@@ -1,18 +1,105 @@
-"""Atomic directory writes: a checkpoint is replaced whole or not at all."""
+"""Safe output files: atomic writes, iclprobe's marker, the user's permissions, the cache.
+
+Every directory iclprobe writes holds a marker file (``.iclprobe``: what kind of output it
+is and which files iclprobe put there). A writer never deletes or moves anything it did not
+create: it refuses a path that is a file or a non-empty directory without the marker, and
+replaces one with the marker only when asked (``overwrite=True``, ``--overwrite``) and only
+if the directory holds nothing but iclprobe's own files.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import ctypes.util
+import json
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+MARKER = ".iclprobe"
+CACHE_ENV = "ICLPROBE_CACHE"
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
+
+
+class OutputExistsError(FileExistsError):
+    """An output path iclprobe may not write: the message names it and says what to do."""
+
+
+def normal_mode(directory: bool) -> int:
+    """The permissions ``open``/``mkdir`` would give under the current umask."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return (0o777 if directory else 0o666) & ~mask
+
+
+def read_marker(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The marker of a directory iclprobe wrote, or None (no marker, or not one of ours)."""
+    try:
+        data = json.loads((Path(directory) / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("kind"), str) else None
+
+
+def write_marker(directory: str | os.PathLike[str], kind: str,
+                 files: list[str] | None = None) -> None:
+    """Mark ``directory`` as iclprobe's ``kind`` output holding ``files`` (default: all)."""
+    directory = Path(directory)
+    if files is None:
+        files = [p.name for p in directory.iterdir() if p.name != MARKER]
+    write_text_atomic(directory / MARKER, json.dumps({"kind": kind, "files": sorted(files)}))
+
+
+def foreign_entries(directory: Path, marker: dict[str, Any], own: tuple[str, ...] = ()) -> list[str]:
+    """Entries of ``directory`` that iclprobe did not write (not listed, not marked)."""
+    listed = {MARKER, *own, *(f for f in marker.get("files", []) if isinstance(f, str))}
+    return sorted(p.name for p in directory.iterdir() if p.name not in listed and not (
+        p.is_dir() and not p.is_symlink() and read_marker(p) is not None))
+
+
+def check_output(path: str | os.PathLike[str], kind: str, overwrite: bool = False,
+                 own: tuple[str, ...] = ()) -> Path:
+    """Refuse an output directory that iclprobe may not write; returns the path to write.
+
+    Args:
+        path: the output directory (a link to a directory counts as that directory).
+        kind: what is written ("checkpoint", "probes", "report", "run", ...).
+        overwrite: replace iclprobe's own ``kind`` output found there.
+        own: further names that this kind of output owns without listing them.
+
+    Raises:
+        OutputExistsError: ``path`` is a file, a non-empty directory without iclprobe's
+            marker, iclprobe's output of another kind, iclprobe's output and ``overwrite``
+            is False, or it holds files that iclprobe did not write.
+    """
+    path = Path(path)
+    if path.is_symlink():
+        path = path.resolve()
+    if path.exists() and not path.is_dir():
+        raise OutputExistsError(f"{path} is a file, not a directory: choose another path")
+    if not path.exists() or not any(path.iterdir()):
+        return path
+    marker = read_marker(path)
+    if marker is None:
+        raise OutputExistsError(f"{path} is a non-empty directory that iclprobe did not "
+                                "write: choose another path (nothing was changed)")
+    if marker["kind"] != kind:
+        raise OutputExistsError(f"{path} holds an iclprobe {marker['kind']}, not {kind} "
+                                "output: choose another path")
+    if not overwrite:
+        raise OutputExistsError(f"{path} already holds iclprobe {kind} output: pass "
+                                "--overwrite (overwrite=True) to replace it")
+    foreign = foreign_entries(path, marker, own)
+    if foreign:
+        raise OutputExistsError(f"{path} also holds files that iclprobe did not write "
+                                f"({', '.join(foreign[:5])}): move them away or choose "
+                                "another path")
+    return path
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -37,47 +124,124 @@ def _fsync_dir(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary sibling directory that replaces ``path`` when the block succeeds.
+def atomic_directory(path: str | os.PathLike[str], kind: str,
+                     overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary sibling directory that becomes ``path`` when the block succeeds.
 
-    On error the temporary directory is removed and ``path`` is left as it was. Where the
-    kernel supports it the swap is one atomic exchange; elsewhere it is two renames.
+    ``path`` is checked first (`check_output`); the new directory gets iclprobe's marker
+    listing what the block wrote. On error the temporary directory is removed and ``path``
+    is left as it was. Where the kernel supports it the swap is one atomic exchange;
+    elsewhere it is two renames.
     """
-    path = Path(path)
+    path = check_output(path, kind, overwrite)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
         yield tmp
-        for f in tmp.iterdir():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
+        write_marker(tmp, kind)
+        _settle(tmp)
         if not path.exists():
             os.rename(tmp, path)
-        elif path.is_dir() and _exchange(tmp, path):
-            shutil.rmtree(tmp)  # now holds the previous checkpoint
         else:
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
-            os.rmdir(old)
-            os.rename(path, old)
-            os.rename(tmp, path)
-            shutil.rmtree(old)
+            check_output(path, kind, overwrite)  # it may have changed while we wrote
+            _swap_in(tmp, path)
         _fsync_dir(path.parent)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
 
 
+def _settle(tmp: Path) -> None:
+    """Flush what was written to disk, with the umask's permissions.
+
+    mkdtemp makes directories 0700 and safetensors writes files 0600.
+    """
+    os.chmod(tmp, normal_mode(directory=True))
+    for root, dirs, files in os.walk(tmp):
+        for name in dirs:
+            os.chmod(Path(root) / name, normal_mode(directory=True))
+        for name in files:
+            os.chmod(Path(root) / name, normal_mode(directory=False))
+            with open(Path(root) / name, "rb") as fh:
+                os.fsync(fh.fileno())
+
+
+def _swap_in(tmp: Path, path: Path) -> None:
+    """Put ``tmp`` at ``path`` and delete the directory it replaces (checked to be ours)."""
+    if _exchange(tmp, path):
+        shutil.rmtree(tmp)  # now holds the previous output
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+    os.rmdir(old)
+    os.rename(path, old)
+    os.rename(tmp, path)
+    shutil.rmtree(old)
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write a text file through a temporary file and ``os.replace``."""
+    """Write a text file through a temporary file and ``os.replace``.
+
+    The file keeps the permissions of the one it replaces, or gets the umask's.
+    """
     path = Path(path)
+    try:
+        mode = path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        mode = normal_mode(directory=False)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, mode)  # mkstemp made it 0600
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def cache_dir() -> Path:
+    """The user cache directory: ``$ICLPROBE_CACHE``, else the platform's (``~/.cache/iclprobe``)."""
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("iclprobe", appauthor=False))
+
+
+def torch_load_failure(err: BaseException) -> str:
+    """Why a ``torch.load(..., weights_only=True)`` failed, in a few words.
+
+    Torch's own message advises turning the safety check off; this one never does.
+    """
+    import pickle
+
+    if isinstance(err, pickle.UnpicklingError):
+        return "not a plain tensor file: it holds pickled objects that iclprobe never loads"
+    if isinstance(err, EOFError):
+        return "the file ends early"
+    first = str(err).split(". ")[0].splitlines()[0] if str(err) else type(err).__name__
+    return first if "weights_only" not in first else type(err).__name__
+
+
+def torch_load_tensors(path: str | os.PathLike[str]) -> Any:
+    """``torch.load(path, weights_only=True)`` on the CPU, without torch's pickle warnings.
+
+    Raises:
+        ValueError: the file is truncated, corrupt or holds more than tensors; the message
+            names it.
+    """
+    import warnings
+
+    import torch
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any unpickling failure is a bad file
+        raise ValueError(f"{path}: truncated, corrupt or unsafe "
+                         f"({torch_load_failure(err)})") from None

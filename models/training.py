@@ -22,16 +22,25 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from iclprobe.algorithms.prefix import ols_predictions
-from iclprobe.models.checkpoint import RUN_CHECKPOINT, load_state_into, write_checkpoint_files
+from iclprobe.models.checkpoint import RUN_CHECKPOINT
 from iclprobe.models.gpt import GPTRegressor
-from iclprobe.models.io import atomic_directory, write_text_atomic
 from iclprobe.models.pq import PQTransformer
 from iclprobe.models.regressor import Regressor, check_model
+from iclprobe.models.run_dir import (
+    METRICS_FILE,
+    RunBusyError,
+    open_run,
+    read_train_config,
+    restore,
+    save_run_checkpoint,
+    trim_metrics,
+)
 from iclprobe.models.train_config import TrainConfig
 from iclprobe.tasks import RegressionBatch, RegressionTask
 
 logger = logging.getLogger(__name__)
-METRICS_FILE, TRAINER_FILE, TRAIN_CONFIG_FILE = "metrics.jsonl", "trainer.pt", "train.json"
+__all__ = ["RunBusyError", "TrainResult", "TrainingDiverged", "TrainingInterrupted",
+           "read_train_config", "train"]
 
 
 @dataclasses.dataclass
@@ -172,47 +181,16 @@ def _distributed(cfg: TrainConfig) -> tuple[int, int, bool]:
     return dist.get_rank(), dist.get_world_size(), started
 
 
-def save_run_checkpoint(out: Path, model: Regressor, task: RegressionTask, cfg: TrainConfig,
-                        optimizer: torch.optim.Optimizer, step: int) -> None:
-    """Atomically replace ``out/checkpoint``: model, task, optimizer, step, RNG, config."""
-    state = {"step": step, "optimizer": optimizer.state_dict(),
-             "schedule": {"kind": cfg.schedule, "lr_factor": cfg.lr_factor(step)},
-             "torch_rng": torch.get_rng_state()}
-    with atomic_directory(out / RUN_CHECKPOINT) as tmp:
-        write_checkpoint_files(model, tmp, task)
-        torch.save(state, tmp / TRAINER_FILE)
-        (tmp / TRAIN_CONFIG_FILE).write_text(json.dumps(cfg.to_dict(), indent=2))
+class TrainingDiverged(RuntimeError):
+    """The loss or the weights became non-finite; the run's last checkpoint was kept."""
 
 
-def read_train_config(out: str | os.PathLike[str]) -> TrainConfig:
-    """The `TrainConfig` stored in a run directory's checkpoint."""
-    path = Path(out) / RUN_CHECKPOINT / TRAIN_CONFIG_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no checkpoint to resume from")
-    return TrainConfig.from_dict(json.loads(path.read_text()))
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during `train`: ``step`` steps were done, the last checkpoint is kept."""
 
-
-def _restore(out: Path, model: Regressor, cfg: TrainConfig,
-             optimizer: torch.optim.Optimizer) -> int:
-    """Load the run's checkpoint into ``model`` and ``optimizer``; returns its step."""
-    from safetensors.torch import load_file
-
-    ckpt = out / RUN_CHECKPOINT
-    saved = read_train_config(out)
-    differ = [f for f in saved.to_dict() if f not in ("steps", "log_every", "checkpoint_every")
-              and getattr(saved, f) != getattr(cfg, f)]
-    if differ:
-        raise ValueError(f"cannot resume {out}: TrainConfig fields {differ} differ from the run's")
-    load_state_into(model, load_file(str(ckpt / "model.safetensors")), ckpt / "model.safetensors")
-    state = torch.load(ckpt / TRAINER_FILE, map_location="cpu", weights_only=True)
-    optimizer.load_state_dict(state["optimizer"])
-    torch.set_rng_state(state["torch_rng"])
-    metrics = out / METRICS_FILE
-    if metrics.exists():  # drop what was logged after the checkpoint
-        keep = [line for line in metrics.read_text().splitlines()
-                if line.strip() and json.loads(line)["step"] <= state["step"]]
-        write_text_atomic(metrics, "".join(f"{line}\n" for line in keep))
-    return int(state["step"])
+    def __init__(self, step: int, checkpoint_step: int | None):
+        super().__init__(f"interrupted after step {step}")
+        self.step, self.checkpoint_step = step, checkpoint_step
 
 
 def train(
@@ -222,6 +200,7 @@ def train(
     out: str | os.PathLike[str] | None = None,
     *,
     resume: bool = False,
+    overwrite: bool = False,
     data_ranks: tuple[int, ...] | None = None,
     progress: bool = True,
 ) -> TrainResult:
@@ -232,24 +211,49 @@ def train(
         task: the task to draw training data from (saved with every checkpoint).
         cfg: the recipe (default `TrainConfig()`).
         out: run directory: ``metrics.jsonl`` and the latest ``checkpoint/`` (loadable with
-            `models.load`); None keeps nothing on disk.
+            `models.load`); None keeps nothing on disk. One trainer at a time: a second
+            one on the same directory fails at once (`RunBusyError`).
         resume: continue from ``out/checkpoint`` (bitwise identical to an uninterrupted run
-            on CPU).
+            on CPU). Resuming a run that has done ``cfg.steps`` steps does nothing.
+        overwrite: start afresh in a run directory that already holds a run of iclprobe's.
         data_ranks: draw the data of these ranks (default: this process's rank). A single
             process given every rank of a DDP run takes the same steps.
         progress: show a tqdm bar (rank 0 only).
 
     Under torchrun (``WORLD_SIZE > 1``) the model is wrapped in DistributedDataParallel
     (gloo on CPU, nccl on CUDA) and only rank 0 writes.
+
+    Raises:
+        TrainingDiverged: the loss (or, at a checkpoint, a weight) became NaN or infinite;
+            the message names the step, and the last finite checkpoint is left untouched.
+        TrainingInterrupted: Ctrl-C (a `KeyboardInterrupt`); the last checkpoint is kept.
+        ValueError: a bad setup, or ``resume`` with ``cfg.steps`` below the steps done.
+        OutputExistsError: ``out`` is not a directory a fresh run may use.
     """
     cfg = cfg if cfg is not None else TrainConfig()
     check_setup(model, task, cfg)
     out_path = Path(out) if out is not None else None
     if resume and out_path is None:
         raise ValueError("resume=True needs the run directory `out`")
-    if out_path is not None and not resume and (out_path / RUN_CHECKPOINT).exists():
-        raise FileExistsError(f"{out_path} already holds a run: resume it or choose another out")
+    if resume and overwrite:
+        raise ValueError("overwrite=True starts a fresh run: it cannot be combined with resume")
     rank, world, started_group = _distributed(cfg)
+    lock = None
+    try:
+        if rank == 0 and out_path is not None:
+            lock = open_run(out_path, resume, overwrite)
+        return _train(model, task, cfg, out_path, resume, world, data_ranks or (rank,),
+                      progress and rank == 0, writer=lock is not None)
+    finally:
+        if lock is not None:
+            lock.close()
+        if started_group:
+            dist.destroy_process_group()
+
+
+def _train(model: Regressor, task: RegressionTask, cfg: TrainConfig, out: Path | None,
+           resume: bool, world: int, ranks: tuple[int, ...], progress: bool,
+           writer: bool) -> TrainResult:
     device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
                           if cfg.device == "cuda" else "cpu")
     model.to(device).train()
@@ -261,47 +265,93 @@ def train(
     params = [p for name, p in model.named_parameters()
               if p.requires_grad and not (frozen and name.endswith("attn.B"))]
     optimizer = make_optimizer(params, cfg)
-    start = _restore(out_path, model, cfg, optimizer) if resume else 0  # type: ignore[arg-type]
+    start = restore(out, model, cfg, optimizer) if resume else 0  # type: ignore[arg-type]
+    if resume and writer:
+        trim_metrics(out / METRICS_FILE, start)  # type: ignore[operator]
+    if start > cfg.steps:
+        raise ValueError(f"cannot resume {out}: the run has done {start} steps, more than "
+                         f"steps={cfg.steps}")
+    if resume and start == cfg.steps:
+        logger.info("%s: the run has done all %d steps; nothing to do", out, start)
     net: nn.Module = model
     if world > 1:
         net = nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
-    ranks = data_ranks if data_ranks is not None else (rank,)
-    writer = rank == 0 and out_path is not None
-    if writer:
-        out_path.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
-    history: list[dict[str, Any]] = []
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc="train",
-               disable=not progress or rank != 0, dynamic_ncols=True)
-    t0, last_logged = time.perf_counter(), start
-    try:
-        for step in bar:
-            for group in optimizer.param_groups:
-                group["lr"] = cfg.lr * cfg.lr_factor(step)
-            batch = batch_for_step(task, cfg, step, ranks).to(device)
-
-            loss = _optimizer_step(net, optimizer, params, batch, cfg)
-            apply_constraints(model, cfg)
-            done = step + 1
-            if done % cfg.log_every == 0 or done == cfg.steps:
-                rate = (done - last_logged) / max(time.perf_counter() - t0, 1e-9)
-                t0, last_logged = time.perf_counter(), done
-                row = _metrics(done, loss.item(), batch, cfg, rate,
-                               active_size(task, cfg, step)[0])
-                history.append(row)
-                bar.set_postfix(loss=f"{row['loss']:.4f}", norm=f"{row['normalized_loss']:.4f}")
-                if writer:
-                    with open(out_path / METRICS_FILE, "a") as fh:  # type: ignore[operator]
-                        fh.write(json.dumps(row) + "\n")
-            if writer and ((cfg.checkpoint_every and done % cfg.checkpoint_every == 0)
-                           or done == cfg.steps):
-                save_run_checkpoint(out_path, model, task, cfg, optimizer, done)  # type: ignore[arg-type]
-    finally:
-        bar.close()
-        if started_group:
-            dist.destroy_process_group()
+    loop = _Loop(model, net, task, cfg, optimizer, params, ranks, out if writer else None,
+                 checkpoint_step=start if resume else None)
+    history = loop.run(start, progress)
     model.eval()
     return TrainResult(history)
+
+
+@dataclasses.dataclass
+class _Loop:
+    """The optimizer steps of one `train` call, with their logging and checkpoints."""
+
+    model: Regressor
+    net: nn.Module
+    task: RegressionTask
+    cfg: TrainConfig
+    optimizer: torch.optim.Optimizer
+    params: list[nn.Parameter]
+    ranks: tuple[int, ...]
+    out: Path | None  # None: this process writes nothing
+    checkpoint_step: int | None  # the step of the last checkpoint on disk
+
+    def run(self, start: int, progress: bool) -> list[dict[str, Any]]:
+        cfg, history = self.cfg, []
+        bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc="train",
+                   disable=not progress, dynamic_ncols=True)
+        t0, last_logged, done = time.perf_counter(), start, start
+        try:
+            for step in bar:
+                for group in self.optimizer.param_groups:
+                    group["lr"] = cfg.lr * cfg.lr_factor(step)
+                batch = batch_for_step(self.task, cfg, step, self.ranks).to(
+                    next(self.model.parameters()).device)
+                loss = _optimizer_step(self.net, self.optimizer, self.params, batch, cfg)
+                if not bool(torch.isfinite(loss)):
+                    self._diverged(step + 1, f"the loss is {loss.item()}")
+                apply_constraints(self.model, cfg)
+                done = step + 1
+                if done % cfg.log_every == 0 or done == cfg.steps:
+                    rate = (done - last_logged) / max(time.perf_counter() - t0, 1e-9)
+                    t0, last_logged = time.perf_counter(), done
+                    history.append(self._log(done, loss.item(), batch, step, rate, bar))
+                if (cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or done == cfg.steps:
+                    self._checkpoint(done)
+        except KeyboardInterrupt:
+            raise TrainingInterrupted(done, self.checkpoint_step) from None
+        finally:
+            bar.close()
+        return history
+
+    def _log(self, done: int, loss: float, batch: RegressionBatch, step: int, rate: float,
+             bar: Any) -> dict[str, Any]:
+        row = _metrics(done, loss, batch, self.cfg, rate, active_size(self.task, self.cfg, step)[0])
+        bar.set_postfix(loss=f"{row['loss']:.4f}", norm=f"{row['normalized_loss']:.4f}")
+        if self.out is not None:
+            with open(self.out / METRICS_FILE, "a") as fh:
+                fh.write(json.dumps(row) + "\n")
+        return row
+
+    def _checkpoint(self, done: int) -> None:
+        if self.out is None:
+            return
+        bad = [name for name, p in self.model.named_parameters() if not bool(p.isfinite().all())]
+        if bad:
+            self._diverged(done, f"parameters {bad[:3]} are not finite")
+        save_run_checkpoint(self.out, self.model, self.task, self.cfg, self.optimizer, done)
+        self.checkpoint_step = done
+
+    def _diverged(self, step: int, what: str) -> None:
+        kept = ""
+        if self.out is not None:
+            kept = (f"; the last checkpoint (step {self.checkpoint_step}) in "
+                    f"{self.out / RUN_CHECKPOINT} is kept" if self.checkpoint_step is not None
+                    else "; no checkpoint was written")
+        raise TrainingDiverged(f"training diverged at step {step}: {what} (lr "
+                               f"{self.cfg.lr * self.cfg.lr_factor(step - 1):g}); stopped{kept}")
 
 
 def _optimizer_step(net: nn.Module, optimizer: torch.optim.Optimizer,

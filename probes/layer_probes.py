@@ -12,6 +12,7 @@ recipe (Adam, lr 1e-4, MSE) for comparison. Axis legend: ``layer``, ``batch``, `
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 import json
 import os
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
@@ -31,6 +33,7 @@ from iclprobe.tasks import RegressionTask, as_generator
 TARGETS = ("y", "model")
 SOLVERS = ("ridge", "adam")
 PROBE_FORMAT_VERSION = 1
+PROBES_WEIGHTS, PROBES_META = "probes.safetensors", "probes.json"
 
 
 def model_hash(model: Regressor) -> str:
@@ -92,12 +95,17 @@ class LayerProbes:
     def fit(self, model: Regressor, task: RegressionTask | None = None,
             n_sequences: int = 2000, generator: torch.Generator | int = 0,
             n_heldout: int = 500, batch_size: int = 256) -> LayerProbes:
-        """Fit on residuals of ``n_sequences`` fresh draws of ``task`` (default: the model's)."""
+        """Fit on residuals of ``n_sequences`` fresh draws of ``task`` (default: the model's).
+
+        Records how in ``fit_settings_`` (sequences, seed — None for a generator already
+        drawn from —, task, time), which `save` writes to ``probes.json``.
+        """
         check_model(model)
         task = task if task is not None else getattr(model, "task", None)
         if not isinstance(task, RegressionTask):
             raise ValueError("task is required: the model has no task attached")
         gen = as_generator(generator)
+        seed = _seed_of(generator)
         train = task.sample(n_sequences, generator=gen)
         held = task.sample(n_heldout, generator=gen)
         self.model = model
@@ -107,6 +115,11 @@ class LayerProbes:
         self.n_dims_ = task.n_dims
         resid = collect_residuals(model, held.xs, held.ys, batch_size=batch_size)
         self.metrics_ = self._evaluate(resid, self._targets(resid, held.ys), held.ys)
+        self.fit_settings_ = {
+            "n_sequences": n_sequences, "n_heldout": n_heldout, "seed": seed,
+            "task": json.loads(task.to_json()),
+            "fitted_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        }
         return self
 
     def _targets(self, resid: Tensor, ys: Tensor) -> Tensor:
@@ -194,41 +207,93 @@ class LayerProbes:
             return self._model_or_raise().query_residuals(xs, ys, queries, reduce=self.apply)
 
     # ------------------------------------------------------------------ files
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write ``probes.safetensors`` and ``probes.json`` into directory ``path``."""
+    def save(self, path: str | os.PathLike[str], overwrite: bool = False) -> Path:
+        """Write ``probes.safetensors`` and ``probes.json`` into directory ``path``.
+
+        ``probes.json`` records how the probes were fitted (sequences, seed, task, target,
+        α, when). ``overwrite=True`` replaces probes that iclprobe saved at ``path``;
+        nothing else is ever replaced.
+        """
         self._check_fitted()
+        tensors = {"coef": self.coef_.contiguous(), "intercept": self.intercept_,
+                   "alpha": self.alpha_}
+        _check_finite(tensors, "the probes to save")
         meta: dict[str, Any] = {
             "format_version": PROBE_FORMAT_VERSION, "model_hash": self.model_hash_,
             "target": self.target, "t_min": self.t_min, "solver": self.solver,
             "alpha": self.alpha, "n_dims": self.n_dims_,
             "metrics": dataclasses.asdict(self.metrics_) if hasattr(self, "metrics_") else None,
+            "fit": getattr(self, "fit_settings_", None),
         }
-        with atomic_directory(path) as tmp:
-            save_file({"coef": self.coef_.contiguous(), "intercept": self.intercept_,
-                       "alpha": self.alpha_}, str(tmp / "probes.safetensors"))
-            (tmp / "probes.json").write_text(json.dumps(meta, indent=2))
+        with atomic_directory(path, "probes", overwrite) as tmp:
+            save_file(tensors, str(tmp / PROBES_WEIGHTS))
+            (tmp / PROBES_META).write_text(json.dumps(meta, indent=2))
         return Path(path)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], model: Regressor) -> LayerProbes:
-        """Load probes saved by `save`; refuses probes fitted on another model."""
+        """Load probes saved by `save`.
+
+        Raises:
+            FileNotFoundError: no ``probes.json`` in ``path``.
+            ValueError: probes fitted on another model, or a truncated, corrupt or
+                non-finite file (the message names it).
+        """
         path = Path(path)
-        meta_path = path / "probes.json"
-        if not meta_path.is_file():
-            raise FileNotFoundError(f"{meta_path}: file is missing")
-        meta = json.loads(meta_path.read_text())
-        if meta.get("format_version") != PROBE_FORMAT_VERSION:
-            raise ValueError(f"{meta_path}: unknown format_version {meta.get('format_version')!r}")
+        meta = _read_meta(path / PROBES_META)
         actual = model_hash(model)
         if meta["model_hash"] != actual:
-            raise ValueError(f"{meta_path}: these probes were fitted on another model "
+            raise ValueError(f"{path / PROBES_META}: these probes were fitted on another model "
                              f"(hash {meta['model_hash'][:12]}…, this model {actual[:12]}…)")
+        weights = path / PROBES_WEIGHTS
+        try:
+            tensors = load_file(str(weights))
+            coef, intercept, alpha = tensors["coef"], tensors["intercept"], tensors["alpha"]
+        except (SafetensorError, OSError, KeyError) as err:
+            raise ValueError(f"{weights}: truncated or corrupt probe weights ({err})") from None
+        _check_finite(tensors, str(weights))
+        if coef.ndim != 2 or intercept.shape != coef.shape[:1]:
+            raise ValueError(f"{weights}: coef must be [layer, d_model] and intercept [layer], "
+                             f"got {tuple(coef.shape)} and {tuple(intercept.shape)}")
         probes = cls(alpha=meta["alpha"], target=meta["target"], t_min=meta["t_min"],
                      solver=meta["solver"])
-        tensors = load_file(str(path / "probes.safetensors"))
-        probes.coef_, probes.intercept_ = tensors["coef"], tensors["intercept"]
-        probes.alpha_, probes.n_layers_ = tensors["alpha"], tensors["coef"].shape[0]
+        probes.coef_, probes.intercept_, probes.alpha_ = coef, intercept, alpha
+        probes.n_layers_ = coef.shape[0]
         probes.model_hash_, probes.n_dims_, probes.model = actual, meta["n_dims"], model
         if meta.get("metrics"):
             probes.metrics_ = ProbeMetrics(**meta["metrics"])
+        if isinstance(meta.get("fit"), dict):
+            probes.fit_settings_ = meta["fit"]
         return probes
+
+
+def _seed_of(generator: torch.Generator | int) -> int | None:
+    """The seed that ``generator`` stands for, or None for a generator already drawn from."""
+    if not isinstance(generator, torch.Generator):
+        return int(generator)
+    seed = generator.initial_seed()
+    fresh = torch.Generator(generator.device).manual_seed(seed)
+    return seed if torch.equal(generator.get_state(), fresh.get_state()) else None
+
+
+def _check_finite(tensors: dict[str, Tensor], what: str) -> None:
+    bad = [name for name, t in tensors.items() if not bool(torch.isfinite(t).all())]
+    if bad:
+        raise ValueError(f"{what}: non-finite (NaN or infinite) probe weights in {bad}")
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: file is missing")
+    try:
+        meta = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(meta, dict) or meta.get("format_version") != PROBE_FORMAT_VERSION:
+        version = meta.get("format_version") if isinstance(meta, dict) else None
+        raise ValueError(f"{path}: unknown format_version {version!r}")
+    missing = [k for k in ("model_hash", "alpha", "target", "t_min", "solver", "n_dims")
+               if k not in meta]
+    if missing:
+        raise ValueError(f"{path}: missing keys {missing}")
+    return meta

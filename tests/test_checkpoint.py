@@ -164,7 +164,7 @@ def test_round_trip(tmp_path, attention, layout):
     task = tasks.RegressionTask(n_dims=3, n_points=8, cov=sigma, noise_std=0.1)
     model.save(tmp_path / "ckpt", task=task)
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
-        "config.json", "model.safetensors", "task.json"]
+        ".iclprobe", "config.json", "model.safetensors", "task.json"]
     assert json.loads((tmp_path / "ckpt" / "config.json").read_text())["format_version"] == 1
     back = models.load(tmp_path / "ckpt")
     assert back.cfg == model.cfg
@@ -172,8 +172,10 @@ def test_round_trip(tmp_path, attention, layout):
     b = small_batch()
     with torch.no_grad():
         assert torch.equal(back(b.xs, b.ys), model(b.xs, b.ys))
-    # Saving again replaces the checkpoint; model.task is the default task.
-    back.save(tmp_path / "ckpt")
+    # Saving again replaces the checkpoint when asked to; model.task is the default task.
+    with pytest.raises(FileExistsError, match="already holds iclprobe checkpoint output"):
+        back.save(tmp_path / "ckpt")
+    back.save(tmp_path / "ckpt", overwrite=True)
     assert models.load(tmp_path / "ckpt").task.to_dict() == task.to_dict()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no temporaries left
 
@@ -194,7 +196,7 @@ def test_crash_mid_save_keeps_previous_checkpoint(tmp_path, monkeypatch):
     other = tiny_gpt(seed=99)
     monkeypatch.setattr(ckpt, "save_file", crash)
     with pytest.raises(KeyboardInterrupt):
-        other.save(tmp_path / "ckpt")
+        other.save(tmp_path / "ckpt", overwrite=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
     assert torch.equal(models.load(tmp_path / "ckpt")(b.xs, b.ys), expected)
 

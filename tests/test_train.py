@@ -247,3 +247,203 @@ def test_torchrun_ddp_matches_single_process(tmp_path):
 def paired_linear_from_cli_defaults():
     return models.GPTRegressor(models.GPTConfig(n_dims=3, n_positions=8, n_layers=2, d_model=16,
                                                 n_heads=2, layout="paired", attention="linear"))
+
+
+# ---------------------------------------------------------------- nothing lost, one line
+def _one_line(capsys, *needles):
+    """The one line of stderr, besides the progress bar's."""
+    err = "\n".join(x for x in capsys.readouterr().err.splitlines()
+                    if x.strip() and not x.startswith("train:"))
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert all(n in err for n in needles), err
+    return err
+
+
+def test_a_diverging_run_stops_and_keeps_its_last_finite_checkpoint(tmp_path, capsys):
+    from iclprobe.cli import main
+
+    cfg = TrainConfig(steps=50, optimizer="sgd", lr=1.0, log_every=1, checkpoint_every=2)
+    with pytest.raises(models.TrainingDiverged, match=r"diverged at step 5: the loss is nan "
+                       r".*the last checkpoint \(step 4\) in .*checkpoint is kept"):
+        models.train(paired_linear(), TASK, cfg, out=tmp_path / "r", progress=False)
+    weights = load_file(str(tmp_path / "r" / "checkpoint" / "model.safetensors"))
+    assert all(torch.isfinite(w).all() for w in weights.values())
+    state = torch.load(tmp_path / "r" / "checkpoint" / "trainer.pt", weights_only=True)
+    assert state["step"] == 4
+    rows = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert all(math.isfinite(r["loss"]) for r in rows)
+    # the command line: one line naming the step, exit status 1
+    args = ["train", "--out", str(tmp_path / "cli"), *TRAIN_ARGS, "--optimizer", "sgd",
+            "--lr", "10", "--steps", "50", "--checkpoint-every", "2"]
+    assert main(args) == 1
+    _one_line(capsys, "iclprobe train: error: training diverged at step", "is kept")
+
+
+def test_one_trainer_per_run_directory_and_a_killed_holder_frees_it(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, sys, time; fh = open(sys.argv[1], 'a'); "
+         "fcntl.flock(fh, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)",
+         str(run / ".iclprobe.lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(models.RunBusyError, match="in use by another trainer"):
+            models.train(paired_linear(), TASK, TrainConfig(steps=2), out=run, progress=False)
+        assert sorted(p.name for p in run.iterdir()) == [".iclprobe.lock"]  # nothing written
+    finally:
+        holder.kill()
+        holder.wait()
+    result = models.train(paired_linear(), TASK, TrainConfig(steps=2, log_every=1), out=run,
+                          progress=False)
+    assert [r["step"] for r in result.history] == [1, 2]
+
+
+@pytest.mark.slow
+def test_a_fresh_run_after_a_kill_before_the_first_checkpoint_starts_a_clean_log(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = tmp_path / "run"
+    proc = subprocess.Popen(_cli(out, "--steps", "100000", "--checkpoint-every", "0",
+                                 "--log-every", "1"), env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    metrics = out / "metrics.jsonl"
+    deadline = time.time() + 120
+    while (not metrics.exists() or metrics.stat().st_size < 200) and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (out / "checkpoint").exists() and metrics.stat().st_size >= 200
+    with pytest.raises(FileExistsError, match="non-empty directory that iclprobe did not"):
+        models.train(paired_linear(), TASK, TrainConfig(steps=3), out=tmp_path,
+                     progress=False)  # tmp_path is not a run directory
+    result = models.train(paired_linear(), TASK, TrainConfig(steps=3, log_every=1), out=out,
+                          progress=False)
+    rows = [json.loads(x) for x in metrics.read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["loss"] for r in rows] == [r["loss"] for r in result.history]
+
+
+def test_a_run_with_a_checkpoint_is_replaced_only_with_overwrite(tmp_path, capsys):
+    from iclprobe.cli import main
+
+    out = tmp_path / "r"
+    models.train(paired_linear(), TASK, TrainConfig(steps=4, log_every=1), out=out,
+                 progress=False)
+    (out / "probes").mkdir()  # iclprobe's probes of this run may stay inside
+    probes_marker = '{"kind": "probes", "files": []}'
+    (out / "probes" / ".iclprobe").write_text(probes_marker)
+    assert main(["train", "--out", str(out), *TRAIN_ARGS, "--steps", "2"]) == 2
+    _one_line(capsys, "already holds a run", "--overwrite")
+    assert main(["train", "--out", str(out), "--resume", "--overwrite"]) == 2
+    _one_line(capsys, "--overwrite starts a fresh run")
+    (out / "notes.txt").write_text("mine")
+    assert main(["train", "--out", str(out), *TRAIN_ARGS, "--steps", "2", "--overwrite"]) == 2
+    _one_line(capsys, "files that iclprobe did not write (notes.txt)")
+    (out / "notes.txt").unlink()
+    assert main(["train", "--out", str(out), *TRAIN_ARGS, "--steps", "2", "--overwrite"]) == 0
+    steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [2] and torch.load(out / "checkpoint" / "trainer.pt",
+                                       weights_only=True)["step"] == 2
+
+
+def test_resume_of_a_finished_run_or_below_its_steps_says_so(tmp_path, capsys):
+    from iclprobe.cli import main
+
+    out = tmp_path / "r"
+    assert main(["train", "--out", str(out), *TRAIN_ARGS, "--steps", "4", "--log-every",
+                 "2"]) == 0
+    capsys.readouterr()
+    weights = (out / "checkpoint" / "model.safetensors").read_bytes()
+    assert main(["train", "--out", str(out), "--resume"]) == 0
+    assert "nothing to do: the run in" in capsys.readouterr().out
+    assert main(["train", "--out", str(out), "--resume", "--steps", "3"]) == 2
+    _one_line(capsys, "has done 4 steps, more than steps=3")
+    assert (out / "checkpoint" / "model.safetensors").read_bytes() == weights
+    steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [2, 4]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "pickle", "not-a-state"])
+def test_a_bad_trainer_state_is_one_line_naming_the_file(tmp_path, capsys, damage):
+    import pickle
+
+    from iclprobe.cli import main
+
+    out = tmp_path / "r"
+    assert main(["train", "--out", str(out), *TRAIN_ARGS, "--steps", "2"]) == 0
+    trainer = out / "checkpoint" / "trainer.pt"
+    if damage == "truncated":
+        trainer.write_bytes(trainer.read_bytes()[:200])
+    elif damage == "pickle":
+        trainer.write_bytes(pickle.dumps({"step": 2, "optimizer": os.system}))
+    else:
+        torch.save({"step": "ten"}, trainer)
+    capsys.readouterr()
+    assert main(["train", "--out", str(out), "--resume", "--steps", "4"]) == 2
+    err = _one_line(capsys, "iclprobe train: error:", str(trainer))
+    assert "weights_only" not in err
+
+
+def test_no_message_advises_turning_the_pickle_check_off(tmp_path):
+    import pickle
+
+    evil = tmp_path / "evil.pt"
+    evil.write_bytes(pickle.dumps({"allparam": os.system}))
+    with pytest.raises(models.CheckpointError, match="evil.pt: truncated, corrupt or unsafe") as e:
+        models.load_ahn(evil)
+    assert "weights_only" not in str(e.value)
+    for path in ROOT.rglob("*.py"):
+        if "tests" not in path.parts:
+            assert "weights_only=False" not in path.read_text(), path
+
+
+def test_a_torn_last_metrics_line_is_dropped_on_resume(tmp_path, caplog):
+    out = tmp_path / "r"
+    cfg = TrainConfig(steps=10, log_every=5)
+    models.train(paired_linear(), TASK, cfg, out=out, progress=False)
+    metrics = out / "metrics.jsonl"
+    with open(metrics, "a") as fh:
+        fh.write('{"step": 15, "lo')  # killed mid-write
+    with caplog.at_level("WARNING"):
+        models.train(paired_linear(), TASK, TrainConfig(steps=20, log_every=5), out=out,
+                     resume=True, progress=False)
+    assert f"{metrics}: dropping 1 torn line(s) (line 3 of 3)" in caplog.text
+    assert [json.loads(x)["step"] for x in metrics.read_text().splitlines()] == [5, 10, 15, 20]
+
+
+def test_device_cuda_without_cuda_is_one_line(tmp_path, capsys):
+    from iclprobe.cli import main
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    model = paired_linear()
+    model.save(tmp_path / "ck", task=TASK)
+    for argv in (["train", "--out", str(tmp_path / "t"), "--device", "cuda"],
+                 ["probe", str(tmp_path / "ck"), "--device", "cuda"],
+                 ["align", str(tmp_path / "ck"), "--device", "cuda"]):
+        assert main(argv) == 2
+        _one_line(capsys, "cuda")
+    assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_exits_130_saying_how_to_resume(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = tmp_path / "run"
+    proc = subprocess.Popen(_cli(out, "--steps", "100000", "--checkpoint-every", "20"), env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    trainer = out / "checkpoint" / "train.json"
+    deadline = time.time() + 120
+    while not trainer.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    lines = [x for x in stderr.splitlines() if x.strip() and "train:" in x and "it/s" not in x]
+    assert lines and "Traceback" not in stderr, stderr
+    assert f"iclprobe train --out {out} --resume" in lines[-1]
+    resumed = subprocess.run([sys.executable, "-m", "iclprobe", "train", "--out", str(out),
+                              "--resume", "--steps", "60"], env=env, capture_output=True,
+                             text=True)
+    assert resumed.returncode == 0, resumed.stderr

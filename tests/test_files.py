@@ -134,8 +134,12 @@ def test_an_interrupted_align_keeps_the_old_report_and_a_new_one_replaces_it_who
 
 
 def test_compare_of_two_runs_with_one_directory_name_keeps_both(tmp_path, capsys):
-    tiny_gpt("linear", "paired").save(tmp_path / "a" / "run", task=TASK)
-    tiny_gpt("softmax", "paired").save(tmp_path / "b" / "run", task=TASK)
+    # GD constructions: models that solve the task, so their alignment has tables
+    d = TASK.n_dims
+    models.PQTransformer.from_matrices(A=[0.2 * torch.eye(d)] * 3).save(tmp_path / "a" / "run",
+                                                                         task=TASK)
+    models.PQTransformer.from_matrices(A=[0.4 * torch.eye(d)] * 3).save(tmp_path / "b" / "run",
+                                                                         task=TASK)
     out = tmp_path / "cmp"
     runs = [str(tmp_path / "a" / "run"), str(tmp_path / "b" / "run")]
     assert main(["compare", *runs, *FAST, "--metric", "error_cosine", "--out", str(out)]) == 0

@@ -79,17 +79,25 @@ def error_curves(result: Any, path: Path) -> Path:
     return _save(fig, path)
 
 
+def color_range(sim: Similarity, match: Match) -> tuple[float, float]:
+    """The heatmap's colour range: from the 5th percentile of the live layers' values.
+
+    Dead layers and far-off steps would otherwise stretch the scale and wash out the
+    differences between the steps that matter.
+    """
+    live = torch.tensor(match.above_zero)
+    shown = sim.values[live] if bool(live.any()) else sim.values
+    vmin = float(torch.quantile(shown.flatten(), 0.05))
+    return vmin, max(float(shown.max()), vmin + 1e-9)
+
+
 def similarity_heatmap(sim: Similarity, match: Match, path: Path, title: str) -> Path:
     """Layer × step similarity, best step per layer marked (✕: not above zero)."""
     n_layers, n_steps = sim.values.shape
     fig, ax = plt.subplots(figsize=(max(5.5, 0.32 * n_steps + 2.5), 0.38 * n_layers + 2.0))
-    values = sim.values.numpy()
-    live = [z for z in match.above_zero]
-    shown = sim.values[torch.tensor(live)] if any(live) else sim.values
-    vmin = float(torch.quantile(shown.flatten(), 0.05))
-    vmax = float(shown.max())
-    im = ax.imshow(values, aspect="auto", cmap="magma", origin="lower", interpolation="nearest",
-                   vmin=vmin, vmax=max(vmax, vmin + 1e-9))
+    vmin, vmax = color_range(sim, match)
+    im = ax.imshow(sim.values.numpy(), aspect="auto", cmap="magma", origin="lower",
+                   interpolation="nearest", vmin=vmin, vmax=vmax)
     for layer, k in enumerate(match.best_column):
         if match.above_zero[layer]:
             ax.plot(k, layer, marker="*", ms=11, mfc="cyan", mec="black", mew=0.8, ls="none")

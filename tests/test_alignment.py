@@ -122,3 +122,15 @@ def test_bad_input():
         alignment.match_steps(sim, steps=[1, 2, 3])
     with pytest.raises(ValueError, match=r"layers \[4\] out of range"):
         alignment.match_steps(sim, layers=[4])
+
+
+def test_figure_helpers_group_overlaps_and_keep_the_colour_range_useful():
+    from iclprobe.alignment import plots
+
+    curves = [[2.0, 1.0, 1.0], [2.0, 1.005, 0.999], [2.0, 0.5, 0.25], [1.0, 0.5, 0.251]]
+    assert plots.overlapping_groups(curves) == [[0, 1], [2, 3]]  # t = 0 is not compared
+    values = [[0.1, 0.2, 0.3], [0.90, 0.95, 0.99], [0.92, 0.96, 0.98]]
+    sim = planted(values)
+    match = alignment.match_steps(sim, live=[False, True, True])
+    vmin, vmax = plots.color_range(sim, match)
+    assert vmin > 0.9 and vmax == pytest.approx(0.99)  # the dead layer does not wash it out

@@ -135,23 +135,17 @@ def difference(sim_a: Similarity, sim_b: Similarity) -> Interval:
 
 
 def calibrate(it_a: Iterates, it_b: Iterates, ys: Tensor, sim_a: Similarity,
-              sim_b: Similarity, cols_a: Sequence[int], cols_b: Sequence[int],
-              sequences: slice | None = None) -> Calibration:
-    """The learners' resemblance at each layer's matched steps, on the same data and view."""
-    weights = metric_info(sim_a.metric).on == "weights"
-    sub = sequences or slice(None)
+              sim_b: Similarity, cols_a: Sequence[int], cols_b: Sequence[int]) -> Calibration:
+    """The learners' resemblance at each layer's matched steps, on the same data and view.
 
-    def values(it: Iterates) -> Tensor:
-        v = it.weights if weights else it.preds
-        if v is None:
-            raise ValueError(f"calibration by {sim_a.metric} needs {it.name}'s weights")
-        return v[:, sub]
-
-    cross_it = Iterates(it_b.steps, it_b.preds[:, sub],
-                        it_b.weights[:, sub] if it_b.weights is not None else None,
-                        it_b.hyper, it_b.name)
-    table = similarity(values(it_a), cross_it, ys[sub], sim_a.metric, t_min=sim_a.t_min,
-                       t_max=sim_a.t_max, over=sim_a.over, n_boot=2)
+    ``it_a``, ``it_b`` and ``ys`` are on the sequences the tables were computed on (for a
+    weight metric: with weights).
+    """
+    values = it_a.weights if metric_info(sim_a.metric).on == "weights" else it_a.preds
+    if values is None:
+        raise ValueError(f"calibration by {sim_a.metric} needs {it_a.name}'s weights")
+    table = similarity(values, it_b, ys, sim_a.metric, t_min=sim_a.t_min, t_max=sim_a.t_max,
+                       over=sim_a.over, n_boot=2)
     sign = 1.0 if sim_a.higher_is_better else -1.0
     score = sign * table.values  # [K_a, K_b]
     a_cols, b_cols = list(cols_a), list(cols_b)

@@ -297,13 +297,20 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
             for k in chosen if protocol.accepts(k) or k in extra_runs}
     sims: dict[str, dict[str, Similarity]] = {}
     matches: dict[str, dict[str, Match]] = {}
-    iterates: dict[str, algorithms.Iterates] = {}
+    iterates: dict[str, algorithms.Iterates] = {}  # predictions on every sequence
+    iterates_w: dict[str, algorithms.Iterates] = {}  # with weights, on the weight subset
     labels: dict[str, str] = {}
     live_by: dict[str, Match] = {}
     for key, (spec, extra) in runs.items():
-        it = dataclasses.replace(run_spec(spec, batch, n_layers, weights_needed, stats,
-                                          cfg.seed, **extra), name=key)
+        it = dataclasses.replace(run_spec(spec, batch, n_layers, False, stats, cfg.seed,
+                                          **extra), name=key)
         _check_finite(f"{key} iterates", it.preds)
+        if weights_needed:  # weights only where the weight metrics need them
+            it_w = dataclasses.replace(run_spec(spec, batch, n_layers, True, stats, cfg.seed,
+                                                sequences=sub, **extra), name=key)
+            assert it_w.weights is not None
+            _check_finite(f"{key} weight iterates", it_w.weights)
+            iterates_w[key] = it_w
         iterates[key], labels[key] = it, spec.label
         sims[key], matches[key] = {}, {}
         sim_e = similarity(layer_preds, it, ys64, "error_cosine", t_min=t_lo, t_max=t_hi,
@@ -319,9 +326,8 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
                 continue
             on_w = METRIC_INFO[metric].on == "weights"
             if on_w:
-                assert it.weights is not None and layer_weights is not None
-                values, target = layer_weights, algorithms.Iterates(
-                    it.steps, it.preds[:, sub], it.weights[:, sub], it.hyper, it.name)
+                assert layer_weights is not None
+                values, target = layer_weights, iterates_w[key]
                 ys_m, lo = ys64[sub], t_lo if positions == "last" else \
                     max(t_lo, protocol.weight_t_min)
             else:
@@ -335,7 +341,9 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
                                                live=match_e.above_zero,
                                                fit_dead=cfg.fit_layers == "all")
     live = [any(m.above_zero[layer] for m in live_by.values()) for layer in range(n_layers + 1)]
-    comparisons = {m: _compare(m, sims, matches, iterates, ys64, sub, live) for m in cfg.metrics}
+    comparisons = {m: _compare(m, sims, matches, iterates_w if METRIC_INFO[m].on == "weights"
+                               else iterates, ys64[sub] if METRIC_INFO[m].on == "weights"
+                               else ys64, live) for m in cfg.metrics}
     meaningless = None
     last_error = float(err_by_t[-1, t_lo:t_hi + 1].mean())
     if last_error >= 0.9 * zero_error:
@@ -344,8 +352,8 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
                        "layers cannot be aligned with a learner")
     separation = None
     if cfg.separation and positions == "all" and {"newton", "gd"} <= set(iterates):
-        separation = separation_views(d, n, protocol, iterates, batch, sub, window, cfg.seed,
-                                      cfg.condition_number)
+        separation = separation_views(d, n, protocol, iterates, iterates_w, batch, sub, window,
+                                      cfg.seed, cfg.condition_number)
     return AlignResult(
         name=name, n_layers=n_layers,
         task=task.to_dict() if task is not None else {"n_dims": d, "n_points": n,
@@ -372,7 +380,7 @@ def _learner_curves(iterates: dict[str, algorithms.Iterates], matches: dict[str,
 
 def _compare(metric: str, sims: dict[str, dict[str, Similarity]],
              matches: dict[str, dict[str, Match]], iterates: dict[str, algorithms.Iterates],
-             ys: Tensor, sub: slice, live: list[bool]) -> C.LearnerComparison:
+             ys: Tensor, live: list[bool]) -> C.LearnerComparison:
     """The learner table for one metric: best scores, paired differences, verdicts."""
     scores = {r: C.learner_score(by[metric], matches[r][metric].best_column)
               for r, by in sims.items()}
@@ -383,8 +391,7 @@ def _compare(metric: str, sims: dict[str, dict[str, Similarity]],
         sa, sb = sims[a][metric], sims[b][metric]
         ma, mb = matches[a][metric], matches[b][metric]
         diff = C.difference(sa, sb)
-        cal = C.calibrate(iterates[a], iterates[b], ys, sa, sb, ma.best_column, mb.best_column,
-                          sub if METRIC_INFO[metric].on == "weights" else None)
+        cal = C.calibrate(iterates[a], iterates[b], ys, sa, sb, ma.best_column, mb.best_column)
         labels = C.verdicts(scores[a], scores[b], diff, cal, live, sa.higher_is_better)
         pairs.append(C.PairVerdict(a, b, metric, diff, cal, labels,
                                    C.sentence(labels, a, b, metric)))

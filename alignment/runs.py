@@ -37,24 +37,46 @@ def concat_iterates(parts: list[algorithms.Iterates], key: str,
     return algorithms.Iterates(steps, preds, weights, hyper, parts[0].name)
 
 
+def slice_stats(stats: algorithms.PrefixStats, rows: slice) -> algorithms.PrefixStats:
+    """The prefix statistics of the sequences ``rows`` (``counts`` has no batch axis)."""
+    return algorithms.PrefixStats(*(t if name == "counts" else t[rows]
+                                    for name, t in zip(stats._fields, stats)))
+
+
 def run_spec(spec: RunSpec, batch: RegressionBatch, n_layers: int, weights: bool,
              stats: algorithms.PrefixStats | None = None, seed: int = 0,
-             **extra: Any) -> algorithms.Iterates:
-    """The iterates of ``spec`` on ``batch`` (float64), with shared ``stats`` if it takes them."""
-    xs, ys = batch.xs.to(torch.float64), batch.ys.to(torch.float64)
+             sequences: slice | None = None, **extra: Any) -> algorithms.Iterates:
+    """The iterates of ``spec`` on ``batch`` (float64), with shared ``stats`` if it takes them.
+
+    ``sequences``: run on these sequences of ``batch`` only (their iterates equal those rows
+    of a run on the whole batch: random starts are drawn for the whole batch and sliced).
+    """
+    rows = sequences or slice(None)
     fn = algorithms.LEARNERS[spec.learner]
     params = inspect.signature(fn).parameters
     kw: dict[str, Any] = {**_resolve_hyper(dict(spec.hyper), batch), **extra,
                           "weights": weights}
+    init_uniform = "generator" in params and kw.get("init") == "uniform"
+    if init_uniform:  # one start per (sequence, prefix) of the whole batch
+        kw["init"] = torch.rand(batch.xs.shape, generator=torch.Generator().manual_seed(seed),
+                                dtype=torch.float64)[rows]
+    for key in ("precond", "preconds"):
+        value = kw.get(key)
+        if sequences is not None and isinstance(value, torch.Tensor) and value.ndim == (
+                3 if key == "precond" else 4):
+            kw[key] = value[rows] if key == "precond" else value[:, rows]
+    xs, ys = batch.xs[rows].to(torch.float64), batch.ys[rows].to(torch.float64)
     if "stats" in params and stats is not None:
-        kw["stats"] = stats
-    if "generator" in params and kw.get("init") == "uniform":
-        kw["generator"] = seed
+        kw["stats"] = slice_stats(stats, rows) if sequences is not None else stats
     steps = spec.resolve_steps(xs.shape[-1], n_layers)
     if steps is not None:
         kw["steps"] = steps
     if spec.grid is None:
-        return algorithms.iterates(spec.learner, xs, ys, **kw)
-    key, values = spec.grid
-    parts = [algorithms.iterates(spec.learner, xs, ys, **{**kw, key: v}) for v in values]
-    return concat_iterates(parts, key, list(values))
+        it = algorithms.iterates(spec.learner, xs, ys, **kw)
+    else:
+        key, values = spec.grid
+        parts = [algorithms.iterates(spec.learner, xs, ys, **{**kw, key: v}) for v in values]
+        it = concat_iterates(parts, key, list(values))
+    if init_uniform:
+        it.hyper["init"] = "uniform"
+    return it

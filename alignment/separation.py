@@ -64,13 +64,14 @@ def _best_gd(newton: algorithms.Iterates, gd: algorithms.Iterates, ys: Tensor, c
 
 
 def separation_views(d: int, n: int, protocol: Protocol,
-                     iterates: dict[str, algorithms.Iterates], batch: RegressionBatch,
+                     iterates: dict[str, algorithms.Iterates],
+                     iterates_w: dict[str, algorithms.Iterates], batch: RegressionBatch,
                      sub: slice, window: tuple[int, int], seed: int,
                      condition_number: float = 100.0) -> Separation:
     """Newton-vs-GD resemblance under each view, on the evaluation data and on κ-data.
 
-    ``iterates`` holds the protocol's "newton" and "gd" runs on ``batch`` (with weights
-    on the sequences ``sub`` for the weight view).
+    ``iterates`` holds the protocol's "newton" and "gd" runs on ``batch``, ``iterates_w``
+    the same with weights on the sequences ``sub`` (for the weight view; may be empty).
     """
     newton, gd = iterates["newton"], iterates["gd"]
     steps = newton.steps.tolist()
@@ -85,13 +86,9 @@ def separation_views(d: int, n: int, protocol: Protocol,
     for label, metric, t_min, t_max in views:
         gd_steps, res = _best_gd(newton, gd, ys, cols, metric, t_min, t_max)
         out.append(SeparationView(label, probe_steps, gd_steps, res))
-    if newton.weights is not None and gd.weights is not None:
-        sub_n = algorithms.Iterates(newton.steps, newton.preds[:, sub], newton.weights[:, sub],
-                                    newton.hyper, "newton")
-        sub_g = algorithms.Iterates(gd.steps, gd.preds[:, sub], gd.weights[:, sub], gd.hyper,
-                                    "gd")
-        gd_steps, res = _best_gd(sub_n, sub_g, ys[sub], cols, "weight_cosine",
-                                 max(1, window[0]), window[1])
+    if "newton" in iterates_w and "gd" in iterates_w:
+        gd_steps, res = _best_gd(iterates_w["newton"], iterates_w["gd"], ys[sub], cols,
+                                 "weight_cosine", max(1, window[0]), window[1])
         out.append(SeparationView("weight cosine", probe_steps, gd_steps, res))
     ill = RegressionTask(n_dims=d, n_points=n, cov="ill-conditioned",
                          condition_number=condition_number)

@@ -183,24 +183,27 @@ def align_checkpoints(checkpoints: list[str], cfg: Any, refit_probes: bool = Fal
     """
     from iclprobe import models
     from iclprobe.alignment.family import needs_probes
-    from iclprobe.alignment.pipeline import align, evaluation_task
+    from iclprobe.alignment.pipeline import compare, evaluation_task
 
     loaded = [(c, models.load(c, device=cfg.device)) for c in checkpoints]
     task = evaluation_task(loaded[0][1], cfg)
     req = ProbeRequest(cfg.n_probe_sequences, cfg.seed + 1, n_probe_given, refit_probes)
-    results, records = [], {}
-    for (checkpoint, model), name in zip(loaded, unique_names(checkpoints)):
+    names = unique_names(checkpoints)
+    for checkpoint, model in loaded:
         if model.cfg.n_dims != task.n_dims:
             raise ValueError(f"{checkpoint} has n_dims={model.cfg.n_dims}, but the data has "
                              f"d={task.n_dims}: compare models of one dimension")
+    lps, records = [], {}
+    for (checkpoint, model), name in zip(loaded, names):
         lp = None
         if needs_probes(model):
             lp, records[name] = _probes(model, checkpoint, cfg, task, req, name)
         else:
             records[name] = {"source": "none: the layers are read exactly"}
-        res = align(model, cfg, name=name, layer_probes=lp, eval_task=task)
-        res.probes_info = records[name]
-        results.append(res)
+        lps.append(lp)
+    results = compare([m for _, m in loaded], cfg, names, lps, eval_task=task)
+    for res in results:
+        res.probes_info = records[res.name]
     return results, records
 
 

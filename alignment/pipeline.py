@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -246,6 +247,36 @@ def align(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
                           positions=positions, extra_runs=extra, notes=notes, task=task)
     result.readout, result.probe_r2 = readout, probe_r2
     return result
+
+
+def compare(models: Sequence[Regressor], cfg: AlignConfig | None = None,
+            names: Sequence[str] | None = None,
+            layer_probes: Sequence[probes.LayerProbes | None] | None = None,
+            eval_task: RegressionTask | None = None) -> list[AlignResult]:
+    """Align several models on the same evaluation data (the first model's task).
+
+    Args:
+        models: models of one input dimension (e.g. softmax against linear attention).
+        cfg: what to compute (shared).
+        names: one per model (default ``model0``, ``model1``, …); must be unique.
+        layer_probes: fitted probes per model (None entries: fitted here).
+        eval_task: the data (default: ``evaluation_task(models[0], cfg)``).
+    """
+    cfg = cfg or AlignConfig()
+    if not models:
+        raise ValueError("compare needs at least one model")
+    names = list(names) if names is not None else [f"model{i}" for i in range(len(models))]
+    if len(names) != len(models) or len(set(names)) != len(names):
+        raise ValueError(f"names must be unique, one per model; got {names} for "
+                         f"{len(models)} models")
+    lps = list(layer_probes) if layer_probes is not None else [None] * len(models)
+    task = eval_task or evaluation_task(models[0], cfg)
+    for model, name in zip(models, names):
+        if model.cfg.n_dims != task.n_dims:
+            raise ValueError(f"{name} has n_dims={model.cfg.n_dims}, but the data has "
+                             f"d={task.n_dims}: compare models of one dimension")
+    return [align(model, cfg, name=name, layer_probes=lp, eval_task=task)
+            for model, name, lp in zip(models, names, lps)]
 
 
 def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig | None = None,

@@ -96,6 +96,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value < 2**63:  # the range torch.manual_seed is given here
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**63), got {text!r}")
+    return value
+
+
 def _align_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--algorithms", default="newton,gd,pgd,cg,ols",
                    help="comma-separated learners (default: newton,gd,pgd,cg,ols)")
@@ -109,7 +119,7 @@ def _align_options(p: argparse.ArgumentParser) -> None:
                    help="evaluation data (default: the checkpoint's own task)")
     p.add_argument("--condition-number", type=float, default=100.0,
                    help="κ for --data ill-conditioned (default: 100)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the evaluation data")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the evaluation data")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--out", help="write a report folder (report.md, PNGs, CSVs, JSON) here")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
@@ -131,7 +141,7 @@ def _add_analysis(sub: Any) -> None:
     p = sub.add_parser("probe", help="fit and save the layer probes of a checkpoint")
     p.add_argument("checkpoint")
     p.add_argument("--n-sequences", type=_positive_int, default=2000)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_seed, default=0)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--out", help="directory for the probes (default: CHECKPOINT/probes)")
     p.set_defaults(handler=_lazy("cmd_probe"))

@@ -10,6 +10,8 @@ import dataclasses
 import logging
 from typing import Any, TypeVar
 
+from iclprobe._checks import check_int, check_real, check_seed
+
 logger = logging.getLogger(__name__)
 
 LAYOUTS = ("interleaved", "paired")
@@ -21,9 +23,11 @@ C = TypeVar("C", bound="_ConfigMixin")
 
 def _check_positive(cfg: Any, *names: str) -> None:
     for name in names:
-        value = getattr(cfg, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError(f"{type(cfg).__name__}.{name} must be a positive integer, got {value!r}")
+        check_int(type(cfg).__name__, name, getattr(cfg, name))
+
+
+def _check_real(cfg: Any, name: str, low: float, **kw: Any) -> None:
+    check_real(type(cfg).__name__, name, getattr(cfg, name), low, **kw)
 
 
 def _check_choice(cfg: Any, name: str, choices: tuple[str, ...]) -> None:
@@ -72,8 +76,8 @@ class GPTConfig(_ConfigMixin):
             )
         _check_choice(self, "attention", ATTENTIONS)
         _check_choice(self, "layout", LAYOUTS)
-        if not isinstance(self.seed, int):
-            raise ValueError(f"GPTConfig.seed must be an integer, got {self.seed!r}")
+        check_seed("GPTConfig", "seed", self.seed)
+        _check_real(self, "ln_eps", 0.0, low_open=True)
 
     # Attributes TransformerLens's ActivationCache reads from ``model.cfg``.
     @property
@@ -119,11 +123,9 @@ class PQConfig(_ConfigMixin):
         _check_positive(self, "n_dims", "n_layers", "n_heads")
         _check_choice(self, "kernel", KERNELS)
         if not isinstance(self.sparse, bool):
-            raise ValueError(f"PQConfig.sparse must be a bool, got {self.sparse!r}")
-        if not (isinstance(self.init_std, (int, float)) and self.init_std >= 0):
-            raise ValueError(f"PQConfig.init_std must be a number >= 0, got {self.init_std!r}")
-        if not isinstance(self.seed, int):
-            raise ValueError(f"PQConfig.seed must be an integer, got {self.seed!r}")
+            raise TypeError(f"PQConfig.sparse must be a bool, got {self.sparse!r}")
+        _check_real(self, "init_std", 0.0)
+        check_seed("PQConfig", "seed", self.seed)
 
     @property
     def d_model(self) -> int:

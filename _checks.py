@@ -1,13 +1,20 @@
-"""Validators of config and task fields (no heavy imports).
+"""Validators of config and task fields, and of sizes against memory (no heavy imports).
 
-Each names ``Owner.field``, the value and what is allowed. A value of the wrong type (a
-string, a bool for a number) is a TypeError; a number out of range, NaN or infinite is a
-ValueError.
+Each field validator names ``Owner.field``, the value and what is allowed. A value of the
+wrong type (a string, a bool for a number) is a TypeError; a number out of range, NaN or
+infinite is a ValueError.
+
+Memory: sizes that cannot fit are refused before anything is allocated. The estimate
+comes from the config alone (`GPTConfig.n_parameters`, ...): float32 weights and, for
+training, their gradients and Adam's two moments plus a lower bound on the activations.
+Available memory is psutil's, else ``MemAvailable`` of ``/proc/meminfo``; where neither is
+known the check passes.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 #: Seeds go to ``torch.manual_seed``, which takes 64-bit values; iclprobe's are 0 .. 2^63-1.
@@ -57,3 +64,67 @@ def check_seed(owner: str, name: str, value: Any) -> int:
     if not 0 <= value < SEED_LIMIT:
         raise ValueError(f"{owner}.{name} must be an integer seed in [0, 2**63), got {value!r}")
     return value
+
+
+FLOAT_BYTES = 4  # float32 weights and activations
+GIB = 2**30
+
+
+def meminfo_available(text: str) -> int | None:
+    """Bytes of ``MemAvailable`` in the text of ``/proc/meminfo`` (None if absent)."""
+    for line in text.splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024  # the file counts kB
+    return None
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available now, or None where it cannot be told."""
+    try:
+        import psutil
+    except ImportError:
+        try:
+            return meminfo_available(Path("/proc/meminfo").read_text())
+        except OSError:
+            return None
+    return int(psutil.virtual_memory().available)
+
+
+def sizes(cfg: Any) -> str:
+    """The size fields of a model config, as text."""
+    names = ("n_dims", "n_positions", "n_layers", "d_model", "n_heads", "d_mlp")
+    return ", ".join(f"{n}={getattr(cfg, n)}" for n in names if n in cfg.__dataclass_fields__)
+
+
+def check_bytes(need: int, what: str, available: int | None = None) -> None:
+    """Raise ValueError when ``need`` bytes exceed the memory available."""
+    free = available_memory() if available is None else available
+    if free is not None and need > free:
+        raise ValueError(f"{what} needs at least {need / GIB:,.3g} GiB of memory, but "
+                         f"{free / GIB:,.3g} GiB are available")
+
+
+def check_fits(cfg: Any, what: str, copies: int = 2, extra_floats: int = 0,
+               available: int | None = None) -> None:
+    """Raise ValueError when ``copies`` of the weights plus ``extra_floats`` cannot fit.
+
+    Args:
+        cfg: a model config (`GPTConfig` or `PQConfig`).
+        what: what would be built, for the message ("loading runs/m", "training").
+        copies: float32 copies of the weights held at once (2 when loading: the file's and
+            the model's; 4 when training: weights, gradients, Adam's moments).
+        extra_floats: further float32 values (activations).
+        available: bytes available (default: `available_memory`).
+    """
+    need = (copies * cfg.n_parameters() + extra_floats) * FLOAT_BYTES
+    check_bytes(need, f"{what}: a model with {cfg.n_parameters():,} parameters "
+                      f"({sizes(cfg)})", available)
+
+
+def check_training_fits(model_cfg: Any, task: Any, train_cfg: Any,
+                        available: int | None = None) -> None:
+    """`check_fits` for training ``model_cfg`` on ``task`` with ``train_cfg``."""
+    activations = model_cfg.activation_floats(train_cfg.batch_size, task.n_points)
+    data = 2 * train_cfg.batch_size * task.n_points * (task.n_dims + 1) * 2  # float64 draws
+    check_fits(model_cfg, "training", copies=4, extra_floats=activations + data,
+               available=available)

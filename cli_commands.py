@@ -161,6 +161,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     import dataclasses
 
     from iclprobe import models, tasks
+    from iclprobe._checks import check_training_fits
     from iclprobe.cli_flags import (
         MODEL_FIELDS,
         MODEL_RENAME,
@@ -189,12 +190,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         if family == "gpt":
             model_kw.setdefault("n_positions", task.n_points)
             bad = sorted({"sparse", "kernel", "init_std"} & set(model_kw))
-            model = models.GPTRegressor(models.GPTConfig(**_only(model_kw, bad, family)))
+            model_cfg: Any = models.GPTConfig(**_only(model_kw, bad, family))
         else:
             bad = sorted({"n_positions", "d_model", "d_mlp", "attention", "layout",
                           "ln_eps"} & set(model_kw))
-            model = models.PQTransformer(models.PQConfig(**_only(model_kw, bad, family)))
+            model_cfg = models.PQConfig(**_only(model_kw, bad, family))
         cfg = models.TrainConfig(**train_given)
+        check_training_fits(model_cfg, task, cfg)  # before allocating anything
+        model = (models.GPTRegressor if family == "gpt" else models.PQTransformer)(model_cfg)
     result = models.train(model, task, cfg, out=args.out, resume=args.resume)
     if result.history and os.environ.get("RANK", "0") == "0":  # torchrun: rank 0 reports
         last = result.final

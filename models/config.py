@@ -100,6 +100,19 @@ class GPTConfig(_ConfigMixin):
         """Width of one input token before the read-in."""
         return self.n_dims if self.layout == "interleaved" else 2 * self.n_dims + 1
 
+    def n_parameters(self) -> int:
+        """Number of weights of the model (all of its state dict), from the config alone."""
+        m, f = self.d_model, self.d_mlp_resolved
+        block = 4 * m * m + 2 * m * f + 9 * m + f  # norms, attention (h d_head = m), MLP
+        return ((self.token_dim + 1) * m + self.n_ctx * m + self.n_layers * block
+                + 2 * m + m + 1)  # read-in, positions, blocks, final norm, read-out
+
+    def activation_floats(self, batch_size: int, n_points: int) -> int:
+        """A lower bound on the activations a training step keeps for backward (floats)."""
+        tok = 2 * n_points if self.layout == "interleaved" else n_points
+        per_layer = tok * (4 * self.d_model + self.d_mlp_resolved) + self.n_heads * tok * tok
+        return batch_size * self.n_layers * per_layer
+
     attn_only = False
     normalization_type = "LN"
     positional_embedding_type = "standard"
@@ -131,6 +144,15 @@ class PQConfig(_ConfigMixin):
     def d_model(self) -> int:
         """Width of a token row, d + 1."""
         return self.n_dims + 1
+
+    def n_parameters(self) -> int:
+        """Number of weights of the model (all of its state dict), from the config alone."""
+        side = self.n_dims if self.sparse else self.n_dims + 1
+        return 2 * self.n_layers * self.n_heads * side * side
+
+    def activation_floats(self, batch_size: int, n_points: int) -> int:
+        """A lower bound on the activations a training step keeps for backward (floats)."""
+        return batch_size * self.n_layers * n_points * (n_points + 1) * self.d_model
 
     attn_only = True
     normalization_type = None

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from iclprobe._checks import SEED_LIMIT, check_int, check_real, check_seed
+from iclprobe._checks import SEED_LIMIT, check_bytes, check_int, check_real, check_seed
 from iclprobe.tasks.covariance import (
     MAX_CONDITION,
     check_covariance,
@@ -134,6 +134,9 @@ class RegressionTask:
             if self.cov != "rotated":
                 raise ValueError(f"eigenvalues applies only to cov='rotated', not {self.cov!r}")
             object.__setattr__(self, "eigenvalues", check_eigenvalues(self.eigenvalues))
+        if not isinstance(self.cov, Tensor) and self.cov != "ill-conditioned":
+            # Σ and its two factors, d x d float64 each, are built here
+            check_bytes(3 * 8 * self.n_dims**2, f"RegressionTask(n_dims={self.n_dims})")
         fixed = self._build_fixed_cov()
         object.__setattr__(self, "_fixed_cov", fixed)
         if fixed is not None:  # factor once: sampling then costs two matmuls

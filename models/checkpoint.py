@@ -21,6 +21,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from iclprobe._checks import check_fits, sizes
+from iclprobe._shipped import PRETRAINED_DIR, shipped_models
 from iclprobe.models.io import atomic_directory
 from iclprobe.tasks import RegressionTask
 
@@ -32,7 +33,6 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 CONFIG_FILE, WEIGHTS_FILE, TASK_FILE = "config.json", "model.safetensors", "task.json"
 RUN_CHECKPOINT = "checkpoint"  # where `models.train` keeps its latest checkpoint in a run dir
-PRETRAINED_DIR = Path(__file__).resolve().parent / "pretrained"
 
 
 class CheckpointError(ValueError):
@@ -165,16 +165,6 @@ def check_weights_match(cfg: Any, weights: Path) -> None:
             f"{cfg.n_parameters():,} parameters ({sizes(cfg)}), but {weights.name} "
             f"holds {stored:,}"
         )
-
-
-def shipped_models() -> list[tuple[str, str]]:
-    """``(name, one-line summary)`` of each model shipped under ``models/pretrained``."""
-    rows = []
-    for path in sorted(PRETRAINED_DIR.iterdir()):
-        if (path / CONFIG_FILE).is_file():
-            meta = json.loads((path / CONFIG_FILE).read_text())
-            rows.append((path.name, str(meta.get("summary", meta.get("family", "")))))
-    return rows
 
 
 def resolve(path_or_name: str | os.PathLike[str]) -> Path:

@@ -161,8 +161,8 @@ def _not_finite(name: str, label: str, t: Tensor, dtype: torch.dtype,
         return (f"{name}: the {label} overflow float64 on these data (no finite answer); "
                 "check the data's scale and the hyperparameters")
     largest = t.abs().max().item()
-    return (f"{name}: the {label} reach {largest:.3g}, beyond the range of {dtype} (largest "
-            f"{torch.finfo(dtype).max:.3g}) of xs: pass float32 or float64 xs")
+    return (f"{name}: the {label} reach {largest:.3g}, beyond the range of {dtype}, the dtype "
+            f"of xs (largest {torch.finfo(dtype).max:.3g}): pass float32 or float64 xs")
 
 
 def scaled_number(value: float, exp2: int) -> str:

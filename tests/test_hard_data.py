@@ -178,7 +178,8 @@ def test_results_beyond_float16_are_refused_not_inf():
     preds = algorithms.pgd(x16, y16, steps=[5], precond=PRECOND, lr=1e5, weights=False).preds
     assert preds.dtype == torch.float16 and torch.isfinite(preds).all()
     with pytest.raises(ValueError, match=r"pgd: the weights reach .*e\+0[67], beyond the range "
-                                         r"of torch.float16 .* pass float32 or float64 xs"):
+                                         r"of torch.float16, the dtype of xs .*: pass float32 "
+                                         r"or float64 xs"):
         algorithms.pgd(x16, y16, steps=[5], precond=PRECOND, lr=1e5)
     with pytest.raises(ValueError, match="ols: the weights reach .* torch.float16"):
         algorithms.ols(x16, y16)

@@ -68,6 +68,7 @@ def check_seed(owner: str, name: str, value: Any) -> int:
 
 FLOAT_BYTES = 4  # float32 weights and activations
 GIB = 2**30
+SMALL = 2**26  # sizes below this are never refused
 
 
 def meminfo_available(text: str) -> int | None:
@@ -98,6 +99,8 @@ def sizes(cfg: Any) -> str:
 
 def check_bytes(need: int, what: str, available: int | None = None) -> None:
     """Raise ValueError when ``need`` bytes exceed the memory available."""
+    if available is None and need <= SMALL:
+        return  # not worth asking the system
     free = available_memory() if available is None else available
     if free is not None and need > free:
         raise ValueError(f"{what} needs at least {need / GIB:,.3g} GiB of memory, but "

@@ -12,6 +12,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 Handler = Callable[[argparse.Namespace], int]
+CHECKPOINT_HELP = ("a checkpoint or `iclprobe train` run directory, a Garg/Fu run directory, "
+                   "or the name of a shipped model (see `iclprobe models`)")
+DEVICE_HELP = "where the model runs (default: cpu)"
 
 
 class UsageError(Exception):
@@ -19,7 +22,7 @@ class UsageError(Exception):
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
-    from iclprobe.models.checkpoint import shipped_models
+    from iclprobe._shipped import shipped_models  # reads config.json files: no torch
 
     rows = shipped_models()
     if not rows:
@@ -44,7 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    p = sub.add_parser("models", help="list the shipped pretrained models")
+    p = sub.add_parser("models", help="list the shipped pretrained models",
+                       description="List the pretrained models shipped with iclprobe, by "
+                       "name (give the name wherever a checkpoint is asked for).")
     p.set_defaults(handler=_cmd_models)
     _add_train(sub)
     _add_analysis(sub)
@@ -98,6 +103,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value < 2**63:  # the range torch.manual_seed is given here
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**63), got {text!r}")
+    return value
+
+
 def _align_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--protocol", choices=("iclprobe", "fu2024"), default="iclprobe",
                    help="the alignment choices: iclprobe (per-prefix step sizes, t >= 1) or "
@@ -133,8 +148,8 @@ def _align_options(p: argparse.ArgumentParser) -> None:
                    help="evaluation data (default: the checkpoint's own task)")
     p.add_argument("--condition-number", type=float, default=100.0,
                    help="κ for --data ill-conditioned (default: 100)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the evaluation data")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the evaluation data (default: 0)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help=DEVICE_HELP)
     p.add_argument("--out", help="write a report folder (report.md, PNGs, CSVs, JSON) here")
     _overwrite_flag(p, "a report")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
@@ -160,21 +175,27 @@ def _add_analysis(sub: Any) -> None:
     p = sub.add_parser("align", help="which learner does each layer of a checkpoint run?",
                        description="Align each layer of CHECKPOINT (a run directory, a Garg/Fu "
                        "run directory or a shipped model name) with reference learners.")
-    p.add_argument("checkpoint")
+    p.add_argument("checkpoint", help=CHECKPOINT_HELP)
     _align_options(p)
     p.set_defaults(handler=_lazy("cmd_align"))
     p = sub.add_parser("compare", help="align several checkpoints on the same data",
                        description="Align several checkpoints on the same data, side by side "
                        "(e.g. softmax against linear attention).")
-    p.add_argument("checkpoints", nargs="+")
+    p.add_argument("checkpoints", nargs="+", help="the checkpoints to compare (each as for align)")
     _align_options(p)
     p.set_defaults(handler=_lazy("cmd_align"))
-    p = sub.add_parser("probe", help="fit and save the layer probes of a checkpoint")
-    p.add_argument("checkpoint")
-    p.add_argument("--n-sequences", type=_positive_int, default=2000)
-    p.add_argument("--seed", type=int, default=0,
-                   help="seed as `align --seed`: a later align with this seed uses these probes")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p = sub.add_parser("probe", help="fit and save the layer probes of a checkpoint",
+                       description="Fit one ridge readout per layer of CHECKPOINT on fresh "
+                       "sequences of its own task (regularization picked per layer by "
+                       "generalized cross-validation), print each layer's held-out R² and "
+                       "error, and save the probes; align and compare reuse them.")
+    p.add_argument("checkpoint", help=CHECKPOINT_HELP)
+    p.add_argument("--n-sequences", type=_positive_int, default=2000,
+                   help="sequences the probes are fitted on (default: 2000)")
+    p.add_argument("--seed", type=_seed, default=0,
+                   help="seed as `align --seed`: a later align with this seed uses these "
+                   "probes (default: 0)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help=DEVICE_HELP)
     p.add_argument("--out", help="directory for the probes (default: CHECKPOINT/probes; for "
                    "a shipped model, the user cache, $ICLPROBE_CACHE overrides)")
     _overwrite_flag(p, "probes")

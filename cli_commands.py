@@ -360,6 +360,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _train_setup(args: argparse.Namespace) -> tuple[Regressor, Any, Any]:
     """The model, task and recipe of ``iclprobe train``, fresh or from the run (--resume)."""
     from iclprobe import models, tasks
+    from iclprobe._checks import check_training_fits
     from iclprobe.cli_flags import (
         MODEL_FIELDS,
         MODEL_RENAME,
@@ -387,12 +388,15 @@ def _train_setup(args: argparse.Namespace) -> tuple[Regressor, Any, Any]:
     if family == "gpt":
         model_kw.setdefault("n_positions", task.n_points)
         bad = sorted({"sparse", "kernel", "init_std"} & set(model_kw))
-        model = models.GPTRegressor(models.GPTConfig(**_only(model_kw, bad, family)))
+        model_cfg: Any = models.GPTConfig(**_only(model_kw, bad, family))
     else:
         bad = sorted({"n_positions", "d_model", "d_mlp", "attention", "layout",
                       "ln_eps", "final_norm"} & set(model_kw))
-        model = models.PQTransformer(models.PQConfig(**_only(model_kw, bad, family)))
-    return model, task, models.TrainConfig(**train_given)
+        model_cfg = models.PQConfig(**_only(model_kw, bad, family))
+    cfg = models.TrainConfig(**train_given)
+    check_training_fits(model_cfg, task, cfg)  # before allocating anything
+    model = (models.GPTRegressor if family == "gpt" else models.PQTransformer)(model_cfg)
+    return model, task, cfg
 
 
 def _only(kw: dict[str, Any], bad: list[str], family: str) -> dict[str, Any]:

@@ -18,12 +18,17 @@ _NONE_DEFAULT_TYPES: dict[str, tuple[type, str | None]] = {
 
 def add_fields(group: Any, fields: list[tuple[str, Any, str]],
                rename: dict[str, str] | None = None) -> None:
-    """Add ``--field-name`` flags for ``(name, default, help)`` triples."""
+    """Add ``--field-name`` flags for ``(name, default, help)`` triples.
+
+    The help ends with ``(default: …)`` unless its text already says the default (as it
+    must where the default is None, whose meaning only the text can tell).
+    """
     rename = rename or {}
     for name, default, help_text in fields:
         flag = "--" + rename.get(name, name).replace("_", "-")
+        said = default is None or "default" in help_text
         kw: dict[str, Any] = {"dest": rename.get(name, name), "default": argparse.SUPPRESS,
-                              "help": f"{help_text} (default: {default})"}
+                              "help": help_text if said else f"{help_text} (default: {default})"}
         if isinstance(default, bool):
             kw["action"] = argparse.BooleanOptionalAction
         elif isinstance(default, tuple):
@@ -59,16 +64,18 @@ TASK_FIELDS = [
     ("seed", 0, "seed of the rotated covariance"),
     ("condition_number", 100.0, "κ of the ill-conditioned covariance"),
     ("eigenbasis", "sequence", "ill-conditioned eigenbasis per sequence | batch"),
-    ("eigenvalues", None, "Σ's eigenvalues for cov=rotated"),
-    ("active_dims", None, "Garg's truncation: only the first k coordinates are non-zero"),
+    ("eigenvalues", None, "Σ's eigenvalues for cov=rotated (default: 1 1 1/4 1/16 1, "
+     "repeated to n_dims)"),
+    ("active_dims", None, "Garg's truncation: only the first k coordinates are non-zero "
+     "(default: all n_dims)"),
 ]
 TASK_RENAME = {"seed": "task_seed"}
 
 MODEL_FIELDS = [
     ("n_positions", None, "GPT: most examples per sequence (default: n_points)"),
-    ("n_layers", 8, "layers (PQ default: 3)"),
+    ("n_layers", 8, "layers (default: 8; PQ: 3)"),
     ("d_model", 64, "GPT: residual width"),
-    ("n_heads", 4, "heads (PQ default: 1)"),
+    ("n_heads", 4, "heads (default: 4; PQ: 1)"),
     ("d_mlp", None, "GPT: MLP width (default: 4 d_model)"),
     ("attention", "softmax", "GPT: softmax | linear"),
     ("layout", "interleaved", "GPT: interleaved | paired"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -155,18 +156,94 @@ def check_positive(value: Any, name: str, allow_zero: bool = False) -> float:
     return float(value)
 
 
-def collect(stats: PrefixStats, coefs: Iterable[Tensor], want_weights: bool,
-            dtype: torch.dtype) -> tuple[Tensor, Tensor | None]:
-    """Predictions (and weights) from eigenbasis coefficients ``u [batch, pos, n_dims]``."""
+def collect(stats: PrefixStats, coefs: Iterable[Tensor], want_weights: bool
+            ) -> tuple[Tensor, Tensor | None]:
+    """Predictions (and weights) from eigenbasis coefficients ``u [batch, pos, n_dims]``.
+
+    In float64 and in the units of the scaled data (see `PrefixStats`); `finish` maps back.
+    """
     preds, weights = [], []
     for coef in coefs:
         preds.append((coef * stats.query_eig).sum(-1))
         if want_weights:
             weights.append(from_eigenbasis(stats, coef))
-    return (torch.stack(preds).to(dtype),
-            torch.stack(weights).to(dtype) if want_weights else None)
+    return torch.stack(preds), (torch.stack(weights) if want_weights else None)
 
 
 def out_dtype(xs: Tensor) -> torch.dtype:
     """Results come back in the input's floating dtype (float32 for integer input)."""
     return xs.dtype if xs.is_floating_point() else torch.float32
+
+
+def finish(name: str, steps: Tensor, preds: Tensor, weights: Tensor | None,
+           hyper: dict[str, Any], dtype: torch.dtype, scale: tuple[float, float] = (1.0, 1.0),
+           unstable: Callable[[], str | None] | None = None,
+           map_weights: Callable[[Tensor], Tensor] | None = None) -> Iterates:
+    """`Iterates` in the data's units and in ``dtype``, refusing results that are not finite.
+
+    Args:
+        preds, weights: float64 results on the data divided by ``scale = (s_x, s_y)``:
+            predictions are multiplied back by s_y, weights by s_y / s_x.
+        unstable: called only when a result is not finite; says why (e.g. "lr=… is above
+            the largest stable lr …") or returns None when the hyperparameters are stable.
+        map_weights: applied to the weights in the data's units (pgd's change of basis).
+    """
+    sx, sy = scale
+    if sy != 1.0:
+        preds = preds * sy
+    if weights is not None and (sx, sy) != (1.0, 1.0):
+        weights = weights * (sy / sx)
+    if weights is not None and map_weights is not None:
+        weights = map_weights(weights)
+    out: list[Tensor | None] = []
+    for label, t in (("predictions", preds), ("weights", weights)):
+        if t is None:
+            out.append(None)
+            continue
+        cast = t.to(dtype)
+        if not bool(torch.isfinite(cast).all()):
+            raise ValueError(_not_finite(name, label, t, dtype, unstable))
+        out.append(cast)
+    return Iterates(steps, out[0], out[1], hyper, name)  # type: ignore[arg-type]
+
+
+def _not_finite(name: str, label: str, t: Tensor, dtype: torch.dtype,
+                unstable: Callable[[], str | None] | None) -> str:
+    """Why a learner's ``label`` (computed in float64 as ``t``) is not finite in ``dtype``."""
+    why = unstable() if unstable is not None else None
+    if why is not None:
+        return f"{name}: {why}"
+    if not bool(torch.isfinite(t).all()):
+        return (f"{name}: the {label} overflow float64 on these data (no finite answer); "
+                "check the data's scale and the hyperparameters")
+    largest = t.abs().max().item()
+    return (f"{name}: the {label} reach {largest:.3g}, beyond the range of {dtype}, the dtype "
+            f"of xs (largest {torch.finfo(dtype).max:.3g}): pass float32 or float64 xs")
+
+
+def scaled_number(value: float, exp2: int) -> str:
+    """``value · 2**exp2`` as text, also where that is beyond float64's range."""
+    if value == 0.0 or not math.isfinite(value):
+        return f"{value:.3g}"
+    try:
+        exact = math.ldexp(value, exp2)
+    except OverflowError:
+        exact = math.inf
+    if math.isfinite(exact) and abs(exact) >= sys.float_info.min:
+        return f"{exact:.3g}"
+    log10 = math.log10(abs(value)) + exp2 * math.log10(2.0)
+    power = math.floor(log10)
+    return f"{'-' if value < 0 else ''}{10 ** (log10 - power):.3g}e{power:+03d}"
+
+
+def log2(scale: float) -> int:
+    """The exponent of a power of two."""
+    return math.frexp(scale)[1] - 1
+
+
+def rescale(value: float, scale: float, power: int) -> float:
+    """``value · scale**power`` for a power-of-two ``scale``: exact, inf on overflow."""
+    try:
+        return math.ldexp(value, power * log2(scale))
+    except OverflowError:
+        return math.inf

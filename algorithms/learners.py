@@ -9,11 +9,18 @@ data can share one decomposition: pass ``stats=prefix_stats(xs, ys)`` to each.
 Losses: with ``normalize=True`` the gradient is that of the mean loss,
 ``(1/t)(S_t w − b_t)`` (Ahn et al.); with ``normalize=False`` that of the sum,
 ``S_t w − b_t`` (Fu et al.'s code).
+
+Hard data: everything runs in float64 (float16/bfloat16 input too; results are cast back,
+and refused when they do not fit the input's dtype). Extreme scales are divided out by
+powers of two (`PrefixStats`), with the hyperparameters mapped to match: ``lr -> lr s_x²``,
+``alpha -> alpha s_x⁴``, ``lam -> lam / s_x²``. A fixed lr or alpha whose iterates overflow
+raises a ValueError naming the largest stable value for the data.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import math
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -24,10 +31,19 @@ from iclprobe.algorithms.base import (
     check_positive,
     check_steps,
     collect,
+    finish,
+    log2,
     out_dtype,
     register,
+    rescale,
+    scaled_number,
 )
-from iclprobe.algorithms.prefix import PrefixStats, prefix_stats, safe_inverse
+from iclprobe.algorithms.prefix import (
+    PrefixStats,
+    check_regression,
+    prefix_stats,
+    safe_inverse,
+)
 
 LrSpec = float | str
 GD_LOG_GRID = tuple(2**i for i in range(13))  # 2^0 … 2^12, Fu et al.'s grid
@@ -54,12 +70,36 @@ def _scale(stats: PrefixStats, normalize: bool) -> Tensor:
 
 
 def _lr(lr: LrSpec, stats: PrefixStats, c: Tensor, name: str = "lr") -> Tensor | float:
-    """A number, or "max": 1 / λ_max of the per-prefix Hessian c_t S_t (0 where S_t = 0)."""
+    """The step size on the scaled data.
+
+    A number (times s_x²), or "max": 1 / λ_max of the per-prefix Hessian c_t S_t (0 where
+    S_t = 0).
+    """
     if lr == "max":
         return safe_inverse(c * stats.eigvals[..., -1:])
     if isinstance(lr, str):
         raise ValueError(f"{name} must be a number > 0, 'max' or 'tuned', got {lr!r}")
-    return check_positive(lr, name)
+    return rescale(check_positive(lr, name), stats.x_scale, 2)
+
+
+def _above_bound(name: str, rates: list[tuple[Any, float]], bound: float, stats: PrefixStats,
+                 power: int, formula: str) -> str | None:
+    """The divergence message when a rate (given, on the scaled data) reaches ``bound``.
+
+    ``rates``: (the value as the user gave it, the value on the scaled data) pairs.
+    """
+    for given, rate in rates:
+        if rate >= bound:
+            largest = scaled_number(bound, -power * log2(stats.x_scale))
+            return (f"{name}={given!r} diverges on these data (the iterates overflow): the "
+                    f"largest stable {name} here is {formula} = {largest}")
+    return None
+
+
+def _gd_bound(stats: PrefixStats, c: Tensor, factor: float = 2.0) -> float:
+    """``factor / max(c_t λ_max)`` over every prefix and sequence, on the scaled data."""
+    top = (c * stats.eigvals[..., -1:]).max().item()
+    return factor / top if top > 0 else math.inf
 
 
 def gd_coefficients(stats: PrefixStats, c: Tensor, lr: Tensor | float, k: int) -> Tensor:
@@ -71,40 +111,34 @@ def gd_coefficients(stats: PrefixStats, c: Tensor, lr: Tensor | float, k: int) -
 
 def _tune_gd(tune: PrefixStats, ys: Tensor, c: Tensor, steps: Tensor,
              grid: Iterable[float] | None) -> list[float]:
-    """Per step count, the learning rate of ``grid`` with the least error on ``tune``."""
+    """Per step count, the learning rate of ``grid`` with the least error on ``tune``.
+
+    The rates are returned in the units of the data (not of ``tune``'s scaled copy).
+    """
     lam_max = (c * tune.eigvals[..., -1:])[:, 1:].median().item()
     factors = torch.as_tensor(list(grid) if grid is not None else
                               torch.logspace(-3, 0.5, 36).tolist(), dtype=torch.float64)
     if not bool((factors > 0).all()):
         raise ValueError("grid must hold positive learning-rate multipliers")
     candidates = factors / max(lam_max, 1e-300)
+    target = ys.to(torch.float64) / tune.y_scale
     chosen = []
     for k in steps.tolist():
         errors = []
         for lr in candidates.tolist():
             preds = (gd_coefficients(tune, c, lr, k) * tune.query_eig).sum(-1)
-            err = (preds - ys.to(torch.float64))[:, 1:].pow(2).mean()
+            err = (preds - target)[:, 1:].pow(2).mean()
             errors.append(err.item() if torch.isfinite(err) else float("inf"))
-        chosen.append(candidates[int(torch.tensor(errors).argmin())].item())
+        best = candidates[int(torch.tensor(errors).argmin())].item()
+        chosen.append(rescale(best, tune.x_scale, -2))
     return chosen
 
 
-@register("gd", label="GD", steps=GD_LOG_GRID, step_scale="log2",
-          align_hyper={"lr": "max", "normalize": True}, align=True, order=1)
-def gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrSpec = 0.1,
-       normalize: bool = True, weights: bool = True,
-        stats: PrefixStats | None = None,
-       tune_on: tuple[Tensor, Tensor] | None = None,
-       grid: Iterable[float] | None = None) -> Iterates:
-    """Gradient descent from w = 0 (closed form per eigenvalue).
-
-    Args:
-        lr: a number; "max" (1/λ_max of each prefix's Hessian); or "tuned": per step count,
-            the best of ``grid`` (multipliers of 1/median λ_max) on ``tune_on = (xs, ys)``,
-            or, without it, on the second half of the given batch. The values land in
-            ``hyper["lr"]``.
-        normalize: gradient of the mean (True) or summed (False) squared loss.
-    """
+def _gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None, lr: LrSpec, normalize: bool,
+        weights: bool, stats: PrefixStats | None, tune_on: tuple[Tensor, Tensor] | None,
+        grid: Iterable[float] | None, name: str = "gd", dtype: torch.dtype | None = None,
+        map_weights: Callable[[Tensor], Tensor] | None = None) -> Iterates:
+    """`gd`, also as the inner solver of `pgd` (which names itself and maps the weights)."""
     k_steps = check_steps(steps)
     stats = _stats(xs, ys, stats)
     c = _scale(stats, normalize)
@@ -118,23 +152,55 @@ def gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrSpec = 
         tune = prefix_stats(*tune_on)
         rates = _tune_gd(tune, tune_on[1], _scale(tune, normalize), k_steps, grid)
         hyper["lr"] = rates
+        scaled_rates = [rescale(r, stats.x_scale, 2) for r in rates]
         coefs: Iterator[Tensor] = (gd_coefficients(stats, c, r, k)
-                                   for r, k in zip(rates, k_steps.tolist()))
+                                   for r, k in zip(scaled_rates, k_steps.tolist()))
+        checked: list[tuple[Any, float]] = list(zip(rates, scaled_rates))
     else:
         rate = _lr(lr, stats, c)
         coefs = (gd_coefficients(stats, c, rate, k) for k in k_steps.tolist())
-    preds, w = collect(stats, coefs, weights, out_dtype(xs))
-    return Iterates(k_steps, preds, w, hyper, "gd")
+        checked = [] if lr == "max" else [(lr, float(rate))]
+    preds, w = collect(stats, coefs, weights)
+
+    def unstable() -> str | None:
+        return _above_bound("lr", checked, _gd_bound(stats, c), stats, 2, "2/max(c·λ_max)")
+
+    return finish(name, k_steps, preds, w, hyper, dtype or out_dtype(xs),
+                  (stats.x_scale, stats.y_scale), unstable, map_weights)
+
+
+@register("gd", label="GD", steps=GD_LOG_GRID, step_scale="log2",
+          align_hyper={"lr": "max", "normalize": True}, align=True, order=1)
+def gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrSpec = 0.1,
+       normalize: bool = True, weights: bool = True,
+       stats: PrefixStats | None = None,
+       tune_on: tuple[Tensor, Tensor] | None = None,
+       grid: Iterable[float] | None = None) -> Iterates:
+    """Gradient descent from w = 0 (closed form per eigenvalue).
+
+    Args:
+        lr: a number; "max" (1/λ_max of each prefix's Hessian); or "tuned": per step count,
+            the best of ``grid`` (multipliers of 1/median λ_max) on ``tune_on = (xs, ys)``,
+            or, without it, on the second half of the given batch. The values land in
+            ``hyper["lr"]``. A number at or above 2/max(c·λ_max), the stability bound of
+            these data, makes the iterates grow; if they overflow, a ValueError names it.
+        normalize: gradient of the mean (True) or summed (False) squared loss.
+    """
+    return _gd(xs, ys, steps, lr, normalize, weights, stats, tune_on, grid)
 
 
 def _matrix_sqrt(precond: Tensor, n_dims: int, batch: int) -> Tensor:
     """The symmetric square root of an SPD ``[d, d]`` or ``[batch, d, d]`` matrix."""
     if not isinstance(precond, Tensor):
         raise TypeError(f"precond must be a torch.Tensor, got {type(precond).__name__}")
+    if precond.is_complex():
+        raise TypeError(f"precond must be real, got {precond.dtype}")
     if precond.shape not in ((n_dims, n_dims), (batch, n_dims, n_dims)):
         raise ValueError(f"precond must have shape ({n_dims}, {n_dims}) or ({batch}, {n_dims}, "
                          f"{n_dims}), got {tuple(precond.shape)}")
     m = precond.to(torch.float64)
+    if not bool(torch.isfinite(m).all()):
+        raise ValueError("precond must be finite (found NaN or Inf)")
     if not torch.allclose(m, m.transpose(-1, -2), rtol=1e-6, atol=1e-10):
         raise ValueError("precond must be symmetric")
     lam, v = torch.linalg.eigh(m)
@@ -153,24 +219,23 @@ def pgd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     """Preconditioned GD ``w <- w − η M ∇R(w)`` from 0 (e.g. M = Σ⁻¹ or Ahn's Γ⁻¹).
 
     Runs GD on ``x' = M^{1/2} x``, where it is plain GD, and maps back ``w = M^{1/2} v``.
+    The stability bound on lr is that of GD on ``x'`` (the preconditioned Hessian).
     """
     if precond is None:
         raise ValueError("pgd needs precond, a symmetric positive-definite [d, d] matrix")
+    check_regression(xs, ys)
     root = _matrix_sqrt(precond, xs.shape[-1], xs.shape[0])
     x64 = xs.to(torch.float64)
     moved = torch.einsum("bnd,de->bne" if root.ndim == 2 else "bnd,bde->bne", x64, root)
-    inner = gd(moved, ys.to(torch.float64), steps, lr=lr, normalize=normalize, weights=weights)
-    w = None
-    if inner.weights is not None:
-        eq = "kbnd,ed->kbne" if root.ndim == 2 else "kbnd,bed->kbne"
-        w = torch.einsum(eq, inner.weights, root).to(out_dtype(xs))
-    hyper = {"lr": inner.hyper["lr"], "normalize": normalize, "precond": precond.tolist()}
-    return Iterates(inner.steps, inner.preds.to(out_dtype(xs)), w, hyper, "pgd")
+    eq = "kbnd,ed->kbne" if root.ndim == 2 else "kbnd,bed->kbne"
+    it = _gd(moved, ys.to(torch.float64), steps, lr, normalize, weights, None, None, None,
+             name="pgd", dtype=out_dtype(xs), map_weights=lambda v: torch.einsum(eq, v, root))
+    it.hyper["precond"] = precond.tolist()
+    return it
 
 
 def _run_recurrence(stats: PrefixStats, k_steps: Tensor, state: Any, advance: Any,
-                    coef_of: Any, want_weights: bool, dtype: torch.dtype
-                    ) -> tuple[Tensor, Tensor | None]:
+                    coef_of: Any, want_weights: bool) -> tuple[Tensor, Tensor | None]:
     """Advance ``state`` step by step; record predictions at the requested step counts."""
     wanted = k_steps.tolist()
     slots: dict[int, list[int]] = {}
@@ -180,7 +245,7 @@ def _run_recurrence(stats: PrefixStats, k_steps: Tensor, state: Any, advance: An
     weights: list[Tensor | None] = [None] * len(wanted)
     for k in range(max(wanted) + 1):
         if k in slots:
-            p, w = collect(stats, [coef_of(state)], want_weights, dtype)
+            p, w = collect(stats, [coef_of(state)], want_weights)
             for i in slots[k]:
                 preds[i] = p[0]
                 weights[i] = w[0] if w is not None else None
@@ -194,8 +259,11 @@ def _run_recurrence(stats: PrefixStats, k_steps: Tensor, state: Any, advance: An
           align_hyper={"lr": "max", "beta": 0.9})
 def momentum(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrSpec = 0.1,
              beta: float = 0.9, normalize: bool = True, weights: bool = True,
-        stats: PrefixStats | None = None) -> Iterates:
-    """Heavy ball ``w_{k+1} = w_k − η ∇R(w_k) + β (w_k − w_{k−1})`` from w_0 = w_{−1} = 0."""
+             stats: PrefixStats | None = None) -> Iterates:
+    """Heavy ball ``w_{k+1} = w_k − η ∇R(w_k) + β (w_k − w_{k−1})`` from w_0 = w_{−1} = 0.
+
+    Stable iff ``η c λ < 2 (1 + β)`` for every eigenvalue λ of every prefix.
+    """
     k_steps = check_steps(steps)
     if not (isinstance(beta, (int, float)) and 0 <= beta < 1):
         raise ValueError(f"beta must be a number in [0, 1), got {beta!r}")
@@ -208,18 +276,23 @@ def momentum(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrS
         u, prev = state
         return u - rate * c * (lam * u - b) + beta * (u - prev), u
 
+    def unstable() -> str | None:
+        checked = [] if lr == "max" else [(lr, float(rate))]
+        return _above_bound("lr", checked, _gd_bound(stats, c, 2.0 * (1 + beta)), stats, 2,
+                            "2(1+β)/max(c·λ_max)")
+
     zero = torch.zeros_like(b)
-    preds, w = _run_recurrence(stats, k_steps, (zero, zero), advance, lambda s: s[0], weights,
-                               out_dtype(xs))
-    return Iterates(k_steps, preds, w, {"lr": lr, "beta": beta, "normalize": normalize},
-                    "momentum")
+    preds, w = _run_recurrence(stats, k_steps, (zero, zero), advance, lambda s: s[0], weights)
+    return finish("momentum", k_steps, preds, w,
+                  {"lr": lr, "beta": beta, "normalize": normalize}, out_dtype(xs),
+                  (stats.x_scale, stats.y_scale), unstable)
 
 
 @register("newton", label="Newton", steps=range(25), align_hyper={"alpha": "frobenius"},
           align=True, order=0)
 def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
            alpha: float | str = "frobenius", weights: bool = True,
-        stats: PrefixStats | None = None) -> Iterates:
+           stats: PrefixStats | None = None) -> Iterates:
     """Newton–Schulz iteration for S⁺: ``M_0 = α Sᵀ``, ``M_{k+1} = M_k (2I − S M_k)``.
 
     ``w_k = M_k Xᵀy`` (step k ↔ M_k). In S's eigenbasis ``m_{k+1} = m_k (2 − λ m_k)`` and
@@ -230,6 +303,7 @@ def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     eigendirection ``1 − λ m_k`` goes −1, 1, 1, … and never converges (in floating point,
     round-off ε grows as 2^k ε and lets it escape after ~30-50 steps). 2/‖SSᵀ‖_F converges
     whenever S has rank ≥ 2 (‖SSᵀ‖_F > λ_max²) and sits on the boundary at rank 1.
+    A number above the boundary whose iterates overflow raises a ValueError.
     """
     k_steps = check_steps(steps)
     stats = _stats(xs, ys, stats)
@@ -238,21 +312,29 @@ def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
         numerator, norm = NEWTON_ALPHAS[alpha]
         sq = lam.pow(2)  # the eigenvalues of S Sᵀ
         size = sq.pow(2).sum(-1, keepdim=True).sqrt() if norm == "fro" else sq[..., -1:]
-        a = numerator * safe_inverse(size)
+        a: Tensor | float = numerator * safe_inverse(size)
     elif isinstance(alpha, str):
         raise ValueError(f"alpha must be one of {sorted(NEWTON_ALPHAS)} or a number > 0, "
                          f"got {alpha!r}")
     else:
-        a = torch.tensor(check_positive(alpha, "alpha"), dtype=torch.float64)
+        a = rescale(check_positive(alpha, "alpha"), stats.x_scale, 4)
+
+    def unstable() -> str | None:
+        top = lam[..., -1].max().item()
+        bound = 2.0 / top**2 if top > 0 else math.inf
+        checked = [(alpha, a)] if isinstance(a, float) else []
+        return _above_bound("alpha", checked, bound, stats, 4, "2/max(λ_max²)")
+
     preds, w = _run_recurrence(stats, k_steps, a * lam, lambda m: m * (2.0 - lam * m),
-                               lambda m: m * stats.xty_eig, weights, out_dtype(xs))
-    return Iterates(k_steps, preds, w, {"alpha": alpha}, "newton")
+                               lambda m: m * stats.xty_eig, weights)
+    return finish("newton", k_steps, preds, w, {"alpha": alpha}, out_dtype(xs),
+                  (stats.x_scale, stats.y_scale), unstable)
 
 
 @register("cg", label="CG", steps="cg", align=True, order=4)
 def cg(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
        weights: bool = True,
-        stats: PrefixStats | None = None) -> Iterates:
+       stats: PrefixStats | None = None) -> Iterates:
     """Conjugate gradient on the normal equations ``S w = Xᵀy`` from 0 (exact in ≤ d steps)."""
     k_steps = check_steps(steps)
     stats = _stats(xs, ys, stats)
@@ -270,8 +352,8 @@ def cg(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
         return u, r_new, r_new + torch.where(live, rr_new / torch.where(live, rr, 1.0), 0.0) * p
 
     preds, w = _run_recurrence(stats, k_steps, (torch.zeros_like(b), b, b), advance,
-                               lambda s: s[0], weights, out_dtype(xs))
-    return Iterates(k_steps, preds, w, {}, "cg")
+                               lambda s: s[0], weights)
+    return finish("cg", k_steps, preds, w, {}, out_dtype(xs), (stats.x_scale, stats.y_scale))
 
 
 @register("ols", label="OLS", align=True, order=5)
@@ -279,16 +361,19 @@ def ols(xs: Tensor, ys: Tensor, weights: bool = True,
         stats: PrefixStats | None = None) -> Iterates:
     """Min-norm least squares ``S_t⁺ Xᵀy`` at every prefix (also for t < d)."""
     stats = _stats(xs, ys, stats)
-    preds, w = collect(stats, [stats.xty_eig * safe_inverse(stats.eigvals)], weights,
-                       out_dtype(xs))
-    return Iterates(torch.zeros(1, dtype=torch.int64), preds, w, {}, "ols")
+    preds, w = collect(stats, [stats.xty_eig * safe_inverse(stats.eigvals)], weights)
+    return finish("ols", torch.zeros(1, dtype=torch.int64), preds, w, {}, out_dtype(xs),
+                  (stats.x_scale, stats.y_scale))
 
 
 @register("ridge", label="ridge", align_hyper={"lam": 1.0})
 def ridge(xs: Tensor, ys: Tensor, lam: float = 1.0, weights: bool = True,
-        stats: PrefixStats | None = None) -> Iterates:
+          stats: PrefixStats | None = None) -> Iterates:
     """Ridge ``(S_t + λ I)⁻¹ Xᵀy``: minimizes ‖y − Xw‖² + λ‖w‖² (scikit-learn's alpha)."""
     lam = check_positive(lam, "lam")
     stats = _stats(xs, ys, stats)
-    preds, w = collect(stats, [stats.xty_eig / (stats.eigvals + lam)], weights, out_dtype(xs))
-    return Iterates(torch.zeros(1, dtype=torch.int64), preds, w, {"lam": lam}, "ridge")
+    den = stats.eigvals + rescale(lam, stats.x_scale, -2)  # 0 only if λ underflowed and S_t = 0
+    coef = torch.where(den > 0, stats.xty_eig / torch.where(den > 0, den, 1.0), 0.0)
+    preds, w = collect(stats, [coef], weights)
+    return finish("ridge", torch.zeros(1, dtype=torch.int64), preds, w, {"lam": lam},
+                  out_dtype(xs), (stats.x_scale, stats.y_scale))

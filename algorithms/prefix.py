@@ -3,10 +3,17 @@
 Prefix t holds the examples ``0..t-1``: ``S_t = Σ_{j<t} x_j x_jᵀ`` and
 ``b_t = Σ_{j<t} x_j y_j``. Axis legend: ``batch``, ``pos`` (t = 0..n-1), ``n_dims``.
 Everything is computed in float64; results are cast back by the callers.
+
+Range: data far from 1 in magnitude (|x| ~ 1e±30 or beyond) would overflow or underflow
+``S_t`` (and Newton's ``λ⁴``) even in float64. Such data are divided by a power of two per
+batch (exact, so nothing is rounded) and the learners map their hyperparameters to the
+scaled data: every learner here is covariant under ``x -> x/s``, ``y -> y/r`` (see
+`power_of_two_scale`).
 """
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -20,6 +27,9 @@ class PrefixStats(NamedTuple):
     Eigenvalues below a relative tolerance are set to exactly 0, and so are the matching
     coordinates of ``b_t`` (which lie in S_t's range), so that every learner reaches the
     min-norm limit on rank-deficient prefixes (t < d) instead of amplifying round-off.
+
+    The moments are those of ``xs / x_scale`` and ``ys / y_scale``, powers of two that are 1
+    unless the data are extreme in magnitude (see `power_of_two_scale`).
     """
 
     gram: Float[Tensor, "batch pos n_dims n_dims"]  # S_t = Xᵀ X over the prefix
@@ -29,6 +39,8 @@ class PrefixStats(NamedTuple):
     eigvecs: Float[Tensor, "batch pos n_dims n_dims"]  # columns
     xty_eig: Float[Tensor, "batch pos n_dims"]  # Vᵀ b_t (0 where the eigenvalue is 0)
     query_eig: Float[Tensor, "batch pos n_dims"]  # Vᵀ x_t, the query in the eigenbasis
+    x_scale: float = 1.0  # the moments are of xs / x_scale (a power of two)
+    y_scale: float = 1.0  # ... and of ys / y_scale
 
 
 def check_regression(xs: Tensor, ys: Tensor) -> None:
@@ -37,6 +49,10 @@ def check_regression(xs: Tensor, ys: Tensor) -> None:
         raise TypeError(
             f"xs and ys must be torch tensors, got {type(xs).__name__}, {type(ys).__name__}"
         )
+    for name, t in (("xs", xs), ("ys", ys)):
+        if t.is_complex() or t.dtype == torch.bool:
+            raise TypeError(f"{name} must be real numbers (a float or integer tensor), got "
+                            f"{t.dtype}: the learners never drop an imaginary part")
     if xs.ndim != 3:
         raise ValueError(f"xs must have shape [batch, pos, n_dims], got {tuple(xs.shape)}")
     if ys.shape != xs.shape[:2]:
@@ -52,10 +68,36 @@ def exclusive_cumsum(t: Tensor, dim: int = 1) -> Tensor:
                      dim)
 
 
-def prefix_stats(xs: Tensor, ys: Tensor) -> PrefixStats:
-    """Moments and eigendecompositions for every prefix of every sequence, in float64."""
+#: Data whose largest magnitude lies in [2^-SAFE_LOG2, 2^SAFE_LOG2] are used as they are.
+SAFE_LOG2 = 32
+
+
+def power_of_two_scale(t: Tensor) -> float:
+    """1, or the power of two s with max|t|/s in [1, 2) when max|t| is outside the safe range.
+
+    Dividing by s is exact in floating point, so data in the safe range (all normal data)
+    are never touched, and extreme data (|x| ~ 1e-200 or 1e200) lose nothing.
+    """
+    largest = t.abs().max().item() if t.numel() else 0.0
+    if largest == 0.0 or 2.0**-SAFE_LOG2 <= largest <= 2.0**SAFE_LOG2:
+        return 1.0
+    return math.ldexp(1.0, math.frexp(largest)[1] - 1)
+
+
+def scaled(xs: Tensor, ys: Tensor) -> tuple[Tensor, Tensor, float, float]:
+    """``(xs / s_x, ys / s_y, s_x, s_y)`` in float64, the scales from `power_of_two_scale`."""
     check_regression(xs, ys)
     x, y = xs.to(torch.float64), ys.to(torch.float64)
+    sx, sy = power_of_two_scale(x), power_of_two_scale(y)
+    return (x / sx if sx != 1.0 else x), (y / sy if sy != 1.0 else y), sx, sy
+
+
+def prefix_stats(xs: Tensor, ys: Tensor) -> PrefixStats:
+    """Moments and eigendecompositions for every prefix of every sequence, in float64.
+
+    Of ``xs / x_scale`` and ``ys / y_scale`` (powers of two, 1 unless the data are extreme).
+    """
+    x, y, sx, sy = scaled(xs, ys)
     gram = exclusive_cumsum(x[..., :, None] * x[..., None, :])
     xty = exclusive_cumsum(x * y[..., None])
     counts = torch.arange(xs.shape[1], dtype=torch.float64, device=xs.device)
@@ -66,7 +108,7 @@ def prefix_stats(xs: Tensor, ys: Tensor) -> PrefixStats:
     eigvals = torch.where(nonzero, eigvals, 0.0)
     xty_eig = torch.where(nonzero, torch.einsum("bpji,bpj->bpi", eigvecs, xty), 0.0)
     query_eig = torch.einsum("bpji,bpj->bpi", eigvecs, x)
-    return PrefixStats(gram, xty, counts, eigvals, eigvecs, xty_eig, query_eig)
+    return PrefixStats(gram, xty, counts, eigvals, eigvecs, xty_eig, query_eig, sx, sy)
 
 
 def safe_inverse(lam: Tensor) -> Tensor:
@@ -80,8 +122,9 @@ def from_eigenbasis(stats: PrefixStats, coef: Tensor) -> Tensor:
 
 
 def ols_weights(stats: PrefixStats) -> Float[Tensor, "batch pos n_dims"]:
-    """Min-norm least squares ``S_t⁺ b_t`` at every prefix (0 at t = 0)."""
-    return from_eigenbasis(stats, stats.xty_eig * safe_inverse(stats.eigvals))
+    """Min-norm least squares ``S_t⁺ b_t`` at every prefix (0 at t = 0), in the data's units."""
+    w = from_eigenbasis(stats, stats.xty_eig * safe_inverse(stats.eigvals))
+    return w * (stats.y_scale / stats.x_scale) if (stats.x_scale, stats.y_scale) != (1, 1) else w
 
 
 def predict(weights: Tensor, xs: Tensor) -> Tensor:

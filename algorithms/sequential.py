@@ -12,16 +12,25 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
-from iclprobe.algorithms.base import Iterates, check_positive, check_steps, out_dtype, register
-from iclprobe.algorithms.prefix import check_regression, prefix_stats, safe_inverse
+from iclprobe.algorithms.base import (
+    Iterates,
+    check_positive,
+    check_steps,
+    finish,
+    log2,
+    out_dtype,
+    register,
+    rescale,
+    scaled_number,
+)
+from iclprobe.algorithms.prefix import prefix_stats, safe_inverse, scaled
 from iclprobe.tasks import as_generator
 
 
-def _record(k_steps: Tensor, weights_at: dict[int, Tensor], xs: Tensor, want: bool,
-            dtype: torch.dtype) -> tuple[Tensor, Tensor | None]:
+def _record(k_steps: Tensor, weights_at: dict[int, Tensor], x: Tensor, want: bool
+            ) -> tuple[Tensor, Tensor | None]:
     w = torch.stack([weights_at[k] for k in k_steps.tolist()])  # [step, batch, pos, n_dims]
-    preds = (w * xs.to(torch.float64)).sum(-1)
-    return preds.to(dtype), (w.to(dtype) if want else None)
+    return (w * x).sum(-1), (w if want else None)
 
 
 def _initial_weights(init: str | Tensor, shape: tuple[int, int, int],
@@ -54,28 +63,39 @@ def online_gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     ``η_j = lr`` or, for ``lr="normalized"``, ``1/‖x_j‖²`` (Kaczmarz: each update fits
     example j exactly). ``init``: "zero" (w = 0), "uniform" (each prefix's w drawn from
     U[0, 1)^d with ``generator``, as Fu et al.'s code draws ``torch.rand``), or a tensor
-    ``[batch, pos, n_dims]``. Prefix t = 0 has no examples and predicts 0 in every case.
+    ``[batch, pos, n_dims]``. Prefix t = 0 has no examples and predicts 0 in every case. A
+    number lr is stable for ``lr < 2/max‖x_j‖²``; iterates that overflow raise a ValueError.
     """
     k_steps = check_steps(steps)
-    check_regression(xs, ys)
+    x, y, sx, sy = scaled(xs, ys)
     if lr != "normalized":
         lr = check_positive(lr, "lr")
-    x, y = xs.to(torch.float64), ys.to(torch.float64)
+    rate = rescale(lr, sx, 2) if isinstance(lr, float) else 0.0
     b, n, d = x.shape
     w = _initial_weights(init, (b, n, d), generator, xs.device)  # one w per prefix
+    if (sx, sy) != (1.0, 1.0):
+        w = w * (sx / sy)  # the start in the units of the scaled data
     w[:, 0] = 0.0
     saved = {0: w.clone()}
     for k in range(1, int(k_steps.max()) + 1):
         for j in range(n - 1):  # example j updates every prefix t > j
             xj = x[:, j]  # [batch, n_dims]
             eta = safe_inverse(xj.pow(2).sum(-1)) if lr == "normalized" else \
-                torch.full((b,), float(lr), dtype=torch.float64)
+                torch.full((b,), rate, dtype=torch.float64)
             resid = (w[:, j + 1 :] * xj[:, None]).sum(-1) - y[:, j, None]  # [batch, t > j]
             w[:, j + 1 :] -= (eta[:, None] * resid)[..., None] * xj[:, None]
         saved[k] = w.clone()
-    preds, ws = _record(k_steps, saved, xs, weights, out_dtype(xs))
+    def unstable() -> str | None:
+        top = x[:, :-1].pow(2).sum(-1).max().item() if n > 1 else 0.0
+        if lr == "normalized" or top == 0 or rate < 2.0 / top:
+            return None
+        largest = scaled_number(2.0 / top, -2 * log2(sx))
+        return (f"lr={lr!r} diverges on these data (the iterates overflow): the largest "
+                f"stable lr here is 2/max‖x_j‖² = {largest}")
+
+    preds, ws = _record(k_steps, saved, x, weights)
     hyper = {"lr": lr, "init": init if isinstance(init, str) else "given"}
-    return Iterates(k_steps, preds, ws, hyper, "online_gd")
+    return finish("online_gd", k_steps, preds, ws, hyper, out_dtype(xs), (sx, sy), unstable)
 
 
 @register("gd_plus_plus", label="GD++", steps=range(1, 9), align_hyper={"lr": 0.1, "gamma": 0.01})
@@ -96,6 +116,8 @@ def gd_plus_plus(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr:
     lr = check_positive(lr, "lr")
     gamma = check_positive(gamma, "gamma", allow_zero=True)
     stats = prefix_stats(xs, ys)
+    sx = stats.x_scale
+    eta, gam = rescale(lr, sx, 2), rescale(gamma, sx, 2)  # on the scaled data
     s0, inv_t = stats.gram, safe_inverse(stats.counts)[:, None]  # [batch, pos, d, d], [pos, 1]
     d = xs.shape[-1]
     eye = torch.eye(d, dtype=torch.float64, device=xs.device)
@@ -105,9 +127,18 @@ def gd_plus_plus(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr:
     for k in range(1, int(k_steps.max()) + 1):
         g = (c @ h[..., None])[..., 0] * inv_t
         ct_g = (c.transpose(-1, -2) @ g[..., None])[..., 0]
-        w = w + lr * ct_g
-        h = h - lr * (s0 @ ct_g[..., None])[..., 0]
-        c = (eye - gamma * inv_t[..., None] * (c @ s0 @ c.transpose(-1, -2))) @ c
+        w = w + eta * ct_g
+        h = h - eta * (s0 @ ct_g[..., None])[..., 0]
+        c = (eye - gam * inv_t[..., None] * (c @ s0 @ c.transpose(-1, -2))) @ c
         saved[k] = w.clone()
-    preds, ws = _record(k_steps, saved, xs, weights, out_dtype(xs))
-    return Iterates(k_steps, preds, ws, {"lr": lr, "gamma": gamma}, "gd_plus_plus")
+    x = xs.to(torch.float64) / sx if sx != 1.0 else xs.to(torch.float64)
+    preds, ws = _record(k_steps, saved, x, weights)
+
+    def unstable() -> str | None:
+        top = (inv_t * stats.eigvals[..., -1]).max().item()
+        bound = scaled_number(2.0 / top, -2 * log2(sx)) if top > 0 else "inf"
+        return (f"lr={lr!r}, gamma={gamma!r} make the iterates overflow on these data: lower "
+                f"them (the GD step alone is stable for lr < 2/max(λ_max(S_t)/t) = {bound})")
+
+    return finish("gd_plus_plus", k_steps, preds, ws, {"lr": lr, "gamma": gamma},
+                  out_dtype(xs), (sx, stats.y_scale), unstable)

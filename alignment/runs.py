@@ -39,8 +39,9 @@ def concat_iterates(parts: list[algorithms.Iterates], key: str,
 
 def slice_stats(stats: algorithms.PrefixStats, rows: slice) -> algorithms.PrefixStats:
     """The prefix statistics of the sequences ``rows`` (``counts`` has no batch axis)."""
-    return algorithms.PrefixStats(*(t if name == "counts" else t[rows]
-                                    for name, t in zip(stats._fields, stats)))
+    sliced: dict[str, Any] = {name: value[rows] for name, value in stats._asdict().items()
+                              if isinstance(value, torch.Tensor) and name != "counts"}
+    return stats._replace(**sliced)
 
 
 def run_spec(spec: RunSpec, batch: RegressionBatch, n_layers: int, weights: bool,

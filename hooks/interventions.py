@@ -14,7 +14,7 @@ from typing import Any
 
 from torch import Tensor
 
-from iclprobe.hooks.residuals import check_layers, resid_hook_name
+from iclprobe.hooks.residuals import check_layers, points_of, readout_rows, resid_hook_name
 from iclprobe.models.pq import PQTransformer
 from iclprobe.models.regressor import Regressor, check_model
 
@@ -100,16 +100,37 @@ def ablate(model: Regressor, block: int, head: int | None = None,
 
 @contextlib.contextmanager
 def patch_residual(model: Regressor, layer: int, source: Tensor) -> Iterator[Regressor]:
-    """Replace residual layer ``layer`` with ``source`` (e.g. from another run's cache)."""
+    """Replace residual layer ``layer`` with ``source`` (e.g. from another run).
+
+    ``source`` is either the hook's whole tensor (every token: ``[B, tok, d_model]``, PQ
+    ``[B, prefix, row, d_model]``, as ``collect_residuals(..., positions="all")[layer]``)
+    or its readout rows ``[B, n, d_model]`` (as ``collect_residuals(...)[layer]``): those
+    are written into the readout positions, every other token left as computed.
+    """
     check_model(model)
     check_layers(model, [layer])
     name = resid_hook_name(layer)
 
     def patch(value: Tensor, hook: object) -> Tensor:
-        if value.shape != source.shape:
+        if source.shape == value.shape:
+            return source.to(value)
+        n = points_of(model, value)
+        rows = readout_rows(model, value, n) if _has_readout_rows(model, value) else None
+        if rows is None or source.shape != rows.shape:
+            readout = f" or its readout rows {tuple(rows.shape)}" if rows is not None else ""
             raise ValueError(f"source has shape {tuple(source.shape)}, but {name} has "
-                             f"{tuple(value.shape)}")
-        return source.to(value)
+                             f"{tuple(value.shape)} (every token){readout}")
+        out = value.clone()
+        if isinstance(model, PQTransformer):
+            out[:, :, n] = source.to(value)  # the query row of each prefix
+        else:
+            out[:, model.readout_positions(n)] = source.to(value)
+        return out
 
     with model.hooks(fwd_hooks=[(name, patch)]):
         yield model
+
+
+def _has_readout_rows(model: Regressor, value: Tensor) -> bool:
+    """Whether ``value`` comes from a full forward (PQ: one query row after n slots)."""
+    return not isinstance(model, PQTransformer) or value.shape[2] == value.shape[1] + 1

@@ -1,9 +1,12 @@
-"""Residual-stream collection at the readout positions, batched, optionally to disk.
+"""Residual-stream collection at the readout positions (or all), batched, optionally to disk.
 
-Layer l's residual (DESIGN.md): l = 0 is ``blocks.0.hook_resid_pre`` (the embedded input),
-l ≥ 1 is ``blocks.{l-1}.hook_resid_post`` (before the final norm). Readout positions: the x
-tokens of the interleaved layout, every token of the paired one, and for `PQTransformer`
-the query row of each prefix. Axis legend: ``layer``, ``batch``, ``pos``, ``d_model``.
+Layer l's residual: l = 0 is ``blocks.0.hook_resid_pre`` (the embedded input), l ≥ 1 is
+``blocks.{l-1}.hook_resid_post`` (before the final norm). Readout positions: the x tokens
+of the interleaved layout, every token of the paired one, and for `PQTransformer` the
+query row of each prefix. ``positions="all"`` keeps every token instead: the hooks' own
+shapes, which `patch_residual` takes back. Axis legend: ``layer``, ``batch``, ``pos``,
+``tok`` (tokens: 2n interleaved, n paired), ``prefix``, ``row`` (PQ: n context slots and
+the query), ``d_model``.
 """
 
 from __future__ import annotations
@@ -48,12 +51,24 @@ def readout_rows(model: Regressor, resid: Tensor, n_points: int) -> Tensor:
     return resid[:, model.readout_positions(n_points)]
 
 
+def points_of(model: Regressor, resid: Tensor) -> int:
+    """The number of examples n of a forward pass, from one of its residual hooks' tensor."""
+    if isinstance(model, PQTransformer):
+        return resid.shape[1]  # [batch, prefix, row, D]: one prefix per example
+    return resid.shape[1] // 2 if model.cfg.layout == "interleaved" else resid.shape[1]
+
+
+POSITIONS = ("readout", "all")
+
+
 def iter_residuals(model: Regressor, xs: Tensor, ys: Tensor, layers: Sequence[int] | None = None,
-                   batch_size: int = 256, progress: bool = False
-                   ) -> Iterator[Float[Tensor, "layer batch pos d_model"]]:
+                   batch_size: int = 256, progress: bool = False, positions: str = "readout"
+                   ) -> Iterator[Float[Tensor, "layer batch ..."]]:
     """Residuals batch by batch, caching only the hooks needed (``names_filter``)."""
     check_model(model)
     layers = check_layers(model, layers)
+    if positions not in POSITIONS:
+        raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
     if not isinstance(batch_size, int) or batch_size <= 0:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     names = [resid_hook_name(layer) for layer in layers]
@@ -65,18 +80,28 @@ def iter_residuals(model: Regressor, xs: Tensor, ys: Tensor, layers: Sequence[in
         with torch.no_grad():
             _, cache = model.run_with_cache(xb, yb, names_filter=lambda name: name in wanted,
                                             return_cache_object=False)
-        yield torch.stack([readout_rows(model, cache[name], xs.shape[1]) for name in names])
+        if positions == "all":
+            yield torch.stack([cache[name] for name in names])
+        else:
+            yield torch.stack([readout_rows(model, cache[name], xs.shape[1]) for name in names])
 
 
 def collect_residuals(model: Regressor, xs: Tensor, ys: Tensor,
                       layers: Sequence[int] | None = None, batch_size: int = 256,
-                      progress: bool = False) -> Float[Tensor, "layer batch pos d_model"]:
-    """Every layer's residual stream at the readout positions, ``[L+1, B, n, d_model]``.
+                      progress: bool = False, positions: str = "readout"
+                      ) -> Float[Tensor, "layer batch ..."]:
+    """Every layer's residual stream, at the readout positions or at all positions.
+
+    ``positions="readout"``: ``[L+1, B, n, d_model]``, the rows probes read. ``"all"``:
+    each hook's whole tensor, ``[L+1, B, tok, d_model]`` (GPT) or
+    ``[L+1, B, prefix, row, d_model]`` (PQ), so that a layer can be patched back
+    with `patch_residual` (which takes readout rows too).
 
     Only the residual hooks are cached, one batch of ``batch_size`` sequences at a time, so
     memory holds the result plus one batch's residuals, never a full cache.
     """
-    return torch.cat(list(iter_residuals(model, xs, ys, layers, batch_size, progress)), dim=1)
+    return torch.cat(list(iter_residuals(model, xs, ys, layers, batch_size, progress,
+                                         positions)), dim=1)
 
 
 class ResidualStore:

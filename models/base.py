@@ -37,16 +37,32 @@ class RegressorMixin:
     """
 
     def check_inputs(self, xs: Tensor, ys: Tensor) -> None:
-        """Validate ``xs [batch, pos, n_dims]`` and ``ys [batch, pos]`` against the config."""
+        """Validate ``xs [batch, pos, n_dims]`` and ``ys [batch, pos]`` against the config.
+
+        Inputs must have the dtype of the model's weights (float32 unless converted, e.g.
+        by ``model.double()``): other dtypes are a TypeError, never a silent cast.
+        """
+        self._check_dtype(xs=xs, ys=ys)
         d = self.cfg.n_dims  # type: ignore[attr-defined]
         if xs.ndim != 3 or xs.shape[-1] != d:
             raise ValueError(f"xs must have shape [batch, pos, {d}], got {tuple(xs.shape)}")
         if ys.shape != xs.shape[:2]:
             raise ValueError(f"ys must have shape {tuple(xs.shape[:2])}, got {tuple(ys.shape)}")
 
+    def _check_dtype(self, **inputs: Tensor) -> None:
+        dtype = next(self.parameters()).dtype  # type: ignore[attr-defined]
+        for name, t in inputs.items():
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            if t.dtype != dtype:
+                raise TypeError(f"{name} has dtype {t.dtype}, but the model's weights are "
+                                f"{dtype}: pass {name}.to({dtype}) (or convert the model, "
+                                f"e.g. model.double() for float64 inputs)")
+
     def check_queries(self, xs: Tensor, ys: Tensor, queries: Tensor) -> None:
-        """Validate the context and ``queries [batch, pos, T, n_dims]``."""
+        """Validate the context and ``queries [batch, pos, T, n_dims]`` (of the same dtype)."""
         self.check_inputs(xs, ys)
+        self._check_dtype(queries=queries)
         b, n, d = xs.shape
         if queries.ndim != 4 or queries.shape[:2] != (b, n) or queries.shape[-1] != d:
             raise ValueError(

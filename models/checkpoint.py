@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from iclprobe._checks import check_fits, sizes
+from iclprobe._shipped import PRETRAINED_DIR, shipped_models
 from iclprobe.models.io import atomic_directory
 from iclprobe.tasks import RegressionTask
 
@@ -30,7 +33,6 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 CONFIG_FILE, WEIGHTS_FILE, TASK_FILE = "config.json", "model.safetensors", "task.json"
 RUN_CHECKPOINT = "checkpoint"  # where `models.train` keeps its latest checkpoint in a run dir
-PRETRAINED_DIR = Path(__file__).resolve().parent / "pretrained"
 
 
 class CheckpointError(ValueError):
@@ -99,7 +101,14 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def load_state_into(model: nn.Module, state: dict[str, torch.Tensor], source: Path) -> None:
-    """Copy ``state`` into ``model``, naming the file and tensor on any mismatch."""
+    """Copy ``state`` into ``model``, naming the file and tensor on any mismatch.
+
+    Refused: missing or unexpected names, other shapes, integer, bool or complex tensors
+    where the model has floating weights (a cast would truncate: int64 zeroes small
+    weights), and NaN or inf. Other float dtypes are cast to the model's: silently where
+    the cast is exact (float16 and bfloat16 into float32 always are), with a logged warning
+    naming what changed where it rounds (float64 into float32).
+    """
     expected = model.state_dict()
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
@@ -108,23 +117,60 @@ def load_state_into(model: nn.Module, state: dict[str, torch.Tensor], source: Pa
             f"{source}: tensors do not match the model (missing {missing[:5]}, "
             f"unexpected {unexpected[:5]})"
         )
+    cast, rounded = {}, []
     for name, tensor in state.items():
         if tensor.shape != expected[name].shape:
             raise CheckpointError(
                 f"{source}: tensor {name!r} has shape {tuple(tensor.shape)}, "
                 f"the model expects {tuple(expected[name].shape)}"
             )
-    model.load_state_dict(state)
+        cast[name] = _cast_exactly(tensor, expected[name].dtype, name, source)
+        if not torch.equal(cast[name].to(tensor.dtype), tensor):
+            change = (cast[name].double() - tensor.double()).abs().max().item()
+            rounded.append(f"{name!r} ({tensor.dtype}, by up to {change:.2g})")
+    if rounded:
+        logger.warning("%s: %d tensor(s) rounded to the model's %s: %s", source, len(rounded),
+                       next(iter(expected.values())).dtype, ", ".join(rounded[:5]))
+    model.load_state_dict(cast)
 
 
-def shipped_models() -> list[tuple[str, str]]:
-    """``(name, one-line summary)`` of each model shipped under ``models/pretrained``."""
-    rows = []
-    for path in sorted(PRETRAINED_DIR.iterdir()):
-        if (path / CONFIG_FILE).is_file():
-            meta = json.loads((path / CONFIG_FILE).read_text())
-            rows.append((path.name, str(meta.get("summary", meta.get("family", "")))))
-    return rows
+def _cast_exactly(tensor: torch.Tensor, dtype: torch.dtype, name: str, source: Path
+                  ) -> torch.Tensor:
+    """``tensor`` in ``dtype``, refusing truncating casts and non-finite values."""
+    if tensor.dtype == dtype and not dtype.is_floating_point:
+        return tensor
+    if not (dtype.is_floating_point and tensor.dtype.is_floating_point):
+        raise CheckpointError(f"{source}: tensor {name!r} is stored as {tensor.dtype}, but the "
+                              f"model's is {dtype}: refusing a cast that would truncate it")
+    if not bool(torch.isfinite(tensor).all()):
+        bad = int((~torch.isfinite(tensor)).sum())
+        raise CheckpointError(f"{source}: tensor {name!r} holds {bad} NaN or inf value(s)")
+    out = tensor.to(dtype)
+    if not bool(torch.isfinite(out).all()):
+        raise CheckpointError(f"{source}: tensor {name!r} ({tensor.dtype}) has values beyond "
+                              f"the range of the model's {dtype}")
+    return out
+
+
+def check_weights_match(cfg: Any, weights: Path) -> None:
+    """Before building: refuse a config describing far more weights than the file holds.
+
+    The file's tensor shapes come from its header alone. A config within a small margin of
+    the file (2x + 2^20 weights) is cheap to build, and `load_state_into` then names each
+    mismatching tensor; beyond it (``n_layers = 10**6`` in an edited config.json) building
+    alone could exhaust memory.
+    """
+    try:
+        with safe_open(str(weights), framework="pt") as f:
+            stored = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(f"{weights}: truncated or corrupt weights ({err})") from None
+    if cfg.n_parameters() > 2 * stored + 2**20:
+        raise CheckpointError(
+            f"{weights.parent / CONFIG_FILE}: the config describes a model of "
+            f"{cfg.n_parameters():,} parameters ({sizes(cfg)}), but {weights.name} "
+            f"holds {stored:,}"
+        )
 
 
 def resolve(path_or_name: str | os.PathLike[str]) -> Path:
@@ -193,6 +239,8 @@ def _load_native(path: Path) -> Regressor:
     weights = path / WEIGHTS_FILE
     if not weights.is_file():
         raise CheckpointError(f"{weights}: file is missing")
+    check_weights_match(cfg, weights)
+    check_fits(cfg, f"loading {path}")
     try:
         state = load_file(str(weights))
     except (SafetensorError, OSError, ValueError) as err:

@@ -10,6 +10,8 @@ import dataclasses
 import logging
 from typing import Any, TypeVar
 
+from iclprobe._checks import check_int, check_real, check_seed
+
 logger = logging.getLogger(__name__)
 
 LAYOUTS = ("interleaved", "paired")
@@ -21,9 +23,11 @@ C = TypeVar("C", bound="_ConfigMixin")
 
 def _check_positive(cfg: Any, *names: str) -> None:
     for name in names:
-        value = getattr(cfg, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError(f"{type(cfg).__name__}.{name} must be a positive integer, got {value!r}")
+        check_int(type(cfg).__name__, name, getattr(cfg, name))
+
+
+def _check_real(cfg: Any, name: str, low: float, **kw: Any) -> None:
+    check_real(type(cfg).__name__, name, getattr(cfg, name), low, **kw)
 
 
 def _check_choice(cfg: Any, name: str, choices: tuple[str, ...]) -> None:
@@ -73,10 +77,10 @@ class GPTConfig(_ConfigMixin):
             )
         _check_choice(self, "attention", ATTENTIONS)
         _check_choice(self, "layout", LAYOUTS)
-        if not isinstance(self.seed, int):
-            raise ValueError(f"GPTConfig.seed must be an integer, got {self.seed!r}")
+        check_seed("GPTConfig", "seed", self.seed)
+        _check_real(self, "ln_eps", 0.0, low_open=True)
         if not isinstance(self.final_norm, bool):
-            raise ValueError(f"GPTConfig.final_norm must be a bool, got {self.final_norm!r}")
+            raise TypeError(f"GPTConfig.final_norm must be a bool, got {self.final_norm!r}")
 
     # Attributes TransformerLens's ActivationCache reads from ``model.cfg``.
     @property
@@ -98,6 +102,19 @@ class GPTConfig(_ConfigMixin):
     def token_dim(self) -> int:
         """Width of one input token before the read-in."""
         return self.n_dims if self.layout == "interleaved" else 2 * self.n_dims + 1
+
+    def n_parameters(self) -> int:
+        """Number of weights of the model (all of its state dict), from the config alone."""
+        m, f = self.d_model, self.d_mlp_resolved
+        block = 4 * m * m + 2 * m * f + 9 * m + f  # norms, attention (h d_head = m), MLP
+        return ((self.token_dim + 1) * m + self.n_ctx * m + self.n_layers * block
+                + 2 * m + m + 1)  # read-in, positions, blocks, final norm, read-out
+
+    def activation_floats(self, batch_size: int, n_points: int) -> int:
+        """A lower bound on the activations a training step keeps for backward (floats)."""
+        tok = 2 * n_points if self.layout == "interleaved" else n_points
+        per_layer = tok * (4 * self.d_model + self.d_mlp_resolved) + self.n_heads * tok * tok
+        return batch_size * self.n_layers * per_layer
 
     attn_only = False
     normalization_type = "LN"
@@ -122,16 +139,23 @@ class PQConfig(_ConfigMixin):
         _check_positive(self, "n_dims", "n_layers", "n_heads")
         _check_choice(self, "kernel", KERNELS)
         if not isinstance(self.sparse, bool):
-            raise ValueError(f"PQConfig.sparse must be a bool, got {self.sparse!r}")
-        if not (isinstance(self.init_std, (int, float)) and self.init_std >= 0):
-            raise ValueError(f"PQConfig.init_std must be a number >= 0, got {self.init_std!r}")
-        if not isinstance(self.seed, int):
-            raise ValueError(f"PQConfig.seed must be an integer, got {self.seed!r}")
+            raise TypeError(f"PQConfig.sparse must be a bool, got {self.sparse!r}")
+        _check_real(self, "init_std", 0.0)
+        check_seed("PQConfig", "seed", self.seed)
 
     @property
     def d_model(self) -> int:
         """Width of a token row, d + 1."""
         return self.n_dims + 1
+
+    def n_parameters(self) -> int:
+        """Number of weights of the model (all of its state dict), from the config alone."""
+        side = self.n_dims if self.sparse else self.n_dims + 1
+        return 2 * self.n_layers * self.n_heads * side * side
+
+    def activation_floats(self, batch_size: int, n_points: int) -> int:
+        """A lower bound on the activations a training step keeps for backward (floats)."""
+        return batch_size * self.n_layers * n_points * (n_points + 1) * self.d_model
 
     attn_only = True
     normalization_type = None

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
 
+from iclprobe._checks import check_int, check_real
 from iclprobe.models.config import _check_choice, _ConfigMixin
 
 OPTIMIZERS = ("adam", "adamw", "sgd", "lbfgs")
@@ -25,7 +25,7 @@ class TrainConfig(_ConfigMixin):
     lr: float = 1e-3  # peak learning rate
     betas: tuple[float, float] = (0.9, 0.999)  # Adam/AdamW
     weight_decay: float = 0.0  # AdamW decoupled decay / SGD L2
-    momentum: float = 0.9  # SGD heavy-ball momentum
+    momentum: float = 0.9  # SGD heavy-ball momentum, in [0, 1)
     history_size: int = 100  # L-BFGS history
     max_iter: int = 20  # L-BFGS iterations per step
     schedule: str = "constant"  # "constant" | "step" (halve every step_every) | "cosine"
@@ -49,37 +49,33 @@ class TrainConfig(_ConfigMixin):
         name = type(self).__name__
         for field in ("steps", "batch_size", "history_size", "max_iter", "step_every",
                       "log_every"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name}.{field} must be a positive integer, got {value!r}")
+            check_int(name, field, getattr(self, field))
         for field in ("warmup_steps", "resample_every", "curriculum_every", "checkpoint_every",
                       "seed"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"{name}.{field} must be an integer >= 0, got {value!r}")
+            check_int(name, field, getattr(self, field), low=0)
         _check_choice(self, "optimizer", OPTIMIZERS)
         _check_choice(self, "schedule", SCHEDULES)
         _check_choice(self, "clip", CLIPS)
         _check_choice(self, "loss", LOSSES)
         _check_choice(self, "device", DEVICES)
         for field in ("lr", "clip_norm"):
-            value = getattr(self, field)
-            if not _is_number(value) or value <= 0:
-                raise ValueError(f"{name}.{field} must be a number > 0, got {value!r}")
-        for field in ("weight_decay", "momentum"):
-            value = getattr(self, field)
-            if not _is_number(value) or value < 0:
-                raise ValueError(f"{name}.{field} must be a number >= 0, got {value!r}")
-        if len(self.betas) != 2 or not all(_is_number(b) and 0 <= b < 1 for b in self.betas):
+            check_real(name, field, getattr(self, field), 0.0, low_open=True)
+        check_real(name, "weight_decay", self.weight_decay, 0.0)
+        check_real(name, "momentum", self.momentum, 0.0, 1.0, high_open=True)
+        betas_ok = isinstance(self.betas, (tuple, list)) and len(self.betas) == 2 and all(
+            isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1
+            for b in self.betas)
+        if not betas_ok:  # NaN and inf fail the comparison
             raise ValueError(f"{name}.betas must be two numbers in [0, 1), got {self.betas!r}")
         object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
         for field in ("curriculum_dims", "curriculum_points"):
-            value = tuple(getattr(self, field))
-            if len(value) != 2 or not all(isinstance(v, int) and v > 0 for v in value):
-                raise ValueError(
-                    f"{name}.{field} must be (start, increment), positive integers, got {value!r}"
-                )
-            object.__setattr__(self, field, value)
+            value = getattr(self, field)
+            if not isinstance(value, (tuple, list)) or len(value) != 2:
+                raise TypeError(f"{name}.{field} must be (start, increment), positive "
+                                f"integers, got {value!r}")
+            for v in value:
+                check_int(name, field, v)
+            object.__setattr__(self, field, tuple(value))
         if self.warmup_steps and self.schedule != "cosine":
             raise ValueError(f"{name}.warmup_steps applies to schedule='cosine' only, "
                              f"not {self.schedule!r}")
@@ -103,6 +99,3 @@ class TrainConfig(_ConfigMixin):
         (d0, dinc), (p0, pinc) = self.curriculum_dims, self.curriculum_points
         return min(n_dims, d0 + grown * dinc), min(n_points, p0 + grown * pinc)
 
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

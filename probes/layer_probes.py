@@ -57,6 +57,16 @@ def readout_predictions(model: Regressor, xs: Tensor, ys: Tensor,
     return readout_residual(model, collect_residuals(model, xs, ys, batch_size=batch_size))
 
 
+def _check_rows(n_rows: int, width: int, where: str, per_sequence: int) -> None:
+    """Refuse fits with no more rows than features + intercept (a probe would interpolate)."""
+    if n_rows <= width + 1:
+        raise ValueError(
+            f"too few rows for the probes: {where} give {n_rows} rows for {width} residual "
+            f"features per layer; a probe needs more rows than features + 1 (its ridge fit "
+            f"would interpolate them and GCV has nothing left out): use at least "
+            f"{(width + 1) // max(per_sequence, 1) + 1} sequences")
+
+
 @dataclasses.dataclass
 class ProbeMetrics:
     """Held-out quality per layer."""
@@ -104,6 +114,11 @@ class LayerProbes:
         task = task if task is not None else getattr(model, "task", None)
         if not isinstance(task, RegressionTask):
             raise ValueError("task is required: the model has no task attached")
+        if isinstance(n_sequences, int) and isinstance(self.t_min, int) and \
+                0 <= self.t_min < task.n_points:  # before any work
+            _check_rows(n_sequences * (task.n_points - self.t_min), model.cfg.d_model,
+                        f"n_sequences={n_sequences} x {task.n_points - self.t_min} positions "
+                        f"t >= {self.t_min}", task.n_points - self.t_min)
         gen = as_generator(generator)
         seed = _seed_of(generator)
         train = task.sample(n_sequences, generator=gen)
@@ -139,6 +154,9 @@ class LayerProbes:
             raise ValueError(f"t_min must be in [0, {resid.shape[2] - 1}], got {self.t_min!r}")
         x = resid[:, :, self.t_min:].flatten(1, 2)  # [layer, rows, d_model]
         y = targets[:, self.t_min:].flatten()
+        _check_rows(x.shape[1], x.shape[2], f"{resid.shape[1]} sequences x "
+                    f"{resid.shape[2] - self.t_min} positions t >= {self.t_min}",
+                    resid.shape[2] - self.t_min)
         if self.solver == "adam":
             self.coef_, self.intercept_ = self._fit_adam(x, y)
             self.alpha_ = torch.zeros(x.shape[0], dtype=torch.float64)

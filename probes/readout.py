@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -15,13 +16,13 @@ from iclprobe.probes.ridge import ridge_gcv
 class ReadoutProbe(RegressorMixin, BaseEstimator):
     """Ridge regression ``min ‖y − Xw − b‖² + α‖w‖²`` in closed form (scikit-learn API).
 
-    Equal to ``sklearn.linear_model.Ridge(alpha, fit_intercept)``; fitted attributes
-    ``coef_`` (``[n_features]``, or ``[n_targets, n_features]`` for 2-D y), ``intercept_``
-    and ``n_features_in_``. Used for one layer at a time; `LayerProbes` solves all layers
-    in one batched call of the same solver.
+    Equal to ``sklearn.linear_model.Ridge(alpha, fit_intercept)``, shapes included; fitted
+    attributes ``coef_`` (``[n_features]`` for y ``[n]`` or ``[n, 1]``, else
+    ``[n_targets, n_features]``), ``intercept_`` and ``n_features_in_``. Used for one layer at a time;
+    `LayerProbes` solves all layers in one batched call of the same solver.
 
     Args:
-        alpha: regularization strength α ≥ 0.
+        alpha: regularization strength, a finite α ≥ 0.
         fit_intercept: fit the bias b (on centered data) or not.
     """
 
@@ -37,16 +38,23 @@ class ReadoutProbe(RegressorMixin, BaseEstimator):
 
     def fit(self, X, y):  # noqa: N803 - scikit-learn's naming
         """Fit on ``X [n_samples, n_features]`` and ``y [n_samples]`` or 2-D; returns self."""
+        alpha = self.alpha
+        if not (isinstance(alpha, numbers.Real) and not isinstance(alpha, bool) and alpha >= 0):
+            raise ValueError(f"alpha must be a number >= 0, got {alpha!r}")
+        if not math.isfinite(alpha):  # Ridge refuses it too; α = inf would predict the mean
+            raise ValueError(f"alpha must be a number >= 0, got {alpha!r} (not finite)")
         X, y = validate_data(self, X, y, y_numeric=True, multi_output=True, dtype=np.float64)
-        if not isinstance(self.alpha, numbers.Real) or self.alpha < 0:
-            raise ValueError(f"alpha must be a number >= 0, got {self.alpha!r}")
         targets = y[:, None] if y.ndim == 1 else y
         xt = torch.tensor(X).expand(targets.shape[1], -1, -1)
         fit = ridge_gcv(xt, torch.tensor(targets.T),
-                        alphas=float(self.alpha), fit_intercept=bool(self.fit_intercept))
+                        alphas=float(alpha), fit_intercept=bool(self.fit_intercept))
         coef, intercept = fit.coef.numpy(), fit.intercept.numpy()
-        self.coef_ = coef[0] if y.ndim == 1 else coef
-        self.intercept_ = float(intercept[0]) if y.ndim == 1 else intercept
+        # As Ridge: one target column gives coef_ [n_features] (and intercept_ [1] for 2-D y).
+        self.coef_ = coef[0] if targets.shape[1] == 1 else coef
+        if not self.fit_intercept:
+            self.intercept_ = 0.0
+        else:
+            self.intercept_ = float(intercept[0]) if y.ndim == 1 else intercept
         return self
 
     def predict(self, X):  # noqa: N803

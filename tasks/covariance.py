@@ -5,11 +5,18 @@ Axis legend: ``batch`` sequences, ``n_dims`` (d) covariate dimension.
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import torch
 from torch import Tensor
 
 #: Σ's eigenvalues of Ahn et al.'s rotated setting at d = 5 (D = diag(1, 1, 1/2, 1/4, 1)).
 AHN_ROTATED_EIGENVALUES = (1.0, 1.0, 0.25, 0.0625, 1.0)
+#: Largest condition number of a task's Σ. Sampled batches are float32, whose rounding
+#: (relative 6e-8 per entry) shifts Σ's smallest eigenvalues by ~4% at κ = 1e6 and makes
+#: Σ indefinite (Cholesky fails) near κ = 1e7 and beyond.
+MAX_CONDITION = 1e6
 
 
 def random_orthogonal(
@@ -33,10 +40,26 @@ def rotated_eigenvalues(n_dims: int, eigenvalues: tuple[float, ...] | None = Non
         raise ValueError(
             f"eigenvalues has {len(eigenvalues)} entries, expected n_dims={n_dims}"
         )
-    eig = torch.tensor(eigenvalues, dtype=torch.float64)
-    if not bool((eig > 0).all()):
-        raise ValueError(f"eigenvalues must all be positive, got {list(eigenvalues)}")
-    return eig
+    return torch.tensor(check_eigenvalues(eigenvalues), dtype=torch.float64)
+
+
+def check_eigenvalues(eigenvalues: Any) -> tuple[float, ...]:
+    """Finite positive numbers whose ratio (the condition number) is at most 1e6."""
+    values = tuple(eigenvalues) if isinstance(eigenvalues, (tuple, list)) else None
+    if not values or not all(isinstance(e, (int, float)) and not isinstance(e, bool)
+                             for e in values):
+        raise TypeError(f"eigenvalues must be a non-empty sequence of numbers, got "
+                        f"{eigenvalues!r}")
+    if not all(math.isfinite(e) and e > 0 for e in values):
+        raise ValueError(f"eigenvalues must be finite and positive, got {list(values)}")
+    _check_condition(max(values) / min(values), "eigenvalues")
+    return tuple(float(e) for e in values)
+
+
+def _check_condition(kappa: float, name: str) -> None:
+    if not kappa <= MAX_CONDITION:
+        raise ValueError(f"{name}: condition number {kappa:.3g} is above {MAX_CONDITION:g}, "
+                         "beyond which a sampled float32 Σ is no longer positive definite")
 
 
 def ill_conditioned_eigenvalues(n_dims: int, condition_number: float) -> Tensor:
@@ -53,12 +76,16 @@ def check_covariance(cov: Tensor, n_dims: int, name: str = "cov") -> Tensor:
         raise TypeError(f"{name} must be a torch.Tensor or a known name, got {type(cov).__name__}")
     if cov.shape != (n_dims, n_dims):
         raise ValueError(f"{name} has shape {tuple(cov.shape)}, expected ({n_dims}, {n_dims})")
+    if cov.is_complex():
+        raise TypeError(f"{name} must be real, got {cov.dtype}")
     cov = cov.detach().to(torch.float64)
     if not bool(torch.isfinite(cov).all()):
         raise ValueError(f"{name} contains NaN or Inf")
     if not torch.allclose(cov, cov.T, rtol=1e-6, atol=1e-8):
         raise ValueError(f"{name} must be symmetric, max |Σ - Σᵀ| = {(cov - cov.T).abs().max():.3g}")
-    smallest = torch.linalg.eigvalsh(cov).min().item()
+    eig = torch.linalg.eigvalsh(cov)
+    smallest = eig.min().item()
     if smallest <= 0:
         raise ValueError(f"{name} must be positive definite, smallest eigenvalue = {smallest:.3g}")
+    _check_condition(eig.max().item() / smallest, name)
     return cov

@@ -9,7 +9,6 @@ the covariance of the xs, ``[n_dims, n_dims]`` or, for per-sequence covariances,
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from iclprobe._checks import SEED_LIMIT, check_bytes, check_int, check_real, check_seed
 from iclprobe.tasks.covariance import (
+    MAX_CONDITION,
     check_covariance,
+    check_eigenvalues,
     ill_conditioned_eigenvalues,
     random_orthogonal,
     rotated_eigenvalues,
@@ -45,10 +47,13 @@ class RegressionBatch:
 
 
 def as_generator(generator: torch.Generator | int | None, name: str = "generator"):
-    """Accept a ``torch.Generator`` or an integer seed; refuse implicit global randomness."""
+    """Accept a ``torch.Generator`` or an integer seed in [0, 2^63); refuse the global RNG."""
     if isinstance(generator, torch.Generator):
         return generator
     if isinstance(generator, int) and not isinstance(generator, bool):
+        if not 0 <= generator < SEED_LIMIT:
+            raise ValueError(f"{name} must be a torch.Generator or an integer seed in "
+                             f"[0, 2**63), got {generator!r}")
         return torch.Generator().manual_seed(generator)
     raise TypeError(
         f"{name} must be a torch.Generator or an int seed, got {type(generator).__name__}"
@@ -57,9 +62,7 @@ def as_generator(generator: torch.Generator | int | None, name: str = "generator
 
 
 def _positive_int(value: Any, name: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
+    return check_int("RegressionTask", name, value)
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,8 +79,11 @@ class RegressionTask:
         w_prior: ``"standard"`` (w ~ N(0, I)) or ``"inverse-cov"`` (w ~ N(0, Σ⁻¹), Ahn et
             al.'s code with rotated Σ).
         noise_std: standard deviation of Gaussian label noise.
-        seed: fixes the rotation of ``"rotated"``.
-        condition_number: κ ≥ 1 of ``"ill-conditioned"`` (100 in Fu et al.).
+        seed: fixes the rotation of ``"rotated"``, and starts the stream `sample` draws from
+            when it is given no generator (an integer in [0, 2^63)).
+        condition_number: κ of ``"ill-conditioned"`` (100 in Fu et al.), in [1, 1e6]: beyond
+            it a sampled float32 Σ is no longer positive definite (so is the ratio of the
+            largest to the smallest eigenvalue of any Σ here).
         eigenbasis: ``"sequence"`` (a fresh eigenbasis per sequence) or ``"batch"`` (one per
             batch, as Fu et al.'s code) for ``"ill-conditioned"``.
         eigenvalues: Σ's eigenvalues for ``"rotated"``; default {1, 1, 1/4, 1/16, 1}
@@ -98,6 +104,7 @@ class RegressionTask:
     active_dims: int | None = None
     _fixed_cov: Tensor | None = field(default=None, init=False, repr=False)
     _fixed_factors: tuple[Tensor, Tensor] | None = field(default=None, init=False, repr=False)
+    _stream: torch.Generator | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         _positive_int(self.n_dims, "n_dims")
@@ -111,14 +118,10 @@ class RegressionTask:
             object.__setattr__(self, "cov", check_covariance(self.cov, self.n_dims))
         if self.w_prior not in W_PRIORS:
             raise ValueError(f"w_prior must be one of {W_PRIORS}, got {self.w_prior!r}")
-        if not (isinstance(self.noise_std, (int, float)) and self.noise_std >= 0):
-            raise ValueError(f"noise_std must be a number >= 0, got {self.noise_std!r}")
-        if not (
-            isinstance(self.condition_number, (int, float))
-            and math.isfinite(self.condition_number)
-            and self.condition_number >= 1
-        ):
-            raise ValueError(f"condition_number must be >= 1, got {self.condition_number!r}")
+        check_real("RegressionTask", "noise_std", self.noise_std, 0.0)
+        check_seed("RegressionTask", "seed", self.seed)
+        check_real("RegressionTask", "condition_number", self.condition_number, 1.0,
+                   MAX_CONDITION)
         if self.eigenbasis not in EIGENBASES:
             raise ValueError(f"eigenbasis must be one of {EIGENBASES}, got {self.eigenbasis!r}")
         if self.active_dims is not None:
@@ -128,9 +131,12 @@ class RegressionTask:
                     f"active_dims must be <= n_dims={self.n_dims}, got {self.active_dims}"
                 )
         if self.eigenvalues is not None:
-            object.__setattr__(self, "eigenvalues", tuple(float(e) for e in self.eigenvalues))
             if self.cov != "rotated":
                 raise ValueError(f"eigenvalues applies only to cov='rotated', not {self.cov!r}")
+            object.__setattr__(self, "eigenvalues", check_eigenvalues(self.eigenvalues))
+        if not isinstance(self.cov, Tensor) and self.cov != "ill-conditioned":
+            # Σ and its two factors, d x d float64 each, are built here
+            check_bytes(3 * 8 * self.n_dims**2, f"RegressionTask(n_dims={self.n_dims})")
         fixed = self._build_fixed_cov()
         object.__setattr__(self, "_fixed_cov", fixed)
         if fixed is not None:  # factor once: sampling then costs two matmuls
@@ -159,7 +165,7 @@ class RegressionTask:
     def sample(
         self,
         batch_size: int,
-        generator: torch.Generator | int,
+        generator: torch.Generator | int | None = None,
         n_points: int | None = None,
         active_dims: int | None = None,
         dtype: torch.dtype = torch.float32,
@@ -168,7 +174,11 @@ class RegressionTask:
 
         Args:
             batch_size: number of sequences B.
-            generator: the source of randomness (a ``torch.Generator`` or an int seed).
+            generator: the source of randomness (a ``torch.Generator`` or an int seed). None:
+                the task's own stream, a generator seeded with ``seed + 1`` when the task is
+                built (``seed`` itself fixes the rotation), advanced by each such call: two
+                calls give two different batches, and a new task with the same fields
+                replays the same sequence of batches.
             n_points: examples per sequence (default: the task's).
             active_dims: curriculum truncation for this batch (default: the task's).
             dtype: dtype of the returned tensors (draws are made in float64).
@@ -176,11 +186,12 @@ class RegressionTask:
         Returns:
             A `RegressionBatch` with ``xs [B, n, d]``, ``ys [B, n]``, ``ws [B, d]``, ``cov``.
         """
-        gen = as_generator(generator)
+        gen = as_generator(generator) if generator is not None else self._own_stream()
         batch_size = _positive_int(batch_size, "batch_size")
         n = _positive_int(n_points if n_points is not None else self.n_points, "n_points")
         k = active_dims if active_dims is not None else self.active_dims
-        if k is not None and not (isinstance(k, int) and 0 < k <= self.n_dims):
+        if k is not None and not (isinstance(k, int) and not isinstance(k, bool)
+                                  and 0 < k <= self.n_dims):
             raise ValueError(f"active_dims must be in 1..{self.n_dims}, got {k!r}")
         d = self.n_dims
         f64 = torch.float64
@@ -200,6 +211,12 @@ class RegressionTask:
         if self.noise_std > 0:
             ys = ys + self.noise_std * torch.randn(batch_size, n, generator=gen, dtype=f64)
         return RegressionBatch(xs.to(dtype), ys.to(dtype), ws.to(dtype), cov.to(dtype))
+
+    def _own_stream(self) -> torch.Generator:
+        if self._stream is None:
+            object.__setattr__(self, "_stream", torch.Generator().manual_seed(self.seed + 1))
+        assert self._stream is not None
+        return self._stream
 
     def _factors(self, batch_size: int, gen: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
         """Return (L, L⁻ᵀ, Σ) with Σ = L Lᵀ, batched ``[B, d, d]`` or shared ``[d, d]``."""

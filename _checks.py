@@ -1,0 +1,133 @@
+"""Validators of config and task fields, and of sizes against memory (no heavy imports).
+
+Each field validator names ``Owner.field``, the value and what is allowed. A value of the
+wrong type (a string, a bool for a number) is a TypeError; a number out of range, NaN or
+infinite is a ValueError.
+
+Memory: sizes that cannot fit are refused before anything is allocated. The estimate
+comes from the config alone (`GPTConfig.n_parameters`, ...): float32 weights and, for
+training, their gradients and Adam's two moments plus a lower bound on the activations.
+Available memory is psutil's, else ``MemAvailable`` of ``/proc/meminfo``; where neither is
+known the check passes.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+#: Seeds go to ``torch.manual_seed``, which takes 64-bit values; iclprobe's are 0 .. 2^63-1.
+SEED_LIMIT = 2**63
+
+
+def _num(x: float) -> str:
+    return f"{x:g}".replace("e+0", "e").replace("e+", "e")
+
+
+def _interval(low: float, high: float, low_open: bool, high_open: bool) -> str:
+    if math.isinf(high):
+        return f"{'>' if low_open else '>='} {_num(low)}"
+    return f"in {'(' if low_open else '['}{_num(low)}, {_num(high)}{')' if high_open else ']'}"
+
+
+def check_int(owner: str, name: str, value: Any, low: int = 1, high: int | None = None) -> int:
+    """An integer (not a bool) with ``low <= value`` (and ``value < high``)."""
+    allowed = ("a positive integer" if low == 1 and high is None else
+               f"an integer >= {low}" if high is None else f"an integer in [{low}, {high})")
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{owner}.{name} must be {allowed}, got {value!r}")
+    if value < low or (high is not None and value >= high):
+        raise ValueError(f"{owner}.{name} must be {allowed}, got {value!r}")
+    return value
+
+
+def check_real(owner: str, name: str, value: Any, low: float, high: float = math.inf, *,
+               low_open: bool = False, high_open: bool = False) -> float:
+    """A finite int or float (not a bool) in the interval from ``low`` to ``high``."""
+    allowed = f"a number {_interval(low, high, low_open, high_open)}"
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise TypeError(f"{owner}.{name} must be {allowed}, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{owner}.{name} must be {allowed}, got {value!r} (not finite)")
+    below = value <= low if low_open else value < low
+    above = value >= high if high_open else value > high
+    if below or above:
+        raise ValueError(f"{owner}.{name} must be {allowed}, got {value!r}")
+    return float(value)
+
+
+def check_seed(owner: str, name: str, value: Any) -> int:
+    """A seed for ``torch.manual_seed``: an integer in [0, 2^63)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{owner}.{name} must be an integer seed in [0, 2**63), got {value!r}")
+    if not 0 <= value < SEED_LIMIT:
+        raise ValueError(f"{owner}.{name} must be an integer seed in [0, 2**63), got {value!r}")
+    return value
+
+
+FLOAT_BYTES = 4  # float32 weights and activations
+GIB = 2**30
+SMALL = 2**26  # sizes below this are never refused
+
+
+def meminfo_available(text: str) -> int | None:
+    """Bytes of ``MemAvailable`` in the text of ``/proc/meminfo`` (None if absent)."""
+    for line in text.splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024  # the file counts kB
+    return None
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available now, or None where it cannot be told."""
+    try:
+        import psutil
+    except ImportError:
+        try:
+            return meminfo_available(Path("/proc/meminfo").read_text())
+        except OSError:
+            return None
+    return int(psutil.virtual_memory().available)
+
+
+def sizes(cfg: Any) -> str:
+    """The size fields of a model config, as text."""
+    names = ("n_dims", "n_positions", "n_layers", "d_model", "n_heads", "d_mlp")
+    return ", ".join(f"{n}={getattr(cfg, n)}" for n in names if n in cfg.__dataclass_fields__)
+
+
+def check_bytes(need: int, what: str, available: int | None = None) -> None:
+    """Raise ValueError when ``need`` bytes exceed the memory available."""
+    if available is None and need <= SMALL:
+        return  # not worth asking the system
+    free = available_memory() if available is None else available
+    if free is not None and need > free:
+        raise ValueError(f"{what} needs at least {need / GIB:,.3g} GiB of memory, but "
+                         f"{free / GIB:,.3g} GiB are available")
+
+
+def check_fits(cfg: Any, what: str, copies: int = 2, extra_floats: int = 0,
+               available: int | None = None) -> None:
+    """Raise ValueError when ``copies`` of the weights plus ``extra_floats`` cannot fit.
+
+    Args:
+        cfg: a model config (`GPTConfig` or `PQConfig`).
+        what: what would be built, for the message ("loading runs/m", "training").
+        copies: float32 copies of the weights held at once (2 when loading: the file's and
+            the model's; 4 when training: weights, gradients, Adam's moments).
+        extra_floats: further float32 values (activations).
+        available: bytes available (default: `available_memory`).
+    """
+    need = (copies * cfg.n_parameters() + extra_floats) * FLOAT_BYTES
+    check_bytes(need, f"{what}: a model with {cfg.n_parameters():,} parameters "
+                      f"({sizes(cfg)})", available)
+
+
+def check_training_fits(model_cfg: Any, task: Any, train_cfg: Any,
+                        available: int | None = None) -> None:
+    """`check_fits` for training ``model_cfg`` on ``task`` with ``train_cfg``."""
+    activations = model_cfg.activation_floats(train_cfg.batch_size, task.n_points)
+    data = 2 * train_cfg.batch_size * task.n_points * (task.n_dims + 1) * 2  # float64 draws
+    check_fits(model_cfg, "training", copies=4, extra_floats=activations + data,
+               available=available)

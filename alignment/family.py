@@ -1,10 +1,9 @@
-"""What alignment needs from each model family: layer readouts and family-specific learners.
+"""What alignment needs from each model family: layer readouts and claimed learners.
 
-A GPT's layers are read by ridge probes fitted on fresh sequences; a PQ transformer's
-layers carry their prediction in the query row (−Z[query, d]), read exactly. A PQ layer
-with the linear kernel and B = 0 computes ``w <- w − A_l ∇R(w)``, so such a model is
-aligned against preconditioned GD with its own A_l (step l = layer l exactly when the
-model is what it claims) and with Σ⁻¹ scaled by the fitted a_l (Ahn et al.'s optimum).
+A family whose layers carry their own prediction (``Regressor.exact_layer_readout``: a PQ
+transformer's query row, −Z[query, d]) is read exactly; any other is read by ridge probes
+fitted on fresh sequences. A family may claim learners beyond the protocol's
+(``Regressor.claimed_learners``: a PQ model claims preconditioned GD with its own A_l).
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from torch import Tensor
 from iclprobe import probes
 from iclprobe.alignment.protocols import RunSpec
 from iclprobe.hooks.residuals import collect_residuals
-from iclprobe.models.pq import PQTransformer
 from iclprobe.models.regressor import Regressor, readout_residual
 from iclprobe.tasks import RegressionBatch, RegressionTask
 
@@ -27,12 +25,12 @@ if TYPE_CHECKING:
 
 
 def default_positions(model: Regressor) -> str:
-    """Where a model without a recorded recipe was trained: PQ (Ahn et al.) on the last."""
-    return "last" if isinstance(model, PQTransformer) else "all"
+    """Where a model without a recorded recipe was trained (its family says: PQ, the last)."""
+    return model.default_positions
 
 
 def _exact_readout(model: Regressor) -> bool:
-    return isinstance(model, PQTransformer)
+    return model.exact_layer_readout
 
 
 def needs_probes(model: Regressor) -> bool:
@@ -75,27 +73,13 @@ def layer_weight_fn(model: Regressor, layer_probes: probes.LayerProbes | None
 
 def family_runs(model: Regressor, batch: RegressionBatch
                 ) -> tuple[dict[str, tuple[RunSpec, dict[str, Any]]], list[str]]:
-    """Learners only this model family is claimed to run, and notes on their meaning."""
-    if not isinstance(model, PQTransformer):
-        return {}, []
-    pre = probes.preconditioners(model)
-    a_own = pre.A.detach().to(torch.float64)  # [layer, d, d], heads summed
-    notes = []
-    exact = model.cfg.kernel == "linear" and float(pre.B.abs().max()) == 0.0
-    if not exact:
-        notes.append(f"pgd_own: a layer computes w <- w − A_l ∇R(w) exactly only with the "
-                     f"linear kernel and B = 0 (this model: kernel {model.cfg.kernel}, "
-                     f"max |B| {float(pre.B.abs().max()):.3g}); read it as a reference")
-    runs: dict[str, tuple[RunSpec, dict[str, Any]]] = {
-        "pgd_own": (RunSpec("pgd_schedule", "GD preconditioned by the model's own A_l",
-                            "layers", {"normalize": True}), {"preconds": a_own})}
-    if batch.cov.ndim == 2:
-        inv = torch.linalg.inv(batch.cov.to(torch.float64))
-        _, scale = probes.distance(a_own, inv.expand_as(a_own))
-        runs["pgd_inv_cov"] = (
-            RunSpec("pgd_schedule", "GD preconditioned by a_l Σ⁻¹ (a_l fitted to A_l)",
-                    "layers", {"normalize": True}),
-            {"preconds": scale[:, None, None] * inv})
-    else:
-        notes.append("pgd_inv_cov: skipped, Σ differs per sequence in this data")
-    return runs, notes
+    """Learners the model's family claims it runs (`Regressor.claimed_learners`), and notes."""
+    claimed, notes = model.claimed_learners(batch)
+    runs = {}
+    for key, spec in claimed.items():
+        hyper = dict(spec.get("hyper", {}))
+        tensors = {k: v for k, v in hyper.items() if isinstance(v, Tensor)}
+        plain = {k: v for k, v in hyper.items() if k not in tensors}
+        runs[key] = (RunSpec(spec["learner"], spec.get("label", key), spec.get("steps"), plain),
+                     tensors)
+    return runs, list(notes)

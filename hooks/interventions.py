@@ -15,7 +15,6 @@ from typing import Any
 from torch import Tensor
 
 from iclprobe.hooks.residuals import check_layers, points_of, readout_rows, resid_hook_name
-from iclprobe.models.pq import PQTransformer
 from iclprobe.models.regressor import Regressor, check_model
 
 HookFn = Callable[..., Tensor]
@@ -72,18 +71,18 @@ def ablate(model: Regressor, block: int, head: int | None = None,
     check_model(model)
     _check_block(model, block)
     replace = _replace(kind)
-    is_pq = isinstance(model, PQTransformer)
     hooks: list[tuple[str | Callable[..., Any], Callable[..., Any]]]
     if head is None:
-        names = [f"blocks.{block}.hook_attn_out"]
-        if not is_pq:
-            names.append(f"blocks.{block}.hook_mlp_out")
+        names = [f"blocks.{block}.{name}" for name in model.block_output_hooks]
         hooks = [(name, lambda t, hook: replace(t)) for name in names]
     else:
+        if model.head_hook is None:
+            raise ValueError(f"{type(model).__name__} has no attention heads to ablate: "
+                             "pass head=None to ablate the whole block")
         n_heads = model.cfg.n_heads
         if not (isinstance(head, int) and 0 <= head < n_heads):
             raise ValueError(f"head must be an integer in 0..{n_heads - 1}, got {head!r}")
-        axis = 2 if is_pq else -2  # pattern [batch, prefix, head, row, key]; z [.., head, d_head]
+        name, axis = model.head_hook
 
         def ablate_head(t: Tensor, hook: object) -> Tensor:
             t = t.clone()
@@ -92,7 +91,6 @@ def ablate(model: Regressor, block: int, head: int | None = None,
             t[tuple(index)] = replace(t[tuple(index)])
             return t
 
-        name = "attn.hook_pattern" if is_pq else "attn.hook_z"
         hooks = [(f"blocks.{block}.{name}", ablate_head)]
     with model.hooks(fwd_hooks=hooks):
         yield model
@@ -109,28 +107,29 @@ def patch_residual(model: Regressor, layer: int, source: Tensor) -> Iterator[Reg
     """
     check_model(model)
     check_layers(model, [layer])
-    name = resid_hook_name(layer)
+    name = resid_hook_name(layer, model)
 
     def patch(value: Tensor, hook: object) -> Tensor:
         if source.shape == value.shape:
             return source.to(value)
-        n = points_of(model, value)
-        rows = readout_rows(model, value, n) if _has_readout_rows(model, value) else None
-        if rows is None or source.shape != rows.shape:
-            readout = f" or its readout rows {tuple(rows.shape)}" if rows is not None else ""
+        try:
+            return model.set_readout_rows(value, source)
+        except (ValueError, RuntimeError, IndexError):
+            rows = None
+            if _full_forward(model, value):
+                rows = tuple(readout_rows(model, value, points_of(model, value)).shape)
+            readout = f" or its readout rows {rows}" if rows else ""
             raise ValueError(f"source has shape {tuple(source.shape)}, but {name} has "
-                             f"{tuple(value.shape)} (every token){readout}")
-        out = value.clone()
-        if isinstance(model, PQTransformer):
-            out[:, :, n] = source.to(value)  # the query row of each prefix
-        else:
-            out[:, model.readout_positions(n)] = source.to(value)
-        return out
+                             f"{tuple(value.shape)} (every token){readout}") from None
 
     with model.hooks(fwd_hooks=[(name, patch)]):
         yield model
 
 
-def _has_readout_rows(model: Regressor, value: Tensor) -> bool:
-    """Whether ``value`` comes from a full forward (PQ: one query row after n slots)."""
-    return not isinstance(model, PQTransformer) or value.shape[2] == value.shape[1] + 1
+def _full_forward(model: Regressor, value: Tensor) -> bool:
+    """Whether readout rows can be read off ``value`` (false for extra query rows)."""
+    try:
+        model.set_readout_rows(value, readout_rows(model, value, points_of(model, value)))
+    except (ValueError, RuntimeError, IndexError):
+        return False
+    return True

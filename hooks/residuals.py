@@ -23,12 +23,13 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from iclprobe.models.io import atomic_directory
-from iclprobe.models.pq import PQTransformer
 from iclprobe.models.regressor import Regressor, check_model
 
 
-def resid_hook_name(layer: int) -> str:
-    """The hook whose output is layer ``layer``'s residual stream."""
+def resid_hook_name(layer: int, model: Regressor | None = None) -> str:
+    """The hook whose output is layer ``layer``'s residual stream (the family may rename)."""
+    if model is not None:
+        return model.resid_hook_name(layer)
     return "blocks.0.hook_resid_pre" if layer == 0 else f"blocks.{layer - 1}.hook_resid_post"
 
 
@@ -46,16 +47,12 @@ def check_layers(model: Regressor, layers: Sequence[int] | None) -> list[int]:
 
 def readout_rows(model: Regressor, resid: Tensor, n_points: int) -> Tensor:
     """A hook's residual → ``[batch, pos, d_model]`` at the readout positions."""
-    if isinstance(model, PQTransformer):
-        return resid[:, :, n_points]  # [batch, prefix, row, D]: the query row of each prefix
-    return resid[:, model.readout_positions(n_points)]
+    return model.readout_rows(resid, n_points)
 
 
 def points_of(model: Regressor, resid: Tensor) -> int:
     """The number of examples n of a forward pass, from one of its residual hooks' tensor."""
-    if isinstance(model, PQTransformer):
-        return resid.shape[1]  # [batch, prefix, row, D]: one prefix per example
-    return resid.shape[1] // 2 if model.cfg.layout == "interleaved" else resid.shape[1]
+    return model.n_points_of(resid)
 
 
 POSITIONS = ("readout", "all")
@@ -71,7 +68,7 @@ def iter_residuals(model: Regressor, xs: Tensor, ys: Tensor, layers: Sequence[in
         raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
     if not isinstance(batch_size, int) or batch_size <= 0:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    names = [resid_hook_name(layer) for layer in layers]
+    names = [resid_hook_name(layer, model) for layer in layers]
     wanted = set(names)
     device = next(model.parameters()).device
     starts = range(0, xs.shape[0], batch_size)

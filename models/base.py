@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import abc
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, overload
 
 from torch import Tensor, nn
 
-from iclprobe.models._tl import ActivationCache
+from iclprobe.models._tl import ActivationCache, HookedRootModule
 
 M = TypeVar("M", bound=nn.Module)
 
@@ -30,11 +31,110 @@ class ModuleList(nn.ModuleList, Generic[M]):
         def __getitem__(self, idx: int | slice) -> M | ModuleList[M]: ...
 
 
-class RegressorMixin:
-    """Checkpointing and TransformerLens-style caching shared by the hooked regressors.
+class Regressor(HookedRootModule, metaclass=abc.ABCMeta):
+    """What every model family provides (the abstract base class; see docs/architecture.md).
 
-    Mixed in before ``HookedRootModule``.
+    A family subclasses this, implements the abstract methods, and registers itself once
+    with `iclprobe.models.registry.register_family`; checkpoints, training, hooks, probes,
+    alignment and the CLI then serve it without naming it.
+
+    Conventions: ``forward(xs, ys)`` returns ``preds [batch, pos]`` where ``preds[:, t]``
+    sees examples ``0..t-1`` and the query ``xs[:, t]``. Layer l's residual is the output of
+    hook `resid_hook_name` (l = 0: the embedded input), read at the readout positions by
+    `readout_rows` as ``[batch, pos, d_model]``.
+
+    Class attributes a family may override:
+        family: its registry name (set by ``register_family``).
+        exact_layer_readout: ``readout_residual`` of layer l's residual is layer l's own
+            prediction (a PQ layer's query row), so alignment needs no probes.
+        default_positions: where a model without a recorded recipe was trained, "all"
+            (every prefix, Garg et al.'s loss) or "last" (Ahn et al.'s loss).
+        curriculum: Garg's curriculum applies (the model takes fewer dims and points).
+        head_hook: ``(hook name under blocks.{l}., head axis)`` for head ablations, or None.
+        block_output_hooks: hook names under ``blocks.{l}.`` whose sum is block l's output.
     """
+
+    family: ClassVar[str] = ""
+    exact_layer_readout: ClassVar[bool] = False
+    default_positions: ClassVar[str] = "all"
+    curriculum: ClassVar[bool] = True
+    head_hook: ClassVar[tuple[str, int] | None] = None
+    block_output_hooks: ClassVar[tuple[str, ...]] = ("hook_attn_out",)
+    cfg: Any
+    task: Any
+    train_config: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------------ what a family provides
+    @abc.abstractmethod
+    def forward(self, xs: Tensor, ys: Tensor, last_only: bool = False) -> Tensor:
+        """``preds [batch, pos]`` (``[batch, 1]`` with ``last_only``: the last position)."""
+
+    @abc.abstractmethod
+    def predict_queries(self, xs: Tensor, ys: Tensor, queries: Tensor) -> Tensor:
+        """``[batch, pos, T]``: query j at prefix t seen with the t examples before t."""
+
+    @abc.abstractmethod
+    def query_residuals(self, xs: Tensor, ys: Tensor, queries: Tensor,
+                        reduce: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+        """Every layer's residual at the query tokens, ``[L+1, batch, pos, T, d_model]``.
+
+        ``reduce`` is applied to the stacked tensor (e.g. a probe's readout), so callers
+        can bound memory.
+        """
+
+    @abc.abstractmethod
+    def readout_residual(self, resid: Tensor) -> Tensor:
+        """The model's own read-out of residuals at readout positions, ``[..., d_model] -> [...]``.
+
+        Applied to the last layer it gives the model's prediction; to earlier layers the
+        no-training (logit-lens) readout.
+        """
+
+    @abc.abstractmethod
+    def readout_rows(self, activation: Tensor, n_points: int) -> Tensor:
+        """A residual hook's tensor → ``[batch, pos, d_model]`` at the readout positions."""
+
+    @abc.abstractmethod
+    def set_readout_rows(self, activation: Tensor, rows: Tensor) -> Tensor:
+        """A copy of the hook's tensor with ``rows [batch, pos, d_model]`` written back."""
+
+    @abc.abstractmethod
+    def n_points_of(self, activation: Tensor) -> int:
+        """The number of examples n of a residual hook's tensor."""
+
+    def resid_hook_name(self, layer: int) -> str:
+        """The hook whose output is layer ``layer``'s residual stream."""
+        return "blocks.0.hook_resid_pre" if layer == 0 else f"blocks.{layer - 1}.hook_resid_post"
+
+    def check_task(self, task: Any) -> None:
+        """Refuse a task this model cannot take (default: a matching dimension)."""
+        if task.n_dims != self.cfg.n_dims:
+            raise ValueError(f"task.n_dims={task.n_dims} but the model has "
+                             f"n_dims={self.cfg.n_dims}")
+
+    # ------------------------------------------------------------------ training hooks
+    def train_options(self) -> frozenset[str]:
+        """TrainConfig fields (set to non-defaults) that only this family accepts."""
+        return frozenset()
+
+    def check_train_config(self, train_cfg: Any) -> None:
+        """Refuse a recipe this family cannot train with (beyond `train_options`)."""
+
+    def trainable_parameters(self, train_cfg: Any) -> list[nn.Parameter]:
+        """The parameters the optimizer updates under ``train_cfg`` (default: all)."""
+        return [p for p in self.parameters() if p.requires_grad]
+
+    def apply_constraints(self, train_cfg: Any) -> None:
+        """Project the weights after each optimizer step (default: nothing)."""
+
+    # ------------------------------------------------------------------ alignment hooks
+    def claimed_learners(self, batch: Any) -> tuple[dict[str, dict[str, Any]], list[str]]:
+        """Learners this model is claimed to run beyond the protocol's, and notes.
+
+        ``{key: {"learner", "label", "steps", "hyper"}}`` (see ``alignment.RunSpec``); the
+        default is none.
+        """
+        return {}, []
 
     def check_inputs(self, xs: Tensor, ys: Tensor) -> None:
         """Validate ``xs [batch, pos, n_dims]`` and ``ys [batch, pos]`` against the config.
@@ -43,14 +143,14 @@ class RegressorMixin:
         by ``model.double()``): other dtypes are a TypeError, never a silent cast.
         """
         self._check_dtype(xs=xs, ys=ys)
-        d = self.cfg.n_dims  # type: ignore[attr-defined]
+        d = self.cfg.n_dims
         if xs.ndim != 3 or xs.shape[-1] != d:
             raise ValueError(f"xs must have shape [batch, pos, {d}], got {tuple(xs.shape)}")
         if ys.shape != xs.shape[:2]:
             raise ValueError(f"ys must have shape {tuple(xs.shape[:2])}, got {tuple(ys.shape)}")
 
     def _check_dtype(self, **inputs: Tensor) -> None:
-        dtype = next(self.parameters()).dtype  # type: ignore[attr-defined]
+        dtype = next(self.parameters()).dtype
         for name, t in inputs.items():
             if not isinstance(t, Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -76,9 +176,9 @@ class RegressorMixin:
         ``overwrite=True`` replaces a checkpoint that iclprobe wrote at ``path``; nothing
         else is ever replaced (see `iclprobe.models.save`).
         """
-        from iclprobe.models.checkpoint import save  # checkpoint imports the families
+        from iclprobe.models.checkpoint import save
 
-        return save(self, path, task=task, overwrite=overwrite)  # type: ignore[arg-type]
+        return save(self, path, task=task, overwrite=overwrite)
 
     def run_with_cache(
         self, *model_args: Any, return_cache_object: bool = True, remove_batch_dim: bool = False,
@@ -89,7 +189,7 @@ class RegressorMixin:
         Keyword arguments (``names_filter``, ``device``, ...) go to TransformerLens's
         ``HookedRootModule.run_with_cache``; no hook stays attached afterwards.
         """
-        out, cache = super().run_with_cache(  # type: ignore[misc]
+        out, cache = super().run_with_cache(
             *model_args, remove_batch_dim=remove_batch_dim, **kwargs
         )
         if return_cache_object:

@@ -22,6 +22,7 @@ from torch import nn
 
 from iclprobe._checks import check_fits, sizes
 from iclprobe._shipped import PRETRAINED_DIR, shipped_models
+from iclprobe.models import registry
 from iclprobe.models.io import atomic_directory
 from iclprobe.tasks import RegressionTask
 
@@ -39,25 +40,9 @@ class CheckpointError(ValueError):
     """A checkpoint exists but cannot be read: the message names the file and the problem."""
 
 
-def _families() -> dict[str, tuple[Any, Any]]:
-    from iclprobe.models.config import GPTConfig
-    from iclprobe.models.gpt import GPTRegressor
-
-    families: dict[str, tuple[Any, Any]] = {"gpt": (GPTConfig, GPTRegressor)}
-    try:
-        from iclprobe.models.pq import PQConfig, PQTransformer
-    except ImportError:  # pragma: no cover - the PQ family lands separately
-        return families
-    families["pq"] = (PQConfig, PQTransformer)
-    return families
-
-
 def family_of(model: Regressor) -> str:
-    """The family name under which ``model``'s class is saved."""
-    for name, (_, cls) in _families().items():
-        if type(model) is cls:
-            return name
-    raise TypeError(f"model must be an iclprobe model, got {type(model).__name__}")
+    """The registry name under which ``model``'s family is saved."""
+    return registry.family_of(model)
 
 
 def write_checkpoint_files(model: Regressor, directory: Path, task: RegressionTask | None) -> None:
@@ -225,13 +210,14 @@ def _load_native(path: Path) -> Regressor:
         raise CheckpointError(
             f"{path / CONFIG_FILE}: unknown format_version {version!r} (supported: {FORMAT_VERSION})"
         )
-    families = _families()
     family = meta.get("family")
-    if family not in families:
+    if family not in registry.FAMILIES:
         raise CheckpointError(
-            f"{path / CONFIG_FILE}: unknown family {family!r} (known: {sorted(families)})"
+            f"{path / CONFIG_FILE}: unknown family {family!r} (known: "
+            f"{sorted(registry.FAMILIES)})"
         )
-    config_cls, model_cls = families[family]
+    config_cls = registry.FAMILIES[family].config
+    model_cls = registry.FAMILIES[family].model_class()
     try:
         cfg = config_cls.from_dict(meta.get("config", {}))
     except (TypeError, ValueError) as err:

@@ -14,8 +14,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from iclprobe.models._tl import HookedRootModule, HookPoint
-from iclprobe.models.base import ModuleList, RegressorMixin
+from iclprobe.models._tl import HookPoint
+from iclprobe.models.base import ModuleList, Regressor
 from iclprobe.models.components import Block, LayerNorm, side_block
 from iclprobe.models.config import GPTConfig
 
@@ -23,7 +23,7 @@ from iclprobe.models.config import GPTConfig
 _QUERY_CHUNK_ELEMENTS = 2**25
 
 
-class GPTRegressor(RegressorMixin, HookedRootModule):
+class GPTRegressor(Regressor):
     """A GPT-2 regressor on in-context regression sequences.
 
     ``layout="interleaved"``: tokens ``x_1, (y_1, 0, …, 0), x_2, …`` (2n tokens), read out at
@@ -33,6 +33,10 @@ class GPTRegressor(RegressorMixin, HookedRootModule):
     ``final_norm=False`` drops the final LayerNorm (no ``ln_final`` hooks or weights): the
     read-out is applied to the last block's residual, as in Fu et al.'s probing runs.
     """
+
+    family = "gpt"
+    head_hook = ("attn.hook_z", -2)  # [batch, tok, head, d_head]
+    block_output_hooks = ("hook_attn_out", "hook_mlp_out")
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -118,6 +122,34 @@ class GPTRegressor(RegressorMixin, HookedRootModule):
     def readout(self, resid: Float[Tensor, "... d_model"]) -> Float[Tensor, "..."]:
         """Final norm (if any) and read-out applied to any residual (the no-training probe)."""
         return self.read_out(self.ln_final(resid))[..., 0]
+
+    readout_residual = readout
+
+    def readout_rows(self, activation: Tensor, n_points: int) -> Tensor:
+        """A residual hook's ``[batch, tok, d_model]`` at the x tokens: ``[batch, pos, d_model]``."""
+        return activation[:, self.readout_positions(n_points)]
+
+    def set_readout_rows(self, activation: Tensor, rows: Tensor) -> Tensor:
+        """A copy of the hook's tensor with ``rows`` written into the readout tokens."""
+        n = self.n_points_of(activation)
+        expected = (activation.shape[0], n, activation.shape[-1])
+        if tuple(rows.shape) != expected:
+            raise ValueError(f"rows must have shape {expected} for this tensor, got "
+                             f"{tuple(rows.shape)}")
+        out = activation.clone()
+        out[:, self.readout_positions(n)] = rows.to(activation)
+        return out
+
+    def n_points_of(self, activation: Tensor) -> int:
+        """Examples in a ``[batch, tok, d_model]`` hook tensor."""
+        return activation.shape[1] // (2 if self.cfg.layout == "interleaved" else 1)
+
+    def check_task(self, task: Any) -> None:
+        """The task's dimension, and at most ``n_positions`` examples."""
+        super().check_task(task)
+        if task.n_points > self.cfg.n_positions:
+            raise ValueError(f"task.n_points={task.n_points} is more than the model's "
+                             f"n_positions={self.cfg.n_positions}")
 
     def predict_queries(
         self,

@@ -23,8 +23,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from iclprobe.models._tl import HookedRootModule, HookPoint, observed
-from iclprobe.models.base import ModuleList, RegressorMixin
+from iclprobe.models._tl import HookPoint, observed
+from iclprobe.models.base import ModuleList, Regressor
 from iclprobe.models.config import PQConfig
 
 MatrixLike = Tensor | Sequence[Any]
@@ -121,7 +121,7 @@ class PQBlock(nn.Module):
         return self.hook_resid_post(rows + self.hook_attn_out(update))
 
 
-class PQTransformer(RegressorMixin, HookedRootModule):
+class PQTransformer(Regressor):
     """Hooked PQ linear transformer (see the module docstring for the conventions).
 
     ``cfg.kernel`` acts on the scores ``s_rj = z_rᵀ Q z_j`` of a row r against the t context
@@ -137,6 +137,13 @@ class PQTransformer(RegressorMixin, HookedRootModule):
       every row's update depends on the query, so each query gets its own copy of the
       context in `predict_queries`. `load_ahn` with ``kernel="softmax"`` uses this one.
     """
+
+    family = "pq"
+    exact_layer_readout = True  # a layer's query row holds its prediction: −Z[query, d]
+    default_positions = "last"  # Ahn et al. train on the last position only
+    curriculum = False
+    head_hook = ("attn.hook_pattern", 2)  # [batch, prefix, head, row, key]
+    block_output_hooks = ("hook_attn_out",)
 
     def __init__(self, cfg: PQConfig):
         super().__init__()
@@ -183,6 +190,93 @@ class PQTransformer(RegressorMixin, HookedRootModule):
     ) -> Float[Tensor, "*batch prefix query"]:
         """The no-training readout ``-Z[query, d]`` of every query row (any leading axes)."""
         return -rows[..., rows.shape[-3] :, -1]
+
+    def readout_residual(self, resid: Tensor) -> Tensor:
+        """``−Z[query, d]`` of query rows ``[..., d_model]``: the layer's own prediction."""
+        return -resid[..., -1]
+
+    def readout_rows(self, activation: Tensor, n_points: int) -> Tensor:
+        """``[batch, prefix, row, D]`` → the query row of each prefix, ``[batch, prefix, D]``."""
+        return activation[:, :, n_points]
+
+    def set_readout_rows(self, activation: Tensor, rows: Tensor) -> Tensor:
+        """A copy with ``rows`` written into the query row of each prefix."""
+        if activation.shape[2] != activation.shape[1] + 1:
+            raise ValueError(f"readout rows can be written only into a full forward's "
+                             f"[batch, prefix, n + 1, D] rows, got {tuple(activation.shape)}")
+        expected = (activation.shape[0], activation.shape[1], activation.shape[-1])
+        if tuple(rows.shape) != expected:
+            raise ValueError(f"rows must have shape {expected} for this tensor, got "
+                             f"{tuple(rows.shape)}")
+        out = activation.clone()
+        out[:, :, activation.shape[1]] = rows.to(activation)
+        return out
+
+    def n_points_of(self, activation: Tensor) -> int:
+        """Examples (= prefixes) in a ``[batch, prefix, row, D]`` hook tensor."""
+        return activation.shape[1]
+
+    # ------------------------------------------------------------------ training, alignment
+    def train_options(self) -> frozenset[str]:
+        """Ahn et al.'s constraints: Eq. 8 projection of a dense model, and B = 0."""
+        return frozenset({"project_sparse", "zero_b"})
+
+    def check_train_config(self, train_cfg: Any) -> None:
+        """``project_sparse`` is for a dense model only."""
+        if train_cfg.project_sparse and self.cfg.sparse:
+            raise ValueError("TrainConfig.project_sparse needs a dense PQ model (PQConfig."
+                             "sparse=False); this one is sparse by construction")
+
+    def trainable_parameters(self, train_cfg: Any) -> list[nn.Parameter]:
+        """With ``zero_b`` on a sparse model, B is left out (held at 0, L-BFGS stays consistent)."""
+        frozen = train_cfg.zero_b and self.cfg.sparse
+        return [p for name, p in self.named_parameters()
+                if p.requires_grad and not (frozen and name.endswith("attn.B"))]
+
+    @torch.no_grad()
+    def apply_constraints(self, train_cfg: Any) -> None:
+        """Eq. 8 projection of a dense model (``project_sparse``), and B = 0 (``zero_b``)."""
+        d = self.cfg.n_dims
+        for block in self.blocks:
+            attn = block.attn
+            if train_cfg.project_sparse:
+                attn.P[:, :d, d] = 0.0
+                attn.P[:, d, :d] = 0.0
+                attn.P[:, d, d] = 1.0
+                attn.Q[:, d, :] = 0.0
+                attn.Q[:, :, d] = 0.0
+            if train_cfg.zero_b:
+                (attn.B if self.cfg.sparse else attn.P[:, :d, :d]).zero_()
+
+    def claimed_learners(self, batch: Any) -> tuple[dict[str, dict[str, Any]], list[str]]:
+        """Preconditioned GD with this model's own A_l, and with a_l Σ⁻¹ (Ahn et al.).
+
+        A layer with the linear kernel and B = 0 computes ``w <- w − A_l ∇R(w)`` exactly,
+        so layer l equals step l of ``pgd_own``. ``pgd_inv_cov`` uses Σ⁻¹ scaled by
+        a_l = ⟨A_l, Σ⁻¹⟩/⟨Σ⁻¹, Σ⁻¹⟩ (Ahn et al.'s stationary points are A_l = a_l Σ⁻¹).
+        """
+        p, q = (m.detach().to(torch.float64) for m in self.matrices())
+        d = self.cfg.n_dims
+        a_own, b_own = -q[..., :d, :d].sum(1), p[..., :d, :d].sum(1)  # heads summed
+        b_max = float(b_own.abs().max())
+        notes = []
+        if self.cfg.kernel != "linear" or b_max != 0.0:
+            notes.append(f"pgd_own: a layer computes w <- w − A_l ∇R(w) exactly only with the "
+                         f"linear kernel and B = 0 (this model: kernel {self.cfg.kernel}, "
+                         f"max |B| {b_max:.3g}); read it as a reference")
+        runs = {"pgd_own": {"learner": "pgd_schedule", "steps": "layers",
+                            "label": "GD preconditioned by the model's own A_l",
+                            "hyper": {"normalize": True, "preconds": a_own}}}
+        if batch.cov.ndim == 2:
+            inv = torch.linalg.inv(batch.cov.to(torch.float64))
+            scale = (a_own * inv).sum((-1, -2)) / (inv * inv).sum()
+            runs["pgd_inv_cov"] = {"learner": "pgd_schedule", "steps": "layers",
+                                   "label": "GD preconditioned by a_l Σ⁻¹ (a_l fitted to A_l)",
+                                   "hyper": {"normalize": True,
+                                             "preconds": scale[:, None, None] * inv}}
+        else:
+            notes.append("pgd_inv_cov: skipped, Σ differs per sequence in this data")
+        return runs, notes
 
     def predict_queries(
         self,

@@ -1,21 +1,21 @@
-"""`Regressor`: either hooked model family (for type annotations)."""
+"""`Regressor` (the model families' base class) and the checks every consumer shares."""
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 from torch import Tensor
 
-from iclprobe.models.gpt import GPTRegressor
-from iclprobe.models.pq import PQTransformer
+from iclprobe.models.base import Regressor
 
-Regressor = Union[GPTRegressor, PQTransformer]  # noqa: UP007 - a runtime alias
+__all__ = ["Regressor", "check_model", "readout_residual"]
 
 
 def check_model(model: Any) -> None:
-    """Refuse anything but the two hooked families, naming the type given."""
-    if not isinstance(model, (GPTRegressor, PQTransformer)):
-        raise TypeError(f"model must be a GPTRegressor or PQTransformer, got {type(model).__name__}")
+    """Refuse anything that is not a model of a registered family, naming the type given."""
+    if not isinstance(model, Regressor):
+        raise TypeError(f"model must be an iclprobe model (a Regressor: GPTRegressor, "
+                        f"PQTransformer, ...), got {type(model).__name__}")
 
 
 def readout_residual(model: Regressor, resid: Tensor) -> Tensor:
@@ -24,6 +24,4 @@ def readout_residual(model: Regressor, resid: Tensor) -> Tensor:
     GPT: final norm and read-out; PQ: ``−Z[query, d]``. Applied to the last layer it gives
     the model's prediction, to earlier layers the no-training (logit-lens) readout.
     """
-    if isinstance(model, PQTransformer):
-        return -resid[..., -1]
-    return model.readout(resid)
+    return model.readout_residual(resid)

@@ -22,10 +22,9 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from iclprobe.algorithms.prefix import ols_predictions
+from iclprobe.models.base import Regressor
 from iclprobe.models.checkpoint import RUN_CHECKPOINT
-from iclprobe.models.gpt import GPTRegressor
-from iclprobe.models.pq import PQTransformer
-from iclprobe.models.regressor import Regressor, check_model
+from iclprobe.models.regressor import check_model
 from iclprobe.models.run_dir import (
     METRICS_FILE,
     RunBusyError,
@@ -39,6 +38,8 @@ from iclprobe.models.train_config import TrainConfig
 from iclprobe.tasks import RegressionBatch, RegressionTask
 
 logger = logging.getLogger(__name__)
+#: TrainConfig fields that only some families accept (see `Regressor.train_options`).
+FAMILY_TRAIN_OPTIONS = ("project_sparse", "zero_b")
 __all__ = ["RunBusyError", "TrainResult", "TrainingDiverged", "TrainingInterrupted",
            "read_train_config", "train"]
 
@@ -88,26 +89,21 @@ def check_setup(model: Regressor, task: RegressionTask, cfg: TrainConfig) -> Non
         raise TypeError(f"task must be a RegressionTask, got {type(task).__name__}")
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
-    if model.cfg.n_dims != task.n_dims:
-        raise ValueError(f"task.n_dims={task.n_dims} but the model has n_dims={model.cfg.n_dims}")
-    is_gpt = isinstance(model, GPTRegressor)
-    if isinstance(model, GPTRegressor) and task.n_points > model.cfg.n_positions:
-        raise ValueError(f"task.n_points={task.n_points} is more than the model's "
-                         f"n_positions={model.cfg.n_positions}")
+    model.check_task(task)
     family = type(model).__name__
     if cfg.curriculum_every:
-        if not is_gpt:
-            raise ValueError(f"TrainConfig.curriculum_every is for GPTRegressor, not {family}")
+        if not model.curriculum:
+            raise ValueError(f"TrainConfig.curriculum_every does not apply to {family}")
         if cfg.curriculum_dims[0] > task.n_dims or cfg.curriculum_points[0] > task.n_points:
             raise ValueError(f"TrainConfig.curriculum_dims/points start {cfg.curriculum_dims[0]}/"
                              f"{cfg.curriculum_points[0]} exceeds the task's "
                              f"{task.n_dims}/{task.n_points}")
-    for field in ("project_sparse", "zero_b"):
-        if getattr(cfg, field) and is_gpt:
-            raise ValueError(f"TrainConfig.{field} is for PQTransformer, not {family}")
-    if cfg.project_sparse and isinstance(model, PQTransformer) and model.cfg.sparse:
-        raise ValueError("TrainConfig.project_sparse needs a dense PQ model (PQConfig.sparse="
-                         "False); this one is sparse by construction")
+    defaults = TrainConfig()
+    for field in FAMILY_TRAIN_OPTIONS:
+        if getattr(cfg, field) != getattr(defaults, field) and \
+                field not in model.train_options():
+            raise ValueError(f"TrainConfig.{field} does not apply to {family}")
+    model.check_train_config(cfg)
     if cfg.optimizer == "lbfgs" and cfg.resample_every != 0:
         raise ValueError("TrainConfig.optimizer='lbfgs' trains on one fixed dataset: set "
                          f"resample_every=0, got {cfg.resample_every}")
@@ -139,24 +135,6 @@ def clip_gradients(params: list[nn.Parameter], cfg: TrainConfig) -> None:
             g = p.grad.view(-1, *p.shape[-2:]) if p.ndim >= 2 else p.grad.view(1, -1)
             norms = g.flatten(1).norm(dim=1).clamp(min=1e-12)
             g.mul_((cfg.clip_norm / norms).clamp(max=1.0).view(-1, *[1] * (g.ndim - 1)))
-
-
-@torch.no_grad()
-def apply_constraints(model: Regressor, cfg: TrainConfig) -> None:
-    """PQ constraints: Eq. 8 projection of a dense model, and B = 0."""
-    if not isinstance(model, PQTransformer):
-        return
-    d = model.cfg.n_dims
-    for block in model.blocks:
-        attn = block.attn
-        if cfg.project_sparse:
-            attn.P[:, :d, d] = 0.0
-            attn.P[:, d, :d] = 0.0
-            attn.P[:, d, d] = 1.0
-            attn.Q[:, d, :] = 0.0
-            attn.Q[:, :, d] = 0.0
-        if cfg.zero_b:
-            (attn.B if model.cfg.sparse else attn.P[:, :d, :d]).zero_()
 
 
 def loss_of(preds: Tensor, ys: Tensor, cfg: TrainConfig) -> Tensor:
@@ -207,7 +185,7 @@ def train(
     """Train ``model`` in place on ``task``.
 
     Args:
-        model: a `GPTRegressor` or `PQTransformer`.
+        model: a model of any registered family.
         task: the task to draw training data from (saved with every checkpoint).
         cfg: the recipe (default `TrainConfig()`).
         out: run directory: ``metrics.jsonl`` and the latest ``checkpoint/`` (loadable with
@@ -258,12 +236,10 @@ def _train(model: Regressor, task: RegressionTask, cfg: TrainConfig, out: Path |
                           if cfg.device == "cuda" else "cpu")
     model.to(device).train()
     model.task = task
-    apply_constraints(model, cfg)
-    # With zero_b on a sparse PQ model, B is held at 0 by leaving it out of the optimizer
-    # (zeroing it after each step would feed L-BFGS inconsistent curvature pairs).
-    frozen = cfg.zero_b and isinstance(model, PQTransformer) and model.cfg.sparse
-    params = [p for name, p in model.named_parameters()
-              if p.requires_grad and not (frozen and name.endswith("attn.B"))]
+    model.apply_constraints(cfg)
+    # The family says what the optimizer updates (a PQ model with zero_b leaves B out, so
+    # L-BFGS sees consistent curvature pairs) and projects its weights after each step.
+    params = model.trainable_parameters(cfg)
     optimizer = make_optimizer(params, cfg)
     start = restore(out, model, cfg, optimizer) if resume else 0  # type: ignore[arg-type]
     if resume and writer:
@@ -312,7 +288,7 @@ class _Loop:
                 loss = _optimizer_step(self.net, self.optimizer, self.params, batch, cfg)
                 if not bool(torch.isfinite(loss)):
                     self._diverged(step + 1, f"the loss is {loss.item()}")
-                apply_constraints(self.model, cfg)
+                self.model.apply_constraints(cfg)
                 done = step + 1
                 if done % cfg.log_every == 0 or done == cfg.steps:
                     rate = (done - last_logged) / max(time.perf_counter() - t0, 1e-9)

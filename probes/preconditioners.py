@@ -24,8 +24,9 @@ class Preconditioners:
 
 def preconditioners(model: PQTransformer) -> Preconditioners:
     """Read A_l (= −Q[:d, :d]) and B_l (= P[:d, :d]) out of every layer."""
-    if not isinstance(model, PQTransformer):
-        raise TypeError(f"model must be a PQTransformer, got {type(model).__name__}")
+    if not callable(getattr(model, "matrices", None)):
+        raise TypeError(f"model must have PQ matrices (a PQTransformer), got "
+                        f"{type(model).__name__}")
     p, q = (m.detach() for m in model.matrices())
     d = model.cfg.n_dims
     a_heads, b_heads = -q[..., :d, :d], p[..., :d, :d]

@@ -187,7 +187,7 @@ def test_preconditioners_distance_and_optimum():
     torch.testing.assert_close(probes.ahn_optimum(cov, 20), torch.linalg.inv(gamma))
     with pytest.raises(ValueError, match="prior must be one of"):
         probes.ahn_optimum(cov, 20, prior="flat")
-    with pytest.raises(TypeError, match="model must be a PQTransformer"):
+    with pytest.raises(TypeError, match=r"model must have PQ matrices \(a PQTransformer\)"):
         probes.preconditioners(tiny_gpt())
 
 

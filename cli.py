@@ -63,15 +63,16 @@ def _add_train(sub: Any) -> None:
 
     p = sub.add_parser(
         "train", help="train a model on in-context regression",
-        description="Train a GPTRegressor or PQTransformer. Run under `torchrun "
+        description="Train a GPTRegressor, PQTransformer or LSTMRegressor. Run under `torchrun "
         "--nproc_per_node=K -m iclprobe train ...` for DistributedDataParallel. Note: linear "
         "attention does not learn the interleaved layout (it cannot copy a label onto its x "
         "token); use --layout paired with --attention linear.")
     p.add_argument("--out", required=True, help="run directory (metrics.jsonl, checkpoint/)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out (model, task and recipe from its checkpoint)")
-    p.add_argument("--family", choices=("gpt", "pq"), default=argparse.SUPPRESS,
-                   help="gpt: GPTRegressor, pq: PQTransformer (default: gpt)")
+    p.add_argument("--family", choices=("gpt", "pq", "lstm"),  # family wiring: lstm
+                   default=argparse.SUPPRESS, help="gpt: GPTRegressor, pq: PQTransformer, "
+                   "lstm: LSTMRegressor (default: gpt)")
     add_fields(p.add_argument_group("task"), TASK_FIELDS, TASK_RENAME)
     add_fields(p.add_argument_group("model"), MODEL_FIELDS, MODEL_RENAME)
     add_fields(p.add_argument_group("training (TrainConfig)"), TRAIN_FIELDS)

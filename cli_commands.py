@@ -206,6 +206,13 @@ def cmd_train(args: argparse.Namespace) -> int:
             model_kw.setdefault("n_positions", task.n_points)
             bad = sorted({"sparse", "kernel", "init_std"} & set(model_kw))
             model = models.GPTRegressor(models.GPTConfig(**_only(model_kw, bad, family)))
+        elif family == "lstm":  # family wiring: lstm
+            from iclprobe.models.lstm import LSTMConfig, LSTMRegressor
+
+            model_kw.setdefault("n_positions", task.n_points)
+            bad = sorted({"n_heads", "d_mlp", "attention", "ln_eps", "final_norm", "sparse",
+                          "kernel", "init_std"} & set(model_kw))
+            model = LSTMRegressor(LSTMConfig(**_only(model_kw, bad, family)))
         else:
             bad = sorted({"n_positions", "d_model", "d_mlp", "attention", "layout",
                           "ln_eps", "final_norm"} & set(model_kw))

@@ -65,13 +65,13 @@ TASK_FIELDS = [
 TASK_RENAME = {"seed": "task_seed"}
 
 MODEL_FIELDS = [
-    ("n_positions", None, "GPT: most examples per sequence (default: n_points)"),
-    ("n_layers", 8, "layers (PQ default: 3)"),
-    ("d_model", 64, "GPT: residual width"),
+    ("n_positions", None, "GPT, LSTM: most examples per sequence (default: n_points)"),
+    ("n_layers", 8, "layers (PQ and LSTM default: 3)"),
+    ("d_model", 64, "GPT: residual width; LSTM: hidden width (LSTM default: 128)"),
     ("n_heads", 4, "heads (PQ default: 1)"),
     ("d_mlp", None, "GPT: MLP width (default: 4 d_model)"),
     ("attention", "softmax", "GPT: softmax | linear"),
-    ("layout", "interleaved", "GPT: interleaved | paired"),
+    ("layout", "interleaved", "GPT, LSTM: interleaved | paired"),
     ("ln_eps", 1e-5, "GPT: LayerNorm epsilon"),
     ("final_norm", True, "GPT: LayerNorm before the read-out (off: Fu et al.'s probing runs)"),
     ("sparse", True, "PQ: Eq. 8 sparse P and Q"),
@@ -99,7 +99,7 @@ TRAIN_FIELDS = [
     ("clip_norm", 1.0, "clipping threshold"),
     ("resample_every", 1, "fresh data every k steps (0: one fixed dataset)"),
     ("loss", "all", "all: every prefix (Garg) | last: last position (Ahn)"),
-    ("curriculum_every", 0, "GPT: grow dims/points every k steps (0: off)"),
+    ("curriculum_every", 0, "GPT, LSTM: grow dims/points every k steps (0: off)"),
     ("curriculum_dims", (5, 1), "curriculum (start, increment) of the active dims"),
     ("curriculum_points", (11, 2), "curriculum (start, increment) of the points"),
     ("project_sparse", False, "dense PQ: project onto Eq. 8 after every step"),

@@ -15,6 +15,7 @@ from typing import Any
 from torch import Tensor
 
 from iclprobe.hooks.residuals import check_layers, resid_hook_name
+from iclprobe.models.lstm import LSTMRegressor  # family wiring: lstm
 from iclprobe.models.pq import PQTransformer
 from iclprobe.models.regressor import Regressor, check_model
 
@@ -65,7 +66,8 @@ def ablate(model: Regressor, block: int, head: int | None = None,
            kind: str = "zero") -> Iterator[Regressor]:
     """Zero- or mean-ablate block ``block``'s output, or one of its heads.
 
-    A whole block: its attention and MLP outputs (``hook_attn_out``, ``hook_mlp_out``).
+    A whole block: its attention and MLP outputs (``hook_attn_out``, ``hook_mlp_out``); an
+    LSTM layer: its hidden states (``hook_resid_post``), the input of the next layer.
     A head: its slice of ``attn.hook_z`` (GPT) or of ``attn.hook_pattern`` (PQ, whose head
     outputs are summed inside the layer). Mean ablation uses the batch mean per position.
     """
@@ -74,7 +76,11 @@ def ablate(model: Regressor, block: int, head: int | None = None,
     replace = _replace(kind)
     is_pq = isinstance(model, PQTransformer)
     hooks: list[tuple[str | Callable[..., Any], Callable[..., Any]]]
-    if head is None:
+    if isinstance(model, LSTMRegressor):  # family wiring: lstm -- no heads; its output is h
+        if head is not None:
+            raise ValueError(f"head must be None for an LSTMRegressor (no heads), got {head!r}")
+        hooks = [(f"blocks.{block}.hook_resid_post", lambda t, hook: replace(t))]
+    elif head is None:
         names = [f"blocks.{block}.hook_attn_out"]
         if not is_pq:
             names.append(f"blocks.{block}.hook_mlp_out")

@@ -40,8 +40,10 @@ class CheckpointError(ValueError):
 def _families() -> dict[str, tuple[Any, Any]]:
     from iclprobe.models.config import GPTConfig
     from iclprobe.models.gpt import GPTRegressor
+    from iclprobe.models.lstm import LSTMConfig, LSTMRegressor  # family wiring: lstm
 
-    families: dict[str, tuple[Any, Any]] = {"gpt": (GPTConfig, GPTRegressor)}
+    families: dict[str, tuple[Any, Any]] = {"gpt": (GPTConfig, GPTRegressor),
+                                            "lstm": (LSTMConfig, LSTMRegressor)}
     try:
         from iclprobe.models.pq import PQConfig, PQTransformer
     except ImportError:  # pragma: no cover - the PQ family lands separately

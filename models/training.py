@@ -25,6 +25,7 @@ from iclprobe.algorithms.prefix import ols_predictions
 from iclprobe.models.checkpoint import RUN_CHECKPOINT, load_state_into, write_checkpoint_files
 from iclprobe.models.gpt import GPTRegressor
 from iclprobe.models.io import atomic_directory, write_text_atomic
+from iclprobe.models.lstm import LSTMRegressor  # family wiring: lstm
 from iclprobe.models.pq import PQTransformer
 from iclprobe.models.regressor import Regressor, check_model
 from iclprobe.models.train_config import TrainConfig
@@ -81,20 +82,22 @@ def check_setup(model: Regressor, task: RegressionTask, cfg: TrainConfig) -> Non
         raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
     if model.cfg.n_dims != task.n_dims:
         raise ValueError(f"task.n_dims={task.n_dims} but the model has n_dims={model.cfg.n_dims}")
-    is_gpt = isinstance(model, GPTRegressor)
-    if isinstance(model, GPTRegressor) and task.n_points > model.cfg.n_positions:
+    # family wiring: lstm -- the LSTM takes the GPT's token layouts, limit and curriculum
+    is_seq = isinstance(model, (GPTRegressor, LSTMRegressor))
+    if is_seq and task.n_points > model.cfg.n_positions:  # type: ignore[union-attr]
         raise ValueError(f"task.n_points={task.n_points} is more than the model's "
-                         f"n_positions={model.cfg.n_positions}")
+                         f"n_positions={model.cfg.n_positions}")  # type: ignore[union-attr]
     family = type(model).__name__
     if cfg.curriculum_every:
-        if not is_gpt:
-            raise ValueError(f"TrainConfig.curriculum_every is for GPTRegressor, not {family}")
+        if not is_seq:
+            raise ValueError("TrainConfig.curriculum_every is for GPTRegressor and "
+                             f"LSTMRegressor, not {family}")
         if cfg.curriculum_dims[0] > task.n_dims or cfg.curriculum_points[0] > task.n_points:
             raise ValueError(f"TrainConfig.curriculum_dims/points start {cfg.curriculum_dims[0]}/"
                              f"{cfg.curriculum_points[0]} exceeds the task's "
                              f"{task.n_dims}/{task.n_points}")
     for field in ("project_sparse", "zero_b"):
-        if getattr(cfg, field) and is_gpt:
+        if getattr(cfg, field) and is_seq:
             raise ValueError(f"TrainConfig.{field} is for PQTransformer, not {family}")
     if cfg.project_sparse and isinstance(model, PQTransformer) and model.cfg.sparse:
         raise ValueError("TrainConfig.project_sparse needs a dense PQ model (PQConfig.sparse="
@@ -228,7 +231,7 @@ def train(
     """Train ``model`` in place on ``task``.
 
     Args:
-        model: a `GPTRegressor` or `PQTransformer`.
+        model: a `GPTRegressor`, `PQTransformer` or `LSTMRegressor`.
         task: the task to draw training data from (saved with every checkpoint).
         cfg: the recipe (default `TrainConfig()`).
         out: run directory: ``metrics.jsonl`` and the latest ``checkpoint/`` (loadable with

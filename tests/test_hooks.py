@@ -127,7 +127,7 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="kind must be 'zero' or 'mean'"):
         with hooks.ablate(model, block=0, kind="resample"):
             pass
-    with pytest.raises(TypeError, match="model must be a GPTRegressor or PQTransformer"):
+    with pytest.raises(TypeError, match="model must be a GPTRegressor, PQTransformer or LSTMRegressor"):
         hooks.collect_residuals(torch.nn.Linear(2, 2), b.xs, b.ys)
     with pytest.raises(ValueError, match="batch_size must be a positive integer"):
         hooks.collect_residuals(model, b.xs, b.ys, batch_size=0)

@@ -130,7 +130,7 @@ def test_lbfgs_on_a_fixed_dataset_and_pq_constraints():
         (lambda: tiny_gpt(n_positions=5), TrainConfig(), "task.n_points=8 is more than the "
                                                          "model's n_positions=5"),
         (lambda: PQTransformer(PQConfig(n_dims=3)), TrainConfig(curriculum_every=10),
-         "curriculum_every is for GPTRegressor, not PQTransformer"),
+         "curriculum_every is for GPTRegressor and LSTMRegressor, not PQTransformer"),
         (paired_linear, TrainConfig(zero_b=True), "zero_b is for PQTransformer"),
         (lambda: PQTransformer(PQConfig(n_dims=3)), TrainConfig(project_sparse=True),
          "project_sparse needs a dense PQ model"),

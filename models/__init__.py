@@ -5,6 +5,7 @@ from iclprobe.models.checkpoint import CheckpointError, load, save
 from iclprobe.models.config import GPTConfig, PQConfig
 from iclprobe.models.garg import convert_garg_state, load_garg_run
 from iclprobe.models.gpt import GPTRegressor
+from iclprobe.models.lstm import LSTMConfig, LSTMRegressor  # family wiring: lstm
 from iclprobe.models.pq import PQTransformer
 from iclprobe.models.train_config import TrainConfig
 from iclprobe.models.training import TrainResult, read_train_config, train
@@ -13,6 +14,8 @@ __all__ = [
     "CheckpointError",
     "GPTConfig",
     "GPTRegressor",
+    "LSTMConfig",
+    "LSTMRegressor",
     "PQConfig",
     "PQTransformer",
     "TrainConfig",

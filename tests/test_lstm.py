@@ -268,3 +268,24 @@ def test_shipped_lstm_errors_as_documented():
     assert abs(worst - doc["worst_normalized_error"]) < 0.15 * doc["worst_normalized_error"]
     # it learned in context: far below the zero predictor, and its error falls with t
     assert worst < 0.5 and err[16:].mean() < 0.5 * err[:2].mean()
+
+
+@pytest.mark.slow
+def test_shipped_lstm_layers_resemble_one_pass_of_online_gd():
+    from iclprobe.alignment.pipeline import AlignConfig, align
+
+    cfg = AlignConfig(algorithms=("newton", "gd", "online_gd"), metrics=("error_cosine",),
+                      n_sequences=256, separation=False)
+    res = align(models.load("lstm"), cfg, name="lstm")
+    assert res.live == [False, True, True, True, True]
+    best = {k: res.matches[k]["error_cosine"] for k in ("newton", "gd", "online_gd")}
+    # depth adds no steps: every live layer matches the same step of each learner
+    for match in best.values():
+        assert len(set(match.best_step[1:])) == 1 and match.fit.slope is None
+    assert best["online_gd"].best_step[1:] == [1] * 4  # one normalized pass
+    for layer in (2, 3, 4):
+        assert best["online_gd"].best_value[layer] > best["gd"].best_value[layer] + 0.02
+        assert best["online_gd"].best_value[layer] > best["newton"].best_value[layer] + 0.02
+    pair = next(p for p in res.comparisons["error_cosine"].pairs
+                if (p.a, p.b) == ("newton", "online_gd"))
+    assert pair.verdicts[2:] == ["prefers online_gd"] * 3

@@ -2,10 +2,11 @@
 
 from iclprobe.models.ahn import load_ahn
 from iclprobe.models.checkpoint import CheckpointError, load, save
-from iclprobe.models.config import GPTConfig, PQConfig
+from iclprobe.models.config import GPTConfig, LSTMConfig, PQConfig
 from iclprobe.models.garg import convert_garg_state, load_garg_run
 from iclprobe.models.gpt import GPTRegressor
 from iclprobe.models.io import OutputExistsError
+from iclprobe.models.lstm import LSTMRegressor
 from iclprobe.models.pq import PQTransformer
 from iclprobe.models.train_config import TrainConfig
 from iclprobe.models.training import (
@@ -21,6 +22,8 @@ __all__ = [
     "CheckpointError",
     "GPTConfig",
     "GPTRegressor",
+    "LSTMConfig",
+    "LSTMRegressor",
     "OutputExistsError",
     "PQConfig",
     "PQTransformer",

@@ -36,6 +36,24 @@ def _check_choice(cfg: Any, name: str, choices: tuple[str, ...]) -> None:
         raise ValueError(f"{type(cfg).__name__}.{name} must be one of {choices}, got {value!r}")
 
 
+class _TokenLayout:
+    """Token geometry shared by the families that read a token sequence (GPT, LSTM)."""
+
+    n_dims: int
+    n_positions: int
+    layout: str
+
+    @property
+    def n_ctx(self) -> int:
+        """Number of token positions."""
+        return 2 * self.n_positions if self.layout == "interleaved" else self.n_positions
+
+    @property
+    def token_dim(self) -> int:
+        """Width of one input token before the read-in."""
+        return self.n_dims if self.layout == "interleaved" else 2 * self.n_dims + 1
+
+
 class _ConfigMixin:
     def to_dict(self) -> dict[str, Any]:
         """A fresh dict of the fields (never an alias of ``__dict__``)."""
@@ -52,7 +70,7 @@ class _ConfigMixin:
 
 
 @dataclasses.dataclass(frozen=True)
-class GPTConfig(_ConfigMixin):
+class GPTConfig(_TokenLayout, _ConfigMixin):
     """Configuration of `GPTRegressor` (Garg et al.'s read-in → GPT-2 → read-out)."""
 
     n_dims: int  # covariate dimension d
@@ -92,16 +110,6 @@ class GPTConfig(_ConfigMixin):
     def d_mlp_resolved(self) -> int:
         """The MLP hidden width in force."""
         return self.d_mlp if self.d_mlp is not None else 4 * self.d_model
-
-    @property
-    def n_ctx(self) -> int:
-        """Number of token positions."""
-        return 2 * self.n_positions if self.layout == "interleaved" else self.n_positions
-
-    @property
-    def token_dim(self) -> int:
-        """Width of one input token before the read-in."""
-        return self.n_dims if self.layout == "interleaved" else 2 * self.n_dims + 1
 
     def n_parameters(self) -> int:
         """Number of weights of the model (all of its state dict), from the config alone."""
@@ -158,6 +166,39 @@ class PQConfig(_ConfigMixin):
         return batch_size * self.n_layers * n_points * (n_points + 1) * self.d_model
 
     attn_only = True
+    normalization_type = None
+    positional_embedding_type = "none"
+    device = None
+
+
+@dataclasses.dataclass(frozen=True)
+class LSTMConfig(_TokenLayout, _ConfigMixin):
+    """Configuration of `LSTMRegressor` (Garg et al.'s read-in → LSTM layers → read-out)."""
+
+    n_dims: int  # covariate dimension d
+    n_positions: int  # most examples per sequence (2x tokens when interleaved)
+    n_layers: int = 3  # LSTM layers, one per block (each one's hidden states are hooked)
+    d_model: int = 128  # hidden width of every LSTM layer and of the read-in
+    layout: str = "interleaved"  # "interleaved" (x, y tokens) | "paired" ((x_prev, y_prev, x))
+    seed: int = 0  # initialization seed (global RNG untouched)
+
+    def __post_init__(self) -> None:
+        _check_positive(self, "n_dims", "n_positions", "n_layers", "d_model")
+        _check_choice(self, "layout", LAYOUTS)
+        check_seed("LSTMConfig", "seed", self.seed)
+
+    def n_parameters(self) -> int:
+        """Number of weights of the model (all of its state dict), from the config alone."""
+        m = self.d_model
+        return (self.token_dim + 1) * m + self.n_layers * (8 * m * m + 8 * m) + m + 1
+
+    def activation_floats(self, batch_size: int, n_points: int) -> int:
+        """A lower bound on the activations a training step keeps for backward (floats)."""
+        tok = 2 * n_points if self.layout == "interleaved" else n_points
+        return batch_size * self.n_layers * tok * 6 * self.d_model
+
+    # Attributes TransformerLens's ActivationCache reads from ``model.cfg``.
+    attn_only = False
     normalization_type = None
     positional_embedding_type = "none"
     device = None

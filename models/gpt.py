@@ -18,12 +18,13 @@ from iclprobe.models._tl import HookPoint
 from iclprobe.models.base import ModuleList, Regressor
 from iclprobe.models.components import Block, LayerNorm, side_block
 from iclprobe.models.config import GPTConfig
+from iclprobe.models.layout import TokenLayoutMixin
 
 #: Largest side-attention score tensor ``predict_queries`` builds at once (elements).
 _QUERY_CHUNK_ELEMENTS = 2**25
 
 
-class GPTRegressor(Regressor):
+class GPTRegressor(TokenLayoutMixin, Regressor):
     """A GPT-2 regressor on in-context regression sequences.
 
     ``layout="interleaved"``: tokens ``x_1, (y_1, 0, …, 0), x_2, …`` (2n tokens), read out at
@@ -74,26 +75,7 @@ class GPTRegressor(Regressor):
     def check_inputs(self, xs: Tensor, ys: Tensor) -> None:
         """Validate the shapes, and at most ``n_positions`` examples."""
         super().check_inputs(xs, ys)
-        n_max = self.cfg.n_positions
-        if xs.shape[1] > n_max:
-            raise ValueError(
-                f"xs has {xs.shape[1]} points but the model has n_positions={n_max}"
-            )
-
-    def tokens(self, xs: Tensor, ys: Tensor) -> Float[Tensor, "batch tok token_dim"]:
-        """Lay the examples out as input tokens (before the read-in)."""
-        b, n, d = xs.shape
-        if self.cfg.layout == "interleaved":
-            y_tok = torch.zeros_like(xs)
-            y_tok[..., 0] = ys
-            return torch.stack([xs, y_tok], dim=2).reshape(b, 2 * n, d)  # x_1, y_1, x_2, …
-        prev = torch.cat([xs.new_zeros(b, 1, d + 1), torch.cat([xs, ys[..., None]], -1)], 1)
-        return torch.cat([prev[:, :n], xs], dim=-1)  # (x_{t-1}, y_{t-1}, x_t)
-
-    def readout_positions(self, n_points: int) -> Tensor:
-        """Token index of each example's query x: ``[pos]``."""
-        step = 2 if self.cfg.layout == "interleaved" else 1
-        return torch.arange(n_points, device=self.W_pos.device) * step
+        self.check_points(xs.shape[1])
 
     # ------------------------------------------------------------------ forward
     def embed(self, xs: Tensor, ys: Tensor) -> Float[Tensor, "batch tok d_model"]:
@@ -124,32 +106,6 @@ class GPTRegressor(Regressor):
         return self.read_out(self.ln_final(resid))[..., 0]
 
     readout_residual = readout
-
-    def readout_rows(self, activation: Tensor, n_points: int) -> Tensor:
-        """A residual hook's ``[batch, tok, d_model]`` at the x tokens: ``[batch, pos, d_model]``."""
-        return activation[:, self.readout_positions(n_points)]
-
-    def set_readout_rows(self, activation: Tensor, rows: Tensor) -> Tensor:
-        """A copy of the hook's tensor with ``rows`` written into the readout tokens."""
-        n = self.n_points_of(activation)
-        expected = (activation.shape[0], n, activation.shape[-1])
-        if tuple(rows.shape) != expected:
-            raise ValueError(f"rows must have shape {expected} for this tensor, got "
-                             f"{tuple(rows.shape)}")
-        out = activation.clone()
-        out[:, self.readout_positions(n)] = rows.to(activation)
-        return out
-
-    def n_points_of(self, activation: Tensor) -> int:
-        """Examples in a ``[batch, tok, d_model]`` hook tensor."""
-        return activation.shape[1] // (2 if self.cfg.layout == "interleaved" else 1)
-
-    def check_task(self, task: Any) -> None:
-        """The task's dimension, and at most ``n_positions`` examples."""
-        super().check_task(task)
-        if task.n_points > self.cfg.n_positions:
-            raise ValueError(f"task.n_points={task.n_points} is more than the model's "
-                             f"n_positions={self.cfg.n_positions}")
 
     def predict_queries(
         self,

@@ -18,7 +18,7 @@ import dataclasses
 import importlib
 from typing import Any
 
-from iclprobe.models.config import GPTConfig, PQConfig
+from iclprobe.models.config import GPTConfig, LSTMConfig, PQConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,3 +72,5 @@ register_family("gpt", GPTConfig, "iclprobe.models.gpt:GPTRegressor",
                 "GPT-2 regressor (Garg et al.), softmax or linear attention")
 register_family("pq", PQConfig, "iclprobe.models.pq:PQTransformer",
                 "PQ linear transformer (Ahn et al., von Oswald et al.)")
+register_family("lstm", LSTMConfig, "iclprobe.models.lstm:LSTMRegressor",
+                "LSTM regressor: the recurrent baseline on the same tokens")

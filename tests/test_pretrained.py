@@ -15,6 +15,7 @@ from iclprobe.models.checkpoint import PRETRAINED_DIR
 
 GPTS = ["gpt-softmax", "gpt-softmax-paired", "gpt-linear-paired"]
 PQS = ["pq-rotated-3layer", "pq-isotropic-1layer"]
+OTHERS = ["lstm"]  # tested in test_lstm.py
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -32,8 +33,8 @@ def fresh_error(model, n=1000, seed=777):
 def test_every_model_ships_small_and_is_listed(capsys):
     assert main(["models"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert sorted(line.split()[0] for line in lines) == sorted(GPTS + PQS)
-    for name in GPTS + PQS:
+    assert sorted(line.split()[0] for line in lines) == sorted(GPTS + PQS + OTHERS)
+    for name in GPTS + PQS + OTHERS:
         folder = PRETRAINED_DIR / name
         assert sum(f.stat().st_size for f in folder.iterdir()) < 5 * 2**20
         assert {"config.json", "model.safetensors", "task.json", "train.json",

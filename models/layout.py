@@ -1,0 +1,74 @@
+"""Token layouts of the sequence families (GPT, LSTM): tokens and readout positions.
+
+``layout="interleaved"``: ``x_1, (y_1, 0, …, 0), x_2, …`` (2n tokens), read out at the x
+tokens (Garg et al., Fu et al.). ``layout="paired"``: token t is ``(x_{t-1}, y_{t-1}, x_t)``
+with zeros before the first example, read out at every token. Either way ``preds[:, t]``
+sees the examples ``0..t-1`` and the query ``x_t`` only. Axis legend: ``batch``, ``pos``,
+``tok``, ``n_dims``, ``d_model``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+
+class TokenLayoutMixin:
+    """Tokens, readout positions and readout rows of a model with ``cfg.layout``.
+
+    Mixed in before `iclprobe.models.base.Regressor`; provides the readout-row methods the
+    base class asks for, and refuses tasks with more than ``cfg.n_positions`` examples.
+    """
+
+    cfg: Any
+
+    def tokens(self, xs: Tensor, ys: Tensor) -> Float[Tensor, "batch tok token_dim"]:
+        """Lay the examples out as input tokens (before the read-in)."""
+        b, n, d = xs.shape
+        if self.cfg.layout == "interleaved":
+            y_tok = torch.zeros_like(xs)
+            y_tok[..., 0] = ys
+            return torch.stack([xs, y_tok], dim=2).reshape(b, 2 * n, d)  # x_1, y_1, x_2, …
+        prev = torch.cat([xs.new_zeros(b, 1, d + 1), torch.cat([xs, ys[..., None]], -1)], 1)
+        return torch.cat([prev[:, :n], xs], dim=-1)  # (x_{t-1}, y_{t-1}, x_t)
+
+    def readout_positions(self, n_points: int) -> Tensor:
+        """Token index of each example's query x: ``[pos]``."""
+        step = 2 if self.cfg.layout == "interleaved" else 1
+        device = next(self.parameters()).device  # type: ignore[attr-defined]
+        return torch.arange(n_points, device=device) * step
+
+    def readout_rows(self, activation: Tensor, n_points: int) -> Tensor:
+        """A residual hook's ``[batch, tok, d_model]`` at the x tokens: ``[batch, pos, d_model]``."""
+        return activation[:, self.readout_positions(n_points)]
+
+    def n_points_of(self, activation: Tensor) -> int:
+        """Examples in a ``[batch, tok, d_model]`` hook tensor."""
+        return activation.shape[1] // (2 if self.cfg.layout == "interleaved" else 1)
+
+    def set_readout_rows(self, activation: Tensor, rows: Tensor) -> Tensor:
+        """A copy of the hook's tensor with ``rows`` written into the readout tokens."""
+        n = self.n_points_of(activation)
+        expected = (activation.shape[0], n, activation.shape[-1])
+        if tuple(rows.shape) != expected:
+            raise ValueError(f"rows must have shape {expected} for this tensor, got "
+                             f"{tuple(rows.shape)}")
+        out = activation.clone()
+        out[:, self.readout_positions(n)] = rows.to(activation)
+        return out
+
+    def check_points(self, n_points: int, what: str = "xs") -> None:
+        """At most ``n_positions`` examples."""
+        if n_points > self.cfg.n_positions:
+            raise ValueError(f"{what} has {n_points} points but the model has "
+                             f"n_positions={self.cfg.n_positions}")
+
+    def check_task(self, task: Any) -> None:
+        """The task's dimension, and at most ``n_positions`` examples."""
+        super().check_task(task)  # type: ignore[misc]
+        if task.n_points > self.cfg.n_positions:
+            raise ValueError(f"task.n_points={task.n_points} is more than the model's "
+                             f"n_positions={self.cfg.n_positions}")

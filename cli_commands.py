@@ -50,8 +50,8 @@ def _check_device(device: str) -> None:
 def _model_dir(checkpoint: str) -> Path:
     """The directory that stands for a checkpoint: a run directory for ``RUN/checkpoint``."""
     from iclprobe.models.checkpoint import RUN_CHECKPOINT, resolve
-    from iclprobe.models.io import read_marker
-    from iclprobe.models.run_dir import METRICS_FILE
+    from iclprobe.storage import read_marker
+    from iclprobe.training.run_dir import METRICS_FILE
 
     path = Path(os.path.abspath(resolve(checkpoint)))
     run = path.parent
@@ -91,7 +91,7 @@ def probes_dir(checkpoint: str) -> Path:
     inside the installed package.
     """
     from iclprobe.models.checkpoint import PRETRAINED_DIR
-    from iclprobe.models.io import cache_dir
+    from iclprobe.storage import cache_dir
 
     path = _model_dir(checkpoint)
     if path.resolve().is_relative_to(PRETRAINED_DIR.resolve()):
@@ -210,7 +210,7 @@ def align_checkpoints(checkpoints: list[str], cfg: Any, refit_probes: bool = Fal
 def cmd_align(args: argparse.Namespace) -> int:
     """``iclprobe align`` and ``iclprobe compare``."""
     from iclprobe.alignment.report import comparison_rows, text_table, write_report
-    from iclprobe.models.io import atomic_directory, check_output
+    from iclprobe.storage import atomic_directory, check_output
 
     checkpoints = [args.checkpoint] if hasattr(args, "checkpoint") else args.checkpoints
     cfg = _align_config(args)
@@ -245,7 +245,7 @@ def cmd_align(args: argparse.Namespace) -> int:
 def cmd_probe(args: argparse.Namespace) -> int:
     """``iclprobe probe``: fit and save the layer probes of a checkpoint."""
     from iclprobe import models, probes
-    from iclprobe.models.io import check_output
+    from iclprobe.storage import check_output
 
     _check_device(args.device)
     model = models.load(args.checkpoint, device=args.device)
@@ -276,7 +276,7 @@ def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int = 1000,
     from iclprobe.alignment.pipeline import AlignConfig, align
     from iclprobe.alignment.report import comparison_rows, write_report
     from iclprobe.alignment.tables import aligned, headline_lines, text_table
-    from iclprobe.models.io import atomic_directory, check_output
+    from iclprobe.storage import atomic_directory, check_output
 
     check_output(out, "report", overwrite)
     cfg = AlignConfig(n_sequences=n_sequences, n_probe_sequences=n_probe_sequences)

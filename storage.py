@@ -26,6 +26,10 @@ _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
 
+class CheckpointError(ValueError):
+    """A checkpoint exists but cannot be read: the message names the file and the problem."""
+
+
 class OutputExistsError(FileExistsError):
     """An output path iclprobe may not write: the message names it and says what to do."""
 

@@ -19,7 +19,7 @@ from iclprobe.alignment import plots
 from iclprobe.alignment import tables as T
 from iclprobe.alignment.pipeline import AlignResult
 from iclprobe.alignment.tables import nice_float, text_table
-from iclprobe.models.io import write_text_atomic
+from iclprobe.storage import write_text_atomic
 
 __all__ = ["comparison_rows", "markdown_table", "text_table", "write_report"]
 

@@ -22,8 +22,8 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from iclprobe.models.io import atomic_directory
 from iclprobe.models.regressor import Regressor, check_model
+from iclprobe.storage import atomic_directory
 
 
 def resid_hook_name(layer: int, model: Regressor | None = None) -> str:

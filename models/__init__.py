@@ -1,22 +1,43 @@
-"""Hooked transformers for in-context regression, their configs and checkpoints."""
+"""Hooked model families for in-context regression, their configs and checkpoints.
 
-from iclprobe.models.ahn import load_ahn
-from iclprobe.models.checkpoint import CheckpointError, load, save
-from iclprobe.models.config import GPTConfig, LSTMConfig, PQConfig
-from iclprobe.models.garg import convert_garg_state, load_garg_run
-from iclprobe.models.gpt import GPTRegressor
-from iclprobe.models.io import OutputExistsError
-from iclprobe.models.lstm import LSTMRegressor
-from iclprobe.models.pq import PQTransformer
-from iclprobe.models.train_config import TrainConfig
-from iclprobe.models.training import (
-    RunBusyError,
-    TrainingDiverged,
-    TrainingInterrupted,
-    TrainResult,
-    read_train_config,
-    train,
-)
+Families (`GPTRegressor`, `PQTransformer`, `LSTMRegressor`) subclass `Regressor` and are
+registered in `iclprobe.models.registry`; `load`/`save` read and write checkpoints of any
+of them (and import Garg/Fu run directories and Ahn et al.'s files). Training lives in
+`iclprobe.training`; ``models.train`` and ``models.TrainConfig`` are the same objects.
+
+Names are imported on first use, so that the configs and the registry (torch-free) load
+without torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "CheckpointError": "iclprobe.storage",
+    "OutputExistsError": "iclprobe.storage",
+    "GPTConfig": "iclprobe.models.config",
+    "LSTMConfig": "iclprobe.models.config",
+    "PQConfig": "iclprobe.models.config",
+    "Regressor": "iclprobe.models.base",
+    "GPTRegressor": "iclprobe.models.gpt",
+    "LSTMRegressor": "iclprobe.models.lstm",
+    "PQTransformer": "iclprobe.models.pq",
+    "load": "iclprobe.models.checkpoint",
+    "save": "iclprobe.models.checkpoint",
+    "load_ahn": "iclprobe.models.ahn",
+    "convert_garg_state": "iclprobe.models.garg",
+    "load_garg_run": "iclprobe.models.garg",
+    "register_family": "iclprobe.models.registry",
+    "TrainConfig": "iclprobe.training",
+    "TrainResult": "iclprobe.training",
+    "TrainingDiverged": "iclprobe.training",
+    "TrainingInterrupted": "iclprobe.training",
+    "RunBusyError": "iclprobe.training",
+    "read_train_config": "iclprobe.training",
+    "train": "iclprobe.training",
+}
 
 __all__ = [
     "CheckpointError",
@@ -27,6 +48,7 @@ __all__ = [
     "OutputExistsError",
     "PQConfig",
     "PQTransformer",
+    "Regressor",
     "RunBusyError",
     "TrainConfig",
     "TrainResult",
@@ -37,6 +59,41 @@ __all__ = [
     "load_ahn",
     "load_garg_run",
     "read_train_config",
+    "register_family",
     "save",
     "train",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+if TYPE_CHECKING:
+    from iclprobe.models.ahn import load_ahn
+    from iclprobe.models.base import Regressor
+    from iclprobe.models.checkpoint import load, save
+    from iclprobe.models.config import GPTConfig, LSTMConfig, PQConfig
+    from iclprobe.models.garg import convert_garg_state, load_garg_run
+    from iclprobe.models.gpt import GPTRegressor
+    from iclprobe.models.lstm import LSTMRegressor
+    from iclprobe.models.pq import PQTransformer
+    from iclprobe.models.registry import register_family
+    from iclprobe.storage import CheckpointError, OutputExistsError
+    from iclprobe.training import (
+        RunBusyError,
+        TrainConfig,
+        TrainingDiverged,
+        TrainingInterrupted,
+        TrainResult,
+        read_train_config,
+        train,
+    )

@@ -22,9 +22,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from iclprobe.models.checkpoint import CheckpointError
-from iclprobe.models.io import torch_load_failure
 from iclprobe.models.pq import PQTransformer
+from iclprobe.storage import CheckpointError, torch_load_failure
 from iclprobe.tasks import RegressionTask
 
 logger = logging.getLogger(__name__)

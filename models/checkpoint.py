@@ -23,7 +23,7 @@ from torch import nn
 from iclprobe._checks import check_fits, sizes
 from iclprobe._shipped import PRETRAINED_DIR, shipped_models
 from iclprobe.models import registry
-from iclprobe.models.io import atomic_directory
+from iclprobe.storage import CheckpointError, atomic_directory
 from iclprobe.tasks import RegressionTask
 
 if TYPE_CHECKING:
@@ -34,10 +34,6 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 CONFIG_FILE, WEIGHTS_FILE, TASK_FILE = "config.json", "model.safetensors", "task.json"
 RUN_CHECKPOINT = "checkpoint"  # where `models.train` keeps its latest checkpoint in a run dir
-
-
-class CheckpointError(ValueError):
-    """A checkpoint exists but cannot be read: the message names the file and the problem."""
 
 
 def family_of(model: Regressor) -> str:

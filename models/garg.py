@@ -24,10 +24,10 @@ import yaml
 from einops import rearrange
 from torch import Tensor
 
-from iclprobe.models.checkpoint import CheckpointError, load_state_into
+from iclprobe.models.checkpoint import load_state_into
 from iclprobe.models.config import GPTConfig
 from iclprobe.models.gpt import GPTRegressor
-from iclprobe.models.io import torch_load_failure
+from iclprobe.storage import CheckpointError, torch_load_failure
 from iclprobe.tasks import RegressionTask
 
 logger = logging.getLogger(__name__)

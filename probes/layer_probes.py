@@ -25,9 +25,9 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from iclprobe.hooks.residuals import collect_residuals
-from iclprobe.models.io import atomic_directory
 from iclprobe.models.regressor import Regressor, check_model, readout_residual
 from iclprobe.probes.ridge import ridge_gcv
+from iclprobe.storage import atomic_directory
 from iclprobe.tasks import RegressionTask, as_generator
 
 TARGETS = ("y", "model")

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from iclprobe import models, probes, tasks
-from iclprobe.models.io import write_text_atomic
+from iclprobe.storage import write_text_atomic
 
 D = 5
 OPTIMIZERS = {  # recipes scaled to a CPU; L-BFGS trains on one fixed dataset (Ahn et al.)

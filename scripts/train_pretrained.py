@@ -30,7 +30,7 @@ import torch
 
 from iclprobe import models, tasks
 from iclprobe.models.checkpoint import PRETRAINED_DIR, RUN_CHECKPOINT
-from iclprobe.models.io import write_text_atomic
+from iclprobe.storage import write_text_atomic
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from iclprobe import models, tasks
 from iclprobe.algorithms.prefix import ols_predictions
 from iclprobe.models import PQConfig, PQTransformer, TrainConfig
-from iclprobe.models.training import (
+from iclprobe.training.loop import (
     batch_for_step,
     check_setup,
     clip_gradients,

@@ -26,7 +26,8 @@ from iclprobe.models.checkpoint import (
     load_state_into,
     write_checkpoint_files,
 )
-from iclprobe.models.io import (
+from iclprobe.models.regressor import Regressor
+from iclprobe.storage import (
     OutputExistsError,
     atomic_directory,
     check_output,
@@ -36,9 +37,8 @@ from iclprobe.models.io import (
     write_marker,
     write_text_atomic,
 )
-from iclprobe.models.regressor import Regressor
-from iclprobe.models.train_config import TrainConfig
 from iclprobe.tasks import RegressionTask
+from iclprobe.training.config import TrainConfig
 
 try:
     import fcntl

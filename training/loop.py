@@ -25,7 +25,9 @@ from iclprobe.algorithms.prefix import ols_predictions
 from iclprobe.models.base import Regressor
 from iclprobe.models.checkpoint import RUN_CHECKPOINT
 from iclprobe.models.regressor import check_model
-from iclprobe.models.run_dir import (
+from iclprobe.tasks import RegressionBatch, RegressionTask
+from iclprobe.training.config import TrainConfig
+from iclprobe.training.run_dir import (
     METRICS_FILE,
     RunBusyError,
     open_run,
@@ -34,8 +36,6 @@ from iclprobe.models.run_dir import (
     save_run_checkpoint,
     trim_metrics,
 )
-from iclprobe.models.train_config import TrainConfig
-from iclprobe.tasks import RegressionBatch, RegressionTask
 
 logger = logging.getLogger(__name__)
 #: TrainConfig fields that only some families accept (see `Regressor.train_options`).

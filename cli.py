@@ -68,7 +68,7 @@ def _add_train(sub: Any) -> None:
 
     p = sub.add_parser(
         "train", help="train a model on in-context regression",
-        description="Train a GPTRegressor or PQTransformer. Run under `torchrun "
+        description="Train a model of any registered family (--family). Run under `torchrun "
         "--nproc_per_node=K -m iclprobe train ...` for DistributedDataParallel. Note: linear "
         "attention does not learn the interleaved layout (it cannot copy a label onto its x "
         "token); use --layout paired with --attention linear.")
@@ -77,8 +77,11 @@ def _add_train(sub: Any) -> None:
                    help="continue the run in --out (model, task and recipe from its checkpoint)")
     p.add_argument("--overwrite", action="store_true",
                    help="start afresh in --out, replacing the run iclprobe wrote there")
-    p.add_argument("--family", choices=("gpt", "pq"), default=argparse.SUPPRESS,
-                   help="gpt: GPTRegressor, pq: PQTransformer (default: gpt)")
+    from iclprobe.models.registry import FAMILIES  # torch-free
+
+    p.add_argument("--family", choices=sorted(FAMILIES), default=argparse.SUPPRESS,
+                   help="the model family: " + "; ".join(f"{name}: {fam.summary}" for name, fam
+                                                        in FAMILIES.items()) + " (default: gpt)")
     add_fields(p.add_argument_group("task"), TASK_FIELDS, TASK_RENAME)
     add_fields(p.add_argument_group("model"), MODEL_FIELDS, MODEL_RENAME)
     add_fields(p.add_argument_group("training (TrainConfig)"), TRAIN_FIELDS)

@@ -367,6 +367,7 @@ def _train_setup(args: argparse.Namespace) -> tuple[Regressor, Any, Any]:
         TRAIN_FIELDS,
         given,
     )
+    from iclprobe.models import registry
 
     train_given = given(args, [f[0] for f in TRAIN_FIELDS])
     if args.resume:
@@ -382,18 +383,14 @@ def _train_setup(args: argparse.Namespace) -> tuple[Regressor, Any, Any]:
                                    **given(args, [f[0] for f in TASK_FIELDS], TASK_RENAME)})
     model_kw = given(args, [f[0] for f in MODEL_FIELDS], MODEL_RENAME)
     model_kw["n_dims"] = task.n_dims
-    family = getattr(args, "family", "gpt")
-    if family == "gpt":
+    family = registry.get_family(getattr(args, "family", "gpt"))
+    fields = {f.name for f in dataclasses.fields(family.config)}
+    if "n_positions" in fields:
         model_kw.setdefault("n_positions", task.n_points)
-        bad = sorted({"sparse", "kernel", "init_std"} & set(model_kw))
-        model_cfg: Any = models.GPTConfig(**_only(model_kw, bad, family))
-    else:
-        bad = sorted({"n_positions", "d_model", "d_mlp", "attention", "layout",
-                      "ln_eps", "final_norm"} & set(model_kw))
-        model_cfg = models.PQConfig(**_only(model_kw, bad, family))
+    model_cfg = family.config(**_only(model_kw, sorted(set(model_kw) - fields), family.name))
     cfg = models.TrainConfig(**train_given)
     check_training_fits(model_cfg, task, cfg)  # before allocating anything
-    model = (models.GPTRegressor if family == "gpt" else models.PQTransformer)(model_cfg)
+    model = family.model_class()(model_cfg)
     return model, task, cfg
 
 

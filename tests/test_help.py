@@ -94,5 +94,5 @@ def test_models_lists_names_without_importing_torch():
     assert out[-1] == "0 False False"
     names = [line.split()[0] for line in out[:-1]]
     assert names == ["gpt-linear-paired", "gpt-softmax", "gpt-softmax-paired",
-                     "pq-isotropic-1layer", "pq-rotated-3layer"]
+                     "lstm", "pq-isotropic-1layer", "pq-rotated-3layer"]
     assert "softmax attention, interleaved layout" in out[1]

@@ -6,33 +6,54 @@ model. The parts: `similarity` (layer × step tables with bootstrap bounds), `ma
 (best step per layer and step-vs-layer fits), the learner comparison with calibrated
 verdicts, and the report (`write_report`). New metrics join with `register_metric`; new
 learners with ``iclprobe.algorithms.register``.
+
+Names are imported on first use (`AlignConfig` loads without torch, for the CLI).
 """
 
-from iclprobe.alignment.comparison import LearnerComparison, PairVerdict
-from iclprobe.alignment.matching import Fit, Match, fit_line, match_steps
-from iclprobe.alignment.metrics import (
-    METRIC_INFO,
-    MetricInfo,
-    error_cosine,
-    ilwd,
-    register_metric,
-    spd,
-    weight_cosine,
-)
-from iclprobe.alignment.pipeline import AlignConfig, AlignResult, align, align_layers, compare
-from iclprobe.alignment.protocols import PROTOCOLS, Protocol, RunSpec, get_protocol
-from iclprobe.alignment.similarity import METRICS, Similarity, similarity
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "LearnerComparison": "iclprobe.alignment.comparison",
+    "PairVerdict": "iclprobe.alignment.comparison",
+    "Fit": "iclprobe.alignment.matching",
+    "Match": "iclprobe.alignment.matching",
+    "fit_line": "iclprobe.alignment.matching",
+    "match_steps": "iclprobe.alignment.matching",
+    "METRIC_INFO": "iclprobe.alignment.metrics",
+    "MetricInfo": "iclprobe.alignment.metrics",
+    "error_cosine": "iclprobe.alignment.metrics",
+    "ilwd": "iclprobe.alignment.metrics",
+    "register_metric": "iclprobe.alignment.metrics",
+    "spd": "iclprobe.alignment.metrics",
+    "weight_cosine": "iclprobe.alignment.metrics",
+    "AlignResult": "iclprobe.alignment.pipeline",
+    "align": "iclprobe.alignment.pipeline",
+    "align_layers": "iclprobe.alignment.pipeline",
+    "compare": "iclprobe.alignment.pipeline",
+    "AlignConfig": "iclprobe.alignment.config",
+    "PROTOCOLS": "iclprobe.alignment.protocols",
+    "Protocol": "iclprobe.alignment.protocols",
+    "RunSpec": "iclprobe.alignment.protocols",
+    "get_protocol": "iclprobe.alignment.protocols",
+    "METRICS": "iclprobe.alignment.similarity",
+    "Similarity": "iclprobe.alignment.similarity",
+    "similarity": "iclprobe.alignment.similarity",
+    "write_report": "iclprobe.alignment.report",
+}
 
 __all__ = [
-    "METRICS",
-    "METRIC_INFO",
-    "PROTOCOLS",
     "AlignConfig",
     "AlignResult",
     "Fit",
     "LearnerComparison",
+    "METRICS",
+    "METRIC_INFO",
     "Match",
     "MetricInfo",
+    "PROTOCOLS",
     "PairVerdict",
     "Protocol",
     "RunSpec",
@@ -49,4 +70,36 @@ __all__ = [
     "similarity",
     "spd",
     "weight_cosine",
+    "write_report",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+if TYPE_CHECKING:
+    from iclprobe.alignment.comparison import LearnerComparison, PairVerdict
+    from iclprobe.alignment.config import AlignConfig
+    from iclprobe.alignment.matching import Fit, Match, fit_line, match_steps
+    from iclprobe.alignment.metrics import (
+        METRIC_INFO,
+        MetricInfo,
+        error_cosine,
+        ilwd,
+        register_metric,
+        spd,
+        weight_cosine,
+    )
+    from iclprobe.alignment.pipeline import AlignResult, align, align_layers, compare
+    from iclprobe.alignment.protocols import PROTOCOLS, Protocol, RunSpec, get_protocol
+    from iclprobe.alignment.report import write_report
+    from iclprobe.alignment.similarity import METRICS, Similarity, similarity

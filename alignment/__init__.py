@@ -38,9 +38,9 @@ _EXPORTS = {
     "Protocol": "iclprobe.alignment.protocols",
     "RunSpec": "iclprobe.alignment.protocols",
     "get_protocol": "iclprobe.alignment.protocols",
-    "METRICS": "iclprobe.alignment.similarity",
-    "Similarity": "iclprobe.alignment.similarity",
-    "similarity": "iclprobe.alignment.similarity",
+    "METRICS": "iclprobe.alignment.similarities",
+    "Similarity": "iclprobe.alignment.similarities",
+    "similarity": "iclprobe.alignment.similarities",
     "write_report": "iclprobe.alignment.report",
 }
 
@@ -102,4 +102,4 @@ if TYPE_CHECKING:
     from iclprobe.alignment.pipeline import AlignResult, align, align_layers, compare
     from iclprobe.alignment.protocols import PROTOCOLS, Protocol, RunSpec, get_protocol
     from iclprobe.alignment.report import write_report
-    from iclprobe.alignment.similarity import METRICS, Similarity, similarity
+    from iclprobe.alignment.similarities import METRICS, Similarity, similarity

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from iclprobe.algorithms.base import Iterates
 from iclprobe.alignment.metrics import metric_info
-from iclprobe.alignment.similarity import Similarity, similarity
+from iclprobe.alignment.similarities import Similarity, similarity
 
 VERDICTS = ("prefers", "leans", "indistinguishable", "computes nothing")
 

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from iclprobe.algorithms.base import LEARNER_INFO
-from iclprobe.alignment.similarity import Similarity
+from iclprobe.alignment.similarities import Similarity
 
 MIN_FIT_LAYERS = 3
 

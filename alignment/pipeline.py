@@ -35,7 +35,7 @@ from iclprobe.alignment.metrics import METRIC_INFO
 from iclprobe.alignment.protocols import Protocol, RunSpec
 from iclprobe.alignment.runs import run_spec
 from iclprobe.alignment.separation import Separation, separation_views
-from iclprobe.alignment.similarity import Similarity, similarity
+from iclprobe.alignment.similarities import Similarity, similarity
 from iclprobe.models.regressor import Regressor
 from iclprobe.tasks import RegressionBatch, RegressionTask
 

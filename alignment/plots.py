@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from iclprobe.alignment.matching import Match  # noqa: E402
-from iclprobe.alignment.similarity import Similarity  # noqa: E402
+from iclprobe.alignment.similarities import Similarity  # noqa: E402
 from iclprobe.alignment.tables import metric_words, nice_float  # noqa: E402
 
 LEARNER_STYLE = {"ols": ("black", "--"), "gd": ("tab:red", ":"), "newton": ("tab:blue", "-."),

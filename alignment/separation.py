@@ -21,7 +21,7 @@ from torch import Tensor
 from iclprobe import algorithms
 from iclprobe.alignment.protocols import Protocol
 from iclprobe.alignment.runs import run_spec
-from iclprobe.alignment.similarity import similarity
+from iclprobe.alignment.similarities import similarity
 from iclprobe.tasks import RegressionBatch, RegressionTask
 
 NEWTON_PROBE_STEPS = (3, 6, 9, 12, 15, 18)

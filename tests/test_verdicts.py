@@ -12,7 +12,7 @@ from iclprobe.alignment.matching import fit_line, fit_steps, match_steps
 from iclprobe.alignment.pipeline import AlignConfig, align, align_layers
 from iclprobe.alignment.protocols import ICLPROBE
 from iclprobe.alignment.runs import run_spec
-from iclprobe.alignment.similarity import similarity
+from iclprobe.alignment.similarities import similarity
 from iclprobe.alignment.tables import text_table
 
 CFG = AlignConfig(metrics=("error_cosine",), separation=False, n_boot=100)

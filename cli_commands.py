@@ -130,7 +130,7 @@ def _probe_mismatch(fit: Any, req: ProbeRequest, task: Any, lp: Any) -> list[str
 
 
 def _probes(model: Any, checkpoint: str, cfg: Any, task: Any, req: ProbeRequest,
-            name: str) -> tuple[Any, dict[str, Any]]:
+            name: str) -> tuple[Any | None, dict[str, Any]]:
     """Probes saved for the checkpoint when they fit this model, data and request, else fitted.
 
     Returns the probes and a record of which were used and how they were fitted; prints
@@ -155,6 +155,13 @@ def _probes(model: Any, checkpoint: str, cfg: Any, task: Any, req: ProbeRequest,
                       "--refit-probes fits new ones", file=sys.stderr)
                 return lp, info
             why = f" (the probes saved in {saved} have {'; '.join(mismatch)})"
+    if cfg.probe_fit == "crossfit":  # align fits them on its own evaluation sequences
+        info = {"source": "cross-fitted", "path": None, "folds": cfg.probe_folds,
+                "n_sequences": cfg.n_sequences, "seed": cfg.seed, "target": "y",
+                "alpha": "gcv", "fitted_at": None}
+        print(f"{name}: cross-fitting probes on the {cfg.n_sequences} evaluation sequences "
+              f"({cfg.probe_folds} folds){why}", file=sys.stderr)
+        return None, info
     lp = probes.LayerProbes().fit(model, task, n_sequences=req.n_sequences, generator=req.seed,
                                   n_heldout=cfg.n_probe_heldout)
     info = _probe_record("fitted", None, lp)

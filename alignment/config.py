@@ -12,6 +12,7 @@ DATA_CHOICES = ("task", "isotropic", "ill-conditioned")
 DEFAULT_METRICS = ("error_cosine", "weight_cosine")
 POSITION_CHOICES = ("auto", "all", "last")
 FIT_LAYER_CHOICES = ("live", "all")
+PROBE_FITS = ("crossfit", "fresh")
 #: Learners a model family adds (PQ: preconditioned GD with its own A_l, and a_l Σ⁻¹).
 FAMILY_RUNS = ("pgd_own", "pgd_inv_cov")
 
@@ -28,7 +29,9 @@ class AlignConfig:
     t_max: int | None = None  # last position (default: the last)
     fit_layers: str = "live"  # "live": layers above the zero predictor | "all"
     n_sequences: int = 512  # evaluation sequences
-    n_probe_sequences: int = 1000  # fresh sequences the layer probes are fitted on
+    probe_fit: str = "crossfit"  # "crossfit": on the evaluation sequences | "fresh"
+    probe_folds: int = 4  # folds of the cross-fit
+    n_probe_sequences: int = 1000  # fresh sequences the layer probes are fitted on ("fresh")
     n_probe_heldout: int = 256  # fresh sequences the probes' R² is measured on
     n_weight_sequences: int = 64  # sequences for induced weights (weight_cosine)
     n_queries: int | None = None  # queries per prefix for induced weights (default 1.5 d)
@@ -62,10 +65,12 @@ class AlignConfig:
         if bad:
             raise ValueError(f"metric must be among {list(METRIC_INFO)}, got {list(self.metrics)}")
         for name, allowed in (("data", DATA_CHOICES), ("positions", POSITION_CHOICES),
+                              ("probe_fit", PROBE_FITS),
                               ("fit_layers", FIT_LAYER_CHOICES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        for name in ("n_sequences", "n_probe_sequences", "n_weight_sequences", "n_boot"):
+        for name in ("n_sequences", "n_probe_sequences", "n_weight_sequences", "n_boot",
+                     "probe_folds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 2:
                 raise ValueError(f"{name} must be an integer >= 2, got {value!r}")

@@ -39,24 +39,38 @@ def needs_probes(model: Regressor) -> bool:
 
 
 def layer_predictions(model: Regressor, task: RegressionTask, batch: RegressionBatch,
-                      cfg: AlignConfig, layer_probes: probes.LayerProbes | None
+                      cfg: AlignConfig, layer_probes: probes.LayerProbes | None,
+                      weight_rows: slice | None = None
                       ) -> tuple[Tensor, str, list[float], probes.LayerProbes | None]:
     """Every layer's prediction ``[L+1, B, n]`` (float64), how it was read, probe R², probes.
 
-    Probes are fitted here (seed + 1) unless ``layer_probes`` are given.
+    Given ``layer_probes`` read the batch; else probes are cross-fitted on the batch itself
+    (``cfg.probe_fit="crossfit"``: one forward pass, every sequence read by probes fitted on
+    the others) or fitted on fresh sequences (``"fresh"``, seed + 1). The probes returned
+    are the ones to read the sequences ``weight_rows`` with (out of sample for them).
     """
     xs, ys = batch.xs.to(cfg.device), batch.ys.to(cfg.device)
     if _exact_readout(model):
         with torch.no_grad():
             preds = readout_residual(model, collect_residuals(model, xs, ys))
-        return preds.double().cpu(), "exact readout −Z[query, d] of each layer", [], None
+        return preds.double().cpu(), "the exact readout of each layer (its own prediction)", \
+            [], None
+    if layer_probes is None and cfg.probe_fit == "crossfit":
+        resid = collect_residuals(model, xs, ys).cpu()
+        fit = probes.cross_fit(model, resid, batch.ys, folds=cfg.probe_folds)
+        rows = weight_rows or slice(0, batch.xs.shape[0] // cfg.probe_folds)
+        return (fit.preds, f"ridge probes cross-fitted on the evaluation sequences "
+                f"({cfg.probe_folds} folds: each sequence read by probes fitted on the others)",
+                fit.metrics.r2, fit.probes_excluding(rows))
+    how = "saved ridge probes"
     if layer_probes is None:
         gen = torch.Generator().manual_seed(cfg.seed + 1)
         layer_probes = probes.LayerProbes().fit(model, task, n_sequences=cfg.n_probe_sequences,
                                                 generator=gen, n_heldout=cfg.n_probe_heldout)
+        how = f"ridge probes fitted per layer on {cfg.n_probe_sequences} fresh sequences"
     r2 = list(layer_probes.metrics_.r2) if hasattr(layer_probes, "metrics_") else []
     preds = layer_probes.predict(xs, ys).double().cpu()
-    return preds, "ridge probes fitted per layer on fresh sequences", r2, layer_probes
+    return preds, how, r2, layer_probes
 
 
 def layer_weight_fn(model: Regressor, layer_probes: probes.LayerProbes | None
@@ -64,7 +78,7 @@ def layer_weight_fn(model: Regressor, layer_probes: probes.LayerProbes | None
     """``(xs, ys, queries) -> [L+1, B, n, T]``: every layer's prediction at fresh queries."""
     if _exact_readout(model):
         def exact(xs: Tensor, ys: Tensor, queries: Tensor) -> Tensor:
-            return model.query_residuals(xs, ys, queries, reduce=lambda r: -r[..., -1])
+            return model.query_residuals(xs, ys, queries, reduce=model.readout_residual)
         return exact
     if layer_probes is None:
         raise ValueError("induced weights of a GPT's layers need its fitted layer probes")

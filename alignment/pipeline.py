@@ -29,6 +29,7 @@ from iclprobe.alignment.family import (
     family_runs,
     layer_predictions,
     layer_weight_fn,
+    needs_probes,
 )
 from iclprobe.alignment.matching import Match, match_steps
 from iclprobe.alignment.metrics import METRIC_INFO
@@ -162,11 +163,15 @@ def align(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
     task = eval_task or evaluation_task(model, cfg)
     positions = trained_positions(model) if cfg.positions == "auto" else cfg.positions
     batch = task.sample(cfg.n_sequences, generator=torch.Generator().manual_seed(cfg.seed))
+    n_weight = min(cfg.n_weight_sequences, cfg.n_sequences)
+    if layer_probes is None and cfg.probe_fit == "crossfit" and needs_probes(model):
+        n_weight = min(n_weight, cfg.n_sequences // cfg.probe_folds)  # within one fold
+    sub = slice(0, n_weight)
     layer_preds, readout, probe_r2, layer_probes = layer_predictions(model, task, batch, cfg,
-                                                                     layer_probes)
+                                                                     layer_probes, sub)
     layer_w = None
     if any(METRIC_INFO[m].on == "weights" for m in cfg.metrics):
-        d, sub = task.n_dims, slice(0, min(cfg.n_weight_sequences, cfg.n_sequences))
+        d = task.n_dims
         n_q = cfg.n_queries or d + max(2, d // 2)
         cov = batch.cov[sub] if batch.cov.ndim == 3 else batch.cov
         layer_w = probes.induced_weights(layer_weight_fn(model, layer_probes), batch.xs[sub],

@@ -1,5 +1,10 @@
-"""Per-layer readout probes, induced weights and preconditioner analysis (DESIGN.md)."""
+"""Per-layer readout probes, induced weights and the PQ preconditioner analysis.
 
+Probes are fitted on fresh sequences (`LayerProbes`) or cross-fitted on the evaluation
+sequences themselves (`cross_fit`).
+"""
+
+from iclprobe.probes.crossfit import CrossFit, cross_fit
 from iclprobe.probes.induced import gradient_weights, induced_weights, sample_queries
 from iclprobe.probes.layer_probes import (
     LayerProbes,
@@ -19,6 +24,7 @@ from iclprobe.probes.readout import ReadoutProbe
 from iclprobe.probes.ridge import RidgeFit, ridge_gcv
 
 __all__ = [
+    "CrossFit",
     "LayerProbes",
     "PreconditionerAnalysis",
     "Preconditioners",
@@ -27,6 +33,7 @@ __all__ = [
     "RidgeFit",
     "ahn_optimum",
     "analyze_preconditioners",
+    "cross_fit",
     "distance",
     "gradient_weights",
     "induced_weights",

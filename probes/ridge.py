@@ -25,24 +25,58 @@ class RidgeFit(NamedTuple):
     gcv: Tensor  # [layer]
 
 
-def _moments(x: Tensor, y: Tensor, fit_intercept: bool
-             ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Means and centered Gram matrices of ``x [layer, row, feature]``, ``y [layer, row]``.
+class RidgeSums(NamedTuple):
+    """Uncentered sums over a block of rows, per layer (they add and subtract across blocks).
 
-    Computed one layer at a time in float64, without materializing centered copies
-    (``XᵀX − N μ μᵀ``), so memory stays at one layer's float64 features.
+    Folds of a cross-fit share them: the training sums of fold k are the total minus fold
+    k's, so K fits cost one pass over the rows.
     """
-    n_rows = x.shape[1]
+
+    n: float  # rows
+    sx: Tensor  # [layer, feature]
+    sy: Tensor  # [layer]
+    sxx: Tensor  # [layer, feature, feature]
+    sxy: Tensor  # [layer, feature]
+    syy: Tensor  # [layer]
+
+    def __add__(self, other: object) -> RidgeSums:  # type: ignore[override]
+        assert isinstance(other, RidgeSums)
+        return RidgeSums(self.n + other.n, self.sx + other.sx, self.sy + other.sy,
+                         self.sxx + other.sxx, self.sxy + other.sxy, self.syy + other.syy)
+
+    def __sub__(self, other: RidgeSums) -> RidgeSums:
+        return RidgeSums(self.n - other.n, self.sx - other.sx, self.sy - other.sy,
+                         self.sxx - other.sxx, self.sxy - other.sxy, self.syy - other.syy)
+
+
+def ridge_sums(x: Tensor, y: Tensor) -> RidgeSums:
+    """The sums of ``x [layer, row, feature]`` and ``y [row]`` or ``[layer, row]``, in float64.
+
+    One layer at a time, so memory stays at one layer's float64 features.
+    """
+    y = y.expand(x.shape[0], -1) if y.ndim == 1 else y
+    if y.shape != x.shape[:2]:
+        raise ValueError(f"y must have shape [row] or {tuple(x.shape[:2])}, got {tuple(y.shape)}")
     out: list[list[Tensor]] = [[], [], [], [], []]
     for layer in range(x.shape[0]):
         xl, yl = x[layer].to(torch.float64), y[layer].to(torch.float64)
-        mx = xl.mean(0) if fit_intercept else xl.new_zeros(xl.shape[1])
-        my = yl.mean() if fit_intercept else yl.new_zeros(())
-        gram = xl.T @ xl - n_rows * torch.outer(mx, mx)
-        xty = xl.T @ yl - n_rows * mx * my
-        for i, v in enumerate((mx, my, gram, xty, (yl - my).pow(2).sum())):
+        for i, v in enumerate((xl.sum(0), yl.sum(), xl.T @ xl, xl.T @ yl, yl @ yl)):
             out[i].append(v)
-    mx, my, gram, xty, yy = (torch.stack(v) for v in out)
+    sx, sy, sxx, sxy, syy = (torch.stack(v) for v in out)
+    return RidgeSums(float(x.shape[1]), sx, sy, sxx, sxy, syy)
+
+
+def _moments(sums: RidgeSums, fit_intercept: bool
+             ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Means and centered Gram matrices (``XᵀX − N μ μᵀ``) from the sums."""
+    n = sums.n
+    if fit_intercept:
+        mx, my = sums.sx / n, sums.sy / n
+    else:
+        mx, my = torch.zeros_like(sums.sx), torch.zeros_like(sums.sy)
+    gram = sums.sxx - n * mx[:, :, None] * mx[:, None, :]
+    xty = sums.sxy - n * mx * my[:, None]
+    yy = sums.syy - n * my * my
     return mx, my, gram, xty, yy
 
 
@@ -53,15 +87,18 @@ def ridge_gcv(x: Tensor, y: Tensor, alphas: Tensor | float | None = None,
     ``alphas``: one α for all layers, or a grid from which GCV picks per layer (default
     1e-6 … 1e4). Computed in float64.
     """
-    y = y.expand(x.shape[0], -1) if y.ndim == 1 else y
-    if y.shape != x.shape[:2]:
-        raise ValueError(f"y must have shape [row] or {tuple(x.shape[:2])}, got {tuple(y.shape)}")
-    n_rows = x.shape[1]
+    return ridge_from_sums(ridge_sums(x, y), alphas, fit_intercept)
+
+
+def ridge_from_sums(sums: RidgeSums, alphas: Tensor | float | None = None,
+                    fit_intercept: bool = True) -> RidgeFit:
+    """`ridge_gcv` from precomputed sums (e.g. the training rows of one cross-fit fold)."""
+    n_rows = sums.n
     grid = DEFAULT_ALPHAS if alphas is None else torch.as_tensor(alphas, dtype=torch.float64)
     grid = grid.reshape(-1)
     if not bool((grid >= 0).all()) or grid.numel() == 0:
         raise ValueError(f"alpha must be >= 0, got {grid.tolist()}")
-    mx, my, gram, xty, yy = _moments(x, y, fit_intercept)
+    mx, my, gram, xty, yy = _moments(sums, fit_intercept)
     s, v = torch.linalg.eigh(gram)
     s = s.clamp(min=0.0)
     z = (v.transpose(1, 2) @ xty[..., None])[..., 0]  # [layer, feature]
@@ -71,7 +108,8 @@ def ridge_gcv(x: Tensor, y: Tensor, alphas: Tensor | float | None = None,
     df = (s[:, None] * inv).sum(-1) + (1.0 if fit_intercept else 0.0)
     gcv = (rss.clamp(min=0) / n_rows) / (1 - df / n_rows).clamp(min=1e-12) ** 2
     best = gcv.argmin(1)  # [layer]
-    chosen_inv = inv[torch.arange(x.shape[0]), best]  # [layer, feature]
+    layers = torch.arange(gram.shape[0])
+    chosen_inv = inv[layers, best]  # [layer, feature]
     coef = (v @ (z * chosen_inv)[..., None])[..., 0]
     intercept = my - (mx * coef).sum(-1)
-    return RidgeFit(coef, intercept, grid[best], gcv[torch.arange(x.shape[0]), best])
+    return RidgeFit(coef, intercept, grid[best], gcv[layers, best])

@@ -217,9 +217,10 @@ def test_align_says_which_probes_it_used_and_refits_when_asked(ckpt, capsys):
         if not reason:
             assert res["probes"]["source"] == "saved", extra
             continue
-        assert res["probes"]["source"] == "fitted", extra
-        assert "fitted new probes" in err and reason in err, err
-    assert res["probes"]["n_sequences"] == 1000 and res["probes"]["seed"] == 1
+        # saved probes that do not fit: align cross-fits probes on its own sequences
+        assert res["probes"]["source"] == "cross-fitted", extra
+        assert "cross-fitting probes on the 32 evaluation sequences" in err and reason in err
+    assert res["probes"]["n_sequences"] == 32 and res["probes"]["folds"] == 4
 
 
 def test_corrupt_or_non_finite_saved_probes_are_refitted_saying_so(ckpt, capsys):
@@ -234,7 +235,7 @@ def test_corrupt_or_non_finite_saved_probes_are_refitted_saying_so(ckpt, capsys)
         probes.LayerProbes.load(ckpt / "probes", model)
     assert main(align) == 0
     captured = capsys.readouterr()
-    assert json.loads(captured.out)["lin"]["probes"]["source"] == "fitted"
+    assert json.loads(captured.out)["lin"]["probes"]["source"] == "cross-fitted"
     assert "not using the saved probes" in captured.err and str(weights) in captured.err
     tensors["coef"][1, 0] = float("nan")
     save_file(tensors, str(weights))
@@ -242,7 +243,7 @@ def test_corrupt_or_non_finite_saved_probes_are_refitted_saying_so(ckpt, capsys)
         probes.LayerProbes.load(ckpt / "probes", model)
     assert main(align) == 0
     captured = capsys.readouterr()
-    assert json.loads(captured.out)["lin"]["probes"]["source"] == "fitted"
+    assert json.loads(captured.out)["lin"]["probes"]["source"] == "cross-fitted"
     assert "non-finite" in captured.err and "Traceback" not in captured.err
 
 

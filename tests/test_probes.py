@@ -205,3 +205,32 @@ def test_one_layer_optimum_is_the_population_minimizer():
     for scale in (0.9, 1.1):
         assert loss(opt * scale) > base
     assert loss(opt + 0.05 * torch.eye(3, dtype=torch.float64)[[1, 0, 2]]) > base
+
+
+def test_cross_fitted_probes_equal_fitting_on_the_other_folds():
+    from iclprobe.hooks import collect_residuals
+
+    model = tiny_gpt()
+    b = tasks.RegressionTask(n_dims=3, n_points=8).sample(40, generator=2)
+    resid = collect_residuals(model, b.xs, b.ys)
+    fit = probes.cross_fit(model, resid, b.ys, folds=4)
+    assert fit.folds == [(0, 10), (10, 20), (20, 30), (30, 40)]
+    for a, z in fit.folds:
+        others = torch.cat([resid[:, :a], resid[:, z:]], dim=1)
+        ref = probes.LayerProbes().fit_residuals(others, torch.cat([b.ys[:a], b.ys[z:]]))
+        torch.testing.assert_close(fit.preds[:, a:z], ref.apply(resid[:, a:z]).double(),
+                                   atol=1e-6, rtol=1e-6)
+    # the held-out R² is that of the out-of-fold predictions
+    y = b.ys[:, 1:].double()
+    r2 = 1 - (fit.preds[:, :, 1:] - y).pow(2).sum((1, 2)) / (y - y.mean()).pow(2).sum()
+    assert fit.metrics.r2 == pytest.approx(r2.tolist())
+    # probes for the first 10 sequences are fitted on folds 1-3 only
+    lp = fit.probes_excluding(slice(0, 10))
+    torch.testing.assert_close(lp.apply(resid[:, :10]).double(), fit.preds[:, :10],
+                               atol=1e-6, rtol=1e-6)
+    with pytest.raises(ValueError, match="every fold holds some of the sequences 0..39"):
+        fit.probes_excluding(slice(0, 40))
+    with pytest.raises(ValueError, match="folds must be an integer in \\[2, 40\\], got 1"):
+        probes.cross_fit(model, resid, b.ys, folds=1)
+    with pytest.raises(ValueError, match="too few rows for cross-fitted probes"):
+        probes.cross_fit(model, resid[:, :4], b.ys[:4], folds=2)

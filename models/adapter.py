@@ -62,55 +62,40 @@ class AdapterConfig:
             raise ValueError(f"HookedAdapter.layout must be one of {LAYOUTS} or None, got "
                              f"{self.layout!r}")
 
-    def to_dict(self) -> dict[str, Any]:
-        """A fresh dict of the fields."""
-        return dataclasses.asdict(self)
-
 
 class HookedAdapter(TokenLayoutMixin, Regressor):
-    """A user's torch model as a `Regressor` (see ``docs/adapters.md`` for examples).
+    """A user's torch model as a `Regressor` (``docs/adapters.md``: examples, every argument).
 
     Args:
-        module: the model. Its layers' residual streams are read from hooks (below);
-            its own output is ignored when a ``readout`` is given.
+        module: the model; its own output is ignored when a ``readout`` is given.
         n_dims: the covariate dimension d of the task.
         n_layers: the number of layers L; ``resid_hooks`` names L + 1 hooks.
         d_model: the width of every residual.
-        resid_hooks: layer l's residual, l = 0..L (0: the embedded input, l: the output of
-            block l - 1, before any final norm). Each entry is a hook name of ``module``
-            (a TransformerLens ``HookedRootModule``: e.g. ``blocks.3.hook_resid_post``) or
-            the path of a submodule whose forward output is the residual
-            ``[batch, tok, d_model]`` (or a tuple starting with it), e.g. ``h.3`` of a
-            Hugging Face ``GPT2Model``; such a module must run once per forward pass. For a
-            ``HookedRootModule`` the default is ``blocks.0.hook_resid_pre`` then
-            ``blocks.{l}.hook_resid_post``.
-        inputs: how (xs, ys) become ``module``'s inputs. None: ``module(xs, ys)``.
-            "interleaved" or "paired": the standard token layouts (as `GPTRegressor`'s),
-            ``[batch, tok, token_dim]``, passed through ``read_in`` if given, then to
-            ``module`` positionally or as keyword ``input_name``. A callable
-            ``(xs, ys) -> inputs``: a tensor or tuple (positional arguments) or a dict
-            (keyword arguments).
-        read_in: a module (or callable) applied to the layout's tokens, e.g. Garg et al.'s
-            ``Linear(n_dims, d_model)`` before a backbone fed ``inputs_embeds``.
-        input_name: the keyword under which the layout's (read-in) tokens go, e.g.
-            ``"inputs_embeds"``; None passes them positionally.
-        positions: the token index of each example's readout (its query x) in the
-            residuals: "interleaved" (tokens 0, 2, 4, …), "paired" (every token), or
-            ``(stride, offset)`` for tokens ``offset + stride * t``. Default: ``inputs``
-            when it names a layout (required otherwise).
-        readout: the model's own read-out of a residual, a module or callable
-            ``[..., d_model] -> [...]`` (a trailing axis of size 1, as a ``Linear``'s, is
-            dropped): the prediction is the readout of layer L at the readout positions.
-            "probe" (probe only): layers are read by fitted probes, and ``model(xs, ys)``
-            returns ``module``'s own output unchanged; ``predict_queries`` and
-            ``readout_residual`` are unavailable.
+        resid_hooks: layer l's residual for l = 0..L (0: the embedded input, l: the output
+            of block l - 1, before any final norm): a hook name of a TransformerLens
+            ``HookedRootModule`` (default: ``blocks.0.hook_resid_pre``, then
+            ``blocks.{l}.hook_resid_post``), or the path of a submodule whose output is the
+            residual ``[batch, tok, d_model]`` (or a tuple starting with it), e.g. ``h.3``
+            of a Hugging Face ``GPT2Model``. Each must run once per forward pass.
+        inputs: None: ``module(xs, ys)``. "interleaved" or "paired": `GPTRegressor`'s token
+            layouts, through ``read_in`` if given, passed positionally or as keyword
+            ``input_name``. A callable ``(xs, ys) ->`` a tensor or tuple (positional
+            arguments) or a dict (keyword arguments).
+        read_in: with a layout, applied to its tokens (e.g. Garg et al.'s ``_read_in``).
+        input_name: with a layout, the keyword for its tokens (e.g. ``"inputs_embeds"``).
+        positions: the token of example t's readout in the residuals: "interleaved"
+            (2t), "paired" (t) or ``(stride, offset)`` (offset + stride t). Default:
+            ``inputs`` when it names a layout.
+        readout: a module or callable ``[..., d_model] -> [...]`` (a trailing axis of size
+            1 is dropped); predictions are the readout of layer L. "probe": none — layers
+            are read by fitted probes, ``model(xs, ys)`` returns the module's own output,
+            and ``predict_queries``/``readout_residual`` raise.
         n_positions: the most examples the model takes (None: not checked).
-        task: the `iclprobe.tasks.RegressionTask` it was trained on (the data `align`
-            evaluates on by default).
+        task: the `iclprobe.tasks.RegressionTask` it was trained on (`align`'s default data).
         query_chunk_tokens: tokens per forward call in ``query_residuals``.
 
-    Predictions follow the library's convention: ``preds[:, t]`` sees examples ``0..t-1``
-    and the query ``xs[:, t]``, so the model must be causal at the readout positions.
+    ``preds[:, t]`` must see only examples ``0..t-1`` and the query ``xs[:, t]``: the model
+    must be causal at the readout positions.
     """
 
     def __init__(

@@ -21,6 +21,7 @@ _EXPORTS = {
     "LSTMConfig": "iclprobe.models.config",
     "PQConfig": "iclprobe.models.config",
     "Regressor": "iclprobe.models.base",
+    "HookedAdapter": "iclprobe.models.adapter",
     "GPTRegressor": "iclprobe.models.gpt",
     "LSTMRegressor": "iclprobe.models.lstm",
     "PQTransformer": "iclprobe.models.pq",
@@ -43,6 +44,7 @@ __all__ = [
     "CheckpointError",
     "GPTConfig",
     "GPTRegressor",
+    "HookedAdapter",
     "LSTMConfig",
     "LSTMRegressor",
     "OutputExistsError",
@@ -78,6 +80,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from iclprobe.models.adapter import HookedAdapter
     from iclprobe.models.ahn import load_ahn
     from iclprobe.models.base import Regressor
     from iclprobe.models.checkpoint import load, save

@@ -38,7 +38,7 @@ def run_first_layers(model: Regressor, xs: Tensor, ys: Tensor, n_blocks: int) ->
         raise _Stop(value)
 
     try:
-        with model.hooks(fwd_hooks=[(resid_hook_name(n_blocks), stop)]):
+        with model.hooks(fwd_hooks=[(resid_hook_name(n_blocks, model), stop)]):
             model(xs, ys)
     except _Stop as halt:
         return halt.value

@@ -167,15 +167,14 @@ def test_hooked_root_module_aligns_end_to_end():
     res = align(adapted, SMALL, name="tiny")
     assert res.n_layers == N_LAYERS and len(res.probe_r2) == N_LAYERS + 1
     assert set(res.similarities["newton"]) == {"error_cosine", "weight_cosine"}
-    # the layer errors are those of probes fitted (seed + 1) on the module's own residuals
-    lp = probes.LayerProbes().fit(adapted, TASK, n_sequences=40, n_heldout=16,
-                                  generator=torch.Generator().manual_seed(1))
+    # the layer errors are those of probes cross-fitted on the module's own residuals
     batch = TASK.sample(48, generator=torch.Generator().manual_seed(0))
     tiny = adapted.model
     with torch.no_grad():
         _, cache = tiny.run_with_cache(interleave(batch.xs, batch.ys))
     resid = torch.stack([cache[name][:, ::2] for name in TL_NAMES])
-    err = (lp.apply(resid).double() - batch.ys.double()).pow(2).mean(1) / N_DIMS  # [layer, n]
+    preds = probes.cross_fit(adapted, resid, batch.ys, folds=SMALL.probe_folds).preds
+    err = (preds - batch.ys.double()).pow(2).mean(1) / N_DIMS  # [layer, n]
     t_lo, t_hi = res.window
     torch.testing.assert_close(torch.tensor(res.layer_error, dtype=torch.float64),
                                err[:, t_lo:t_hi + 1].mean(-1), atol=1e-6, rtol=1e-5)

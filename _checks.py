@@ -1,6 +1,7 @@
-"""Validators of config and task fields, and of sizes against memory (no heavy imports).
+"""Config fields and their validators, and checks of sizes against memory (no heavy imports).
 
-Each field validator names ``Owner.field``, the value and what is allowed. A value of the
+`option` declares a config field with its command-line help (the CLI's flags are generated
+from it). Each field validator names ``Owner.field``, the value and what is allowed. A value of the
 wrong type (a string, a bool for a number) is a TypeError; a number out of range, NaN or
 infinite is a ValueError.
 
@@ -13,12 +14,38 @@ known the check passes.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
 
 #: Seeds go to ``torch.manual_seed``, which takes 64-bit values; iclprobe's are 0 .. 2^63-1.
 SEED_LIMIT = 2**63
+
+
+def option(default: Any = dataclasses.MISSING, help: str = "", *,
+           choices: tuple[Any, ...] | None = None, **flag: Any) -> Any:
+    """A dataclass field that carries its command-line flag in its metadata.
+
+    Args:
+        default: the field's default (none: a required field).
+        help: the flag's help. The CLI appends ``(default: …)`` unless the text says the
+            default itself, as it must where the default is None.
+        choices: the allowed values, listed by the help; the config's ``__post_init__``
+            checks them (`check_choice`), the CLI does not.
+        **flag: further keys for the CLI: ``aliases`` (other flag names, e.g.
+            ``("--metric",)``), ``names`` (words that stand for a tuple of names, e.g.
+            ``{"both": (...)}``).
+    """
+    return dataclasses.field(default=default,
+                             metadata={"help": help, "choices": choices, **flag})
+
+
+def check_choice(owner: str, name: str, value: Any, choices: tuple[Any, ...]) -> Any:
+    """One of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{owner}.{name} must be one of {choices}, got {value!r}")
+    return value
 
 
 def _num(x: float) -> str:

@@ -57,14 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_train(sub: Any) -> None:
-    from iclprobe.cli_flags import (
-        MODEL_FIELDS,
-        MODEL_RENAME,
-        TASK_FIELDS,
-        TASK_RENAME,
-        TRAIN_FIELDS,
-        add_fields,
-    )
+    from iclprobe.cli_flags import MODEL_FROM_TASK, add_flags, train_flags
+    from iclprobe.models.registry import FAMILIES  # torch-free
 
     p = sub.add_parser(
         "train", help="train a model on in-context regression",
@@ -77,14 +71,14 @@ def _add_train(sub: Any) -> None:
                    help="continue the run in --out (model, task and recipe from its checkpoint)")
     p.add_argument("--overwrite", action="store_true",
                    help="start afresh in --out, replacing the run iclprobe wrote there")
-    from iclprobe.models.registry import FAMILIES  # torch-free
-
     p.add_argument("--family", choices=sorted(FAMILIES), default=argparse.SUPPRESS,
                    help="the model family: " + "; ".join(f"{name}: {fam.summary}" for name, fam
                                                         in FAMILIES.items()) + " (default: gpt)")
-    add_fields(p.add_argument_group("task"), TASK_FIELDS, TASK_RENAME)
-    add_fields(p.add_argument_group("model"), MODEL_FIELDS, MODEL_RENAME)
-    add_fields(p.add_argument_group("training (TrainConfig)"), TRAIN_FIELDS)
+    flags = train_flags()
+    add_flags(p.add_argument_group("task (RegressionTask)"), flags["task"])
+    add_flags(p.add_argument_group("model (the --family's config; n_dims is --n-dims)"),
+              flags["model"], {k: "--" + v.replace("_", "-") for k, v in MODEL_FROM_TASK.items()})
+    add_flags(p.add_argument_group("training (TrainConfig)"), flags["training"])
     p.set_defaults(handler=_lazy("cmd_train"))
 
 
@@ -117,55 +111,14 @@ def _seed(text: str) -> int:
 
 
 def _align_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--protocol", choices=("iclprobe", "fu2024"), default="iclprobe",
-                   help="the alignment choices: iclprobe (per-prefix step sizes, t >= 1) or "
-                   "fu2024 (Fu et al.'s evaluation code: GD step 0.01 on the summed loss, "
-                   "Newton alpha 2/||SS^T||_F, t >= 0) (default: iclprobe)")
-    p.add_argument("--algorithms", default=None,
-                   help="comma-separated subset of the protocol's learners (default: all of "
-                   "them; iclprobe: newton,gd,online_gd,pgd,cg,ols; fu2024: "
-                   "newton,gd,online_gd,ols)")
-    p.add_argument("--metric", default="both",
-                   help="comma-separated similarity metrics: error_cosine, weight_cosine, spd, "
-                   "ilwd (and any registered), or both = error_cosine,weight_cosine "
-                   "(default: both)")
-    p.add_argument("--positions", choices=("auto", "all", "last"), default="auto",
-                   help="positions t to align at: auto = where the model was trained (the "
-                   "last position for Ahn-style PQ models, every prefix otherwise) "
-                   "(default: auto)")
-    p.add_argument("--t-min", type=_nonnegative_int, default=None,
-                   help="first position in the metrics (default: the protocol's)")
-    p.add_argument("--t-max", type=_nonnegative_int, default=None,
-                   help="last position in the metrics (default: the last)")
-    p.add_argument("--fit-layers", choices=("live", "all"), default="live",
-                   help="layers the step-vs-layer lines are fitted over: live = above the "
-                   "zero predictor (default: live)")
-    p.add_argument("--n-sequences", type=_positive_int, default=512,
-                   help="evaluation sequences (default: 512)")
-    p.add_argument("--n-probe-sequences", type=_positive_int, default=None,
-                   help="sequences the layer probes are fitted on (default: 1000; saved "
-                   "probes, from `iclprobe probe`, are used if they were fitted on this many)")
+    from iclprobe.cli_flags import add_flags, align_flags
+
+    add_flags(p.add_argument_group("alignment (AlignConfig)"), align_flags())
     p.add_argument("--refit-probes", action="store_true",
                    help="fit new layer probes even where saved ones fit the model and data")
-    p.add_argument("--data", choices=("task", "isotropic", "ill-conditioned"), default="task",
-                   help="evaluation data (default: the checkpoint's own task)")
-    p.add_argument("--condition-number", type=float, default=100.0,
-                   help="κ for --data ill-conditioned (default: 100)")
-    p.add_argument("--seed", type=_seed, default=0, help="seed of the evaluation data (default: 0)")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help=DEVICE_HELP)
     p.add_argument("--out", help="write a report folder (report.md, PNGs, CSVs, JSON) here")
     _overwrite_flag(p, "a report")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
-
-
-def _nonnegative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
 
 
 def _overwrite_flag(p: argparse.ArgumentParser, what: str) -> None:
@@ -210,9 +163,8 @@ def _add_analysis(sub: Any) -> None:
     p.add_argument("--out", default="iclprobe-report", help="report folder "
                    "(default: ./iclprobe-report)")
     _overwrite_flag(p, "a report")
-    p.add_argument("--n-sequences", type=_positive_int, default=512, help=argparse.SUPPRESS)
-    p.add_argument("--n-probe-sequences", type=_positive_int, default=1000,
-                   help=argparse.SUPPRESS)
+    p.add_argument("--n-sequences", type=int, default=512, help=argparse.SUPPRESS)
+    p.add_argument("--n-probe-sequences", type=int, default=1000, help=argparse.SUPPRESS)
     p.set_defaults(handler=_lazy("cmd_demo"))
 
 

@@ -22,21 +22,11 @@ DEMO_PQ = ("pq-rotated-3layer", "pq-isotropic-1layer")
 
 
 def _align_config(args: argparse.Namespace) -> Any:
-    from iclprobe.alignment.pipeline import AlignConfig
+    """The `AlignConfig` of the flags given (its own defaults for the rest)."""
+    from iclprobe.alignment.config import AlignConfig
+    from iclprobe.cli_flags import align_flags, given
 
-    metrics = tuple(m.strip() for m in args.metric.split(",") if m.strip())
-    if metrics == ("both",):
-        metrics = ("error_cosine", "weight_cosine")
-    algos = None
-    if args.algorithms:
-        algos = tuple(a.strip() for a in args.algorithms.split(",") if a.strip())
-    n_probe = args.n_probe_sequences or AlignConfig.n_probe_sequences
-    return AlignConfig(protocol=args.protocol, algorithms=algos, metrics=metrics,
-                       positions=args.positions, t_min=args.t_min, t_max=args.t_max,
-                       fit_layers=args.fit_layers, n_sequences=args.n_sequences,
-                       n_probe_sequences=n_probe, data=args.data,
-                       condition_number=args.condition_number, seed=args.seed,
-                       device=args.device)
+    return AlignConfig(**given(args, align_flags()))
 
 
 def _check_device(device: str) -> None:
@@ -225,7 +215,7 @@ def cmd_align(args: argparse.Namespace) -> int:
     if args.out:
         check_output(args.out, "report", args.overwrite)  # before the work, not after
     results, records = align_checkpoints(checkpoints, cfg, refit_probes=args.refit_probes,
-                                         n_probe_given=args.n_probe_sequences is not None)
+                                         n_probe_given=hasattr(args, "n_probe_sequences"))
     if args.out:
         command = "iclprobe " + " ".join(args.argv)
         with atomic_directory(args.out, "report", args.overwrite) as tmp:
@@ -366,43 +356,31 @@ def _train_setup(args: argparse.Namespace) -> tuple[Regressor, Any, Any]:
     """The model, task and recipe of ``iclprobe train``, fresh or from the run (--resume)."""
     from iclprobe import models, tasks
     from iclprobe._checks import check_training_fits
-    from iclprobe.cli_flags import (
-        MODEL_FIELDS,
-        MODEL_RENAME,
-        TASK_FIELDS,
-        TASK_RENAME,
-        TRAIN_FIELDS,
-        given,
-    )
+    from iclprobe.cli_flags import MODEL_FROM_TASK, given, train_flags
     from iclprobe.models import registry
 
-    train_given = given(args, [f[0] for f in TRAIN_FIELDS])
+    flags = train_flags()
+    train_given = given(args, flags["training"])
     if args.resume:
-        ignored = given(args, [f[0] for f in TASK_FIELDS], TASK_RENAME) | given(
-            args, [f[0] for f in MODEL_FIELDS], MODEL_RENAME)
+        ignored = [f.option for f in flags["task"] + flags["model"] if hasattr(args, f.dest)]
         if ignored or hasattr(args, "family"):
             raise UsageError(f"--resume takes the model and task from {args.out}; "
-                             f"drop {sorted(ignored) or ['--family']}")
+                             f"drop {', '.join(ignored) or '--family'}")
         cfg = dataclasses.replace(models.read_train_config(args.out), **train_given)
         model: Regressor = models.load(args.out)
         return model, model.task, cfg
-    task = tasks.RegressionTask(**{"n_dims": 8, "n_points": 24,
-                                   **given(args, [f[0] for f in TASK_FIELDS], TASK_RENAME)})
-    model_kw = given(args, [f[0] for f in MODEL_FIELDS], MODEL_RENAME)
-    model_kw["n_dims"] = task.n_dims
+    task = tasks.RegressionTask(**{"n_dims": 8, "n_points": 24, **given(args, flags["task"])})
+    model_kw = given(args, flags["model"])
     family = registry.get_family(getattr(args, "family", "gpt"))
     fields = {f.name for f in dataclasses.fields(family.config)}
-    if "n_positions" in fields:
-        model_kw.setdefault("n_positions", task.n_points)
-    model_cfg = family.config(**_only(model_kw, sorted(set(model_kw) - fields), family.name))
+    for name, task_field in MODEL_FROM_TASK.items():
+        if name in fields:
+            model_kw.setdefault(name, getattr(task, task_field))
+    bad = [f.option for f in flags["model"] if f.name in model_kw and f.name not in fields]
+    if bad:
+        raise UsageError(f"not applicable to --family {family.name}: {', '.join(bad)}")
+    model_cfg = family.config(**model_kw)
     cfg = models.TrainConfig(**train_given)
     check_training_fits(model_cfg, task, cfg)  # before allocating anything
     model = family.model_class()(model_cfg)
     return model, task, cfg
-
-
-def _only(kw: dict[str, Any], bad: list[str], family: str) -> dict[str, Any]:
-    if bad:
-        flags = ", ".join("--" + b.replace("_", "-") for b in bad)
-        raise UsageError(f"not applicable to --family {family}: {flags}")
-    return kw

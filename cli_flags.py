@@ -1,60 +1,188 @@
 """Command-line flags generated from the config dataclasses (one flag per field).
 
+A field's flag takes its help, choices and aliases from the field's metadata
+(`iclprobe._checks.option`) and its type from the annotation: ``--field-name``, a bool as
+``--name/--no-name``, a pair as two values, ``tuple[str, ...]`` comma-separated. The
+flags only convert text: the dataclass's ``__post_init__`` refuses bad values.
+
 Defaults are left out of the namespace (``argparse.SUPPRESS``) so a command can tell which
-flags were given, and the dataclass's own default applies to the rest. No heavy imports.
+flags were given (`given`), and the dataclass's own default applies to the rest; the help
+shows that default. No heavy imports: `RegressionTask` imports torch, so the task's flags
+are the table `TASK_FIELDS`.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import types
+import typing
+from collections.abc import Callable, Iterable
 from typing import Any
 
-# Field types for the fields whose default does not tell (None defaults).
-_NONE_DEFAULT_TYPES: dict[str, tuple[type, str | None]] = {
-    "d_mlp": (int, None), "active_dims": (int, None), "eigenvalues": (float, "+"),
-    "n_positions": (int, None),
-}
+MISSING: Any = dataclasses.MISSING
 
 
-def add_fields(group: Any, fields: list[tuple[str, Any, str]],
-               rename: dict[str, str] | None = None) -> None:
-    """Add ``--field-name`` flags for ``(name, default, help)`` triples.
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """One flag standing for a config field (of one or more classes: the model families)."""
 
-    The help ends with ``(default: …)`` unless its text already says the default (as it
-    must where the default is None, whose meaning only the text can tell).
+    name: str  # the field's name
+    dest: str  # the attribute of the namespace (the field's name unless renamed)
+    kind: Any  # the field's type, None stripped from an optional one
+    help: str
+    defaults: dict[str, Any]  # per owner (a family's name, or ""): the default, or MISSING
+    meta: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def option(self) -> str:
+        """The flag as typed: ``--dest-with-dashes``."""
+        return "--" + self.dest.replace("_", "-")
+
+
+def config_flags(cls: Any, rename: dict[str, str] | None = None,
+                 skip: Iterable[str] = ()) -> list[Flag]:
+    """One `Flag` per field of the dataclass ``cls`` (but those named in ``skip``)."""
+    return merged_flags({"": cls}, rename, skip)
+
+
+def merged_flags(classes: dict[str, Any], rename: dict[str, str] | None = None,
+                 skip: Iterable[str] = ()) -> list[Flag]:
+    """One `Flag` per field name over several dataclasses (by owner name: the families).
+
+    A field the owners share is one flag; its help names each owner's default (and each
+    owner's help, where they differ), and its type is the first owner's.
     """
-    rename = rename or {}
-    for name, default, help_text in fields:
-        flag = "--" + rename.get(name, name).replace("_", "-")
-        said = default is None or "default" in help_text
-        kw: dict[str, Any] = {"dest": rename.get(name, name), "default": argparse.SUPPRESS,
-                              "help": help_text if said else f"{help_text} (default: {default})"}
-        if isinstance(default, bool):
-            kw["action"] = argparse.BooleanOptionalAction
-        elif isinstance(default, tuple):
-            kw.update(type=type(default[0]), nargs=len(default), metavar=name.upper()[:1])
-        elif default is None:
-            kind, nargs = _NONE_DEFAULT_TYPES.get(name, (str, None))
-            kw.update(type=kind, nargs=nargs)
-        else:
-            kw["type"] = type(default)
-        group.add_argument(flag, **kw)
+    rename, skip = rename or {}, set(skip)
+    owners: dict[str, list[tuple[str, dataclasses.Field[Any], Any]]] = {}
+    for owner, cls in classes.items():
+        hints = _hints(cls)
+        for f in dataclasses.fields(cls):
+            if f.init and f.name not in skip:
+                owners.setdefault(f.name, []).append((owner, f, hints.get(f.name)))
+    flags = []
+    for name, fields in owners.items():
+        meta = {k: v for k, v in fields[0][1].metadata.items() if k != "help"}
+        choices = [c for _, f, _ in fields for c in f.metadata.get("choices") or ()]
+        meta["choices"] = tuple(dict.fromkeys(choices)) or None
+        helps = {o: f.metadata.get("help") or name.replace("_", " ") for o, f, _ in fields}
+        flags.append(Flag(name, rename.get(name, name), _strip_none(fields[0][2]),
+                          _joined(helps, len(classes)), {o: f.default for o, f, _ in fields},
+                          meta))
+    return flags
 
 
-def given(args: argparse.Namespace, names: list[str],
-          rename: dict[str, str] | None = None) -> dict[str, Any]:
-    """The values of the flags among ``names`` that were given on the command line."""
+def table_flags(table: list[tuple[str, Any, str]], rename: dict[str, str] | None = None
+                ) -> list[Flag]:
+    """Flags from ``(name, default, help)`` triples (for a class that imports torch)."""
     rename = rename or {}
+    return [Flag(name, rename.get(name, name), _TABLE_TYPES.get(name, type(default)), text,
+                 {"": default}) for name, default, text in table]
+
+
+def add_flags(group: Any, flags: list[Flag], defaults: dict[str, str] | None = None) -> None:
+    """Add ``flags`` to an argparse parser or group.
+
+    ``defaults`` gives the help's default for flags whose value comes from elsewhere when
+    they are not given (``{"n_positions": "--n-points"}``).
+    """
+    defaults = defaults or {}
+    for flag in flags:
+        shown = defaults.get(flag.name) or _default_text(flag)
+        text = flag.help if not shown else f"{flag.help} (default: {shown})"
+        kw: dict[str, Any] = {"dest": flag.dest, "default": argparse.SUPPRESS,
+                              "help": text.replace("%", "%%")}
+        kw.update(_conversion(flag))
+        group.add_argument(flag.option, *flag.meta.get("aliases", ()), **kw)
+
+
+def given(args: argparse.Namespace, flags: list[Flag]) -> dict[str, Any]:
+    """The values, by field name, of the flags among ``flags`` given on the command line."""
     out = {}
-    for name in names:
-        dest = rename.get(name, name)
-        if hasattr(args, dest):
-            value = getattr(args, dest)
-            out[name] = tuple(value) if isinstance(value, list) else value
+    for flag in flags:
+        if hasattr(args, flag.dest):
+            value = getattr(args, flag.dest)
+            out[flag.name] = tuple(value) if isinstance(value, list) else value
     return out
 
 
-# Field lists with help text, kept in step with the dataclasses by tests/test_cli.py.
+def format_value(value: Any) -> str:
+    """``value`` as typed on the command line (a pair as two words, names comma-separated)."""
+    if isinstance(value, tuple):
+        sep = "," if value and all(isinstance(v, str) for v in value) else " "
+        return sep.join(format_value(v) for v in value)
+    return str(value)
+
+
+def _default_text(flag: Flag) -> str:
+    """The help's ``default: …`` text, one per owner where the owners' defaults differ."""
+    if "default" in flag.help:
+        return ""  # the text says it (as it must where the default is None)
+    by_value: dict[str, list[str]] = {}
+    for owner, default in flag.defaults.items():
+        if default is not MISSING and default is not None:
+            by_value.setdefault(format_value(default), []).append(owner)
+    if len(by_value) == 1 and len(next(iter(by_value.values()))) == len(flag.defaults):
+        return next(iter(by_value))
+    return "; ".join(f"{', '.join(owners)}: {text}" for text, owners in by_value.items())
+
+
+def _joined(helps: dict[str, str], n_owners: int) -> str:
+    """One help text for the owners of a field: shared, or ``owner: text`` each."""
+    texts = set(helps.values())
+    if len(texts) == 1:
+        text = texts.pop()
+        return text if len(helps) == n_owners else f"{', '.join(helps)}: {text}"
+    by_text: dict[str, list[str]] = {}
+    for owner, text in helps.items():
+        by_text.setdefault(text, []).append(owner)
+    return "; ".join(f"{', '.join(owners)}: {text}" for text, owners in by_text.items())
+
+
+def _conversion(flag: Flag) -> dict[str, Any]:
+    """The ``type``/``nargs``/``action`` of the flag's field type (text → value) for argparse."""
+    choices = flag.meta.get("choices")
+    metavar = "{" + ",".join(map(str, choices)) + "}" if choices else None
+    kind, origin, args = flag.kind, typing.get_origin(flag.kind), typing.get_args(flag.kind)
+    if kind is bool:
+        return {"action": argparse.BooleanOptionalAction}
+    if origin is tuple and args[-1:] == (Ellipsis,) and args[0] is str:
+        return {"type": _names(flag.meta.get("names", {})), "metavar": "A,B,..."}
+    if origin is tuple and args[-1:] == (Ellipsis,):
+        return {"type": args[0], "nargs": "+"}
+    if origin is tuple:
+        return {"type": args[0], "nargs": len(args), "metavar": flag.dest.upper()[:1]}
+    kw: dict[str, Any] = {"type": kind if kind in (int, float) else str}
+    return {**kw, "metavar": metavar} if metavar else kw
+
+
+def _names(aliases: dict[str, tuple[str, ...]]) -> Callable[[str], tuple[str, ...]]:
+    def convert(text: str) -> tuple[str, ...]:
+        names = tuple(n.strip() for n in text.split(",") if n.strip())
+        return aliases.get(names[0], names) if len(names) == 1 else names
+    convert.__name__ = "comma-separated names"  # argparse's "invalid ... value" says this
+    return convert
+
+
+def _hints(cls: Any) -> dict[str, Any]:
+    """The evaluated annotations of ``cls`` (the defaults' types where they cannot be)."""
+    try:
+        return typing.get_type_hints(cls)
+    except (NameError, TypeError):
+        return {f.name: type(f.default) if f.default not in (MISSING, None) else str
+                for f in dataclasses.fields(cls)}
+
+
+def _strip_none(kind: Any) -> Any:
+    """``X`` for ``X | None`` (and ``Optional[X]``)."""
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        rest = [a for a in typing.get_args(kind) if a is not type(None)]
+        return rest[0] if len(rest) == 1 else str
+    return kind if kind is not None else str
+
+
+# The task's fields (`RegressionTask`): the class imports torch, so its flags are a table,
+# kept in step with the dataclass by tests/test_flags.py.
 TASK_FIELDS = [
     ("n_dims", 8, "covariate dimension d"),
     ("n_points", 24, "examples per sequence"),
@@ -69,50 +197,27 @@ TASK_FIELDS = [
     ("active_dims", None, "Garg's truncation: only the first k coordinates are non-zero "
      "(default: all n_dims)"),
 ]
+_TABLE_TYPES: dict[str, Any] = {"eigenvalues": tuple[float, ...], "active_dims": int}
 TASK_RENAME = {"seed": "task_seed"}
-
-MODEL_FIELDS = [
-    ("n_positions", None, "GPT: most examples per sequence (default: n_points)"),
-    ("n_layers", 8, "layers (default: 8; PQ: 3)"),
-    ("d_model", 64, "GPT: residual width"),
-    ("n_heads", 4, "heads (default: 4; PQ: 1)"),
-    ("d_mlp", None, "GPT: MLP width (default: 4 d_model)"),
-    ("attention", "softmax", "GPT: softmax | linear"),
-    ("layout", "interleaved", "GPT: interleaved | paired"),
-    ("ln_eps", 1e-5, "GPT: LayerNorm epsilon"),
-    ("final_norm", True, "GPT: LayerNorm before the read-out (off: Fu et al.'s probing runs)"),
-    ("sparse", True, "PQ: Eq. 8 sparse P and Q"),
-    ("kernel", "linear", "PQ: linear | softmax | relu | softmax-ahn"),
-    ("init_std", 0.01, "PQ: initialization standard deviation"),
-    ("seed", 0, "initialization seed"),
-]
 MODEL_RENAME = {"seed": "model_seed"}
+#: Model fields whose value comes from the task's flags: none of their own (n_dims), or
+#: a default when not given (n_positions).
+MODEL_FROM_TASK = {"n_dims": "n_dims", "n_positions": "n_points"}
 
 
-TRAIN_FIELDS = [
-    ("steps", 1000, "optimizer steps"),
-    ("batch_size", 64, "sequences per step and rank"),
-    ("optimizer", "adam", "adam | adamw | sgd | lbfgs"),
-    ("lr", 1e-3, "peak learning rate"),
-    ("betas", (0.9, 0.999), "Adam/AdamW betas"),
-    ("weight_decay", 0.0, "AdamW/SGD weight decay"),
-    ("momentum", 0.9, "SGD momentum"),
-    ("history_size", 100, "L-BFGS history size"),
-    ("max_iter", 20, "L-BFGS iterations per step"),
-    ("schedule", "constant", "constant | step (halve every --step-every) | cosine"),
-    ("step_every", 2000, "halve the learning rate every k steps (schedule=step)"),
-    ("warmup_steps", 0, "linear warm-up steps (schedule=cosine)"),
-    ("clip", "none", "gradient clipping: none | global | per-matrix"),
-    ("clip_norm", 1.0, "clipping threshold"),
-    ("resample_every", 1, "fresh data every k steps (0: one fixed dataset)"),
-    ("loss", "all", "all: every prefix (Garg) | last: last position (Ahn)"),
-    ("curriculum_every", 0, "GPT: grow dims/points every k steps (0: off)"),
-    ("curriculum_dims", (5, 1), "curriculum (start, increment) of the active dims"),
-    ("curriculum_points", (11, 2), "curriculum (start, increment) of the points"),
-    ("project_sparse", False, "dense PQ: project onto Eq. 8 after every step"),
-    ("zero_b", False, "PQ: keep B = 0 (Ahn et al.'s p0)"),
-    ("seed", 0, "run seed: data of step s on rank r come from (seed, r, s)"),
-    ("log_every", 50, "metrics-log period"),
-    ("checkpoint_every", 500, "checkpoint period (0: only at the end)"),
-    ("device", "cpu", "cpu | cuda"),
-]
+def train_flags() -> dict[str, list[Flag]]:
+    """The flags of ``iclprobe train`` by group: task, model (every family's), training."""
+    from iclprobe.models.registry import FAMILIES  # torch-free
+    from iclprobe.training.config import TrainConfig
+
+    return {"task": table_flags(TASK_FIELDS, TASK_RENAME),
+            "model": merged_flags({n: f.config for n, f in FAMILIES.items()}, MODEL_RENAME,
+                                  skip=("n_dims",)),
+            "training": config_flags(TrainConfig)}
+
+
+def align_flags() -> list[Flag]:
+    """The flags of ``iclprobe align`` and ``compare``: `AlignConfig`'s fields."""
+    from iclprobe.alignment.config import AlignConfig  # torch-free until constructed
+
+    return config_flags(AlignConfig)

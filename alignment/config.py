@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from iclprobe._checks import check_choice, check_int, check_real, check_seed, option
+
 if TYPE_CHECKING:
     from iclprobe.alignment.protocols import Protocol
 
@@ -13,76 +15,111 @@ DEFAULT_METRICS = ("error_cosine", "weight_cosine")
 POSITION_CHOICES = ("auto", "all", "last")
 FIT_LAYER_CHOICES = ("live", "all")
 PROBE_FITS = ("crossfit", "fresh")
+DEVICES = ("cpu", "cuda")
 #: Learners a model family adds (PQ: preconditioned GD with its own A_l, and a_l Σ⁻¹).
 FAMILY_RUNS = ("pgd_own", "pgd_inv_cov")
+_OWNER = "AlignConfig"
 
 
 @dataclasses.dataclass(frozen=True)
 class AlignConfig:
-    """What `align` computes (defaults sized for a CPU)."""
+    """What `align` computes (defaults sized for a CPU).
 
-    protocol: str = "iclprobe"  # a named set of learner/metric choices (see protocols)
-    algorithms: tuple[str, ...] | None = None  # a subset of the protocol's learners
-    metrics: tuple[str, ...] = DEFAULT_METRICS  # any registered metric
-    positions: str = "auto"  # "auto" (where the model was trained) | "all" | "last"
-    t_min: int | None = None  # first position in the metrics (default: the protocol's)
-    t_max: int | None = None  # last position (default: the last)
-    fit_layers: str = "live"  # "live": layers above the zero predictor | "all"
-    n_sequences: int = 512  # evaluation sequences
-    probe_fit: str = "crossfit"  # "crossfit": on the evaluation sequences | "fresh"
-    probe_folds: int = 4  # folds of the cross-fit
-    n_probe_sequences: int = 1000  # fresh sequences the layer probes are fitted on ("fresh")
-    n_probe_heldout: int = 256  # fresh sequences the probes' R² is measured on
-    n_weight_sequences: int = 64  # sequences for induced weights (weight_cosine)
-    n_queries: int | None = None  # queries per prefix for induced weights (default 1.5 d)
-    data: str = "task"  # "task" | "isotropic" | "ill-conditioned"
-    condition_number: float = 100.0
-    n_boot: int = 200  # bootstrap resamples of the sequences
-    confidence: float = 0.95
-    separation: bool = True  # measure which views separate Newton from GD
-    seed: int = 0
-    device: str = "cpu"
+    Each field's help is its ``iclprobe align`` flag's.
+    """
+
+    protocol: str = option("iclprobe", "the alignment choices: iclprobe (per-prefix step "
+                           "sizes, t >= 1) or fu2024 (Fu et al.'s evaluation code: GD step 0.01 "
+                           "on the summed loss, Newton alpha 2/||SS^T||_F, t >= 0)")
+    algorithms: tuple[str, ...] | None = option(
+        None, "comma-separated subset of the protocol's learners (default: all of them; "
+        "iclprobe: newton,gd,online_gd,pgd,cg,ols; fu2024: newton,gd,online_gd,ols)")
+    metrics: tuple[str, ...] = option(
+        DEFAULT_METRICS, "comma-separated similarity metrics: error_cosine, weight_cosine, spd, "
+        "ilwd (and any registered), or both = error_cosine,weight_cosine",
+        aliases=("--metric",), names={"both": DEFAULT_METRICS})
+    positions: str = option("auto", "positions t to align at: auto = where the model was "
+                            "trained (the last position for Ahn-style PQ models, every prefix "
+                            "otherwise)", choices=POSITION_CHOICES)
+    t_min: int | None = option(None, "first position in the metrics (default: the protocol's)")
+    t_max: int | None = option(None, "last position in the metrics (default: the last)")
+    fit_layers: str = option("live", "layers the step-vs-layer lines are fitted over: live = "
+                             "above the zero predictor", choices=FIT_LAYER_CHOICES)
+    n_sequences: int = option(512, "evaluation sequences")
+    probe_fit: str = option("crossfit", "how GPT layers' probes are fitted when none are saved: "
+                            "crossfit = on the evaluation sequences (each read by probes "
+                            "fitted on the other folds; one forward pass), fresh = on "
+                            "--n-probe-sequences fresh sequences", choices=PROBE_FITS)
+    probe_folds: int = option(4, "folds of the cross-fitted probes")
+    n_probe_sequences: int = option(1000, "fresh sequences the layer probes are fitted on (the "
+                                    "CLI uses saved probes, from `iclprobe probe`, if they "
+                                    "were fitted on this many, or on any number when this "
+                                    "is not given)")
+    n_probe_heldout: int = option(256, "fresh sequences the probes' held-out R² is measured on")
+    n_weight_sequences: int = option(64, "sequences the induced weights (weight metrics) are "
+                                     "measured on")
+    n_queries: int | None = option(None, "fresh queries per prefix for the induced weights "
+                                   "(default: d + max(2, d // 2))")
+    data: str = option("task", "evaluation data: task = the checkpoint's own task",
+                       choices=DATA_CHOICES)
+    condition_number: float = option(100.0, "κ of the ill-conditioned evaluation data")
+    n_boot: int = option(200, "bootstrap resamples of the sequences")
+    confidence: float = option(0.95, "confidence level of the bootstrap intervals")
+    separation: bool = option(True, "measure which views separate Newton from GD")
+    seed: int = option(0, "seed of the evaluation data (the probes' data: seed + 1)")
+    device: str = option("cpu", "where the model runs", choices=DEVICES)
 
     def __post_init__(self) -> None:
+        from iclprobe.tasks.covariance import MAX_CONDITION  # imports torch: only when validating
+
+        self._check_names()
+        for name, allowed in (("data", DATA_CHOICES), ("positions", POSITION_CHOICES),
+                              ("fit_layers", FIT_LAYER_CHOICES), ("device", DEVICES),
+                              ("probe_fit", PROBE_FITS)):
+            check_choice(_OWNER, name, getattr(self, name), allowed)
+        for name in ("n_sequences", "n_probe_sequences", "n_probe_heldout", "n_weight_sequences",
+                     "n_boot", "probe_folds"):
+            check_int(_OWNER, name, getattr(self, name), low=2)
+        for name in ("t_min", "t_max"):
+            if getattr(self, name) is not None:
+                check_int(_OWNER, name, getattr(self, name), low=0)
+        if self.n_queries is not None:
+            check_int(_OWNER, "n_queries", self.n_queries)
+        check_real(_OWNER, "condition_number", self.condition_number, 1.0, MAX_CONDITION)
+        check_real(_OWNER, "confidence", self.confidence, 0.0, 1.0, low_open=True,
+                   high_open=True)
+        if not isinstance(self.separation, bool):
+            raise TypeError(f"{_OWNER}.separation must be a bool, got {self.separation!r}")
+        check_seed(_OWNER, "seed", self.seed)
+
+    def _check_names(self) -> None:
+        """``protocol``, ``algorithms`` and ``metrics`` against the registries."""
         from iclprobe import algorithms  # the registries import torch: only when validating
         from iclprobe.alignment.metrics import METRIC_INFO
         from iclprobe.alignment.protocols import get_protocol
 
         protocol = get_protocol(self.protocol)
+        for name in ("algorithms", "metrics"):
+            value = getattr(self, name)
+            if value is None and name == "algorithms":
+                continue
+            if (isinstance(value, str) or not isinstance(value, (tuple, list))
+                    or not all(isinstance(v, str) for v in value)):
+                raise TypeError(f"{_OWNER}.{name} must be a tuple of names, got {value!r}")
+            object.__setattr__(self, name, tuple(value))
         if self.algorithms is not None:
             unknown = [a for a in self.algorithms
                        if not protocol.accepts(a) and a not in FAMILY_RUNS]
             if unknown or not self.algorithms:
                 choices = (list(protocol.runs) if protocol.explicit_runs is not None
                            else sorted(algorithms.LEARNER_INFO))
-                raise ValueError(f"algorithms {unknown or list(self.algorithms)} are not in "
-                                 f"protocol {self.protocol!r}; choose from "
+                raise ValueError(f"{_OWNER}.algorithms {unknown or list(self.algorithms)} are "
+                                 f"not in protocol {self.protocol!r}; choose from "
                                  f"{choices + list(FAMILY_RUNS)}")
-        if isinstance(self.metrics, str) or not self.metrics:
-            raise ValueError(f"metrics must be a non-empty tuple of metric names, got "
-                             f"{self.metrics!r}")
         bad = [m for m in self.metrics if m not in METRIC_INFO]
-        if bad:
-            raise ValueError(f"metric must be among {list(METRIC_INFO)}, got {list(self.metrics)}")
-        for name, allowed in (("data", DATA_CHOICES), ("positions", POSITION_CHOICES),
-                              ("probe_fit", PROBE_FITS),
-                              ("fit_layers", FIT_LAYER_CHOICES)):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        for name in ("n_sequences", "n_probe_sequences", "n_weight_sequences", "n_boot",
-                     "probe_folds"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 2:
-                raise ValueError(f"{name} must be an integer >= 2, got {value!r}")
-        for name in ("t_min", "t_max"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or value < 0):
-                raise ValueError(f"{name} must be an integer >= 0 or None, got {value!r}")
-        if not 0 < self.confidence < 1:
-            raise ValueError(f"confidence must be in (0, 1), got {self.confidence!r}")
-        if not self.condition_number >= 1:
-            raise ValueError(f"condition_number must be >= 1, got {self.condition_number!r}")
+        if bad or not self.metrics:
+            raise ValueError(f"{_OWNER}.metrics must be among {list(METRIC_INFO)}, got "
+                             f"{list(self.metrics)}")
 
     @property
     def protocol_spec(self) -> Protocol:

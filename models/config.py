@@ -10,13 +10,17 @@ import dataclasses
 import logging
 from typing import Any, TypeVar
 
-from iclprobe._checks import check_int, check_real, check_seed
+from iclprobe._checks import check_choice, check_int, check_real, check_seed, option
 
 logger = logging.getLogger(__name__)
 
 LAYOUTS = ("interleaved", "paired")
 KERNELS = ("linear", "softmax", "relu", "softmax-ahn")
 ATTENTIONS = ("softmax", "linear")
+N_DIMS_HELP = "covariate dimension d"
+N_POSITIONS_HELP = "most examples per sequence (Garg's meaning: 2x tokens when interleaved)"
+LAYOUT_HELP = "tokens: interleaved x, y tokens, or paired (x_prev, y_prev, x) tokens"
+SEED_HELP = "initialization seed (the global RNG is untouched)"
 
 C = TypeVar("C", bound="_ConfigMixin")
 
@@ -31,9 +35,7 @@ def _check_real(cfg: Any, name: str, low: float, **kw: Any) -> None:
 
 
 def _check_choice(cfg: Any, name: str, choices: tuple[str, ...]) -> None:
-    value = getattr(cfg, name)
-    if value not in choices:
-        raise ValueError(f"{type(cfg).__name__}.{name} must be one of {choices}, got {value!r}")
+    check_choice(type(cfg).__name__, name, getattr(cfg, name), choices)
 
 
 class _TokenLayout:
@@ -71,19 +73,24 @@ class _ConfigMixin:
 
 @dataclasses.dataclass(frozen=True)
 class GPTConfig(_TokenLayout, _ConfigMixin):
-    """Configuration of `GPTRegressor` (Garg et al.'s read-in → GPT-2 → read-out)."""
+    """Configuration of `GPTRegressor` (Garg et al.'s read-in → GPT-2 → read-out).
 
-    n_dims: int  # covariate dimension d
-    n_positions: int  # most examples per sequence (Garg's meaning: 2x tokens when interleaved)
-    n_layers: int = 8  # transformer blocks
-    d_model: int = 64  # residual width
-    n_heads: int = 4  # attention heads; must divide d_model
-    d_mlp: int | None = None  # MLP hidden width; None -> 4 * d_model (GPT-2)
-    attention: str = "softmax"  # "softmax" | "linear" (no softmax, scores / number of keys)
-    layout: str = "interleaved"  # "interleaved" (x, y tokens) | "paired" ((x_prev, y_prev, x))
-    seed: int = 0  # initialization seed (global RNG untouched)
-    ln_eps: float = 1e-5  # LayerNorm epsilon (GPT-2's)
-    final_norm: bool = True  # False: no LayerNorm before the read-out (Fu et al.'s probing runs)
+    Each field's help is its ``iclprobe train`` flag's.
+    """
+
+    n_dims: int = option(help=N_DIMS_HELP)
+    n_positions: int = option(help=N_POSITIONS_HELP)
+    n_layers: int = option(8, "transformer blocks")
+    d_model: int = option(64, "residual width")
+    n_heads: int = option(4, "attention heads; must divide d_model")
+    d_mlp: int | None = option(None, "MLP hidden width (default: 4 d_model, GPT-2's)")
+    attention: str = option("softmax", "softmax, or linear: no softmax, the scores divided by "
+                            "the number of keys", choices=ATTENTIONS)
+    layout: str = option("interleaved", LAYOUT_HELP, choices=LAYOUTS)
+    seed: int = option(0, SEED_HELP)
+    ln_eps: float = option(1e-5, "LayerNorm epsilon (GPT-2's)")
+    final_norm: bool = option(True, "LayerNorm before the read-out (off: Fu et al.'s probing "
+                              "runs)")
 
     def __post_init__(self) -> None:
         _check_positive(self, "n_dims", "n_positions", "n_layers", "d_model", "n_heads")
@@ -133,15 +140,18 @@ class GPTConfig(_TokenLayout, _ConfigMixin):
 
 @dataclasses.dataclass(frozen=True)
 class PQConfig(_ConfigMixin):
-    """Configuration of `PQTransformer` (Ahn et al. / von Oswald et al.)."""
+    """Configuration of `PQTransformer` (Ahn et al. / von Oswald et al.).
 
-    n_dims: int  # covariate dimension d; tokens are (x, y) rows of width d + 1
-    n_layers: int = 3  # attention-only layers
-    n_heads: int = 1  # heads per layer (their outputs are summed)
-    sparse: bool = True  # Eq. 8: P = [[B, 0], [0, 1]], Q = -[[A, 0], [0, 0]]
-    kernel: str = "linear"  # "linear" | "softmax" | "relu" | "softmax-ahn" (see PQTransformer)
-    seed: int = 0  # initialization seed (global RNG untouched)
-    init_std: float = 0.01  # std of the N(0, init_std^2) initialization (Ahn's `var`)
+    Each field's help is its ``iclprobe train`` flag's.
+    """
+
+    n_dims: int = option(help=N_DIMS_HELP + "; tokens are (x, y) rows of width d + 1")
+    n_layers: int = option(3, "attention-only layers")
+    n_heads: int = option(1, "heads per layer (their outputs are summed)")
+    sparse: bool = option(True, "Eq. 8's sparse P = [[B, 0], [0, 1]], Q = -[[A, 0], [0, 0]]")
+    kernel: str = option("linear", "attention kernel (see PQTransformer)", choices=KERNELS)
+    seed: int = option(0, SEED_HELP)
+    init_std: float = option(0.01, "std of the N(0, init_std²) initialization (Ahn's var)")
 
     def __post_init__(self) -> None:
         _check_positive(self, "n_dims", "n_layers", "n_heads")
@@ -173,14 +183,18 @@ class PQConfig(_ConfigMixin):
 
 @dataclasses.dataclass(frozen=True)
 class LSTMConfig(_TokenLayout, _ConfigMixin):
-    """Configuration of `LSTMRegressor` (Garg et al.'s read-in → LSTM layers → read-out)."""
+    """Configuration of `LSTMRegressor` (Garg et al.'s read-in → LSTM layers → read-out).
 
-    n_dims: int  # covariate dimension d
-    n_positions: int  # most examples per sequence (2x tokens when interleaved)
-    n_layers: int = 3  # LSTM layers, one per block (each one's hidden states are hooked)
-    d_model: int = 128  # hidden width of every LSTM layer and of the read-in
-    layout: str = "interleaved"  # "interleaved" (x, y tokens) | "paired" ((x_prev, y_prev, x))
-    seed: int = 0  # initialization seed (global RNG untouched)
+    Each field's help is its ``iclprobe train`` flag's.
+    """
+
+    n_dims: int = option(help=N_DIMS_HELP)
+    n_positions: int = option(help=N_POSITIONS_HELP)
+    n_layers: int = option(3, "LSTM layers, one per block (each one's hidden states are "
+                           "hooked)")
+    d_model: int = option(128, "hidden width of every LSTM layer and of the read-in")
+    layout: str = option("interleaved", LAYOUT_HELP, choices=LAYOUTS)
+    seed: int = option(0, SEED_HELP)
 
     def __post_init__(self) -> None:
         _check_positive(self, "n_dims", "n_positions", "n_layers", "d_model")

@@ -9,7 +9,6 @@ from helpers import tiny_gpt
 
 from iclprobe import models, tasks
 from iclprobe.cli import main
-from iclprobe.cli_flags import MODEL_FIELDS, TASK_FIELDS, TRAIN_FIELDS
 
 FAST = ["--n-sequences", "32", "--n-probe-sequences", "64"]
 
@@ -25,27 +24,6 @@ def ckpts(tmp_path_factory):
     pq = models.PQTransformer.from_matrices(A=[0.2 * torch.eye(3)] * 3)
     pq.save(root / "pq", task=task)
     return root
-
-
-def test_flag_tables_match_the_dataclasses():
-    import dataclasses
-
-    train = {f.name: f.default for f in dataclasses.fields(models.TrainConfig)}
-    assert {name: default for name, default, _ in TRAIN_FIELDS} == train
-    task_fields = {f.name: f.default for f in dataclasses.fields(tasks.RegressionTask) if f.init}
-    listed = {name: default for name, default, _ in TASK_FIELDS}
-    assert listed.keys() == task_fields.keys()
-    # the help shows the dataclass defaults (n_dims and n_points have CLI defaults of their own)
-    assert {k: v for k, v in listed.items() if k not in ("n_dims", "n_points")} == {
-        k: v for k, v in task_fields.items() if k not in ("n_dims", "n_points")}
-    model_fields = ({f.name for f in dataclasses.fields(models.GPTConfig)}
-                    | {f.name for f in dataclasses.fields(models.PQConfig)}) - {"n_dims"}
-    assert {name for name, _, _ in MODEL_FIELDS} == model_fields
-    gpt = {f.name: f.default for f in dataclasses.fields(models.GPTConfig)}
-    pq = {f.name: f.default for f in dataclasses.fields(models.PQConfig)}
-    for name, default, _ in MODEL_FIELDS:  # the help text shows the GPT default, else PQ's
-        if name != "n_positions":
-            assert default == gpt.get(name, pq.get(name)), name
 
 
 def test_align_writes_the_report(tmp_path, capsys):
@@ -119,9 +97,10 @@ def test_compare_and_probe(ckpts, tmp_path, capsys):
     [
         (["align", "no/such/checkpoint"], "checkpoint 'no/such/checkpoint' not found"),
         (["align", "{soft}", "--algorithms", "newton,sgd"],
-         "algorithms ['sgd'] are not in protocol 'iclprobe'"),
-        (["align", "{soft}", "--metric", "cka"], "metric must be among ['error_cosine'"),
-        (["align", "{soft}", "--n-sequences", "0"], "expected a positive integer, got 0"),
+         "AlignConfig.algorithms ['sgd'] are not in protocol 'iclprobe'"),
+        (["align", "{soft}", "--metric", "cka"], "AlignConfig.metrics must be among ['error_cosine'"),
+        (["align", "{soft}", "--n-sequences", "0"],
+         "AlignConfig.n_sequences must be an integer >= 2, got 0"),
         (["compare", "{soft}", "nope"], "checkpoint 'nope' not found"),
         (["probe"], "the following arguments are required: checkpoint"),
     ],

@@ -34,9 +34,12 @@ def test_train_help_reads_once_per_default(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
-    assert "most examples per sequence (default: n_points) --n-layers" in out
-    assert "MLP width (default: 4 d_model) --attention" in out
-    assert "layers (default: 8; PQ: 3)" in out and "(default: None)" not in out
+    assert "2x tokens when interleaved) (default: --n-points) --n-layers" in out
+    assert "MLP hidden width (default: 4 d_model, GPT-2's) --attention" in out
+    # a flag the families share says each one's default
+    assert "lstm: LSTM layers, one per block (each one's hidden states are hooked) " \
+        "(default: gpt: 8; pq, lstm: 3)" in out
+    assert "(default: gpt: 64; lstm: 128)" in out and "(default: None)" not in out
 
 
 def test_every_command_has_a_description_and_help_on_every_flag():

@@ -170,11 +170,21 @@ FAST = ["--n-sequences", "16", "--n-probe-sequences", "16", "--metric", "error_c
         (["train", "--ln-eps", "-1"], "GPTConfig.ln_eps must be a number > 0, got -1.0"),
         (["train", "--momentum", "5"], r"TrainConfig.momentum must be a number in \[0, 1\)"),
         (["train", "--family", "pq", "--init-std", "inf"], "PQConfig.init_std must be a number"),
-        (["align", "{ckpt}", "--seed", str(2**70)], r"--seed: expected an integer in \[0, 2\*\*63"),
+        (["align", "{ckpt}", "--seed", str(2**70)],
+         r"AlignConfig.seed must be an integer seed in \[0, 2\*\*63\), got 1180591620717411303424"),
         (["probe", "{ckpt}", "--seed", "-3"], r"--seed: expected an integer in \[0, 2\*\*63\)"),
         (["align", "{ckpt}", "--data", "ill-conditioned", "--condition-number", "1e12"],
          "condition_number must be a number in"),
         (["align", "{ckpt}", "--n-probe-sequences", "1"], "n_probe_sequences must be an integer >= 2"),
+        # the config's validator refuses, with its message; the flag only converts text
+        (["align", "{ckpt}", "--n-boot", "1"], "AlignConfig.n_boot must be an integer >= 2, got 1"),
+        (["align", "{ckpt}", "--confidence", "1.5"],
+         r"AlignConfig.confidence must be a number in \(0, 1\), got 1.5"),
+        (["align", "{ckpt}", "--device", "tpu"], r"AlignConfig.device must be one of \('cpu'"),
+        (["align", "{ckpt}", "--t-min", "-1"], "AlignConfig.t_min must be an integer >= 0, got -1"),
+        (["align", "{ckpt}", "--seed", "x"], "argument --seed: invalid int value: 'x'"),
+        (["train", "--optimizer", "rmsprop"], r"TrainConfig.optimizer must be one of \('adam'"),
+        (["train", "--family", "lstm", "--layout", "rows"], "LSTMConfig.layout must be one of"),
     ],
 )
 def test_bad_values_are_one_line_errors_exit_2(ckpt, tmp_path, capsys, argv, message):

@@ -4,11 +4,25 @@ The loop resumes exactly and runs under torchrun (DDP); `TrainConfig` is the rec
 run directory holds the lock, the metrics log and the latest checkpoint.
 
 ``train(model, task, TrainConfig(...), out=...)`` trains a model of any registered family.
+
+Names are imported on first use, so that `TrainConfig` (torch-free: the CLI builds its
+flags from it) loads without torch.
 """
 
-from iclprobe.training.config import TrainConfig
-from iclprobe.training.loop import TrainingDiverged, TrainingInterrupted, TrainResult, train
-from iclprobe.training.run_dir import RunBusyError, read_train_config
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "TrainConfig": "iclprobe.training.config",
+    "RunBusyError": "iclprobe.training.run_dir",
+    "read_train_config": "iclprobe.training.run_dir",
+    "TrainingDiverged": "iclprobe.training.loop",
+    "TrainingInterrupted": "iclprobe.training.loop",
+    "TrainResult": "iclprobe.training.loop",
+    "train": "iclprobe.training.loop",
+}
 
 __all__ = [
     "RunBusyError",
@@ -19,3 +33,21 @@ __all__ = [
     "read_train_config",
     "train",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+if TYPE_CHECKING:
+    from iclprobe.training.config import TrainConfig
+    from iclprobe.training.loop import TrainingDiverged, TrainingInterrupted, TrainResult, train
+    from iclprobe.training.run_dir import RunBusyError, read_train_config

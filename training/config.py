@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from iclprobe._checks import check_int, check_real
+from iclprobe._checks import check_int, check_real, option
 from iclprobe.models.config import _check_choice, _ConfigMixin
 
 OPTIMIZERS = ("adam", "adamw", "sgd", "lbfgs")
@@ -17,33 +17,47 @@ DEVICES = ("cpu", "cuda")
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig(_ConfigMixin):
-    """How to train a model on its task (defaults: Garg et al.'s recipe, sized for a CPU)."""
+    """How to train a model on its task (defaults: Garg et al.'s recipe, sized for a CPU).
 
-    steps: int = 1000  # optimizer steps (L-BFGS: outer steps of max_iter iterations each)
-    batch_size: int = 64  # sequences per step and rank
-    optimizer: str = "adam"  # "adam" | "adamw" | "sgd" (with momentum) | "lbfgs"
-    lr: float = 1e-3  # peak learning rate
-    betas: tuple[float, float] = (0.9, 0.999)  # Adam/AdamW
-    weight_decay: float = 0.0  # AdamW decoupled decay / SGD L2
-    momentum: float = 0.9  # SGD heavy-ball momentum, in [0, 1)
-    history_size: int = 100  # L-BFGS history
-    max_iter: int = 20  # L-BFGS iterations per step
-    schedule: str = "constant"  # "constant" | "step" (halve every step_every) | "cosine"
-    step_every: int = 2000  # "step": halve the learning rate every this many steps
-    warmup_steps: int = 0  # "cosine": linear warm-up steps before the cosine decay
-    clip: str = "none"  # "none" | "global" (total norm) | "per-matrix" (Ahn et al.)
-    clip_norm: float = 1.0  # threshold of the clipping
-    resample_every: int = 1  # fresh data every k steps (1: every step; 0: one fixed dataset)
-    loss: str = "all"  # "all": mean over every prefix (Garg); "last": last position (Ahn)
-    curriculum_every: int = 0  # Garg's curriculum: grow dims/points every k steps (0: off)
-    curriculum_dims: tuple[int, int] = (5, 1)  # (start, increment) of the active dimensions
-    curriculum_points: tuple[int, int] = (11, 2)  # (start, increment) of the points
-    project_sparse: bool = False  # dense PQ model: project P, Q onto Eq. 8 after each step
-    zero_b: bool = False  # PQ model: keep B = 0 (Ahn et al.'s "p0" setting)
-    seed: int = 0  # run seed: the data of step s on rank r come from (seed, r, s)
-    log_every: int = 50  # metrics-log period in steps
-    checkpoint_every: int = 500  # checkpoint period in steps (0: only at the end)
-    device: str = "cpu"  # "cpu" | "cuda"
+    Each field's help is its ``iclprobe train`` flag's.
+    """
+
+    steps: int = option(1000, "optimizer steps (L-BFGS: outer steps of max_iter iterations "
+                        "each)")
+    batch_size: int = option(64, "sequences per step and rank")
+    optimizer: str = option("adam", "the optimizer (sgd: with heavy-ball momentum)",
+                            choices=OPTIMIZERS)
+    lr: float = option(1e-3, "peak learning rate")
+    betas: tuple[float, float] = option((0.9, 0.999), "Adam/AdamW betas")
+    weight_decay: float = option(0.0, "AdamW decoupled weight decay / SGD L2")
+    momentum: float = option(0.9, "SGD heavy-ball momentum, in [0, 1)")
+    history_size: int = option(100, "L-BFGS history size")
+    max_iter: int = option(20, "L-BFGS iterations per step")
+    schedule: str = option("constant", "learning-rate schedule: step halves it every step_every "
+                           "steps", choices=SCHEDULES)
+    step_every: int = option(2000, "schedule step: halve the learning rate every this many "
+                             "steps")
+    warmup_steps: int = option(0, "schedule cosine: linear warm-up steps before the decay")
+    clip: str = option("none", "gradient clipping: global (total norm) or per-matrix (Ahn "
+                       "et al.)", choices=CLIPS)
+    clip_norm: float = option(1.0, "threshold of the clipping")
+    resample_every: int = option(1, "fresh data every k steps (1: every step; 0: one fixed "
+                                 "dataset)")
+    loss: str = option("all", "all: the mean over every prefix (Garg); last: the last "
+                       "position (Ahn)", choices=LOSSES)
+    curriculum_every: int = option(0, "Garg's curriculum: grow dims/points every k steps "
+                                   "(0: off)")
+    curriculum_dims: tuple[int, int] = option((5, 1), "curriculum (start, increment) of the "
+                                              "active dimensions")
+    curriculum_points: tuple[int, int] = option((11, 2), "curriculum (start, increment) of "
+                                                "the points")
+    project_sparse: bool = option(False, "dense PQ model: project P, Q onto Eq. 8 after each "
+                                  "step")
+    zero_b: bool = option(False, "PQ model: keep B = 0 (Ahn et al.'s p0 setting)")
+    seed: int = option(0, "run seed: the data of step s on rank r come from (seed, r, s)")
+    log_every: int = option(50, "metrics-log period in steps")
+    checkpoint_every: int = option(500, "checkpoint period in steps (0: only at the end)")
+    device: str = option("cpu", "where training runs", choices=DEVICES)
 
     def __post_init__(self) -> None:
         name = type(self).__name__

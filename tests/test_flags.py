@@ -86,7 +86,7 @@ def test_every_train_and_align_field_has_a_flag_showing_its_default():
     for name, family in FAMILIES.items():
         check_shown_default("train", ["train", "--out", "x", "--family", name], family.config,
                             name, {"seed": "model_seed"})
-    assert len(dataclasses.fields(AlignConfig)) == len(align_flags()) == 19
+    assert len(dataclasses.fields(AlignConfig)) == len(align_flags()) == 21
 
 
 def test_task_table_matches_the_task_dataclass():
@@ -209,8 +209,9 @@ def test_cli_align_gives_the_numbers_of_the_python_api(tmp_path, monkeypatch, ca
 
     res = align(models.load(name), AlignConfig(**cfg), name=name)
     api = json.loads(json.dumps(res.to_dict()))
-    assert cli["probes"]["seed"] == 4 and cli["probes"]["n_sequences"] == cfg["n_probe_sequences"]
-    assert cli.pop("probes")["source"] == "fitted" and api.pop("probes") is None
+    # no saved probes: both cross-fit probes on the evaluation sequences
+    assert cli["probes"]["seed"] == 3 and cli["probes"]["n_sequences"] == cfg["n_sequences"]
+    assert cli.pop("probes")["source"] == "cross-fitted" and api.pop("probes") is None
     assert cli == api
 
 

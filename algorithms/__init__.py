@@ -1,4 +1,4 @@
-"""Reference learners as batched iterates over every prefix (see DESIGN.md, "Algorithms").
+"""Reference learners as batched iterates over every prefix (docs/architecture.md).
 
 ``iterates(name, xs, ys, steps, **hyper)`` looks a learner up in one registry; each is also
 a function here. Adding a learner is one function and one ``@register`` line.

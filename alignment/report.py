@@ -126,7 +126,7 @@ def _model_section(out: Path, res: AlignResult, slug: str) -> list[str]:
                "Left: each learner's best similarity per layer with its 95% interval; "
                "right: the paired differences with intervals (0 = indistinguishable). "
                "Hollow markers: layers not above the zero predictor.", ""]
-        for run in T.display_runs(res):
+        for run in res.step_runs:  # every learner with steps gets its heatmap
             sim, match = res.similarities[run][metric], res.matches[run][metric]
             png = plots.similarity_heatmap(
                 sim, match, out / f"heatmap_{slug}_{run}_{metric}.png",

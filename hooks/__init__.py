@@ -1,4 +1,4 @@
-"""Hook-name helpers, residual collection and interventions (see DESIGN.md)."""
+"""Hook-name helpers, residual collection and interventions (layers as in docs/architecture.md)."""
 
 from iclprobe.hooks.interventions import ablate, patch_residual, run_first_layers
 from iclprobe.hooks.residuals import (

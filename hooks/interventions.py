@@ -2,7 +2,7 @@
 
 Each helper is a context manager (or a function) built on TransformerLens's
 ``model.hooks(...)``, which removes every hook it added on exit, also on error.
-Block indices are 0-based (``blocks.{b}``); residual layers follow DESIGN.md
+Block indices are 0-based (``blocks.{b}``); residual layers follow docs/architecture.md
 (0 = embedding, l = output of block l−1).
 """
 

@@ -1,0 +1,92 @@
+"""Extension points: a learner and a metric registered from outside the package.
+
+Each is one function and one decorator in this file; no package file changes, and the
+new name shows up in align's learner table, JSON, CSVs, report and heatmaps.
+"""
+
+import csv
+import json
+
+import pytest
+import torch
+
+from iclprobe import algorithms, models, tasks
+from iclprobe.algorithms.base import LEARNER_INFO, LEARNERS
+from iclprobe.alignment import AlignConfig, align, write_report
+from iclprobe.alignment.metrics import METRIC_INFO, register_metric
+
+
+@pytest.fixture
+def heavy_ball():
+    """A learner registered here: GD with momentum, run by align's default protocol."""
+
+    @algorithms.register("heavy_ball_test", label="heavy ball (test)", steps=(1, 2, 4, 8),
+                         step_scale="log2", align_hyper={"lr": "max", "beta": 0.5}, align=True)
+    def heavy_ball_test(xs, ys, steps=None, lr="max", beta=0.5, weights=True):
+        it = algorithms.momentum(xs, ys, steps=steps, lr=lr, beta=beta, weights=weights)
+        return algorithms.Iterates(it.steps, it.preds, it.weights, it.hyper, "heavy_ball_test")
+
+    yield "heavy_ball_test"
+    LEARNERS.pop("heavy_ball_test")
+    LEARNER_INFO.pop("heavy_ball_test")
+
+
+@pytest.fixture
+def error_l1():
+    """A metric registered here: the mean absolute difference of the two predictions."""
+
+    @register_metric("error_l1_test", on="preds", higher_is_better=False,
+                     label="mean |prediction difference|")
+    def error_l1_test(a, b, ys, t_min, t_max):
+        return (a - b)[..., t_min:t_max + 1].abs().mean(-1)
+
+    yield "error_l1_test"
+    METRIC_INFO.pop("error_l1_test")
+
+
+def pq_gd_model():
+    """Three steps of GD as a PQ transformer: a model that solves its task."""
+    model = models.PQTransformer.from_matrices(A=[0.3 * torch.eye(3)] * 3)
+    model.task = tasks.RegressionTask(n_dims=3, n_points=9)
+    return model
+
+
+def test_a_learner_registered_outside_appears_everywhere(heavy_ball, tmp_path):
+    cfg = AlignConfig(n_sequences=64, n_weight_sequences=16, n_boot=20, separation=False)
+    res = align(pq_gd_model(), cfg, name="gd3")
+    assert heavy_ball in res.similarities and heavy_ball in res.step_runs
+    assert heavy_ball in res.comparisons["error_cosine"].scores  # the learner table
+    assert res.run_labels[heavy_ball] == "heavy ball (test)"
+    fit = res.matches[heavy_ball]["error_cosine"].fit
+    assert fit.log2  # its registered step scale
+    assert heavy_ball in res.protocol["runs"]  # recorded in the protocol of the result
+    report = write_report(tmp_path / "r", [res])
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert heavy_ball in summary["models"]["gd3"]["similarities"]
+    header = next(csv.reader((tmp_path / "r" / "table_gd3_error_cosine.csv").open()))
+    assert f"{heavy_ball}_step" in header
+    learners = next(csv.reader((tmp_path / "r" / "learners_gd3_error_cosine.csv").open()))
+    assert f"{heavy_ball}_best" in learners
+    assert (tmp_path / "r" / f"similarity_gd3_{heavy_ball}_error_cosine.csv").is_file()
+    heatmap = f"heatmap_gd3_{heavy_ball}_error_cosine.png"
+    assert (tmp_path / "r" / heatmap).is_file() and f"]({heatmap})" in report.read_text()
+    # and the CLI accepts its name
+    assert AlignConfig(algorithms=(heavy_ball, "newton")).algorithms == (heavy_ball, "newton")
+
+
+def test_a_metric_registered_outside_is_a_metric_like_the_others(error_l1, tmp_path):
+    cfg = AlignConfig(metrics=("error_cosine", error_l1), n_sequences=64, n_boot=20,
+                      algorithms=("newton", "gd"), separation=False)
+    res = align(pq_gd_model(), cfg, name="gd3")
+    sim = res.similarities["gd"][error_l1]
+    assert not sim.higher_is_better and sim.metric == error_l1
+    # a lower value is better: the best GD step of the last layer is the one closest to it
+    best = res.matches["gd"][error_l1].best_column[-1]
+    assert sim.values[-1, best] == sim.values[-1].min()
+    assert error_l1 in res.comparisons and res.comparisons[error_l1].pairs
+    write_report(tmp_path / "r", [res])
+    text = (tmp_path / "r" / "report.md").read_text()
+    assert "By mean |prediction difference|" in text
+    assert (tmp_path / "r" / f"learners_gd3_{error_l1}.csv").is_file()
+    with pytest.raises(ValueError, match="metrics must be among"):
+        AlignConfig(metrics=("error_l2_unknown",))

@@ -23,12 +23,12 @@ LEARNER_STYLE = {"ols": ("black", "--"), "gd": ("tab:red", ":"), "newton": ("tab
 MARKERS = "osD^v<>P*"
 
 __all__ = ["error_curves", "learner_comparison", "matched_steps", "nice_float",
-           "preconditioner_distances", "similarity_heatmap"]
+           "preconditioner_distances", "similarity_heatmaps"]
 
 
 def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
 
@@ -91,10 +91,8 @@ def color_range(sim: Similarity, match: Match) -> tuple[float, float]:
     return vmin, max(float(shown.max()), vmin + 1e-9)
 
 
-def similarity_heatmap(sim: Similarity, match: Match, path: Path, title: str) -> Path:
-    """Layer × step similarity, best step per layer marked (✕: not above zero)."""
+def _heatmap_panel(fig: Any, ax: Any, sim: Similarity, match: Match, title: str) -> None:
     n_layers, n_steps = sim.values.shape
-    fig, ax = plt.subplots(figsize=(max(5.5, 0.32 * n_steps + 2.5), 0.38 * n_layers + 2.0))
     vmin, vmax = color_range(sim, match)
     im = ax.imshow(sim.values.numpy(), aspect="auto", cmap="magma", origin="lower",
                    interpolation="nearest", vmin=vmin, vmax=vmax)
@@ -108,10 +106,25 @@ def similarity_heatmap(sim: Similarity, match: Match, path: Path, title: str) ->
     ax.set_yticks(range(n_layers))
     ax.set_xlabel(f"{sim.learner} steps")
     ax.set_ylabel("layer")
-    ax.set_title(title + "\n★ best step, ✕ best step not above the zero predictor", fontsize=9)
-    words = metric_words(sim.metric)
+    ax.set_title(title, fontsize=9)
     bar = fig.colorbar(im, ax=ax, extend="min")
-    bar.set_label(f"{words} (colours clipped below {vmin:.2f})")
+    bar.set_label(f"{metric_words(sim.metric)}\n(clipped below {vmin:.2f})", fontsize=8)
+
+
+def similarity_heatmaps(panels: Sequence[tuple[Similarity, Match, str]], path: Path,
+                        title: str) -> Path:
+    """Layer × step similarity of several learners, one panel each, best steps marked.
+
+    ★ marks each layer's best step, ✕ a best step whose match is not above the zero
+    predictor's. One figure per model and metric keeps the report fast to write.
+    """
+    widths = [max(5.5, 0.32 * len(sim.steps) + 2.5) for sim, _, _ in panels]
+    heights = [0.32 * sim.values.shape[0] + 1.6 for sim, _, _ in panels]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(max(widths), sum(heights) + 0.6),
+                             squeeze=False, gridspec_kw={"height_ratios": heights})
+    for i, (ax, (sim, match, label)) in enumerate(zip(axes[:, 0], panels)):
+        head = f"{title} (★ best step, ✕ not above the zero predictor)\n" if i == 0 else ""
+        _heatmap_panel(fig, ax, sim, match, head + label)
     return _save(fig, path)
 
 

@@ -126,15 +126,14 @@ def _model_section(out: Path, res: AlignResult, slug: str) -> list[str]:
                "Left: each learner's best similarity per layer with its 95% interval; "
                "right: the paired differences with intervals (0 = indistinguishable). "
                "Hollow markers: layers not above the zero predictor.", ""]
-        for run in res.step_runs:  # every learner with steps gets its heatmap
-            sim, match = res.similarities[run][metric], res.matches[run][metric]
-            png = plots.similarity_heatmap(
-                sim, match, out / f"heatmap_{slug}_{run}_{metric}.png",
-                f"{res.name}: {words} with {res.run_labels.get(run, run)}")
-            md += [f"![{run} {metric}]({png.name})", "",
-                   f"{words.capitalize()} between each layer and each {run} step; ★ marks "
-                   "each layer's best match, ✕ a best match no better than the zero "
-                   "predictor's.", ""]
+        panels = [(res.similarities[run][metric], res.matches[run][metric],
+                   res.run_labels.get(run, run)) for run in res.step_runs]
+        png = plots.similarity_heatmaps(panels, out / f"heatmaps_{slug}_{metric}.png",
+                                        f"{res.name}: {words} with each learner")
+        md += [f"![{metric} heatmaps]({png.name})", "",
+               f"{words.capitalize()} between each layer and each step of "
+               + ", ".join(res.step_runs) + " (one panel each); ★ marks each layer's best "
+               "match, ✕ a best match no better than the zero predictor's.", ""]
     png = plots.error_curves(res, out / f"error_{slug}.png")
     md += [f"![error curves]({png.name})", "",
            "Normalized error against the number of in-context examples t, one curve per "

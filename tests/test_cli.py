@@ -35,7 +35,7 @@ def test_align_writes_the_report(tmp_path, capsys):
     assert "learner table" in printed and "newton vs gd by error cosine:" in printed
     names = {p.name for p in out.iterdir()}
     assert {"report.md", "summary.json", f"error_{model}.png", "matched_newton_steps.png",
-            f"heatmap_{model}_newton_error_cosine.png", f"table_{model}_error_cosine.csv",
+            f"heatmaps_{model}_error_cosine.png", f"table_{model}_error_cosine.csv",
             f"learners_{model}_weight_cosine.csv", f"learners_{model}_error_cosine.png",
             f"similarity_{model}_gd_weight_cosine.csv"} <= names
     summary = json.loads((out / "summary.json").read_text())
@@ -133,7 +133,7 @@ def test_demo_writes_the_whole_report(tmp_path, capsys):
     names = {p.name for p in out.iterdir()}
     assert {"report.md", "summary.json", "error_gpt-softmax.png", "matched_newton_steps.png",
             "pq_preconditioners.png", "pq_preconditioners.csv", "comparison_newton.csv",
-            "heatmap_gpt-linear-paired_newton_weight_cosine.png"} <= names
+            "heatmaps_gpt-linear-paired_weight_cosine.png"} <= names
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["models"]) == {"gpt-softmax", "gpt-softmax-fu2024", "gpt-softmax-paired",
                                       "gpt-linear-paired", "pq-rotated-3layer",

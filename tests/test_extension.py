@@ -68,8 +68,10 @@ def test_a_learner_registered_outside_appears_everywhere(heavy_ball, tmp_path):
     learners = next(csv.reader((tmp_path / "r" / "learners_gd3_error_cosine.csv").open()))
     assert f"{heavy_ball}_best" in learners
     assert (tmp_path / "r" / f"similarity_gd3_{heavy_ball}_error_cosine.csv").is_file()
-    heatmap = f"heatmap_gd3_{heavy_ball}_error_cosine.png"
-    assert (tmp_path / "r" / heatmap).is_file() and f"]({heatmap})" in report.read_text()
+    text = report.read_text()
+    assert (tmp_path / "r" / "heatmaps_gd3_error_cosine.png").is_file()
+    assert "](heatmaps_gd3_error_cosine.png)" in text
+    assert heavy_ball in text.split("](heatmaps_gd3_error_cosine.png)")[1].split("\n\n")[1]
     # and the CLI accepts its name
     assert AlignConfig(algorithms=(heavy_ball, "newton")).algorithms == (heavy_ball, "newton")
 

@@ -98,17 +98,31 @@ def prefix_stats(xs: Tensor, ys: Tensor) -> PrefixStats:
     Of ``xs / x_scale`` and ``ys / y_scale`` (powers of two, 1 unless the data are extreme).
     """
     x, y, sx, sy = scaled(xs, ys)
-    gram = exclusive_cumsum(x[..., :, None] * x[..., None, :])
-    xty = exclusive_cumsum(x * y[..., None])
+    gram = _exclusive_outer_cumsum(x, x)  # [batch, pos, n_dims, n_dims]
+    xty = _exclusive_outer_cumsum(x, y[..., None])[..., 0]  # [batch, pos, n_dims]
     counts = torch.arange(xs.shape[1], dtype=torch.float64, device=xs.device)
     eigvals, eigvecs = torch.linalg.eigh(gram)
     d = xs.shape[-1]
     rank_tol = eigvals[..., -1:].clamp(min=0.0) * (100 * d * torch.finfo(torch.float64).eps)
     nonzero = eigvals > rank_tol
     eigvals = torch.where(nonzero, eigvals, 0.0)
-    xty_eig = torch.where(nonzero, torch.einsum("bpji,bpj->bpi", eigvecs, xty), 0.0)
-    query_eig = torch.einsum("bpji,bpj->bpi", eigvecs, x)
-    return PrefixStats(gram, xty, counts, eigvals, eigvecs, xty_eig, query_eig, sx, sy)
+    # Vᵀ [b_t, x_t] in one batched product: [batch, pos, n_dims, 2]
+    both = eigvecs.transpose(-1, -2) @ torch.stack([xty, x], -1)
+    xty_eig = torch.where(nonzero, both[..., 0], 0.0)
+    return PrefixStats(gram, xty, counts, eigvals, eigvecs, xty_eig, both[..., 1], sx, sy)
+
+
+def _exclusive_outer_cumsum(a: Tensor, b: Tensor) -> Tensor:
+    """``out[:, t] = Σ_{j<t} a_j b_jᵀ`` for ``a [batch, pos, m]``, ``b [batch, pos, k]``.
+
+    The products are written after a zero slot and summed in place: the same sums as
+    `exclusive_cumsum` of the products, without its extra copy.
+    """
+    batch, n, m = a.shape
+    out = torch.empty(batch, n, m, b.shape[-1], dtype=a.dtype, device=a.device)
+    out[:, 0] = 0.0
+    torch.mul(a[:, :-1, :, None], b[:, :-1, None, :], out=out[:, 1:])
+    return out.cumsum_(1)
 
 
 def safe_inverse(lam: Tensor) -> Tensor:

@@ -18,9 +18,9 @@ from iclprobe.algorithms.base import (
     learner_info,
     register,
 )
-from iclprobe.algorithms.learners import gd, ols, pgd, ridge
+from iclprobe.algorithms.learners import gd, newton, ols, pgd, ridge
 from iclprobe.algorithms.prefix import PrefixStats, prefix_stats
-from iclprobe.algorithms.recurrences import cg, momentum, newton
+from iclprobe.algorithms.recurrences import cg, momentum
 from iclprobe.algorithms.schedule import pgd_schedule
 from iclprobe.algorithms.sequential import gd_plus_plus, online_gd
 

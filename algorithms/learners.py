@@ -43,6 +43,7 @@ from iclprobe.algorithms.prefix import (
     check_regression,
     from_eigenbasis,
     prefix_stats,
+    rowdot,
     safe_inverse,
 )
 
@@ -110,41 +111,42 @@ def gd_coefficients(stats: PrefixStats, c: Tensor, lr: Tensor | float, k: int) -
     return torch.where(lam > 0, stats.xty_eig * safe_inverse(lam) * (1.0 - decay), 0.0)
 
 
-def int_powers(r: Tensor, ks: list[int]) -> Iterator[Tensor]:
-    """``r**k`` for each k of ``ks`` (integers >= 0) by repeated squaring.
+def power_decays(x: Tensor, exponents: Iterable[float]) -> Iterator[Tensor]:
+    """``(1 − x)^e`` for each integer exponent e >= 0 (as a float, to hold Newton's 2^k).
 
-    The squares ``r^(2^j)`` are shared between step counts, so each costs one product per
-    set bit of k: the log2 grid 2^0…2^12 costs one product per step count, where ``r**k``
-    costs some twenty. Rounding: relative error below ~k·ε, the same order as ``r**k``
-    inherits from the rounding of r itself. Yields fresh tensors (safe to modify).
+    As ``±exp(e log|1 − x|)`` with the logarithm by ``log1p(−x)`` where x < 1: one logarithm
+    for every exponent, then one exponential each (a fifth of the time of torch's float64
+    ``**``), and no rounding of 1 − x, which ``(1 − x)**e`` would amplify e-fold. Values
+    below 1e-304 come out as ~1e-304 instead of 0 or subnormals. Yields fresh tensors.
     """
-    squares = [r]
-    for k in ks:
-        while (1 << len(squares)) <= k:
-            squares.append(squares[-1] * squares[-1])
-        bits = [sq for j, sq in enumerate(squares) if k >> j & 1]
-        out = bits[0].clone() if bits else torch.ones_like(r)
-        for sq in bits[1:]:
-            out.mul_(sq)
-        yield out
+    log_abs = torch.where(x < 1, torch.log1p(-x), torch.log(x - 1))  # -inf at x = 1
+    sign = torch.where(x > 1, -1.0, 1.0) if bool((x > 1).any()) else None
+    for e in exponents:
+        if e == 0:
+            yield torch.ones_like(x)
+            continue
+        # exp is some 50 times slower where it underflows: stop at e^-700 ~ 1e-304 instead
+        out = torch.mul(log_abs, e).clamp_(min=-700.0).exp_()
+        yield out.mul_(sign) if sign is not None and e % 2 else out
 
 
-def gd_iterates(stats: PrefixStats, decays: Iterable[Tensor], want_weights: bool
-                ) -> tuple[Tensor, Tensor | None]:
-    """GD's predictions (and weights) from the decays ``(1 − η c λ)^k``, one per step count.
+def spectral_iterates(stats: PrefixStats, decays: Iterable[Tensor], want_weights: bool
+                      ) -> tuple[Tensor, Tensor | None]:
+    """Predictions (and weights) of ``u = (β/λ)(1 − decay)``, one decay per step count.
 
-    ``u_k = (β/λ)(1 − decay)``; the prediction ``Σ_i u_k,i q_i`` with ``q = Vᵀ x_t`` is
-    accumulated in place (a step count costs a few passes over ``[batch, pos, n_dims]``).
-    In float64 on the scaled data, as `collect` returns them.
+    GD's k steps and Newton's are of this form (decay ``(1 − η c λ)^k`` and
+    ``(1 − α λ²)^(2^k)``). The prediction ``Σ_i u_i q_i`` (``q = Vᵀ x_t``) is
+    ``Σ_i g_i − Σ_i g_i decay_i`` with ``g = (β/λ) q``: one exponential and one batched
+    dot product per step count. In float64 on the scaled data, as `collect` returns them.
     """
     base = stats.xty_eig * safe_inverse(stats.eigvals)  # β/λ, 0 where λ = 0
-    base_q = base * stats.query_eig
+    g = base * stats.query_eig
+    total = rowdot(g, torch.ones_like(g))  # exactly what a decay of 1 subtracts
     preds, coefs = [], []
     for decay in decays:
-        gain = decay.neg_().add_(1.0)  # 1 − decay, in place
+        preds.append(total - rowdot(g, decay))
         if want_weights:
-            coefs.append(base * gain)
-        preds.append(gain.mul_(base_q).sum(-1))
+            coefs.append(base * decay.neg_().add_(1.0))
     weights = from_eigenbasis(stats, torch.stack(coefs)) if want_weights else None
     return torch.stack(preds), weights
 
@@ -204,9 +206,9 @@ def _gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None, lr: LrSpec, normali
     else:
         rate = _lr(lr, stats, c)
         step = rate if lr == "max" else rate * lr_factor  # "max" is that of M ∇R already
-        decays = int_powers(1.0 - step * c * stats.eigvals, k_steps.tolist())
+        decays = power_decays(step * c * stats.eigvals, [float(k) for k in k_steps.tolist()])
         checked = [] if lr == "max" else [(lr, float(rate))]
-    preds, w = gd_iterates(stats, decays, weights)
+    preds, w = spectral_iterates(stats, decays, weights)
 
     def unstable() -> str | None:
         return _above_bound("lr", checked, _gd_bound(stats, c) / lr_factor, stats, 2,
@@ -234,6 +236,50 @@ def gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrSpec = 
         normalize: gradient of the mean (True) or summed (False) squared loss.
     """
     return _gd(xs, ys, steps, lr, normalize, weights, stats, tune_on, grid)
+
+
+@register("newton", label="Newton", steps=range(25), align_hyper={"alpha": "frobenius"},
+          align=True, order=0)
+def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
+           alpha: float | str = "frobenius", weights: bool = True,
+           stats: PrefixStats | None = None) -> Iterates:
+    """Newton–Schulz iteration for S⁺: ``M_0 = α Sᵀ``, ``M_{k+1} = M_k (2I − S M_k)``.
+
+    ``w_k = M_k Xᵀy`` (step k ↔ M_k). In S's eigenbasis ``m_{k+1} = m_k (2 − λ m_k)`` and
+    ``1 − λ m_{k+1} = (1 − λ m_k)²``: ``λ m_k = 1 − (1 − α λ²)^(2^k)``, computed in closed
+    form like GD's (one exponential per step count). It converges iff ``0 < α λ_max² < 2``.
+    ``alpha``: "frobenius" = 1/‖SSᵀ‖_F (the default), "2/frobenius" = 2/‖SSᵀ‖_F (what Fu
+    et al.'s evaluation code uses), "spectral" = 1/‖SSᵀ‖₂, or a number. The paper's own
+    α = 2/‖SSᵀ‖₂ ("2/spectral") lies exactly on the divergence boundary: in the top
+    eigendirection ``1 − λ m_k`` goes −1, 1, 1, … and never converges (in floating point,
+    round-off ε grows as 2^k ε and lets it escape after ~30-50 steps). 2/‖SSᵀ‖_F converges
+    whenever S has rank ≥ 2 (‖SSᵀ‖_F > λ_max²) and sits on the boundary at rank 1.
+    A number above the boundary whose iterates overflow raises a ValueError.
+    """
+    k_steps = check_steps(steps)
+    stats = _stats(xs, ys, stats)
+    lam = stats.eigvals
+    if alpha in NEWTON_ALPHAS:
+        numerator, norm = NEWTON_ALPHAS[alpha]
+        sq = lam.pow(2)  # the eigenvalues of S Sᵀ
+        size = sq.pow(2).sum(-1, keepdim=True).sqrt() if norm == "fro" else sq[..., -1:]
+        a: Tensor | float = numerator * safe_inverse(size)
+    elif isinstance(alpha, str):
+        raise ValueError(f"alpha must be one of {sorted(NEWTON_ALPHAS)} or a number > 0, "
+                         f"got {alpha!r}")
+    else:
+        a = rescale(check_positive(alpha, "alpha"), stats.x_scale, 4)
+
+    def unstable() -> str | None:
+        top = lam[..., -1].max().item()
+        bound = 2.0 / top**2 if top > 0 else math.inf
+        checked = [(alpha, a)] if isinstance(a, float) else []
+        return _above_bound("alpha", checked, bound, stats, 4, "2/max(λ_max²)")
+
+    exponents = [2.0 ** min(k, 1000) for k in k_steps.tolist()]  # past 2^1000: converged
+    preds, w = spectral_iterates(stats, power_decays(a * lam * lam, exponents), weights)
+    return finish("newton", k_steps, preds, w, {"alpha": alpha}, out_dtype(xs),
+                  (stats.x_scale, stats.y_scale), unstable)
 
 
 def _matrix_sqrt(precond: Tensor, n_dims: int, batch: int) -> Tensor:

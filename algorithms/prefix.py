@@ -130,6 +130,11 @@ def safe_inverse(lam: Tensor) -> Tensor:
     return torch.where(lam > 0, 1.0 / torch.where(lam > 0, lam, 1.0), 0.0)
 
 
+def rowdot(a: Tensor, b: Tensor) -> Tensor:
+    """``Σ_i a_i b_i`` over the last axis, as one batched product (no product tensor)."""
+    return (a.unsqueeze(-2) @ b.unsqueeze(-1))[..., 0, 0]
+
+
 def from_eigenbasis(stats: PrefixStats, coef: Tensor) -> Tensor:
     """Weights ``V u`` from eigenbasis coefficients ``u [..., batch, pos, n_dims]``."""
     return torch.einsum("bpij,...bpj->...bpi", stats.eigvecs, coef)

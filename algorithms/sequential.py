@@ -75,6 +75,30 @@ def _pass_maps(x: Tensor, y: Tensor, eta: Tensor) -> tuple[Tensor, Tensor]:
     return maps.view(b * n, d, d), shifts.view(b * n, 1, d)
 
 
+#: Sequences per block: a block's pass maps (pos · n_dims² float64 per sequence) take
+#: about 8 MB, so they are built and used while in cache, in memory reused between blocks.
+BLOCK_BYTES = 2**23
+
+
+def _passes(x: Tensor, y: Tensor, eta: Tensor, start: Tensor, k_max: int) -> Tensor:
+    """Every prefix's ``w_k`` after k = 0..k_max passes, ``[k_max + 1, batch, pos, n_dims]``.
+
+    Each pass is ``wᵀ <- wᵀ A_tᵀ + c_tᵀ`` for every prefix (see `_pass_maps`), block by
+    block of sequences.
+    """
+    b, n, d = x.shape
+    out = start.new_empty(k_max + 1, b, n, d)
+    out[0] = start
+    seqs = max(1, BLOCK_BYTES // (n * d * d * x.element_size()))
+    for lo in range(0, b, seqs):
+        rows = slice(lo, lo + seqs)
+        maps, shifts = _pass_maps(x[rows], y[rows], eta[rows])
+        flat = out[:, rows].view(k_max + 1, -1, 1, d)  # [k, sequences·pos, 1, n_dims]
+        for k in range(1, k_max + 1):
+            torch.baddbmm(shifts, flat[k - 1], maps, out=flat[k])
+    return out
+
+
 @register("online_gd", label="online GD", steps=range(1, 9), step_scale="log2",
           align_hyper={"lr": "normalized", "init": "zero"}, align=True, order=2)
 def online_gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
@@ -101,12 +125,8 @@ def online_gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
         w = w * (sx / sy)  # the start in the units of the scaled data
     w[:, 0] = 0.0
     eta = safe_inverse(x.pow(2).sum(-1)) if lr == "normalized" else torch.full_like(y, rate)
-    maps, shifts = _pass_maps(x, y, eta)
-    saved = {0: w.clone()}
-    flat = w.view(b * n, 1, d)
-    for k in range(1, int(k_steps.max()) + 1):  # a pass: wᵀ <- wᵀ A_tᵀ + c_tᵀ, every prefix
-        flat = torch.baddbmm(shifts, flat, maps)
-        saved[k] = flat.view(b, n, d)
+    passes = _passes(x, y, eta, w, int(k_steps.max()))
+    saved = {k: passes[k] for k in k_steps.tolist()}
 
     def unstable() -> str | None:
         top = x[:, :-1].pow(2).sum(-1).max().item() if n > 1 else 0.0

@@ -15,9 +15,10 @@ on the first 64 with weights. Prints, from medians of alternating repeats:
    (GD's powers as exp(k log1p(−x)), online GD by pass maps), and of float32 eigh (evaluated,
    not used) against float64.
 
-The machine's load average is printed before and after: on a loaded machine two torch
-threads wait on each other, and the many small operations of the learners suffer far more
-than eigh (one LAPACK call per matrix, one thread).
+The machine's load average is printed before and after the timings, and the ratio is also
+given in CPU time: on a loaded machine two torch threads wait on each other, and the many
+small operations of the learners suffer far more than eigh (one LAPACK call per matrix, one
+thread); with ``--threads 1`` the CPU-time ratio is the work ratio, whatever else runs.
 
     python bench/learners.py [--repeats 5] [--threads 2]
 """
@@ -27,10 +28,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import time
 
 import numpy as np
 import torch
-from common import alternate
 
 from iclprobe import algorithms, tasks
 from iclprobe.algorithms.learners import gd_coefficients
@@ -114,6 +115,71 @@ def float32_eigh_accuracy(batch: tasks.RegressionBatch, stats: algorithms.Prefix
     return relative(ols32[:, d:], ols64[:, d:])
 
 
+def alternate_clocks(fns: dict, repeats: int) -> tuple[dict, dict]:
+    """Wall and CPU seconds per call (lists), alternating between the functions.
+
+    With one torch thread CPU time is the work done, whatever else runs on the machine.
+    """
+    for fn in fns.values():  # warm-up
+        fn()
+    wall: dict[str, list[float]] = {name: [] for name in fns}
+    cpu: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start, start_cpu = time.perf_counter(), time.process_time()
+            fn()
+            wall[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
+    return wall, cpu
+
+
+def timing_functions(batch: tasks.RegressionBatch, stats: algorithms.PrefixStats) -> dict:
+    """Everything timed, by name."""
+    xs, ys = batch.xs.double(), batch.ys.double()
+    grid = list(algorithms.learners.GD_LOG_GRID)
+    return {"eigh": lambda: torch.linalg.eigh(stats.gram), "set": lambda: learner_set(batch),
+            "eigh float32": lambda: torch.linalg.eigh(stats.gram.float()),
+            "prefix_stats": lambda: algorithms.prefix_stats(xs, ys),
+            **per_learner(batch, stats),
+            "gd": with_steps("gd", grid, batch, stats, lr="max"),
+            "gd further": with_steps("gd", [*grid, *GD_FURTHER], batch, stats, lr="max"),
+            "newton": with_steps("newton", list(range(25)), batch, stats),
+            "newton further": with_steps("newton", list(range(50)), batch, stats)}
+
+
+def report_times(wall: dict, cpu: dict) -> None:
+    """The ratio to eigh, where the time goes, and the marginal step counts."""
+    med = {k: statistics.median(v) for k, v in wall.items()}
+    ratio = statistics.median(s / e for s, e in zip(wall["set"], wall["eigh"]))
+    cpu_ratio = statistics.median(s / e for s, e in zip(cpu["set"], cpu["eigh"]))
+    print(f"eigh of the [512, 41, 20, 20] float64 prefix matrices: {med['eigh']:.3f} s")
+    print(f"default learner set (prefix_stats + {len(get_protocol('iclprobe').runs)} learners,"
+          f" weights on 64): {med['set']:.3f} s = {ratio:.2f} x eigh (target <= 2); "
+          f"in CPU time {cpu_ratio:.2f} x")
+    print(f"  prefix_stats {med['prefix_stats']:.3f} s (eigh included)")
+    for key in get_protocol("iclprobe").runs:
+        print(f"  {key:10s} predictions {med[f'{key} preds']:.3f} s, "
+              f"weights {med[f'{key} weights']:.3f} s")
+    for name, extra in (("gd", len(GD_FURTHER)), ("newton", 25)):
+        each = (med[f"{name} further"] - med[name]) / extra
+        print(f"one more {name} step count: {1e3 * each:.2f} ms = "
+              f"{100 * each / med['eigh']:.2f}% of eigh (target <= 2%)")
+    print(f"float32 eigh (not used): {med['eigh float32']:.3f} s vs float64 {med['eigh']:.3f} s")
+
+
+def report_accuracy(batch: tasks.RegressionBatch, stats: algorithms.PrefixStats) -> None:
+    """What changed the float64 numerics, and float32 eigh, against references."""
+    by_pow, by_exp = gd_accuracy(stats)
+    print(f"GD 2^0..2^12, lr max, against 80-bit arithmetic: (1 - x)**k (before) {by_pow:.1e}, "
+          f"exp(k log1p(-x)) (now) {by_exp:.1e} (relative to max |pred|)")
+    xs, ys, passes = batch.xs.double()[SUB], batch.ys.double()[SUB], list(range(1, 9))
+    maps = algorithms.online_gd(xs, ys, passes).weights
+    print(f"online GD weights, pass maps vs example by example: "
+          f"{relative(maps, online_gd_direct(xs, ys, passes)):.1e}")
+    print(f"float32 eigh: its OLS predictions are off by "
+          f"{float32_eigh_accuracy(batch, stats):.1e} (t >= d, relative to max |pred|)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -123,42 +189,10 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores, "
           f"{args.threads} torch threads)")
     batch = tasks.RegressionTask(n_dims=20, n_points=41).sample(512, generator=0)
-    xs, ys = batch.xs.double(), batch.ys.double()
-    stats = algorithms.prefix_stats(xs, ys)
-    fns = {"eigh": lambda: torch.linalg.eigh(stats.gram), "set": lambda: learner_set(batch),
-           "eigh float32": lambda: torch.linalg.eigh(stats.gram.float()),
-           "prefix_stats": lambda: algorithms.prefix_stats(xs, ys), **per_learner(batch, stats),
-           "gd": with_steps("gd", list(algorithms.learners.GD_LOG_GRID), batch, stats,
-                            lr="max"),
-           "gd further": with_steps("gd", [*algorithms.learners.GD_LOG_GRID, *GD_FURTHER],
-                                    batch, stats, lr="max"),
-           "newton": with_steps("newton", list(range(25)), batch, stats),
-           "newton further": with_steps("newton", list(range(50)), batch, stats)}
-    times = alternate(fns, repeats=args.repeats, warmup=1)
-    med = {k: statistics.median(v) for k, v in times.items()}
-    ratio = statistics.median(s / e for s, e in zip(times["set"], times["eigh"]))
-    print(f"eigh of the [512, 41, 20, 20] float64 prefix matrices: {med['eigh']:.3f} s")
-    print(f"default learner set (prefix_stats + {len(per_learner(batch, stats)) // 2} "
-          f"learners, weights on 64): {med['set']:.3f} s = {ratio:.2f} x eigh (target <= 2)")
-    print(f"  prefix_stats {med['prefix_stats']:.3f} s (eigh included)")
-    for key in get_protocol("iclprobe").runs:
-        print(f"  {key:10s} predictions {med[f'{key} preds']:.3f} s, "
-              f"weights {med[f'{key} weights']:.3f} s")
-    for name, extra in (("gd", len(GD_FURTHER)), ("newton", 25)):
-        each = (med[f"{name} further"] - med[name]) / extra
-        print(f"one more {name} step count: {1e3 * each:.2f} ms = "
-              f"{100 * each / med['eigh']:.2f}% of eigh (target <= 2%)")
-    by_pow, by_exp = gd_accuracy(stats)
-    print(f"GD 2^0..2^12, lr max, against 80-bit arithmetic: (1 - x)**k (before) {by_pow:.1e}, "
-          f"exp(k log1p(-x)) (now) {by_exp:.1e} (relative to max |pred|)")
-    passes = list(range(1, 9))
-    maps = algorithms.online_gd(xs[SUB], ys[SUB], passes).weights
-    print(f"online GD, pass maps vs example by example: "
-          f"{relative(maps, online_gd_direct(xs[SUB], ys[SUB], passes)):.1e}")
-    print(f"float32 eigh (not used): {med['eigh float32']:.3f} s vs float64 "
-          f"{med['eigh']:.3f} s; its OLS predictions off by "
-          f"{float32_eigh_accuracy(batch, stats):.1e} (t >= d, relative)")
+    stats = algorithms.prefix_stats(batch.xs.double(), batch.ys.double())
+    report_times(*alternate_clocks(timing_functions(batch, stats), args.repeats))
     print(f"load average after: {os.getloadavg()[0]:.2f}")
+    report_accuracy(batch, stats)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from iclprobe.algorithms.learners import (
     _scale,
     _stats,
 )
-from iclprobe.algorithms.prefix import PrefixStats, from_eigenbasis, rowdot
+from iclprobe.algorithms.prefix import PrefixStats, from_eigenbasis
 
 State = TypeVar("State")
 CgState = tuple[Tensor, Tensor, Tensor, Tensor]  # u, residual r, direction p, ‖r‖²
@@ -46,13 +46,14 @@ def _run_recurrence(stats: PrefixStats, k_steps: Tensor, state: State,
     what is recorded is computed before the next step.
     """
     wanted, q = k_steps.tolist(), stats.query_eig
+    work = torch.empty_like(q)
     preds = q.new_empty(len(wanted), *q.shape[:2])  # [step, batch, pos]
     coefs = q.new_empty(len(wanted), *q.shape) if want_weights else None
     for k in range(max(wanted) + 1):
         slots = [i for i, want in enumerate(wanted) if want == k]
         if slots:
             coef = coef_of(state)
-            pred = rowdot(coef, stats.query_eig)
+            pred = torch.mul(coef, q, out=work).sum(-1)
             for i in slots:
                 preds[i] = pred
                 if coefs is not None:
@@ -104,20 +105,25 @@ def cg(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     stats = _stats(xs, ys, stats)
     lam, b = stats.eigvals, stats.xty_eig
     floor = 1e-28 * b.pow(2).sum(-1, keepdim=True)  # residual norms below this: converged
-    lam_p = torch.empty_like(b)
+    lam_p, work = torch.empty_like(b), torch.empty_like(b)
 
-    def advance(state: CgState) -> CgState:  # in place
+    def sum_sq(v: Tensor, w: Tensor) -> Tensor:  # (v ⊙ w).sum, through the work buffer
+        return torch.mul(v, w, out=work).sum(-1, keepdim=True)
+
+    # In place, with the same roundings as the plain expressions (CG amplifies any change of
+    # rounding on ill-conditioned prefixes): u + step p, r − (step λ) p, r + β p.
+    def advance(state: CgState) -> CgState:
         u, r, p, rr = state
-        curv = rowdot(torch.mul(lam, p, out=lam_p), p)[..., None]
+        curv = sum_sq(torch.mul(lam, p, out=lam_p), p)  # (λ p) p
         live = (rr > floor) & (curv > 0)
         step = torch.where(live, rr / torch.where(live, curv, 1.0), 0.0)
-        u.addcmul_(step, p)
-        r.addcmul_(step, lam_p, value=-1.0)
-        rr_new = rowdot(r, r)[..., None]
+        u.add_(torch.mul(p, step, out=work))
+        r.sub_(torch.mul(lam, step, out=work).mul_(p))
+        rr_new = sum_sq(r, r)
         beta = torch.where(live, rr_new / torch.where(live, rr, 1.0), 0.0)
-        return u, r, torch.addcmul(r, beta, p, out=p), rr_new
+        return u, r, p.mul_(beta).add_(r), rr_new
 
-    start: CgState = (torch.zeros_like(b), b.clone(), b.clone(), rowdot(b, b)[..., None])
+    start: CgState = (torch.zeros_like(b), b.clone(), b.clone(), b.pow(2).sum(-1, keepdim=True))
     preds, w = _run_recurrence(stats, k_steps, start, advance, lambda s: s[0], weights)
     return finish("cg", k_steps, preds, w, {}, out_dtype(xs), (stats.x_scale, stats.y_scale))
 

@@ -40,6 +40,7 @@ from iclprobe.algorithms.base import (
 )
 from iclprobe.algorithms.prefix import (
     PrefixStats,
+    by_blocks,
     check_regression,
     from_eigenbasis,
     prefix_stats,
@@ -130,25 +131,29 @@ def power_decays(x: Tensor, exponents: Iterable[float]) -> Iterator[Tensor]:
         yield out.mul_(sign) if sign is not None and e % 2 else out
 
 
-def spectral_iterates(stats: PrefixStats, decays: Iterable[Tensor], want_weights: bool
-                      ) -> tuple[Tensor, Tensor | None]:
+def spectral_iterates(stats: PrefixStats, decays_of: Callable[[PrefixStats], Iterable[Tensor]],
+                      want_weights: bool) -> tuple[Tensor, Tensor | None]:
     """Predictions (and weights) of ``u = (β/λ)(1 − decay)``, one decay per step count.
 
     GD's k steps and Newton's are of this form (decay ``(1 − η c λ)^k`` and
     ``(1 − α λ²)^(2^k)``). The prediction ``Σ_i u_i q_i`` (``q = Vᵀ x_t``) is
     ``Σ_i g_i − Σ_i g_i decay_i`` with ``g = (β/λ) q``: one exponential and one batched
-    dot product per step count. In float64 on the scaled data, as `collect` returns them.
+    dot product per step count. ``decays_of(stats)`` yields the decays of a block of
+    sequences (see `by_blocks`). In float64 on the scaled data, as `collect` returns them.
     """
-    base = stats.xty_eig * safe_inverse(stats.eigvals)  # β/λ, 0 where λ = 0
-    g = base * stats.query_eig
-    total = rowdot(g, torch.ones_like(g))  # exactly what a decay of 1 subtracts
-    preds, coefs = [], []
-    for decay in decays:
-        preds.append(total - rowdot(g, decay))
-        if want_weights:
-            coefs.append(base * decay.neg_().add_(1.0))
-    weights = from_eigenbasis(stats, torch.stack(coefs)) if want_weights else None
-    return torch.stack(preds), weights
+    def run(block: PrefixStats) -> tuple[Tensor, Tensor | None]:
+        base = block.xty_eig * safe_inverse(block.eigvals)  # β/λ, 0 where λ = 0
+        g = base * block.query_eig
+        total = rowdot(g, torch.ones_like(g))  # exactly what a decay of 1 subtracts
+        preds, coefs = [], []
+        for decay in decays_of(block):
+            preds.append(total - rowdot(g, decay))
+            if want_weights:
+                coefs.append(base * decay.neg_().add_(1.0))
+        weights = from_eigenbasis(block, torch.stack(coefs)) if want_weights else None
+        return torch.stack(preds), weights
+
+    return by_blocks(stats, run)
 
 
 def _tune_gd(tune: PrefixStats, ys: Tensor, c: Tensor, steps: Tensor,
@@ -200,14 +205,18 @@ def _gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None, lr: LrSpec, normali
         rates = _tune_gd(tune, tune_on[1], _scale(tune, normalize), k_steps, grid)
         hyper["lr"] = rates
         scaled_rates = [rescale(r, stats.x_scale, 2) for r in rates]
-        decays: Iterator[Tensor] = ((1.0 - r * c * stats.eigvals) ** k
-                                    for r, k in zip(scaled_rates, k_steps.tolist()))
         checked: list[tuple[Any, float]] = list(zip(rates, scaled_rates))
+
+        def decays(block: PrefixStats) -> Iterable[Tensor]:
+            return ((1.0 - r * c * block.eigvals) ** k
+                    for r, k in zip(scaled_rates, k_steps.tolist()))
     else:
-        rate = _lr(lr, stats, c)
-        step = rate if lr == "max" else rate * lr_factor  # "max" is that of M ∇R already
-        decays = power_decays(step * c * stats.eigvals, [float(k) for k in k_steps.tolist()])
-        checked = [] if lr == "max" else [(lr, float(rate))]
+        checked = [] if lr == "max" else [(lr, float(_lr(lr, stats, c)))]
+        factor = 1.0 if lr == "max" else lr_factor  # "max" is that of M ∇R already
+
+        def decays(block: PrefixStats) -> Iterable[Tensor]:
+            x = _lr(lr, block, c) * factor * c * block.eigvals  # η c λ
+            return power_decays(x, [float(k) for k in k_steps.tolist()])
     preds, w = spectral_iterates(stats, decays, weights)
 
     def unstable() -> str | None:
@@ -238,6 +247,14 @@ def gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrSpec = 
     return _gd(xs, ys, steps, lr, normalize, weights, stats, tune_on, grid)
 
 
+def _named_alpha(alpha: str, lam: Tensor) -> Tensor:
+    """Newton's α per prefix for one of `NEWTON_ALPHAS`, from the eigenvalues ``lam`` of S."""
+    numerator, norm = NEWTON_ALPHAS[alpha]
+    sq = lam.pow(2)  # the eigenvalues of S Sᵀ
+    size = sq.pow(2).sum(-1, keepdim=True).sqrt() if norm == "fro" else sq[..., -1:]
+    return numerator * safe_inverse(size)
+
+
 @register("newton", label="Newton", steps=range(25), align_hyper={"alpha": "frobenius"},
           align=True, order=0)
 def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
@@ -258,26 +275,26 @@ def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     """
     k_steps = check_steps(steps)
     stats = _stats(xs, ys, stats)
-    lam = stats.eigvals
-    if alpha in NEWTON_ALPHAS:
-        numerator, norm = NEWTON_ALPHAS[alpha]
-        sq = lam.pow(2)  # the eigenvalues of S Sᵀ
-        size = sq.pow(2).sum(-1, keepdim=True).sqrt() if norm == "fro" else sq[..., -1:]
-        a: Tensor | float = numerator * safe_inverse(size)
-    elif isinstance(alpha, str):
+    if isinstance(alpha, str) and alpha not in NEWTON_ALPHAS:
         raise ValueError(f"alpha must be one of {sorted(NEWTON_ALPHAS)} or a number > 0, "
                          f"got {alpha!r}")
-    else:
-        a = rescale(check_positive(alpha, "alpha"), stats.x_scale, 4)
+    a = None if isinstance(alpha, str) else rescale(check_positive(alpha, "alpha"),
+                                                   stats.x_scale, 4)
 
     def unstable() -> str | None:
-        top = lam[..., -1].max().item()
+        top = stats.eigvals[..., -1].max().item()
         bound = 2.0 / top**2 if top > 0 else math.inf
-        checked = [(alpha, a)] if isinstance(a, float) else []
+        checked = [(alpha, a)] if a is not None else []
         return _above_bound("alpha", checked, bound, stats, 4, "2/max(λ_max²)")
 
     exponents = [2.0 ** min(k, 1000) for k in k_steps.tolist()]  # past 2^1000: converged
-    preds, w = spectral_iterates(stats, power_decays(a * lam * lam, exponents), weights)
+
+    def decays(block: PrefixStats) -> Iterable[Tensor]:
+        lam = block.eigvals
+        scale = a if a is not None else _named_alpha(str(alpha), lam)
+        return power_decays(scale * lam * lam, exponents)
+
+    preds, w = spectral_iterates(stats, decays, weights)
     return finish("newton", k_steps, preds, w, {"alpha": alpha}, out_dtype(xs),
                   (stats.x_scale, stats.y_scale), unstable)
 

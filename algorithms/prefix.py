@@ -14,6 +14,7 @@ scaled data: every learner here is covariant under ``x -> x/s``, ``y -> y/r`` (s
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -128,6 +129,35 @@ def _exclusive_outer_cumsum(a: Tensor, b: Tensor) -> Tensor:
 def safe_inverse(lam: Tensor) -> Tensor:
     """``1/λ`` where λ > 0, else 0 (the pseudo-inverse of a diagonal)."""
     return torch.where(lam > 0, 1.0 / torch.where(lam > 0, lam, 1.0), 0.0)
+
+
+#: Learners run block by block of sequences, one block's ``[block, pos, n_dims]`` float64
+#: tensor taking about this many bytes: the few such tensors a step touches then stay in a
+#: core's cache (some 30% faster at Garg size than whole batches).
+BLOCK_BYTES = 2**19
+
+
+def stats_rows(stats: PrefixStats, rows: slice) -> PrefixStats:
+    """The statistics of the sequences ``rows`` (``counts`` has no batch axis)."""
+    return stats._replace(**{name: value[rows] for name, value in stats._asdict().items()
+                             if isinstance(value, Tensor) and name != "counts"})
+
+
+def by_blocks(stats: PrefixStats, run: Callable[[PrefixStats], tuple[Tensor, Tensor | None]]
+              ) -> tuple[Tensor, Tensor | None]:
+    """``run(block stats) -> (preds [step, block, pos], weights or None)`` block by block.
+
+    The results are joined along the batch axis; every learner computes each sequence on its
+    own, so they equal one run on the whole batch.
+    """
+    batch, n, d = stats.query_eig.shape
+    rows = max(1, BLOCK_BYTES // (n * d * stats.query_eig.element_size()))
+    parts = [run(stats_rows(stats, slice(lo, lo + rows))) for lo in range(0, batch, rows)]
+    if len(parts) == 1:
+        return parts[0]
+    weights = [w for _, w in parts]
+    return (torch.cat([p for p, _ in parts], 1),
+            None if weights[0] is None else torch.cat(weights, 1))  # type: ignore[arg-type]
 
 
 def rowdot(a: Tensor, b: Tensor) -> Tensor:

@@ -31,7 +31,7 @@ from iclprobe.algorithms.learners import (
     _scale,
     _stats,
 )
-from iclprobe.algorithms.prefix import PrefixStats, from_eigenbasis
+from iclprobe.algorithms.prefix import PrefixStats, by_blocks, from_eigenbasis
 
 State = TypeVar("State")
 CgState = tuple[Tensor, Tensor, Tensor, Tensor]  # u, residual r, direction p, ‖r‖²
@@ -77,32 +77,31 @@ def momentum(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrS
         raise ValueError(f"beta must be a number in [0, 1), got {beta!r}")
     stats = _stats(xs, ys, stats)
     c = _scale(stats, normalize)
-    rate = _lr(lr, stats, c)
-    lam, b = stats.eigvals, stats.xty_eig
 
-    def advance(state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
-        u, prev = state
-        return u - rate * c * (lam * u - b) + beta * (u - prev), u
+    def run(block: PrefixStats) -> tuple[Tensor, Tensor | None]:
+        rate, lam, b = _lr(lr, block, c), block.eigvals, block.xty_eig
+
+        def advance(state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+            u, prev = state
+            return u - rate * c * (lam * u - b) + beta * (u - prev), u
+
+        zero = torch.zeros_like(b)
+        return _run_recurrence(block, k_steps, (zero, zero), advance, lambda s: s[0], weights)
 
     def unstable() -> str | None:
-        checked = [] if lr == "max" else [(lr, float(rate))]
+        checked = [] if lr == "max" else [(lr, float(_lr(lr, stats, c)))]
         return _above_bound("lr", checked, _gd_bound(stats, c, 2.0 * (1 + beta)), stats, 2,
                             "2(1+β)/max(c·λ_max)")
 
-    zero = torch.zeros_like(b)
-    preds, w = _run_recurrence(stats, k_steps, (zero, zero), advance, lambda s: s[0], weights)
+    preds, w = by_blocks(stats, run)
     return finish("momentum", k_steps, preds, w,
                   {"lr": lr, "beta": beta, "normalize": normalize}, out_dtype(xs),
                   (stats.x_scale, stats.y_scale), unstable)
 
 
-@register("cg", label="CG", steps="cg", align=True, order=4)
-def cg(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
-       weights: bool = True,
-       stats: PrefixStats | None = None) -> Iterates:
-    """Conjugate gradient on the normal equations ``S w = Xᵀy`` from 0 (exact in ≤ d steps)."""
-    k_steps = check_steps(steps)
-    stats = _stats(xs, ys, stats)
+def _cg_block(stats: PrefixStats, k_steps: Tensor, want_weights: bool
+              ) -> tuple[Tensor, Tensor | None]:
+    """CG's predictions (and weights) on one block of sequences, in the eigenbasis."""
     lam, b = stats.eigvals, stats.xty_eig
     floor = 1e-28 * b.pow(2).sum(-1, keepdim=True)  # residual norms below this: converged
     lam_p, work = torch.empty_like(b), torch.empty_like(b)
@@ -124,7 +123,17 @@ def cg(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
         return u, r, p.mul_(beta).add_(r), rr_new
 
     start: CgState = (torch.zeros_like(b), b.clone(), b.clone(), b.pow(2).sum(-1, keepdim=True))
-    preds, w = _run_recurrence(stats, k_steps, start, advance, lambda s: s[0], weights)
+    return _run_recurrence(stats, k_steps, start, advance, lambda s: s[0], want_weights)
+
+
+@register("cg", label="CG", steps="cg", align=True, order=4)
+def cg(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
+       weights: bool = True,
+       stats: PrefixStats | None = None) -> Iterates:
+    """Conjugate gradient on the normal equations ``S w = Xᵀy`` from 0 (exact in ≤ d steps)."""
+    k_steps = check_steps(steps)
+    stats = _stats(xs, ys, stats)
+    preds, w = by_blocks(stats, lambda block: _cg_block(block, k_steps, weights))
     return finish("cg", k_steps, preds, w, {}, out_dtype(xs), (stats.x_scale, stats.y_scale))
 
 

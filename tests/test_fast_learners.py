@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from iclprobe import algorithms
-from iclprobe.algorithms import sequential
+from iclprobe.algorithms import prefix, sequential
 from iclprobe.algorithms.learners import power_decays
 from iclprobe.algorithms.prefix import exclusive_cumsum
 from iclprobe.algorithms.reference import gd_direct, newton_direct, online_gd_direct
@@ -175,3 +175,17 @@ def test_online_gd_pass_maps_are_the_example_by_example_loop(lr, n, d, monkeypat
     monkeypatch.setattr(sequential, "BLOCK_BYTES", 2 * n * d * d * 8)
     blocked = algorithms.online_gd(xs, ys, steps=passes, lr=lr, init=init)
     assert torch.equal(blocked.weights, it.weights)
+
+
+def test_blocks_of_sequences_give_the_numbers_of_one_block(monkeypatch):
+    xs, ys = data(b=7, n=9, d=3, noise=0.2)
+    stats = algorithms.prefix_stats(xs, ys)
+    runs = {"gd": ([1, 8, 64], {"lr": "max"}), "newton": ([0, 3, 12], {"alpha": "spectral"}),
+            "cg": ([0, 1, 2, 4], {}), "momentum": ([2, 9], {"lr": "max"})}
+    whole = {name: algorithms.iterates(name, xs, ys, steps, stats=stats, **hyper)
+             for name, (steps, hyper) in runs.items()}
+    monkeypatch.setattr(prefix, "BLOCK_BYTES", 3 * 9 * 3 * 8)  # blocks of 3, 3 and 1
+    for name, (steps, hyper) in runs.items():
+        blocked = algorithms.iterates(name, xs, ys, steps, stats=stats, **hyper)
+        assert torch.equal(blocked.preds, whole[name].preds), name
+        assert torch.equal(blocked.weights, whole[name].weights), name

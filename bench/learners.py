@@ -98,8 +98,9 @@ def gd_accuracy(stats: algorithms.PrefixStats) -> tuple[float, float]:
     exact_t = torch.from_numpy(exact.astype(np.float64))
     by_pow = torch.stack([(gd_coefficients(sub, c, rate, k) * sub.query_eig).sum(-1)
                           for k in steps])
-    decays = algorithms.learners.power_decays(x, [float(k) for k in steps])
-    by_exp = algorithms.learners.spectral_iterates(sub, decays, False)[0]
+    by_exp = algorithms.learners.spectral_iterates(
+        sub, lambda block: algorithms.learners.power_decays(
+            rate * c * block.eigvals, [float(k) for k in steps]), False)[0]
     return relative(by_pow, exact_t), relative(by_exp, exact_t)
 
 

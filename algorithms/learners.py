@@ -322,6 +322,8 @@ def _matrix_sqrt(precond: Tensor, n_dims: int, batch: int) -> Tensor:
 
 def _identity_multiple(m: Tensor) -> float | None:
     """The number a where every matrix of ``m`` equals ``a·I`` exactly, else None."""
+    if m.numel() == 0:
+        return None
     a = m.reshape(-1)[0]
     eye = torch.eye(m.shape[-1], dtype=m.dtype, device=m.device)
     return float(a) if torch.equal(m, (a * eye).expand_as(m)) else None

@@ -56,6 +56,9 @@ def check_regression(xs: Tensor, ys: Tensor) -> None:
                             f"{t.dtype}: the learners never drop an imaginary part")
     if xs.ndim != 3:
         raise ValueError(f"xs must have shape [batch, pos, n_dims], got {tuple(xs.shape)}")
+    if xs.shape[1] == 0:
+        raise ValueError(f"xs must hold at least one position, got shape {tuple(xs.shape)} "
+                         "[batch, pos, n_dims]")
     if ys.shape != xs.shape[:2]:
         raise ValueError(f"ys must have shape {tuple(xs.shape[:2])}, got {tuple(ys.shape)}")
     if not bool(torch.isfinite(xs).all()) or not bool(torch.isfinite(ys).all()):
@@ -139,8 +142,9 @@ BLOCK_BYTES = 2**19
 
 def stats_rows(stats: PrefixStats, rows: slice) -> PrefixStats:
     """The statistics of the sequences ``rows`` (``counts`` has no batch axis)."""
-    return stats._replace(**{name: value[rows] for name, value in stats._asdict().items()
-                             if isinstance(value, Tensor) and name != "counts"})
+    return PrefixStats(stats.gram[rows], stats.xty[rows], stats.counts, stats.eigvals[rows],
+                       stats.eigvecs[rows], stats.xty_eig[rows], stats.query_eig[rows],
+                       stats.x_scale, stats.y_scale)
 
 
 def by_blocks(stats: PrefixStats, run: Callable[[PrefixStats], tuple[Tensor, Tensor | None]]
@@ -151,13 +155,13 @@ def by_blocks(stats: PrefixStats, run: Callable[[PrefixStats], tuple[Tensor, Ten
     own, so they equal one run on the whole batch.
     """
     batch, n, d = stats.query_eig.shape
-    rows = max(1, BLOCK_BYTES // (n * d * stats.query_eig.element_size()))
+    rows = max(1, BLOCK_BYTES // max(1, n * d * stats.query_eig.element_size()))
+    if batch <= rows:
+        return run(stats)
     parts = [run(stats_rows(stats, slice(lo, lo + rows))) for lo in range(0, batch, rows)]
-    if len(parts) == 1:
-        return parts[0]
-    weights = [w for _, w in parts]
-    return (torch.cat([p for p, _ in parts], 1),
-            None if weights[0] is None else torch.cat(weights, 1))  # type: ignore[arg-type]
+    preds = torch.cat([p for p, _ in parts], 1)
+    weights = [w for _, w in parts if w is not None]
+    return preds, (torch.cat(weights, 1) if weights else None)
 
 
 def rowdot(a: Tensor, b: Tensor) -> Tensor:

@@ -89,11 +89,11 @@ def _passes(x: Tensor, y: Tensor, eta: Tensor, start: Tensor, k_max: int) -> Ten
     b, n, d = x.shape
     out = start.new_empty(k_max + 1, b, n, d)
     out[0] = start
-    seqs = max(1, BLOCK_BYTES // (n * d * d * x.element_size()))
+    seqs = max(1, BLOCK_BYTES // max(1, n * d * d * x.element_size()))
     for lo in range(0, b, seqs):
         rows = slice(lo, lo + seqs)
         maps, shifts = _pass_maps(x[rows], y[rows], eta[rows])
-        flat = out[:, rows].view(k_max + 1, -1, 1, d)  # [k, sequences·pos, 1, n_dims]
+        flat = out[:, rows].flatten(1, 2).unsqueeze(2)  # [k, sequences·pos, 1, n_dims], a view
         for k in range(1, k_max + 1):
             torch.baddbmm(shifts, flat[k - 1], maps, out=flat[k])
     return out

@@ -189,3 +189,17 @@ def test_blocks_of_sequences_give_the_numbers_of_one_block(monkeypatch):
         blocked = algorithms.iterates(name, xs, ys, steps, stats=stats, **hyper)
         assert torch.equal(blocked.preds, whole[name].preds), name
         assert torch.equal(blocked.weights, whole[name].weights), name
+
+
+@pytest.mark.parametrize("name", ["gd", "newton", "cg", "online_gd", "ols", "pgd"])
+def test_no_positions_is_refused_and_no_dimensions_predicts_zero(name):
+    hyper = {"steps": [1, 2]} if name != "ols" else {}
+    xs, ys = torch.zeros(2, 0, 3, dtype=torch.float64), torch.zeros(2, 0, dtype=torch.float64)
+    extra = {"precond": torch.eye(3)} if name == "pgd" else {}
+    with pytest.raises(ValueError, match=r"xs must hold at least one position, got shape "
+                                         r"\(2, 0, 3\)"):
+        algorithms.iterates(name, xs, ys, **hyper, **extra)
+    xs, ys = torch.zeros(2, 5, 0, dtype=torch.float64), torch.randn(2, 5, dtype=torch.float64)
+    extra = {"precond": torch.eye(0)} if name == "pgd" else {}
+    it = algorithms.iterates(name, xs, ys, **hyper, **extra)
+    assert it.weights.shape[-1] == 0 and torch.equal(it.preds, torch.zeros_like(it.preds))

@@ -120,8 +120,10 @@ def power_decays(x: Tensor, exponents: Iterable[float]) -> Iterator[Tensor]:
     ``**``), and no rounding of 1 − x, which ``(1 − x)**e`` would amplify e-fold. Values
     below 1e-304 come out as ~1e-304 instead of 0 or subnormals. Yields fresh tensors.
     """
-    log_abs = torch.where(x < 1, torch.log1p(-x), torch.log(x - 1))  # -inf at x = 1
-    sign = torch.where(x > 1, -1.0, 1.0) if bool((x > 1).any()) else None
+    log_abs, over, sign = torch.log1p(-x), x > 1, None  # log_abs: -inf at x = 1
+    if bool(over.any()):  # 1 − x < 0: lr or alpha past 1/(c λ), or "max" rounded up
+        log_abs[over] = torch.log(x[over] - 1.0)
+        sign = torch.where(over, -1.0, 1.0)
     for e in exponents:
         if e == 0:
             yield torch.ones_like(x)

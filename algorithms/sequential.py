@@ -24,7 +24,7 @@ from iclprobe.algorithms.base import (
     rescale,
     scaled_number,
 )
-from iclprobe.algorithms.prefix import prefix_stats, safe_inverse, scaled
+from iclprobe.algorithms.prefix import prefix_stats, rowdot, safe_inverse, scaled
 from iclprobe.tasks import as_generator
 
 
@@ -125,8 +125,7 @@ def online_gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
         w = w * (sx / sy)  # the start in the units of the scaled data
     w[:, 0] = 0.0
     eta = safe_inverse(x.pow(2).sum(-1)) if lr == "normalized" else torch.full_like(y, rate)
-    passes = _passes(x, y, eta, w, int(k_steps.max()))
-    saved = {k: passes[k] for k in k_steps.tolist()}
+    passes = _passes(x, y, eta, w, int(k_steps.max()))  # [pass, batch, pos, n_dims]
 
     def unstable() -> str | None:
         top = x[:, :-1].pow(2).sum(-1).max().item() if n > 1 else 0.0
@@ -136,7 +135,8 @@ def online_gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
         return (f"lr={lr!r} diverges on these data (the iterates overflow): the largest "
                 f"stable lr here is 2/max‖x_j‖² = {largest}")
 
-    preds, ws = _record(k_steps, saved, x, weights)
+    preds = torch.stack([rowdot(passes[k], x) for k in k_steps.tolist()])
+    ws = passes[k_steps] if weights else None
     hyper = {"lr": lr, "init": init if isinstance(init, str) else "given"}
     return finish("online_gd", k_steps, preds, ws, hyper, out_dtype(xs), (sx, sy), unstable)
 

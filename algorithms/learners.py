@@ -1,10 +1,12 @@
-"""Learners as scalar recurrences in each prefix's eigenbasis.
+"""Learners in closed form in each prefix's eigenbasis: GD, preconditioned GD, Newton, OLS.
 
-One eigendecomposition ``S_t = V Λ Vᵀ`` per prefix turns GD, momentum, Newton–Schulz and
-CG into recurrences on the coefficients ``u = Vᵀ w`` with ``Λ`` diagonal, so a step costs
-O(d) per prefix instead of a matrix product (GD even has a closed form). The direct matrix
-iterations in `iclprobe.algorithms.reference` are the check. Learners computed on the same
-data can share one decomposition: pass ``stats=prefix_stats(xs, ys)`` to each.
+One eigendecomposition ``S_t = V Λ Vᵀ`` per prefix makes every learner elementwise on the
+coefficients ``u = Vᵀ w`` with ``Λ`` diagonal. GD's k steps and Newton–Schulz's have closed
+forms ``u = (β/λ)(1 − decay)``, so a step count costs one exponential and one dot product
+per prefix, whatever k (CG and momentum are recurrences: `iclprobe.algorithms.recurrences`).
+The direct matrix iterations in `iclprobe.algorithms.reference` are the check. Learners
+computed on the same data can share one decomposition: pass ``stats=prefix_stats(xs, ys)``
+to each.
 
 Losses: with ``normalize=True`` the gradient is that of the mean loss,
 ``(1/t)(S_t w − b_t)`` (Ahn et al.); with ``normalize=False`` that of the sum,

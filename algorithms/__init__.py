@@ -5,6 +5,7 @@ a function here. Adding a learner is one function and one ``@register`` line.
 """
 
 from iclprobe.algorithms import learners as _learners  # noqa: F401  (registers learners)
+from iclprobe.algorithms import recurrences as _recurrences  # noqa: F401
 from iclprobe.algorithms import schedule as _schedule  # noqa: F401
 from iclprobe.algorithms import sequential as _sequential  # noqa: F401
 from iclprobe.algorithms.base import (
@@ -17,8 +18,9 @@ from iclprobe.algorithms.base import (
     learner_info,
     register,
 )
-from iclprobe.algorithms.learners import cg, gd, momentum, newton, ols, pgd, ridge
+from iclprobe.algorithms.learners import gd, newton, ols, pgd, ridge
 from iclprobe.algorithms.prefix import PrefixStats, prefix_stats
+from iclprobe.algorithms.recurrences import cg, momentum
 from iclprobe.algorithms.schedule import pgd_schedule
 from iclprobe.algorithms.sequential import gd_plus_plus, online_gd
 

@@ -1,10 +1,12 @@
-"""Learners as scalar recurrences in each prefix's eigenbasis.
+"""Learners in closed form in each prefix's eigenbasis: GD, preconditioned GD, Newton, OLS.
 
-One eigendecomposition ``S_t = V Λ Vᵀ`` per prefix turns GD, momentum, Newton–Schulz and
-CG into recurrences on the coefficients ``u = Vᵀ w`` with ``Λ`` diagonal, so a step costs
-O(d) per prefix instead of a matrix product (GD even has a closed form). The direct matrix
-iterations in `iclprobe.algorithms.reference` are the check. Learners computed on the same
-data can share one decomposition: pass ``stats=prefix_stats(xs, ys)`` to each.
+One eigendecomposition ``S_t = V Λ Vᵀ`` per prefix makes every learner elementwise on the
+coefficients ``u = Vᵀ w`` with ``Λ`` diagonal. GD's k steps and Newton–Schulz's have closed
+forms ``u = (β/λ)(1 − decay)``, so a step count costs one exponential and one dot product
+per prefix, whatever k (CG and momentum are recurrences: `iclprobe.algorithms.recurrences`).
+The direct matrix iterations in `iclprobe.algorithms.reference` are the check. Learners
+computed on the same data can share one decomposition: pass ``stats=prefix_stats(xs, ys)``
+to each.
 
 Losses: with ``normalize=True`` the gradient is that of the mean loss,
 ``(1/t)(S_t w − b_t)`` (Ahn et al.); with ``normalize=False`` that of the sum,
@@ -40,8 +42,11 @@ from iclprobe.algorithms.base import (
 )
 from iclprobe.algorithms.prefix import (
     PrefixStats,
+    by_blocks,
     check_regression,
+    from_eigenbasis,
     prefix_stats,
+    rowdot,
     safe_inverse,
 )
 
@@ -109,6 +114,52 @@ def gd_coefficients(stats: PrefixStats, c: Tensor, lr: Tensor | float, k: int) -
     return torch.where(lam > 0, stats.xty_eig * safe_inverse(lam) * (1.0 - decay), 0.0)
 
 
+def power_decays(x: Tensor, exponents: Iterable[float]) -> Iterator[Tensor]:
+    """``(1 − x)^e`` for each integer exponent e >= 0 (as a float, to hold Newton's 2^k).
+
+    As ``±exp(e log|1 − x|)`` with the logarithm by ``log1p(−x)`` where x < 1: one logarithm
+    for every exponent, then one exponential each (a fifth of the time of torch's float64
+    ``**``), and no rounding of 1 − x, which ``(1 − x)**e`` would amplify e-fold. Values
+    below 1e-304 come out as ~1e-304 instead of 0 or subnormals. Yields fresh tensors.
+    """
+    log_abs, over, sign = torch.log1p(-x), x > 1, None  # log_abs: -inf at x = 1
+    if bool(over.any()):  # 1 − x < 0: lr or alpha past 1/(c λ), or "max" rounded up
+        log_abs[over] = torch.log(x[over] - 1.0)
+        sign = torch.where(over, -1.0, 1.0)
+    for e in exponents:
+        if e == 0:
+            yield torch.ones_like(x)
+            continue
+        # exp is some 50 times slower where it underflows: stop at e^-700 ~ 1e-304 instead
+        out = torch.mul(log_abs, e).clamp_(min=-700.0).exp_()
+        yield out.mul_(sign) if sign is not None and e % 2 else out
+
+
+def spectral_iterates(stats: PrefixStats, decays_of: Callable[[PrefixStats], Iterable[Tensor]],
+                      want_weights: bool) -> tuple[Tensor, Tensor | None]:
+    """Predictions (and weights) of ``u = (β/λ)(1 − decay)``, one decay per step count.
+
+    GD's k steps and Newton's are of this form (decay ``(1 − η c λ)^k`` and
+    ``(1 − α λ²)^(2^k)``). The prediction ``Σ_i u_i q_i`` (``q = Vᵀ x_t``) is
+    ``Σ_i g_i − Σ_i g_i decay_i`` with ``g = (β/λ) q``: one exponential and one batched
+    dot product per step count. ``decays_of(stats)`` yields the decays of a block of
+    sequences (see `by_blocks`). In float64 on the scaled data, as `collect` returns them.
+    """
+    def run(block: PrefixStats) -> tuple[Tensor, Tensor | None]:
+        base = block.xty_eig * safe_inverse(block.eigvals)  # β/λ, 0 where λ = 0
+        g = base * block.query_eig
+        total = rowdot(g, torch.ones_like(g))  # exactly what a decay of 1 subtracts
+        preds, coefs = [], []
+        for decay in decays_of(block):
+            preds.append(total - rowdot(g, decay))
+            if want_weights:
+                coefs.append(base * decay.neg_().add_(1.0))
+        weights = from_eigenbasis(block, torch.stack(coefs)) if want_weights else None
+        return torch.stack(preds), weights
+
+    return by_blocks(stats, run)
+
+
 def _tune_gd(tune: PrefixStats, ys: Tensor, c: Tensor, steps: Tensor,
              grid: Iterable[float] | None) -> list[float]:
     """Per step count, the learning rate of ``grid`` with the least error on ``tune``.
@@ -137,8 +188,13 @@ def _tune_gd(tune: PrefixStats, ys: Tensor, c: Tensor, steps: Tensor,
 def _gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None, lr: LrSpec, normalize: bool,
         weights: bool, stats: PrefixStats | None, tune_on: tuple[Tensor, Tensor] | None,
         grid: Iterable[float] | None, name: str = "gd", dtype: torch.dtype | None = None,
-        map_weights: Callable[[Tensor], Tensor] | None = None) -> Iterates:
-    """`gd`, also as the inner solver of `pgd` (which names itself and maps the weights)."""
+        map_weights: Callable[[Tensor], Tensor] | None = None,
+        lr_factor: float = 1.0) -> Iterates:
+    """`gd`, also as the inner solver of `pgd` (which names itself and maps the weights).
+
+    ``lr_factor``: pgd's shortcut for a preconditioner ``a·I`` and a number or "max" lr:
+    steps ``η a ∇R``, with lr, its checks and messages still in pgd's units.
+    """
     k_steps = check_steps(steps)
     stats = _stats(xs, ys, stats)
     c = _scale(stats, normalize)
@@ -153,17 +209,23 @@ def _gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None, lr: LrSpec, normali
         rates = _tune_gd(tune, tune_on[1], _scale(tune, normalize), k_steps, grid)
         hyper["lr"] = rates
         scaled_rates = [rescale(r, stats.x_scale, 2) for r in rates]
-        coefs: Iterator[Tensor] = (gd_coefficients(stats, c, r, k)
-                                   for r, k in zip(scaled_rates, k_steps.tolist()))
         checked: list[tuple[Any, float]] = list(zip(rates, scaled_rates))
+
+        def decays(block: PrefixStats) -> Iterable[Tensor]:
+            return ((1.0 - r * c * block.eigvals) ** k
+                    for r, k in zip(scaled_rates, k_steps.tolist()))
     else:
-        rate = _lr(lr, stats, c)
-        coefs = (gd_coefficients(stats, c, rate, k) for k in k_steps.tolist())
-        checked = [] if lr == "max" else [(lr, float(rate))]
-    preds, w = collect(stats, coefs, weights)
+        checked = [] if lr == "max" else [(lr, float(_lr(lr, stats, c)))]
+        factor = 1.0 if lr == "max" else lr_factor  # "max" is that of M ∇R already
+
+        def decays(block: PrefixStats) -> Iterable[Tensor]:
+            x = _lr(lr, block, c) * factor * c * block.eigvals  # η c λ
+            return power_decays(x, [float(k) for k in k_steps.tolist()])
+    preds, w = spectral_iterates(stats, decays, weights)
 
     def unstable() -> str | None:
-        return _above_bound("lr", checked, _gd_bound(stats, c), stats, 2, "2/max(c·λ_max)")
+        return _above_bound("lr", checked, _gd_bound(stats, c) / lr_factor, stats, 2,
+                            "2/max(c·λ_max)")
 
     return finish(name, k_steps, preds, w, hyper, dtype or out_dtype(xs),
                   (stats.x_scale, stats.y_scale), unstable, map_weights)
@@ -189,6 +251,58 @@ def gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrSpec = 
     return _gd(xs, ys, steps, lr, normalize, weights, stats, tune_on, grid)
 
 
+def _named_alpha(alpha: str, lam: Tensor) -> Tensor:
+    """Newton's α per prefix for one of `NEWTON_ALPHAS`, from the eigenvalues ``lam`` of S."""
+    numerator, norm = NEWTON_ALPHAS[alpha]
+    sq = lam.pow(2)  # the eigenvalues of S Sᵀ
+    size = sq.pow(2).sum(-1, keepdim=True).sqrt() if norm == "fro" else sq[..., -1:]
+    return numerator * safe_inverse(size)
+
+
+@register("newton", label="Newton", steps=range(25), align_hyper={"alpha": "frobenius"},
+          align=True, order=0)
+def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
+           alpha: float | str = "frobenius", weights: bool = True,
+           stats: PrefixStats | None = None) -> Iterates:
+    """Newton–Schulz iteration for S⁺: ``M_0 = α Sᵀ``, ``M_{k+1} = M_k (2I − S M_k)``.
+
+    ``w_k = M_k Xᵀy`` (step k ↔ M_k). In S's eigenbasis ``m_{k+1} = m_k (2 − λ m_k)`` and
+    ``1 − λ m_{k+1} = (1 − λ m_k)²``: ``λ m_k = 1 − (1 − α λ²)^(2^k)``, computed in closed
+    form like GD's (one exponential per step count). It converges iff ``0 < α λ_max² < 2``.
+    ``alpha``: "frobenius" = 1/‖SSᵀ‖_F (the default), "2/frobenius" = 2/‖SSᵀ‖_F (what Fu
+    et al.'s evaluation code uses), "spectral" = 1/‖SSᵀ‖₂, or a number. The paper's own
+    α = 2/‖SSᵀ‖₂ ("2/spectral") lies exactly on the divergence boundary: in the top
+    eigendirection ``1 − λ m_k`` goes −1, 1, 1, … and never converges (in floating point,
+    round-off ε grows as 2^k ε and lets it escape after ~30-50 steps). 2/‖SSᵀ‖_F converges
+    whenever S has rank ≥ 2 (‖SSᵀ‖_F > λ_max²) and sits on the boundary at rank 1.
+    A number above the boundary whose iterates overflow raises a ValueError.
+    """
+    k_steps = check_steps(steps)
+    stats = _stats(xs, ys, stats)
+    if isinstance(alpha, str) and alpha not in NEWTON_ALPHAS:
+        raise ValueError(f"alpha must be one of {sorted(NEWTON_ALPHAS)} or a number > 0, "
+                         f"got {alpha!r}")
+    a = None if isinstance(alpha, str) else rescale(check_positive(alpha, "alpha"),
+                                                   stats.x_scale, 4)
+
+    def unstable() -> str | None:
+        top = stats.eigvals[..., -1].max().item()
+        bound = 2.0 / top**2 if top > 0 else math.inf
+        checked = [(alpha, a)] if a is not None else []
+        return _above_bound("alpha", checked, bound, stats, 4, "2/max(λ_max²)")
+
+    exponents = [2.0 ** min(k, 1000) for k in k_steps.tolist()]  # past 2^1000: converged
+
+    def decays(block: PrefixStats) -> Iterable[Tensor]:
+        lam = block.eigvals
+        scale = a if a is not None else _named_alpha(str(alpha), lam)
+        return power_decays(scale * lam * lam, exponents)
+
+    preds, w = spectral_iterates(stats, decays, weights)
+    return finish("newton", k_steps, preds, w, {"alpha": alpha}, out_dtype(xs),
+                  (stats.x_scale, stats.y_scale), unstable)
+
+
 def _matrix_sqrt(precond: Tensor, n_dims: int, batch: int) -> Tensor:
     """The symmetric square root of an SPD ``[d, d]`` or ``[batch, d, d]`` matrix."""
     if not isinstance(precond, Tensor):
@@ -210,150 +324,48 @@ def _matrix_sqrt(precond: Tensor, n_dims: int, batch: int) -> Tensor:
     return (v * lam.sqrt().unsqueeze(-2)) @ v.transpose(-1, -2)
 
 
+def _identity_multiple(m: Tensor) -> float | None:
+    """The number a where every matrix of ``m`` equals ``a·I`` exactly, else None."""
+    if m.numel() == 0:
+        return None
+    a = m.reshape(-1)[0]
+    eye = torch.eye(m.shape[-1], dtype=m.dtype, device=m.device)
+    return float(a) if torch.equal(m, (a * eye).expand_as(m)) else None
+
+
 @register("pgd", label="GD preconditioned by Σ⁻¹", steps=GD_LOG_GRID, step_scale="log2",
           align_hyper={"precond": "inverse_cov", "lr": "max", "normalize": True}, align=True,
           order=3)
 def pgd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
         precond: Tensor | None = None, lr: LrSpec = 1.0, normalize: bool = True,
-        weights: bool = True) -> Iterates:
+        weights: bool = True, stats: PrefixStats | None = None) -> Iterates:
     """Preconditioned GD ``w <- w − η M ∇R(w)`` from 0 (e.g. M = Σ⁻¹ or Ahn's Γ⁻¹).
 
     Runs GD on ``x' = M^{1/2} x``, where it is plain GD, and maps back ``w = M^{1/2} v``.
     The stability bound on lr is that of GD on ``x'`` (the preconditioned Hessian).
+
+    Args:
+        stats: ``prefix_stats(xs, ys)`` to share with other learners. Used when M = a·I
+            exactly (Σ⁻¹ of isotropic data) and lr is a number or "max": pgd is then GD
+            with step η·a and needs no decomposition of its own; otherwise ignored.
     """
     if precond is None:
         raise ValueError("pgd needs precond, a symmetric positive-definite [d, d] matrix")
     check_regression(xs, ys)
     root = _matrix_sqrt(precond, xs.shape[-1], xs.shape[0])
     x64 = xs.to(torch.float64)
-    moved = torch.einsum("bnd,de->bne" if root.ndim == 2 else "bnd,bde->bne", x64, root)
-    eq = "kbnd,ed->kbne" if root.ndim == 2 else "kbnd,bed->kbne"
-    it = _gd(moved, ys.to(torch.float64), steps, lr, normalize, weights, None, None, None,
-             name="pgd", dtype=out_dtype(xs), map_weights=lambda v: torch.einsum(eq, v, root))
+    a = _identity_multiple(precond.to(torch.float64)) if lr != "tuned" else None
+    if a is not None:
+        it = _gd(x64, ys.to(torch.float64), steps, lr, normalize, weights, stats, None, None,
+                 name="pgd", dtype=out_dtype(xs), lr_factor=a)
+    else:
+        moved = torch.einsum("bnd,de->bne" if root.ndim == 2 else "bnd,bde->bne", x64, root)
+        eq = "kbnd,ed->kbne" if root.ndim == 2 else "kbnd,bed->kbne"
+        it = _gd(moved, ys.to(torch.float64), steps, lr, normalize, weights, None, None, None,
+                 name="pgd", dtype=out_dtype(xs),
+                 map_weights=lambda v: torch.einsum(eq, v, root))
     it.hyper["precond"] = precond.tolist()
     return it
-
-
-def _run_recurrence(stats: PrefixStats, k_steps: Tensor, state: Any, advance: Any,
-                    coef_of: Any, want_weights: bool) -> tuple[Tensor, Tensor | None]:
-    """Advance ``state`` step by step; record predictions at the requested step counts."""
-    wanted = k_steps.tolist()
-    slots: dict[int, list[int]] = {}
-    for i, k in enumerate(wanted):
-        slots.setdefault(k, []).append(i)
-    preds: list[Tensor | None] = [None] * len(wanted)
-    weights: list[Tensor | None] = [None] * len(wanted)
-    for k in range(max(wanted) + 1):
-        if k in slots:
-            p, w = collect(stats, [coef_of(state)], want_weights)
-            for i in slots[k]:
-                preds[i] = p[0]
-                weights[i] = w[0] if w is not None else None
-        if k < max(wanted):
-            state = advance(state)
-    return (torch.stack(preds),  # type: ignore[arg-type]
-            torch.stack(weights) if want_weights else None)  # type: ignore[arg-type]
-
-
-@register("momentum", label="heavy-ball momentum", steps=GD_LOG_GRID, step_scale="log2",
-          align_hyper={"lr": "max", "beta": 0.9})
-def momentum(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrSpec = 0.1,
-             beta: float = 0.9, normalize: bool = True, weights: bool = True,
-             stats: PrefixStats | None = None) -> Iterates:
-    """Heavy ball ``w_{k+1} = w_k − η ∇R(w_k) + β (w_k − w_{k−1})`` from w_0 = w_{−1} = 0.
-
-    Stable iff ``η c λ < 2 (1 + β)`` for every eigenvalue λ of every prefix.
-    """
-    k_steps = check_steps(steps)
-    if not (isinstance(beta, (int, float)) and 0 <= beta < 1):
-        raise ValueError(f"beta must be a number in [0, 1), got {beta!r}")
-    stats = _stats(xs, ys, stats)
-    c = _scale(stats, normalize)
-    rate = _lr(lr, stats, c)
-    lam, b = stats.eigvals, stats.xty_eig
-
-    def advance(state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
-        u, prev = state
-        return u - rate * c * (lam * u - b) + beta * (u - prev), u
-
-    def unstable() -> str | None:
-        checked = [] if lr == "max" else [(lr, float(rate))]
-        return _above_bound("lr", checked, _gd_bound(stats, c, 2.0 * (1 + beta)), stats, 2,
-                            "2(1+β)/max(c·λ_max)")
-
-    zero = torch.zeros_like(b)
-    preds, w = _run_recurrence(stats, k_steps, (zero, zero), advance, lambda s: s[0], weights)
-    return finish("momentum", k_steps, preds, w,
-                  {"lr": lr, "beta": beta, "normalize": normalize}, out_dtype(xs),
-                  (stats.x_scale, stats.y_scale), unstable)
-
-
-@register("newton", label="Newton", steps=range(25), align_hyper={"alpha": "frobenius"},
-          align=True, order=0)
-def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
-           alpha: float | str = "frobenius", weights: bool = True,
-           stats: PrefixStats | None = None) -> Iterates:
-    """Newton–Schulz iteration for S⁺: ``M_0 = α Sᵀ``, ``M_{k+1} = M_k (2I − S M_k)``.
-
-    ``w_k = M_k Xᵀy`` (step k ↔ M_k). In S's eigenbasis ``m_{k+1} = m_k (2 − λ m_k)`` and
-    ``1 − λ m_{k+1} = (1 − λ m_k)²``, so it converges iff ``0 < α λ_max² < 2``.
-    ``alpha``: "frobenius" = 1/‖SSᵀ‖_F (the default), "2/frobenius" = 2/‖SSᵀ‖_F (what Fu
-    et al.'s evaluation code uses), "spectral" = 1/‖SSᵀ‖₂, or a number. The paper's own
-    α = 2/‖SSᵀ‖₂ ("2/spectral") lies exactly on the divergence boundary: in the top
-    eigendirection ``1 − λ m_k`` goes −1, 1, 1, … and never converges (in floating point,
-    round-off ε grows as 2^k ε and lets it escape after ~30-50 steps). 2/‖SSᵀ‖_F converges
-    whenever S has rank ≥ 2 (‖SSᵀ‖_F > λ_max²) and sits on the boundary at rank 1.
-    A number above the boundary whose iterates overflow raises a ValueError.
-    """
-    k_steps = check_steps(steps)
-    stats = _stats(xs, ys, stats)
-    lam = stats.eigvals
-    if alpha in NEWTON_ALPHAS:
-        numerator, norm = NEWTON_ALPHAS[alpha]
-        sq = lam.pow(2)  # the eigenvalues of S Sᵀ
-        size = sq.pow(2).sum(-1, keepdim=True).sqrt() if norm == "fro" else sq[..., -1:]
-        a: Tensor | float = numerator * safe_inverse(size)
-    elif isinstance(alpha, str):
-        raise ValueError(f"alpha must be one of {sorted(NEWTON_ALPHAS)} or a number > 0, "
-                         f"got {alpha!r}")
-    else:
-        a = rescale(check_positive(alpha, "alpha"), stats.x_scale, 4)
-
-    def unstable() -> str | None:
-        top = lam[..., -1].max().item()
-        bound = 2.0 / top**2 if top > 0 else math.inf
-        checked = [(alpha, a)] if isinstance(a, float) else []
-        return _above_bound("alpha", checked, bound, stats, 4, "2/max(λ_max²)")
-
-    preds, w = _run_recurrence(stats, k_steps, a * lam, lambda m: m * (2.0 - lam * m),
-                               lambda m: m * stats.xty_eig, weights)
-    return finish("newton", k_steps, preds, w, {"alpha": alpha}, out_dtype(xs),
-                  (stats.x_scale, stats.y_scale), unstable)
-
-
-@register("cg", label="CG", steps="cg", align=True, order=4)
-def cg(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
-       weights: bool = True,
-       stats: PrefixStats | None = None) -> Iterates:
-    """Conjugate gradient on the normal equations ``S w = Xᵀy`` from 0 (exact in ≤ d steps)."""
-    k_steps = check_steps(steps)
-    stats = _stats(xs, ys, stats)
-    lam, b = stats.eigvals, stats.xty_eig
-    floor = 1e-28 * b.pow(2).sum(-1, keepdim=True)  # residual norms below this: converged
-
-    def advance(state: tuple[Tensor, Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
-        u, r, p = state
-        rr = r.pow(2).sum(-1, keepdim=True)
-        curv = (lam * p * p).sum(-1, keepdim=True)
-        live = (rr > floor) & (curv > 0)
-        step = torch.where(live, rr / torch.where(live, curv, 1.0), 0.0)
-        u, r_new = u + step * p, r - step * lam * p
-        rr_new = r_new.pow(2).sum(-1, keepdim=True)
-        return u, r_new, r_new + torch.where(live, rr_new / torch.where(live, rr, 1.0), 0.0) * p
-
-    preds, w = _run_recurrence(stats, k_steps, (torch.zeros_like(b), b, b), advance,
-                               lambda s: s[0], weights)
-    return finish("cg", k_steps, preds, w, {}, out_dtype(xs), (stats.x_scale, stats.y_scale))
 
 
 @register("ols", label="OLS", align=True, order=5)

@@ -1,8 +1,8 @@
-"""Direct matrix iterations, one prefix at a time (batched over sequences).
+"""Direct iterations, as a careful user would write them without the shortcuts.
 
-The reference the eigenbasis recurrences of `iclprobe.algorithms.learners` are checked and
-benchmarked against: each step is a batched matrix product, as a careful user would write
-it without the per-eigenvalue shortcut.
+The references the fast learners are checked and benchmarked against: GD and Newton–Schulz
+one prefix at a time (batched over sequences), each step a batched matrix product instead
+of the per-eigenvalue recurrence; online GD example by example instead of its pass maps.
 """
 
 from __future__ import annotations
@@ -46,3 +46,26 @@ def newton_direct(xs: Tensor, ys: Tensor, steps: list[int], alpha: str = "froben
                 out[order[k], :, t] = ((m @ xty[..., None])[..., 0] * xs[:, t]).sum(-1)
             m = m @ (2 * eye - gram @ m)
     return out
+
+
+def online_gd_direct(xs: Tensor, ys: Tensor, passes: list[int], lr: float | str = "normalized",
+                     init: Tensor | None = None) -> Tensor:
+    """Online GD weights ``[K, batch, pos, n_dims]`` by updating every prefix example by example.
+
+    Each pass runs ``w <- w − η_j x_j (x_jᵀ w − y_j)`` for j = 0..t−1 on prefix t's weights
+    (``η_j = 1/‖x_j‖²`` for "normalized"); ``init`` (default 0) is each prefix's start.
+    """
+    b, n, d = xs.shape
+    w = torch.zeros(b, n, d, dtype=xs.dtype) if init is None else init.clone()
+    w[:, 0] = 0.0
+    saved = {0: w.clone()}
+    for k in range(1, max(passes) + 1):
+        for j in range(n - 1):  # example j updates every prefix t > j
+            xj = xs[:, j]
+            norm = xj.pow(2).sum(-1)
+            eta = torch.where(norm > 0, 1.0 / norm, 0.0) if lr == "normalized" else \
+                torch.full((b,), float(lr), dtype=xs.dtype)
+            resid = (w[:, j + 1 :] * xj[:, None]).sum(-1) - ys[:, j, None]  # [batch, t > j]
+            w[:, j + 1 :] -= (eta[:, None] * resid)[..., None] * xj[:, None]
+        saved[k] = w.clone()
+    return torch.stack([saved[k] for k in passes])

@@ -1,8 +1,9 @@
 """Learners whose iterates are not functions of S_t alone: online GD and GD++.
 
 Axis legend: ``batch``, ``pos`` (prefix t), ``n_dims``. Both are batched over every prefix
-and sequence; online GD loops over the example index within a pass (the algorithm is
-sequential), never over prefixes or sequences.
+and sequence. Online GD is sequential within a pass, but a pass over prefix t is an affine
+map of w built from prefix t − 1's by one rank-one update: the maps are built once (a loop
+over examples) and each pass is one batched matrix-vector product.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from iclprobe.algorithms.base import (
     rescale,
     scaled_number,
 )
-from iclprobe.algorithms.prefix import prefix_stats, safe_inverse, scaled
+from iclprobe.algorithms.prefix import prefix_stats, rowdot, safe_inverse, scaled
 from iclprobe.tasks import as_generator
 
 
@@ -51,6 +52,53 @@ def _initial_weights(init: str | Tensor, shape: tuple[int, int, int],
                      f"got {init!r}")
 
 
+def _pass_maps(x: Tensor, y: Tensor, eta: Tensor) -> tuple[Tensor, Tensor]:
+    """One pass of online GD over each prefix as an affine map ``wᵀ -> wᵀ A_tᵀ + c_tᵀ``.
+
+    Example j maps ``w -> (I − η_j x_j x_jᵀ) w + η_j y_j x_j``; a pass over prefix t applies
+    examples 0..t−1 in order, so ``A_{t+1} = (I − η_t x_t x_tᵀ) A_t`` and likewise ``c_t``:
+    one rank-one update per example builds every prefix's map. Returned flattened for
+    batched row-vector products (the faster layout): ``A_tᵀ [batch·pos, n_dims, n_dims]``,
+    ``c_tᵀ [batch·pos, 1, n_dims]``.
+    """
+    b, n, d = x.shape
+    step = eta[..., None] * x  # η_j x_j, [batch, pos, n_dims]
+    maps = torch.empty(b, n, d, d, dtype=x.dtype, device=x.device)  # A_tᵀ
+    shifts = torch.empty(b, n, d, dtype=x.dtype, device=x.device)  # c_t
+    maps[:, 0] = torch.eye(d, dtype=x.dtype, device=x.device)
+    shifts[:, 0] = 0.0
+    for j in range(n - 1):
+        a_x = maps[:, j] @ x[:, j, :, None]  # A_jᵀ x_j, [batch, n_dims, 1]
+        torch.addcmul(maps[:, j], a_x, step[:, j, None, :], value=-1.0, out=maps[:, j + 1])
+        resid = (x[:, j] * shifts[:, j]).sum(-1) - y[:, j]  # x_jᵀ c_j − y_j, [batch]
+        torch.addcmul(shifts[:, j], step[:, j], resid[:, None], value=-1.0, out=shifts[:, j + 1])
+    return maps.view(b * n, d, d), shifts.view(b * n, 1, d)
+
+
+#: Sequences per block: a block's pass maps (pos · n_dims² float64 per sequence) take
+#: about 8 MB, so they are built and used while in cache, in memory reused between blocks.
+BLOCK_BYTES = 2**23
+
+
+def _passes(x: Tensor, y: Tensor, eta: Tensor, start: Tensor, k_max: int) -> Tensor:
+    """Every prefix's ``w_k`` after k = 0..k_max passes, ``[k_max + 1, batch, pos, n_dims]``.
+
+    Each pass is ``wᵀ <- wᵀ A_tᵀ + c_tᵀ`` for every prefix (see `_pass_maps`), block by
+    block of sequences.
+    """
+    b, n, d = x.shape
+    out = start.new_empty(k_max + 1, b, n, d)
+    out[0] = start
+    seqs = max(1, BLOCK_BYTES // max(1, n * d * d * x.element_size()))
+    for lo in range(0, b, seqs):
+        rows = slice(lo, lo + seqs)
+        maps, shifts = _pass_maps(x[rows], y[rows], eta[rows])
+        flat = out[:, rows].flatten(1, 2).unsqueeze(2)  # [k, sequences·pos, 1, n_dims], a view
+        for k in range(1, k_max + 1):
+            torch.baddbmm(shifts, flat[k - 1], maps, out=flat[k])
+    return out
+
+
 @register("online_gd", label="online GD", steps=range(1, 9), step_scale="log2",
           align_hyper={"lr": "normalized", "init": "zero"}, align=True, order=2)
 def online_gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
@@ -76,15 +124,9 @@ def online_gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     if (sx, sy) != (1.0, 1.0):
         w = w * (sx / sy)  # the start in the units of the scaled data
     w[:, 0] = 0.0
-    saved = {0: w.clone()}
-    for k in range(1, int(k_steps.max()) + 1):
-        for j in range(n - 1):  # example j updates every prefix t > j
-            xj = x[:, j]  # [batch, n_dims]
-            eta = safe_inverse(xj.pow(2).sum(-1)) if lr == "normalized" else \
-                torch.full((b,), rate, dtype=torch.float64)
-            resid = (w[:, j + 1 :] * xj[:, None]).sum(-1) - y[:, j, None]  # [batch, t > j]
-            w[:, j + 1 :] -= (eta[:, None] * resid)[..., None] * xj[:, None]
-        saved[k] = w.clone()
+    eta = safe_inverse(x.pow(2).sum(-1)) if lr == "normalized" else torch.full_like(y, rate)
+    passes = _passes(x, y, eta, w, int(k_steps.max()))  # [pass, batch, pos, n_dims]
+
     def unstable() -> str | None:
         top = x[:, :-1].pow(2).sum(-1).max().item() if n > 1 else 0.0
         if lr == "normalized" or top == 0 or rate < 2.0 / top:
@@ -93,7 +135,8 @@ def online_gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
         return (f"lr={lr!r} diverges on these data (the iterates overflow): the largest "
                 f"stable lr here is 2/max‖x_j‖² = {largest}")
 
-    preds, ws = _record(k_steps, saved, x, weights)
+    preds = torch.stack([rowdot(passes[k], x) for k in k_steps.tolist()])
+    ws = passes[k_steps] if weights else None
     hyper = {"lr": lr, "init": init if isinstance(init, str) else "given"}
     return finish("online_gd", k_steps, preds, ws, hyper, out_dtype(xs), (sx, sy), unstable)
 

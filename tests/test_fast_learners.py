@@ -1,0 +1,234 @@
+"""The fast paths of the learners against the straightforward computations."""
+
+from decimal import Decimal, localcontext
+
+import numpy as np
+import pytest
+import torch
+
+from iclprobe import algorithms
+from iclprobe.algorithms import prefix, sequential
+from iclprobe.algorithms.learners import power_decays
+from iclprobe.algorithms.prefix import exclusive_cumsum
+from iclprobe.algorithms.reference import gd_direct, newton_direct, online_gd_direct
+
+
+def data(b=3, n=9, d=3, seed=0, noise=0.0):
+    g = torch.Generator().manual_seed(seed)
+    xs = torch.randn(b, n, d, generator=g, dtype=torch.float64)
+    w = torch.randn(b, d, generator=g, dtype=torch.float64)
+    ys = torch.einsum("bnd,bd->bn", xs, w) + noise * torch.randn(b, n, generator=g,
+                                                                 dtype=torch.float64)
+    return xs, ys
+
+
+def exact_gd(stats, lr, k):
+    """GD's closed form ``Σ (β/λ)(1 − (1 − lr λ/t)^k) q`` in 60-digit decimals."""
+    b, n, d = stats.eigvals.shape
+    out = torch.zeros(b, n, dtype=torch.float64)
+    with localcontext() as ctx:
+        ctx.prec = 60
+        for s in range(b):
+            for t in range(1, n):
+                total = Decimal(0)
+                for i in range(d):
+                    lam = Decimal(stats.eigvals[s, t, i].item())
+                    if lam > 0:
+                        decay = (1 - Decimal(lr) / t * lam) ** k
+                        total += (Decimal(stats.xty_eig[s, t, i].item()) / lam * (1 - decay)
+                                  * Decimal(stats.query_eig[s, t, i].item()))
+                out[s, t] = float(total)
+    return out
+
+
+@pytest.mark.parametrize("lr", [2e-4, 1e-3])
+def test_gd_powers_are_exact_to_rounding_at_many_steps(lr):
+    # (1 − x)**k with 1 − x rounded is off by up to k·ε/2 (~1e-13 at k = 4096);
+    # exp(k log1p(−x)) rounds nothing k-fold.
+    xs, ys = data(b=2, n=8)
+    ref = exact_gd(algorithms.prefix_stats(xs, ys), lr, 4096)
+    got = algorithms.gd(xs, ys, steps=[4096], lr=lr).preds[0]
+    assert ((got - ref).abs().max() / ref.abs().max()).item() < 2e-15
+
+
+def test_power_decays_equal_pow_also_past_the_boundaries():
+    x = torch.tensor([0.0, 1e-9, 0.3, 1.0, 1.5, 2.0, 2.5], dtype=torch.float64)
+    exponents = [0.0, 1.0, 2.0, 3.0, 7.0, 40.0]
+    for e, got in zip(exponents, power_decays(x, exponents)):
+        want = (1.0 - x) ** e
+        # where the power underflows (x = 1, e >= 1) the decay stops at e^-700
+        want = torch.where(want.abs() < 1e-304, torch.full_like(want, np.exp(-700.0)), want)
+        torch.testing.assert_close(got, want, rtol=1e-14, atol=0.0)
+    far = next(power_decays(x[:3], [2.0**60]))  # Newton's 2^k with k = 60
+    assert bool((far[1:] < 1e-300).all()) and far[0] == 1.0
+
+
+def test_newton_closed_form_is_the_matrix_iteration():
+    xs, ys = data(n=10, d=4, noise=0.1)
+    steps = [0, 1, 2, 5, 9, 16, 24]
+    for alpha in ("frobenius", "spectral"):
+        it = algorithms.newton(xs, ys, steps, alpha=alpha)
+        ref = newton_direct(xs, ys, steps, alpha=alpha)
+        torch.testing.assert_close(it.preds, ref, rtol=1e-10, atol=1e-10)
+    far = algorithms.newton(xs, ys, [200])  # 2^200 steps: converged, exactly OLS's coefficients
+    torch.testing.assert_close(far.weights[0], algorithms.ols(xs, ys).weights[0],
+                               rtol=1e-13, atol=1e-13)
+
+
+def test_gd_log_grid_is_the_direct_iteration():
+    xs, ys = data(n=8, d=3)
+    steps = [2**i for i in range(8)]
+    it = algorithms.gd(xs, ys, steps, lr=0.05, normalize=False)
+    torch.testing.assert_close(it.preds, gd_direct(xs, ys, steps, 0.05, normalize=False),
+                               rtol=1e-11, atol=1e-11)
+
+
+def test_shared_stats_are_left_untouched_and_give_the_same_results():
+    xs, ys = data(b=4, n=9, d=3, noise=0.2)
+    stats = algorithms.prefix_stats(xs, ys)
+    before = {k: v.clone() for k, v in stats._asdict().items() if torch.is_tensor(v)}
+    runs = {"gd": ([1, 8, 64], {"lr": "max"}), "newton": ([0, 3, 12], {}),
+            "cg": ([0, 1, 2, 4], {}), "momentum": ([2, 9], {"lr": 0.05}), "ols": (None, {})}
+    for name, (steps, hyper) in runs.items():
+        shared = algorithms.iterates(name, xs, ys, steps, stats=stats, **hyper)
+        again = algorithms.iterates(name, xs, ys, steps, stats=stats, **hyper)
+        alone = algorithms.iterates(name, xs, ys, steps, **hyper)
+        for other in (again, alone):
+            assert torch.equal(shared.preds, other.preds), name
+            assert torch.equal(shared.weights, other.weights), name
+    for key, value in before.items():
+        assert torch.equal(getattr(stats, key), value), key
+
+
+def test_prefix_stats_sums_as_the_plain_cumulative_sum():
+    xs, ys = data(b=2, n=7, d=4)
+    stats = algorithms.prefix_stats(xs, ys)
+    assert torch.equal(stats.gram, exclusive_cumsum(xs[..., :, None] * xs[..., None, :]))
+    assert torch.equal(stats.xty, exclusive_cumsum(xs * ys[..., None]))
+    v = stats.eigvecs
+    torch.testing.assert_close(stats.query_eig, torch.einsum("bpji,bpj->bpi", v, xs),
+                               rtol=1e-15, atol=1e-15)
+
+
+def pgd_loop(xs, ys, m, lr, steps):
+    """Preconditioned GD per prefix, ``w <- w − lr M (1/t) Xᵀ(Xw − y)``, in numpy."""
+    x, y, m = xs.numpy(), ys.numpy(), m.numpy()
+    out = np.zeros(x.shape)
+    for s in range(x.shape[0]):
+        for t in range(1, x.shape[1]):
+            w = np.zeros(x.shape[2])
+            for _ in range(steps):
+                w = w - lr * m @ (x[s, :t].T @ (x[s, :t] @ w - y[s, :t]) / t)
+            out[s, t] = w
+    return torch.from_numpy(out)
+
+
+@pytest.mark.parametrize("precond_scale", [1.0, 2.5])
+@pytest.mark.parametrize("lr", [0.1, "max"])
+def test_pgd_on_a_multiple_of_the_identity_is_gd_on_shared_stats(precond_scale, lr):
+    xs, ys = data(n=8, d=3)
+    m = precond_scale * torch.eye(3, dtype=torch.float64)
+    stats = algorithms.prefix_stats(xs, ys)
+    it = algorithms.pgd(xs, ys, steps=[1, 5, 40], precond=m, lr=lr, stats=stats)
+    gd_lr = lr if lr == "max" else lr * precond_scale
+    want = algorithms.gd(xs, ys, steps=[1, 5, 40], lr=gd_lr, stats=stats)
+    assert torch.equal(it.preds, want.preds) and torch.equal(it.weights, want.weights)
+    assert it.hyper == {"lr": lr, "normalize": True, "precond": m.tolist()}
+    per_seq = algorithms.pgd(xs, ys, steps=[1, 5, 40], precond=m.expand(3, 3, 3), lr=lr)
+    assert torch.equal(per_seq.preds, it.preds)
+    if lr != "max":
+        torch.testing.assert_close(it.weights[1], pgd_loop(xs, ys, m, lr, 5), rtol=1e-12,
+                                   atol=1e-12)
+
+
+def test_pgd_ignores_stats_for_a_general_preconditioner():
+    xs, ys = data(n=8, d=3)
+    m = torch.tensor([[2.0, 0.3, 0.0], [0.3, 1.0, 0.1], [0.0, 0.1, 0.5]], dtype=torch.float64)
+    stats = algorithms.prefix_stats(xs, ys)
+    with_stats = algorithms.pgd(xs, ys, steps=[3], precond=m, lr=0.1, stats=stats)
+    without = algorithms.pgd(xs, ys, steps=[3], precond=m, lr=0.1)
+    assert torch.equal(with_stats.preds, without.preds)
+
+
+def test_pgd_shortcut_names_its_own_stable_lr():
+    xs, ys = data(n=8, d=3)
+    m = 4.0 * torch.eye(3, dtype=torch.float64)
+    x = xs.numpy()
+    top = max(np.linalg.eigvalsh(4.0 * x[s, :t].T @ x[s, :t]).max() / t
+              for s in range(3) for t in range(1, 8))  # of M S_t / t: pgd's Hessian
+    with pytest.raises(ValueError, match=rf"pgd: lr=\S+ diverges on these data .* the largest "
+                                         rf"stable lr here is 2/max\(c·λ_max\) = {2 / top:.3g}$"):
+        algorithms.pgd(xs, ys, steps=[2000], precond=m, lr=10 / top)
+
+
+@pytest.mark.parametrize("lr", ["normalized", 0.05])
+@pytest.mark.parametrize(("n", "d"), [(9, 3), (5, 8)])
+def test_online_gd_pass_maps_are_the_example_by_example_loop(lr, n, d, monkeypatch):
+    xs, ys = data(b=5, n=n, d=d, noise=0.3)
+    init = torch.rand(5, n, d, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    passes = [1, 2, 5]
+    ref = online_gd_direct(xs, ys, passes, lr=lr, init=init)
+    it = algorithms.online_gd(xs, ys, steps=passes, lr=lr, init=init)
+    torch.testing.assert_close(it.weights, ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(it.preds, (ref * xs).sum(-1), rtol=1e-12, atol=1e-12)
+    # blocks of 2 sequences (the last one ragged) give the same numbers as one block
+    monkeypatch.setattr(sequential, "BLOCK_BYTES", 2 * n * d * d * 8)
+    blocked = algorithms.online_gd(xs, ys, steps=passes, lr=lr, init=init)
+    assert torch.equal(blocked.weights, it.weights)
+
+
+def test_blocks_of_sequences_give_the_numbers_of_one_block(monkeypatch):
+    xs, ys = data(b=7, n=9, d=3, noise=0.2)
+    stats = algorithms.prefix_stats(xs, ys)
+    runs = {"gd": ([1, 8, 64], {"lr": "max"}), "newton": ([0, 3, 12], {"alpha": "spectral"}),
+            "cg": ([0, 1, 2, 4], {}), "momentum": ([2, 9], {"lr": "max"})}
+    whole = {name: algorithms.iterates(name, xs, ys, steps, stats=stats, **hyper)
+             for name, (steps, hyper) in runs.items()}
+    monkeypatch.setattr(prefix, "BLOCK_BYTES", 3 * 9 * 3 * 8)  # blocks of 3, 3 and 1
+    for name, (steps, hyper) in runs.items():
+        blocked = algorithms.iterates(name, xs, ys, steps, stats=stats, **hyper)
+        assert torch.equal(blocked.preds, whole[name].preds), name
+        assert torch.equal(blocked.weights, whole[name].weights), name
+
+
+@pytest.mark.parametrize("name", ["gd", "newton", "cg", "online_gd", "ols", "pgd"])
+def test_no_positions_is_refused_and_no_dimensions_predicts_zero(name):
+    hyper = {"steps": [1, 2]} if name != "ols" else {}
+    xs, ys = torch.zeros(2, 0, 3, dtype=torch.float64), torch.zeros(2, 0, dtype=torch.float64)
+    extra = {"precond": torch.eye(3)} if name == "pgd" else {}
+    with pytest.raises(ValueError, match=r"xs must hold at least one position, got shape "
+                                         r"\(2, 0, 3\)"):
+        algorithms.iterates(name, xs, ys, **hyper, **extra)
+    xs, ys = torch.zeros(2, 5, 0, dtype=torch.float64), torch.randn(2, 5, dtype=torch.float64)
+    extra = {"precond": torch.eye(0)} if name == "pgd" else {}
+    it = algorithms.iterates(name, xs, ys, **hyper, **extra)
+    assert it.weights.shape[-1] == 0 and torch.equal(it.preds, torch.zeros_like(it.preds))
+
+
+def cg_plain(stats, steps):
+    """CG in the eigenbasis as plain expressions (how it read before it ran in place)."""
+    lam, b = stats.eigvals, stats.xty_eig
+    floor = 1e-28 * b.pow(2).sum(-1, keepdim=True)
+    u, r, p, out = torch.zeros_like(b), b, b, {}
+    for k in range(max(steps) + 1):
+        out[k] = (u * stats.query_eig).sum(-1)
+        rr = r.pow(2).sum(-1, keepdim=True)
+        curv = (lam * p * p).sum(-1, keepdim=True)
+        live = (rr > floor) & (curv > 0)
+        step = torch.where(live, rr / torch.where(live, curv, 1.0), 0.0)
+        u, r_new = u + step * p, r - step * lam * p
+        rr_new = r_new.pow(2).sum(-1, keepdim=True)
+        p = r_new + torch.where(live, rr_new / torch.where(live, rr, 1.0), 0.0) * p
+        r = r_new
+    return torch.stack([out[k] for k in steps])
+
+
+def test_cg_rounds_exactly_as_the_plain_expressions():
+    # CG's late steps on ill-conditioned prefixes amplify any change of rounding (by up to
+    # 1e-2 relative at d = 20), so the in-place version keeps the very same roundings.
+    g = torch.Generator().manual_seed(0)
+    xs = torch.randn(16, 24, 8, generator=g, dtype=torch.float64)
+    ys = torch.randn(16, 24, generator=g, dtype=torch.float64)
+    steps = list(range(10))
+    it = algorithms.cg(xs, ys, steps, weights=False)
+    assert torch.equal(it.preds, cg_plain(algorithms.prefix_stats(xs, ys), steps))

@@ -56,8 +56,8 @@ class AlignConfig:
                                     "were fitted on this many, or on any number when this "
                                     "is not given)")
     n_probe_heldout: int = option(256, "fresh sequences the probes' held-out R² is measured on")
-    n_weight_sequences: int = option(32, "sequences the induced weights (weight metrics) are "
-                                     "measured on (32: the paired weight-cosine difference "
+    n_weight_sequences: int = option(16, "sequences the induced weights (weight metrics) are "
+                                     "measured on (16: the paired weight-cosine difference "
                                      "is then known to ±0.0001, bench/ci_widths.py)")
     n_queries: int | None = option(None, "fresh queries per prefix for the induced weights "
                                    "(default: d + max(2, d // 2))")

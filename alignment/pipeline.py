@@ -37,6 +37,7 @@ from iclprobe.alignment.protocols import Protocol, RunSpec
 from iclprobe.alignment.runs import run_spec
 from iclprobe.alignment.separation import Separation, separation_views
 from iclprobe.alignment.similarities import Similarity, similarity
+from iclprobe.alignment.timing import Timings
 from iclprobe.models.regressor import Regressor
 from iclprobe.tasks import RegressionBatch, RegressionTask
 
@@ -72,6 +73,7 @@ class AlignResult:
     live: list[bool] = dataclasses.field(default_factory=list)  # layer above the zero predictor
     meaningless: str | None = None  # set when no alignment means anything for this model
     probes_info: dict[str, Any] | None = None
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)  # seconds per stage
 
     @property
     def step_runs(self) -> list[str]:
@@ -167,19 +169,23 @@ def align(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
     if layer_probes is None and cfg.probe_fit == "crossfit" and needs_probes(model):
         n_weight = min(n_weight, cfg.n_sequences // cfg.probe_folds)  # within one fold
     sub = slice(0, n_weight)
-    layer_preds, readout, probe_r2, layer_probes = layer_predictions(model, task, batch, cfg,
-                                                                     layer_probes, sub)
+    timings = Timings()
+    with timings.stage("layer predictions (forward pass, probes)"):
+        layer_preds, readout, probe_r2, layer_probes = layer_predictions(
+            model, task, batch, cfg, layer_probes, sub)
     layer_w = None
     if any(METRIC_INFO[m].on == "weights" for m in cfg.metrics):
         d = task.n_dims
         n_q = cfg.n_queries or d + max(2, d // 2)
         cov = batch.cov[sub] if batch.cov.ndim == 3 else batch.cov
-        layer_w = probes.induced_weights(layer_weight_fn(model, layer_probes), batch.xs[sub],
-                                         batch.ys[sub], n_queries=n_q, cov=cov,
-                                         generator=cfg.seed).double()
+        with timings.stage("induced weights (query tokens)"):
+            layer_w = probes.induced_weights(layer_weight_fn(model, layer_probes),
+                                             batch.xs[sub], batch.ys[sub], n_queries=n_q,
+                                             cov=cov, generator=cfg.seed).double()
     extra, notes = family_runs(model, batch)
     result = align_layers(layer_preds, batch, cfg, layer_weights=layer_w, name=name,
-                          positions=positions, extra_runs=extra, notes=notes, task=task)
+                          positions=positions, extra_runs=extra, notes=notes, task=task,
+                          timings=timings)
     result.readout, result.probe_r2 = readout, probe_r2
     return result
 
@@ -219,7 +225,8 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
                  positions: str = "all",
                  extra_runs: dict[str, tuple[RunSpec, dict[str, Any]]] | None = None,
                  notes: list[str] | None = None,
-                 task: RegressionTask | None = None) -> AlignResult:
+                 task: RegressionTask | None = None,
+                 timings: Timings | None = None) -> AlignResult:
     """Align per-layer predictions of any model with the protocol's learners.
 
     Args:
@@ -232,7 +239,9 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
         extra_runs: learners beyond the protocol's, ``key -> (RunSpec, extra kwargs)``.
         notes: lines to carry into the result.
         task: the task ``batch`` came from (recorded; default: dims and points only).
+        timings: where to add the seconds of each stage (`AlignResult.timings`).
     """
+    timings = timings if timings is not None else Timings()
     cfg = cfg or AlignConfig()
     protocol = cfg.protocol_spec
     n_layers = layer_preds.shape[0] - 1
@@ -255,7 +264,8 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
         _check_finite("induced weights of the layers", layer_weights)
         layer_weights = layer_weights.double()
     sub = slice(0, layer_weights.shape[1] if layer_weights is not None else 0)
-    stats = algorithms.prefix_stats(batch.xs.double(), ys64)
+    with timings.stage("learners"):
+        stats = algorithms.prefix_stats(batch.xs.double(), ys64)
     over = "sequences" if positions == "last" else "positions"
     extra_runs = extra_runs or {}
     chosen = cfg.algorithms or [*extra_runs, *protocol.runs]
@@ -268,48 +278,52 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
     labels: dict[str, str] = {}
     live_by: dict[str, Match] = {}
     for key, (spec, extra) in runs.items():
-        it = dataclasses.replace(run_spec(spec, batch, n_layers, False, stats, cfg.seed,
-                                          **extra), name=key)
-        _check_finite(f"{key} iterates", it.preds)
-        if weights_needed:  # weights only where the weight metrics need them
-            it_w = dataclasses.replace(run_spec(spec, batch, n_layers, True, stats, cfg.seed,
-                                                sequences=sub, **extra), name=key)
-            assert it_w.weights is not None
-            _check_finite(f"{key} weight iterates", it_w.weights)
-            iterates_w[key] = it_w
+        with timings.stage("learners"):
+            it = dataclasses.replace(run_spec(spec, batch, n_layers, False, stats, cfg.seed,
+                                              **extra), name=key)
+            _check_finite(f"{key} iterates", it.preds)
+            if weights_needed:  # weights only where the weight metrics need them
+                it_w = dataclasses.replace(run_spec(spec, batch, n_layers, True, stats,
+                                                    cfg.seed, sequences=sub, **extra), name=key)
+                assert it_w.weights is not None
+                _check_finite(f"{key} weight iterates", it_w.weights)
+                iterates_w[key] = it_w
         iterates[key], labels[key] = it, spec.label
-        sims[key], matches[key] = {}, {}
-        sim_e = similarity(layer_preds, it, ys64, "error_cosine", t_min=t_lo, t_max=t_hi,
-                           over=over, n_boot=cfg.n_boot, confidence=cfg.confidence,
-                           seed=cfg.seed)
-        log2 = algorithms.learner_info(spec.learner).step_scale == "log2"
-        match_e = match_steps(sim_e, tol=protocol.tie_tol, log2=log2,
-                              fit_dead=cfg.fit_layers == "all")
-        live_by[key] = match_e
-        for metric in cfg.metrics:
-            if metric == "error_cosine":
-                sims[key][metric], matches[key][metric] = sim_e, match_e
-                continue
-            on_w = METRIC_INFO[metric].on == "weights"
-            if on_w:
-                assert layer_weights is not None
-                values, target = layer_weights, iterates_w[key]
-                ys_m, lo = ys64[sub], t_lo if positions == "last" else \
-                    max(t_lo, protocol.weight_t_min)
-            else:
-                values, target, ys_m, lo = layer_preds, it, ys64, t_lo
-            sim = similarity(values, target, ys_m, metric, t_min=lo, t_max=t_hi,
-                             n_boot=cfg.n_boot, confidence=cfg.confidence, seed=cfg.seed)
-            sims[key][metric] = sim
-            # liveness comes from the error cosine: the zero reference of other metrics
-            # (a cosine with the zero vector, a distance to 0) says nothing of a layer
-            matches[key][metric] = match_steps(sim, tol=protocol.tie_tol, log2=log2,
-                                               live=match_e.above_zero,
-                                               fit_dead=cfg.fit_layers == "all")
+        with timings.stage("similarities, bootstrap, matching"):
+            sims[key], matches[key] = {}, {}
+            sim_e = similarity(layer_preds, it, ys64, "error_cosine", t_min=t_lo, t_max=t_hi,
+                               over=over, n_boot=cfg.n_boot, confidence=cfg.confidence,
+                               seed=cfg.seed)
+            log2 = algorithms.learner_info(spec.learner).step_scale == "log2"
+            match_e = match_steps(sim_e, tol=protocol.tie_tol, log2=log2,
+                                  fit_dead=cfg.fit_layers == "all")
+            live_by[key] = match_e
+            for metric in cfg.metrics:
+                if metric == "error_cosine":
+                    sims[key][metric], matches[key][metric] = sim_e, match_e
+                    continue
+                on_w = METRIC_INFO[metric].on == "weights"
+                if on_w:
+                    assert layer_weights is not None
+                    values, target = layer_weights, iterates_w[key]
+                    ys_m, lo = ys64[sub], t_lo if positions == "last" else \
+                        max(t_lo, protocol.weight_t_min)
+                else:
+                    values, target, ys_m, lo = layer_preds, it, ys64, t_lo
+                sim = similarity(values, target, ys_m, metric, t_min=lo, t_max=t_hi,
+                                 n_boot=cfg.n_boot, confidence=cfg.confidence, seed=cfg.seed)
+                sims[key][metric] = sim
+                # liveness comes from the error cosine: the zero reference of other metrics
+                # (a cosine with the zero vector, a distance to 0) says nothing of a layer
+                matches[key][metric] = match_steps(sim, tol=protocol.tie_tol, log2=log2,
+                                                   live=match_e.above_zero,
+                                                   fit_dead=cfg.fit_layers == "all")
     live = [any(m.above_zero[layer] for m in live_by.values()) for layer in range(n_layers + 1)]
-    comparisons = {m: _compare(m, sims, matches, iterates_w if METRIC_INFO[m].on == "weights"
-                               else iterates, ys64[sub] if METRIC_INFO[m].on == "weights"
-                               else ys64, live) for m in cfg.metrics}
+    with timings.stage("learner table, calibration"):
+        comparisons = {m: _compare(m, sims, matches,
+                                   iterates_w if METRIC_INFO[m].on == "weights" else iterates,
+                                   ys64[sub] if METRIC_INFO[m].on == "weights" else ys64, live)
+                       for m in cfg.metrics}
     meaningless = None
     last_error = float(err_by_t[-1, t_lo:t_hi + 1].mean())
     if last_error >= 0.9 * zero_error:
@@ -318,8 +332,9 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
                        "layers cannot be aligned with a learner")
     separation = None
     if cfg.separation and positions == "all" and {"newton", "gd"} <= set(iterates):
-        separation = separation_views(d, n, protocol, iterates, iterates_w, batch, sub, window,
-                                      cfg.seed, cfg.condition_number)
+        with timings.stage("separation views"):
+            separation = separation_views(d, n, protocol, iterates, iterates_w, batch, sub,
+                                          window, cfg.seed, cfg.condition_number)
     return AlignResult(
         name=name, n_layers=n_layers,
         task=task.to_dict() if task is not None else {"n_dims": d, "n_points": n,
@@ -330,7 +345,8 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
         layer_error_by_t=err_by_t.tolist(), zero_error=zero_error,
         learner_error_by_t=_learner_curves(iterates, live_by, ys64, d), probe_r2=[],
         run_labels=labels, similarities=sims, matches=matches, comparisons=comparisons,
-        separation=separation, notes=notes, live=live, meaningless=meaningless)
+        separation=separation, notes=notes, live=live, meaningless=meaningless,
+        timings=timings)
 
 
 def _learner_curves(iterates: dict[str, algorithms.Iterates], matches: dict[str, Match],

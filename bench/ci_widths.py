@@ -18,7 +18,9 @@ Measured on gpt-softmax (2 CPU cores, 2026-12-01), half-widths at the last layer
 
 The verdicts rest on the paired differences: 512 evaluation sequences resolve Newton − GD
 to ±0.0006 (the learners' own separation is 0.003-0.02), and the weight-cosine difference
-is already ±0.0001 on 16-32 weight sequences, so `AlignConfig` uses 512 and 32.
+is already ±0.0001 on 16-32 weight sequences, so `AlignConfig` uses 512 and 16 (the
+weight-cosine value itself is then known to ±0.0035; fewer queries per prefix than 1.5 d
+would bias it down, so the query count stays).
 """
 
 from __future__ import annotations

@@ -5,9 +5,8 @@ import sys
 
 from safetensors.torch import save_file
 
-from iclprobe import models
+from iclprobe import models, training
 from iclprobe.cli import main
-from iclprobe.models import training
 
 out, dump = sys.argv[1], sys.argv[2]
 trained = {}

@@ -30,14 +30,20 @@ from torch import Tensor, nn
 
 from iclprobe._checks import check_int
 from iclprobe.models._tl import HookedRootModule, HookPoint
+from iclprobe.models.adapter_hooks import (
+    check_inputs_arg,
+    check_names,
+    keeper,
+    readout_stride,
+    router,
+    submodule,
+)
 from iclprobe.models.base import Regressor
 from iclprobe.models.config import LAYOUTS
 from iclprobe.models.layout import TokenLayoutMixin
 
 #: Tokens per forward call when `HookedAdapter.query_residuals` runs substituted prefixes.
 QUERY_CHUNK_TOKENS = 2**16
-#: Readout positions of the standard layouts, as (stride, offset) token indices.
-_POSITIONS = {"interleaved": (2, 0), "paired": (1, 0)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,8 +116,8 @@ class HookedAdapter(TokenLayoutMixin, Regressor):
         super().__init__()
         if not isinstance(module, nn.Module):
             raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
-        layout = _check_inputs_arg(inputs, read_in, input_name)
-        stride, offset = _positions(positions, layout)
+        layout = check_inputs_arg(inputs, read_in, input_name)
+        stride, offset = readout_stride(positions, layout)
         self.cfg = AdapterConfig(n_dims, n_layers, d_model, n_positions, layout, stride, offset)
         self.model = module
         self.read_in = read_in  # a Module is registered (moved by .to, hashed by probes)
@@ -155,7 +161,7 @@ class HookedAdapter(TokenLayoutMixin, Regressor):
                                  f"{self.cfg.n_layers + 1} hook names or module paths")
             names = [Regressor.resid_hook_name(self, layer)
                      for layer in range(self.cfg.n_layers + 1)]
-        names = _check_names(names, self.cfg.n_layers)
+        names = check_names(names, self.cfg.n_layers)
         self._routes: dict[str, tuple[nn.Module, HookPoint]] = {}
         self._resid: list[HookPoint] = []
         for name in names:
@@ -163,7 +169,7 @@ class HookedAdapter(TokenLayoutMixin, Regressor):
             if point is None:
                 point = HookPoint()
                 point.name = name
-                self._routes[name] = (_submodule(module, name, own), point)
+                self._routes[name] = (submodule(module, name, own), point)
             self._resid.append(point)
         self._resid_names = list(names)
         self.hook_dict = {**own, **{name: p for name, (_, p) in self._routes.items()}}
@@ -176,7 +182,7 @@ class HookedAdapter(TokenLayoutMixin, Regressor):
     @contextlib.contextmanager
     def _routing(self) -> Iterator[None]:
         """While it runs, feed each routed module's output through its hook point."""
-        handles = [module.register_forward_hook(_router(name, point))
+        handles = [module.register_forward_hook(router(name, point))
                    for name, (module, point) in self._routes.items()]
         try:
             yield
@@ -192,7 +198,7 @@ class HookedAdapter(TokenLayoutMixin, Regressor):
         """
         args, kwargs = self._module_inputs(xs, ys)
         seen: list[list[Tensor | None]] = [[] for _ in self._resid]
-        handles = [point.register_forward_hook(_keeper(keep, layer in layers))
+        handles = [point.register_forward_hook(keeper(keep, layer in layers))
                    for layer, (point, keep) in enumerate(zip(self._resid, seen))]
         try:
             with self._routing():
@@ -357,83 +363,3 @@ class HookedAdapter(TokenLayoutMixin, Regressor):
             f"{type(self.model).__name__}, whose class iclprobe cannot rebuild on loading; "
             "save that module your own way (e.g. torch.save(module.state_dict(), path)) and "
             "wrap it in a HookedAdapter again after loading it")
-
-
-def _check_inputs_arg(inputs: Any, read_in: Any, input_name: Any) -> str | None:
-    """The layout named by ``inputs`` (None for a callable or None), validated."""
-    if isinstance(inputs, str):
-        if inputs not in LAYOUTS:
-            raise ValueError(f"inputs must be one of {LAYOUTS}, a callable (xs, ys) -> the "
-                             f"module's inputs, or None, got {inputs!r}")
-        if read_in is not None and not callable(read_in):
-            raise TypeError(f"read_in must be a module or callable, got {read_in!r}")
-        if input_name is not None and not isinstance(input_name, str):
-            raise TypeError(f"input_name must be a str or None, got {input_name!r}")
-        return inputs
-    if inputs is not None and not callable(inputs):
-        raise TypeError(f"inputs must be one of {LAYOUTS}, a callable (xs, ys) -> the "
-                        f"module's inputs, or None, got {inputs!r}")
-    for name, value in (("read_in", read_in), ("input_name", input_name)):
-        if value is not None:
-            raise ValueError(f"{name} applies to the layout's tokens: pass inputs="
-                             f"'interleaved' or 'paired' with it, got inputs={inputs!r}")
-    return None
-
-
-def _positions(positions: Any, layout: str | None) -> tuple[int, int]:
-    """``(stride, offset)`` of the readout tokens."""
-    positions = layout if positions is None else positions
-    if positions is None:
-        raise ValueError("positions is required when inputs is not a layout name: "
-                         "'interleaved', 'paired' or (stride, offset)")
-    if isinstance(positions, str):
-        if positions not in _POSITIONS:
-            raise ValueError(f"positions must be one of {tuple(_POSITIONS)} or (stride, "
-                             f"offset), got {positions!r}")
-        return _POSITIONS[positions]
-    if not (isinstance(positions, tuple) and len(positions) == 2):
-        raise TypeError(f"positions must be one of {tuple(_POSITIONS)} or a tuple (stride, "
-                        f"offset), got {positions!r}")
-    return positions[0], positions[1]  # AdapterConfig validates both
-
-
-def _check_names(names: Any, n_layers: int) -> list[str]:
-    if isinstance(names, str) or not isinstance(names, Sequence):
-        raise TypeError(f"resid_hooks must be a sequence of {n_layers + 1} hook names or "
-                        f"module paths, got {names!r}")
-    names = list(names)
-    if len(names) != n_layers + 1 or not all(isinstance(n, str) and n for n in names):
-        raise ValueError(f"resid_hooks must name n_layers + 1 = {n_layers + 1} hooks (layer 0: "
-                         f"the embedded input), got {names!r}")
-    if len(set(names)) != len(names):
-        raise ValueError(f"resid_hooks must name a different hook per layer, got {names!r}")
-    return names
-
-
-def _submodule(module: nn.Module, path: str, own: dict[str, HookPoint]) -> nn.Module:
-    try:
-        return module.get_submodule(path)
-    except AttributeError:
-        known = sorted(own) if own else [n for n, _ in module.named_modules() if n]
-        raise ValueError(f"resid_hooks: {path!r} is not a hook or submodule of "
-                         f"{type(module).__name__} (some that are: {known[:8]})") from None
-
-
-def _keeper(keep: list[Tensor | None], wanted: bool) -> Callable[[nn.Module, Any, Any], None]:
-    """A forward hook recording each run of a hook point (its output if ``wanted``)."""
-    def record(_module: nn.Module, _inputs: Any, out: Any) -> None:
-        keep.append(out if wanted else None)
-    return record
-
-
-def _router(name: str, point: HookPoint) -> Callable[[nn.Module, Any, Any], Any]:
-    """A forward hook passing a module's output (or its first item) through ``point``."""
-    def route(_module: nn.Module, _inputs: Any, out: Any) -> Any:
-        if isinstance(out, Tensor):
-            return point(out)
-        if type(out) is tuple and out and isinstance(out[0], Tensor):
-            return (point(out[0]), *out[1:])
-        raise TypeError(f"resid_hooks: module {name!r} returned {type(out).__name__}; a "
-                        "residual module must return a Tensor or a tuple whose first item "
-                        "is the residual")
-    return route

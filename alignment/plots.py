@@ -129,31 +129,40 @@ def similarity_heatmaps(panels: Sequence[tuple[Similarity, Match, str]], path: P
 
 
 def matched_steps(matches: Sequence[tuple[str, Match]], path: Path) -> Path:
-    """Best-matching step vs layer, hollow where not live, fitted line where defined."""
-    fig, ax = plt.subplots(figsize=(6.8, 4.3))
+    """Best-matching step vs layer, hollow where not live, fitted line where defined.
+
+    One legend entry per model (its fit, or why there is none), one for hollow points.
+    """
+    fig, ax = plt.subplots(figsize=(8.6, 4.3))
     for i, (label, match) in enumerate(matches):
         marker = MARKERS[i % len(MARKERS)]
         live = [layer for layer, ok in enumerate(match.above_zero) if ok]
         dead = [layer for layer, ok in enumerate(match.above_zero) if not ok]
+        fit = match.fit
+        defined = fit is not None and fit.defined
+        if defined:
+            assert fit is not None and fit.slope is not None and fit.r2 is not None
+            label += f" (fit: slope {fit.slope:.2f}{' log2' if fit.log2 else ''}, R² {fit.r2:.2f})"
+        else:
+            reason = fit.reason if fit is not None and fit.reason else "undefined"
+            label += f" (no fit: {reason.split(' (')[0]})"
         line = ax.plot(live, [match.best_step[x] for x in live], marker, label=label)[0]
         if dead:
             ax.plot(dead, [match.best_step[x] for x in dead], marker, mfc="none",
-                    color=line.get_color(), label=f"  {label}: not above zero")
-        fit = match.fit
-        if fit is not None and fit.defined:
-            assert fit.slope is not None and fit.intercept is not None
+                    color=line.get_color())
+        if defined:
+            assert fit is not None and fit.slope is not None and fit.intercept is not None
             xs = [min(fit.layers), max(fit.layers)]
             ys = [fit.slope * x + fit.intercept for x in xs]
             if fit.log2:
                 ys = [2**y for y in ys]
-            ax.plot(xs, ys, "-", color=line.get_color(), alpha=0.7,
-                    label=f"  fit: slope {fit.slope:.2f}{' (log2)' if fit.log2 else ''}, "
-                          f"R² {fit.r2:.2f}")
+            ax.plot(xs, ys, "-", color=line.get_color(), alpha=0.7)
+    ax.plot([], [], "o", mfc="none", color="grey", label="hollow: not above the zero predictor")
     if matches and matches[0][1].fit is not None and matches[0][1].fit.log2:
         ax.set_yscale("log", base=2)
     ax.set_xlabel("layer")
     ax.set_ylabel(f"best-matching {matches[0][1].learner} step" if matches else "step")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     ax.set_title("Matched step vs layer (lines fitted over live layers)", fontsize=9)
     return _save(fig, path)
 

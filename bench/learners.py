@@ -1,16 +1,17 @@
-"""The default learner set of ``align`` against one batched eigendecomposition (issue 14).
+"""The default learner set of ``align`` against one batched eigendecomposition.
 
 Garg size: B = 512 sequences, n = 41 positions, d = 20, isotropic x. The floor is one
 ``torch.linalg.eigh`` of the [512, 41, 20, 20] float64 prefix matrices. The learner set is
 what ``align_layers`` runs: ``prefix_stats`` once, then every learner of
 ``algorithms.aligned_learners()`` with its registered steps and hyperparameters (through
 ``alignment.runs.run_spec``, as align calls them) on all 512 sequences without weights and
-on the first 64 with weights. Prints, from medians of alternating repeats:
+on the first ``AlignConfig().n_weight_sequences`` with weights. Prints, from medians of
+alternating repeats:
 
 1. the eigendecomposition, the learner set and their ratio (target <= 2), and where the
    time goes (prefix_stats, each learner's predictions and weights);
 2. the marginal cost of one more step count of GD and of Newton (predictions on 512
-   sequences and weights on 64), as a share of the eigendecomposition (target <= 2%);
+   sequences and weights on that subset), as a share of the eigendecomposition (target <= 2%);
 3. accuracy of what changed the float64 numerics against the straightforward computation
    (GD's powers as exp(k log1p(−x)), online GD by pass maps), and of float32 eigh (evaluated,
    not used) against float64.
@@ -36,10 +37,11 @@ import torch
 from iclprobe import algorithms, tasks
 from iclprobe.algorithms.learners import gd_coefficients
 from iclprobe.algorithms.reference import online_gd_direct
+from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.protocols import get_protocol
 from iclprobe.alignment.runs import run_spec
 
-SUB = slice(0, 64)  # the weight-metric subset align uses
+SUB = slice(0, AlignConfig().n_weight_sequences)  # the weight-metric subset align uses
 GD_FURTHER = [3 * 2**j for j in range(13)]  # between the grid's counts
 
 
@@ -155,7 +157,7 @@ def report_times(wall: dict, cpu: dict) -> None:
     cpu_ratio = statistics.median(s / e for s, e in zip(cpu["set"], cpu["eigh"]))
     print(f"eigh of the [512, 41, 20, 20] float64 prefix matrices: {med['eigh']:.3f} s")
     print(f"default learner set (prefix_stats + {len(get_protocol('iclprobe').runs)} learners,"
-          f" weights on 64): {med['set']:.3f} s = {ratio:.2f} x eigh (target <= 2); "
+          f" weights on {SUB.stop}): {med['set']:.3f} s = {ratio:.2f} x eigh (target <= 2); "
           f"in CPU time {cpu_ratio:.2f} x")
     print(f"  prefix_stats {med['prefix_stats']:.3f} s (eigh included)")
     for key in get_protocol("iclprobe").runs:

@@ -6,11 +6,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_readme_example_runs(tmp_path, monkeypatch, capsys):
+def test_readme_examples_run(tmp_path, monkeypatch, capsys):
     text = (ROOT / "README.md").read_text()
-    (code,) = re.findall(r"```python\n(.*?)```", text, re.S)
+    verdict, parts = re.findall(r"```python\n(.*?)```", text, re.S)
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, "README.md", "exec"), {})
+
+    exec(compile(verdict, "README.md", "exec"), {})
+    score, sentence, linear, log2 = capsys.readouterr().out.splitlines()
+    value, lower, upper = (float(v) for v in re.findall(r"-?\d+\.\d+", score))
+    assert 0 < lower <= value <= upper <= 1
+    assert sentence.startswith("newton vs gd by error cosine: ")
+    assert linear.startswith("linear step vs layer") and log2.startswith("log2 log2(step)")
+
+    exec(compile(parts, "README.md", "exec"), {})
     best_steps = capsys.readouterr().out.splitlines()[0]
     assert best_steps.startswith("[") and len(eval(best_steps)) == 5
 

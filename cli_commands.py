@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 DEMO_MODELS = ("gpt-softmax", "gpt-softmax-paired", "gpt-linear-paired")
 DEMO_PQ = ("pq-rotated-3layer", "pq-isotropic-1layer")
+DEMO_RECURRENT = "lstm"  # the recurrent baseline, on gpt-softmax's task
 
 
 def _align_config(args: argparse.Namespace) -> Any:
@@ -286,21 +287,27 @@ def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int = 1000,
     for res in gpt:
         res.probes_info = record
     paired, _ = align_checkpoints(list(DEMO_MODELS[1:]), cfg)
+    recurrent = align_checkpoints([DEMO_RECURRENT], cfg)[0][0]
     pq_aligned = [align_checkpoints([name], cfg)[0][0] for name in DEMO_PQ]
     pq = []
     for name in DEMO_PQ:
         pq.append((name, probes.analyze_preconditioners(models.load(name))))  # type: ignore[arg-type]
     with atomic_directory(out, "report", overwrite) as tmp:
-        write_report(tmp, gpt + paired + pq_aligned, pq,
+        write_report(tmp, gpt + paired + [recurrent] + pq_aligned, pq,
                      title="iclprobe demo: which algorithm does each layer run?",
                      command="iclprobe demo")
     report = Path(out) / "report.md"
     print(text_table(gpt[0]), end="\n\n")
-    print("Fu et al.'s headline (Newton closer than GD) at the last layer, under both "
-          "protocols and on every model:")
+    print("Fu et al.'s headline (Newton closer than GD) at the last layer: gpt-softmax "
+          "under both protocols, every transformer under iclprobe's:")
     print("\n".join(headline_lines(gpt + paired)), end="\n\n")
     print("softmax vs linear attention, paired layout: best Newton step per layer")
     print("\n".join(aligned(*comparison_rows(paired), right=False)), end="\n\n")
+    print(f"transformer vs its recurrent baseline ({DEMO_RECURRENT}) on the same task: best "
+          "online GD step per layer, and online GD against Newton at the last layer")
+    print("\n".join(aligned(*comparison_rows([gpt[0], recurrent], learner="online_gd"),
+                           right=False)))
+    print("\n".join(headline_lines([gpt[0], recurrent], b="online_gd")), end="\n\n")
     print(text_table(pq_aligned[0]), end="\n\n")
     for name, analysis in pq:
         dists = ", ".join(f"{d:.3f}" for d in analysis.dist_to_inv_cov)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import json
 import os
 import shutil
@@ -106,13 +107,17 @@ def check_output(path: str | os.PathLike[str], kind: str, overwrite: bool = Fals
     return path
 
 
+@functools.cache
+def _libc() -> Any:
+    """The C library, found once (``find_library`` runs ``ldconfig`` each time); None if absent."""
+    name = ctypes.util.find_library("c")
+    return None if name is None else ctypes.CDLL(name, use_errno=True)
+
+
 def _exchange(a: Path, b: Path) -> bool:
     """Atomically swap two paths with Linux ``renameat2(RENAME_EXCHANGE)``; False if unsupported."""
-    libc_name = ctypes.util.find_library("c")
-    if libc_name is None:
-        return False
-    libc = ctypes.CDLL(libc_name, use_errno=True)
-    if not hasattr(libc, "renameat2"):
+    libc = _libc()
+    if libc is None or not hasattr(libc, "renameat2"):
         return False
     res = libc.renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
     return res == 0

@@ -136,11 +136,12 @@ def test_demo_writes_the_whole_report(tmp_path, capsys):
             "heatmaps_gpt-linear-paired_weight_cosine.png"} <= names
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["models"]) == {"gpt-softmax", "gpt-softmax-fu2024", "gpt-softmax-paired",
-                                      "gpt-linear-paired", "pq-rotated-3layer",
+                                      "gpt-linear-paired", "lstm", "pq-rotated-3layer",
                                       "pq-isotropic-1layer"}
     assert summary["models"]["gpt-softmax-fu2024"]["protocol"]["name"] == "fu2024"
     assert summary["models"]["pq-rotated-3layer"]["positions"] == "last"
     assert "Fu et al.'s headline" in printed
+    assert "recurrent baseline (lstm)" in printed and "lstm [iclprobe], layer 4: newton" in printed
     assert set(summary["pq"]) == {"pq-rotated-3layer", "pq-isotropic-1layer"}
     report = (out / "report.md").read_text()
     assert all(f"]({p})" in report for p in names if p.endswith(".png"))

@@ -431,8 +431,11 @@ def test_device_cuda_without_cuda_is_one_line(tmp_path, capsys):
 def test_ctrl_c_exits_130_saying_how_to_resume(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = tmp_path / "run"
+    # A shell's background job (`.ci/run &`) ignores SIGINT, and Python keeps an ignored
+    # SIGINT ignored: give the trainer the default disposition, as a terminal would.
     proc = subprocess.Popen(_cli(out, "--steps", "100000", "--checkpoint-every", "20"), env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     trainer = out / "checkpoint" / "train.json"
     deadline = time.time() + 120
     while not trainer.exists() and time.time() < deadline:

@@ -157,14 +157,19 @@ def _add_analysis(sub: Any) -> None:
     _overwrite_flag(p, "probes")
     p.set_defaults(handler=_lazy("cmd_probe"))
     p = sub.add_parser("demo", help="the whole pipeline on the shipped models",
-                       description="Align gpt-softmax, compare gpt-softmax-paired with "
-                       "gpt-linear-paired, and analyse the PQ models' preconditioners; "
-                       "writes a report folder.")
+                       description="Align gpt-softmax under both protocols, compare "
+                       "gpt-softmax-paired with gpt-linear-paired and gpt-softmax with its "
+                       "recurrent baseline (lstm), align the PQ models where they were "
+                       "trained and analyse their preconditioners; writes a report folder.")
     p.add_argument("--out", default="iclprobe-report", help="report folder "
                    "(default: ./iclprobe-report)")
     _overwrite_flag(p, "a report")
-    p.add_argument("--n-sequences", type=int, default=512, help=argparse.SUPPRESS)
-    p.add_argument("--n-probe-sequences", type=int, default=1000, help=argparse.SUPPRESS)
+    p.add_argument("--n-sequences", type=_positive_int, default=512,
+                   help="evaluation sequences per model (default: 512)")
+    p.add_argument("--n-probe-sequences", type=_positive_int, default=1000,
+                   help="use gpt-softmax's probes saved by `iclprobe probe` only if fitted "
+                   "on this many sequences; otherwise probes are cross-fitted on the "
+                   "evaluation sequences (default: 1000)")
     p.set_defaults(handler=_lazy("cmd_demo"))
 
 

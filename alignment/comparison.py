@@ -15,7 +15,11 @@ Newton, however significant the difference. Verdict per layer:
 - ``leans A``: A − B is above 0 beyond its interval, but B imitates the matched A step at
   least as well as the layer does — closer to A, not attributable to A;
 - ``indistinguishable``: the interval of A − B contains 0;
-- ``computes nothing``: the layer is not above the zero predictor.
+- ``computes nothing``: no learner run matches the layer better than the zero predictor
+  does, and the layer's own error is not below the zero predictor's;
+- ``matches no learner``: the layer predicts (its error is below 0.9 × the zero
+  predictor's), but none of the learners run matches it better than the zero predictor
+  does — a verdict on the learners chosen, not on the layer.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from iclprobe.algorithms.base import Iterates
 from iclprobe.alignment.metrics import metric_info
 from iclprobe.alignment.similarities import Similarity, similarity
 
-VERDICTS = ("prefers", "leans", "indistinguishable", "computes nothing")
+VERDICTS = ("prefers", "leans", "indistinguishable", "computes nothing", "matches no learner")
 
 
 @dataclasses.dataclass
@@ -158,13 +162,19 @@ def calibrate(it_a: Iterates, it_b: Iterates, ys: Tensor, sim_a: Similarity,
 
 
 def verdicts(score_a: LearnerScore, score_b: LearnerScore, diff: Interval, cal: Calibration,
-             live: Sequence[bool], higher_is_better: bool = True) -> list[str]:
-    """The verdict per layer (see the module docstring)."""
+             live: Sequence[bool], higher_is_better: bool = True,
+             predicts: Sequence[bool] | None = None) -> list[str]:
+    """The verdict per layer (see the module docstring).
+
+    ``live``: some learner run matches the layer better than the zero predictor does;
+    ``predicts``: the layer's own error is below the zero predictor's (default: as ``live``).
+    """
     sign = 1.0 if higher_is_better else -1.0
     out = []
     for layer, alive in enumerate(live):
         if not alive:
-            out.append("computes nothing")
+            out.append("matches no learner" if predicts is not None and predicts[layer]
+                       else "computes nothing")
         elif diff.lower[layer] > 0 or diff.upper[layer] < 0:
             a_wins = diff.lower[layer] > 0
             own, rival = (score_a, cal.a_by_b) if a_wins else (score_b, cal.b_by_a)
@@ -190,11 +200,13 @@ def layer_ranges(layers: Sequence[int]) -> str:
 def sentence(labels: Sequence[str], a: str, b: str, metric: str) -> str:
     """The verdicts in words, grouped by kind, as strong as the intervals allow."""
     order = [f"prefers {a}", f"prefers {b}", f"leans {a}", f"leans {b}", "indistinguishable",
-             "computes nothing"]
+             "matches no learner", "computes nothing"]
     words = {f"prefers {a}": f"prefers {a}", f"prefers {b}": f"prefers {b}",
              f"leans {a}": f"closer to {a} but within the learners' own resemblance",
              f"leans {b}": f"closer to {b} but within the learners' own resemblance",
              "indistinguishable": f"{a} and {b} indistinguishable",
+             "matches no learner": "predicts, but no learner run matches it better than the "
+                                   "zero predictor does",
              "computes nothing": "computes nothing (not above the zero predictor)"}
     parts = []
     for kind in order:

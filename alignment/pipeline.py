@@ -46,6 +46,8 @@ logger = logging.getLogger(__name__)
 #: Learner pairs whose difference and verdict are reported, when both were run.
 PAIRS = (("newton", "gd"), ("newton", "online_gd"), ("pgd_inv_cov", "gd"),
          ("pgd_inv_cov", "newton"))
+#: A layer "predicts" when its normalized error is below this share of the zero predictor's.
+PREDICTS_BELOW = 0.9
 
 
 @dataclasses.dataclass
@@ -169,6 +171,8 @@ def align(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
     if layer_probes is None and cfg.probe_fit == "crossfit" and needs_probes(model):
         n_weight = min(n_weight, cfg.n_sequences // cfg.probe_folds)  # within one fold
     sub = slice(0, n_weight)
+    extra, notes = family_runs(model, batch)
+    _check_algorithms(cfg, extra, name)  # before the forward work
     timings = Timings()
     with timings.stage("layer predictions (forward pass, probes)"):
         layer_preds, readout, probe_r2, layer_probes = layer_predictions(
@@ -182,12 +186,25 @@ def align(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
             layer_w = probes.induced_weights(layer_weight_fn(model, layer_probes),
                                              batch.xs[sub], batch.ys[sub], n_queries=n_q,
                                              cov=cov, generator=cfg.seed).double()
-    extra, notes = family_runs(model, batch)
     result = align_layers(layer_preds, batch, cfg, layer_weights=layer_w, name=name,
                           positions=positions, extra_runs=extra, notes=notes, task=task,
                           timings=timings)
     result.readout, result.probe_r2 = readout, probe_r2
     return result
+
+
+def _check_algorithms(cfg: AlignConfig, extra_runs: dict[str, Any], name: str) -> list[str]:
+    """The runs of the protocol that this model cannot have (refused if asked for by name)."""
+    protocol = cfg.protocol_spec
+    chosen = cfg.algorithms or [*extra_runs, *protocol.runs]
+    unavailable = [k for k in chosen if not (protocol.accepts(k) or k in extra_runs)]
+    if cfg.algorithms and unavailable:
+        offered = ", ".join([*extra_runs, *(k for k in protocol.runs if k not in extra_runs)])
+        if protocol.explicit_runs is None:
+            offered += ", or any learner registered in iclprobe.algorithms"
+        raise ValueError(f"algorithms: {', '.join(map(repr, unavailable))} cannot be run on "
+                         f"{name} under protocol {protocol.name!r}; available here: {offered}")
+    return unavailable
 
 
 def compare(models: Sequence[Regressor], cfg: AlignConfig | None = None,
@@ -269,8 +286,9 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
     over = "sequences" if positions == "last" else "positions"
     extra_runs = extra_runs or {}
     chosen = cfg.algorithms or [*extra_runs, *protocol.runs]
+    unavailable = _check_algorithms(cfg, extra_runs, name)
     runs = {k: extra_runs[k] if k in extra_runs else (protocol.run(k), {})
-            for k in chosen if protocol.accepts(k) or k in extra_runs}
+            for k in chosen if k not in unavailable}
     sims: dict[str, dict[str, Similarity]] = {}
     matches: dict[str, dict[str, Match]] = {}
     iterates: dict[str, algorithms.Iterates] = {}  # predictions on every sequence
@@ -319,14 +337,17 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
                                                    live=match_e.above_zero,
                                                    fit_dead=cfg.fit_layers == "all")
     live = [any(m.above_zero[layer] for m in live_by.values()) for layer in range(n_layers + 1)]
+    layer_error = err_by_t[:, t_lo:t_hi + 1].mean(-1).tolist()
+    predicts = [e < PREDICTS_BELOW * zero_error for e in layer_error]
     with timings.stage("learner table, calibration"):
         comparisons = {m: _compare(m, sims, matches,
                                    iterates_w if METRIC_INFO[m].on == "weights" else iterates,
-                                   ys64[sub] if METRIC_INFO[m].on == "weights" else ys64, live)
+                                   ys64[sub] if METRIC_INFO[m].on == "weights" else ys64, live,
+                                   predicts)
                        for m in cfg.metrics}
     meaningless = None
     last_error = float(err_by_t[-1, t_lo:t_hi + 1].mean())
-    if last_error >= 0.9 * zero_error:
+    if last_error >= PREDICTS_BELOW * zero_error:
         meaningless = (f"the model does not solve this task (last layer's normalized error "
                        f"{last_error:.3f} vs the zero predictor's {zero_error:.3f}): its "
                        "layers cannot be aligned with a learner")
@@ -341,7 +362,7 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
                                                      "cov": "given"},
         protocol=protocol.to_dict(), positions=positions, window=window,
         readout="given layer predictions",
-        layer_error=err_by_t[:, t_lo:t_hi + 1].mean(-1).tolist(),
+        layer_error=layer_error,
         layer_error_by_t=err_by_t.tolist(), zero_error=zero_error,
         learner_error_by_t=_learner_curves(iterates, live_by, ys64, d), probe_r2=[],
         run_labels=labels, similarities=sims, matches=matches, comparisons=comparisons,
@@ -362,7 +383,7 @@ def _learner_curves(iterates: dict[str, algorithms.Iterates], matches: dict[str,
 
 def _compare(metric: str, sims: dict[str, dict[str, Similarity]],
              matches: dict[str, dict[str, Match]], iterates: dict[str, algorithms.Iterates],
-             ys: Tensor, live: list[bool]) -> C.LearnerComparison:
+             ys: Tensor, live: list[bool], predicts: list[bool]) -> C.LearnerComparison:
     """The learner table for one metric: best scores, paired differences, verdicts."""
     scores = {r: C.learner_score(by[metric], matches[r][metric].best_column)
               for r, by in sims.items()}
@@ -374,7 +395,8 @@ def _compare(metric: str, sims: dict[str, dict[str, Similarity]],
         ma, mb = matches[a][metric], matches[b][metric]
         diff = C.difference(sa, sb)
         cal = C.calibrate(iterates[a], iterates[b], ys, sa, sb, ma.best_column, mb.best_column)
-        labels = C.verdicts(scores[a], scores[b], diff, cal, live, sa.higher_is_better)
+        labels = C.verdicts(scores[a], scores[b], diff, cal, live, sa.higher_is_better,
+                            predicts)
         pairs.append(C.PairVerdict(a, b, metric, diff, cal, labels,
                                    C.sentence(labels, a, b, metric)))
     return C.LearnerComparison(metric, scores, pairs, list(live))

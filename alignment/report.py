@@ -40,7 +40,9 @@ How to read the tables:
 - **†** / **live**: a best match whose bootstrap bound does not beat the zero predictor's
   similarity with the same step is marked † — a layer that computes nothing resembles any
   learner's first tiny step. A layer is live when some learner's match clears the zero
-  predictor; fits use only a learner's live matches.
+  predictor; fits use only a learner's live matches. Tables of other metrics (weight
+  cosine, ...) take † from the error cosine: their zero reference (a cosine with the zero
+  vector is 0) says nothing of a layer.
 - **zero-pred. sim**: the similarity of the zero predictor with the matched step.
 - **learner table**: each learner's best similarity over its steps with a 95% bootstrap
   interval over sequences (the best step re-picked in every replicate), and paired
@@ -49,7 +51,10 @@ How to read the tables:
   the A step matched at that layer. If B imitates the A step at least as well as the
   layer does, the metric cannot attribute the layer to A ("closer to A but within the
   learners' own resemblance"); "prefers A" needs both a difference above 0 beyond its
-  interval and a layer closer to its A step than any B step is.
+  interval and a layer closer to its A step than any B step is. "Computes nothing": no
+  learner run beats the zero predictor and neither does the layer's own error; "predicts,
+  but no learner run matches it": its error is below 0.9 × the zero predictor's, yet none
+  of the learners chosen matches it better than the zero predictor does.
 """
 
 

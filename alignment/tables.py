@@ -39,19 +39,27 @@ def display_runs(result: AlignResult, k: int = 2) -> list[str]:
     return result.step_runs[:k]
 
 
-def where(result: AlignResult) -> str:
+def where(result: AlignResult, metric: str = "error_cosine") -> str:
     """Which positions enter, in words."""
     lo, hi = result.window
     if result.positions == "last":
-        return (f"t = {hi} only, the trained context length (error cosine across "
-                "sequences)")
+        across = " (error cosine across sequences)" if metric == "error_cosine" else ""
+        return f"t = {hi} only, the trained context length{across}"
     return f"t = {lo}..{hi}" if lo < hi else f"t = {lo}"
 
 
 def header_line(result: AlignResult, metric: str) -> str:
     """The first line of a table: model, metric, protocol, positions."""
     return (f"{result.name} — {metric_words(metric)}, protocol "
-            f"{result.protocol['name']}, {where(result)}")
+            f"{result.protocol['name']}, {where(result, metric)}")
+
+
+def dagger_legend(metric: str) -> str:
+    """What † means in the best-step table of ``metric``."""
+    if metric == "error_cosine":
+        return "† = no better than the zero predictor's similarity"
+    return ("† = a layer not live by the error cosine (this metric's zero reference says "
+            "nothing of a layer)")
 
 
 def matched_rows(result: AlignResult, metric: str) -> tuple[list[str], list[list[str]]]:
@@ -194,7 +202,7 @@ def text_table(result: AlignResult, metric: str = "error_cosine") -> str:
     lines = [header_line(result, metric) + f"; layers: {result.readout}"]
     if result.meaningless:
         return "\n".join(lines + [f"no alignment: {result.meaningless}"])
-    lines += ["best step per layer († = no better than the zero predictor's similarity)"]
+    lines += [f"best step per layer ({dagger_legend(metric)})"]
     lines += aligned(*matched_rows(result, metric))
     lines += ["", "learner table: best similarity over steps ± half the 95% bootstrap "
               "interval, @ the best step; differences with their 95% intervals"]

@@ -160,3 +160,48 @@ def test_non_finite_layer_predictions_are_refused(data):
     sim.values[1, 1] = math.nan
     with pytest.raises(ValueError, match="holds NaN or Inf"):
         match_steps(sim)
+
+
+def test_a_layer_that_predicts_but_matches_no_learner_run_says_so(data):
+    batch, newton, _ = data
+    # an oracle layer (its predictions are y: error 0) is no closer to Newton or GD than the
+    # zero predictor is, yet it plainly computes something: not "computes nothing"
+    ys = batch.ys.double()
+    layers = torch.stack([torch.zeros_like(ys), ys, newton.preds[3]])
+    res = align_layers(layers, batch, AlignConfig(algorithms=("newton", "gd"),
+                                                  metrics=("error_cosine",), separation=False))
+    pair = res.comparisons["error_cosine"].pairs[0]
+    assert res.live == [False, False, True]
+    assert pair.verdicts[:2] == ["computes nothing", "matches no learner"]
+    assert ("predicts, but no learner run matches it better than the zero predictor does at "
+            "layer 1") in pair.sentence
+    assert "computes nothing (not above the zero predictor) at layer 0" in pair.sentence
+
+
+def test_an_algorithm_the_model_cannot_have_is_refused_before_the_forward_work(monkeypatch):
+    import iclprobe.alignment.pipeline as pipeline
+
+    model = tiny_gpt()
+    model.task = tasks.RegressionTask(n_dims=3, n_points=8)
+
+    def no_forward(*args, **kwargs):
+        raise AssertionError("the forward pass ran before the algorithms were checked")
+
+    monkeypatch.setattr(pipeline, "layer_predictions", no_forward)
+    with pytest.raises(ValueError, match=r"algorithms: 'pgd_own' cannot be run on tiny under "
+                                         r"protocol 'iclprobe'; available here: newton, gd"):
+        align(model, AlignConfig(algorithms=("newton", "pgd_own"), n_sequences=32), name="tiny")
+
+
+def test_tables_of_other_metrics_say_their_dagger_comes_from_the_error_cosine():
+    g = torch.Generator().manual_seed(0)
+    model = models.PQTransformer.from_matrices(
+        A=[0.3 * torch.eye(3) + 0.05 * torch.randn(3, 3, generator=g) for _ in range(2)])
+    model.task = tasks.RegressionTask(n_dims=3, n_points=9)
+    res = align(model, AlignConfig(n_sequences=64, n_weight_sequences=16, n_boot=20,
+                                   separation=False))
+    error, weight = text_table(res, "error_cosine"), text_table(res, "weight_cosine")
+    assert "(† = no better than the zero predictor's similarity)" in error
+    assert "† = a layer not live by the error cosine" in weight
+    assert "(error cosine across sequences)" in error.splitlines()[0]
+    assert "across sequences" not in weight.splitlines()[0]

@@ -7,6 +7,7 @@ Heavy imports (torch, TransformerLens) happen inside the command handlers, so th
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -182,8 +183,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except (UsageError, ValueError, TypeError, OSError) as err:  # OSError: unwritable --out, ...
-        print(f"iclprobe {args.command}: error: {err}", file=sys.stderr)
+        message = _name_flags(str(err), _subparser(parser, args.command))
+        print(f"iclprobe {args.command}: error: {message}", file=sys.stderr)
         return 2
+
+
+#: Config fields whose flag is not ``--field-name``.
+_FLAG_RENAMES = {"RegressionTask.seed": "--task-seed", "GPTConfig.seed": "--model-seed",
+                 "PQConfig.seed": "--model-seed", "LSTMConfig.seed": "--model-seed"}
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser | None:
+    for action in parser._subparsers._group_actions if parser._subparsers else ():
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices.get(command)
+    return None
+
+
+def _name_flags(message: str, sub: argparse.ArgumentParser | None) -> str:
+    """``AlignConfig.n_sequences must ...`` -> ``--n-sequences: AlignConfig.n_sequences must ...``.
+
+    Only where the command has that flag: errors from a config speak of its fields, the
+    user typed flags.
+    """
+    match = re.search(r"\b(AlignConfig|TrainConfig|GPTConfig|PQConfig|LSTMConfig|"
+                      r"RegressionTask)\.([a-z_]+)", message)
+    if sub is None or match is None:
+        return message
+    flag = _FLAG_RENAMES.get(match.group(0), "--" + match.group(2).replace("_", "-"))
+    return f"{flag}: {message}" if flag in sub._option_string_actions else message
 
 
 if __name__ == "__main__":  # pragma: no cover

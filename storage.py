@@ -87,6 +87,10 @@ def check_output(path: str | os.PathLike[str], kind: str, overwrite: bool = Fals
         path = path.resolve()
     if path.exists() and not path.is_dir():
         raise OutputExistsError(f"{path} is a file, not a directory: choose another path")
+    blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise OutputExistsError(f"{path} cannot be created: {blocker} is a file, not a "
+                                "directory; choose another path")
     if not path.exists() or not any(path.iterdir()):
         return path
     marker = read_marker(path)

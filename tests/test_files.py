@@ -55,6 +55,10 @@ def test_probe_out_refuses_a_foreign_directory_and_a_file(ckpt, tmp_path, capsys
     assert main(["probe", str(ckpt), "--n-sequences", "16", "--out", str(paper), *overwrite]) == 2
     one_line_error(capsys, str(paper), "is a file")
     assert paper.read_text() == "draft"
+    below = paper / "sub"  # a path through a file: named, not "[Errno 17] File exists"
+    assert main(["probe", str(ckpt), "--n-sequences", "16", "--out", str(below), *overwrite]) == 2
+    one_line_error(capsys, f"{below} cannot be created: {paper} is a file", "choose another")
+    assert paper.read_text() == "draft"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["lin", "mine", "paper.txt"]
 
 

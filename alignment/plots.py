@@ -10,6 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 import torch  # noqa: E402
 
 from iclprobe.alignment.matching import Match  # noqa: E402
@@ -68,12 +69,16 @@ def error_curves(result: Any, path: Path) -> Path:
     ax.axvline(d, color="gray", lw=0.9, ls=":", label=f"t = d = {d} (OLS interpolates)")
     ax.set_yscale("log")
     floor = min(min(c[1:]) for c in curves if len(c) > 1)
-    ax.set_ylim(bottom=max(floor / 30, 1e-6))
+    top = 10 * max(max(c) for c in curves)  # a learner's early blow-up must not squash layers
+    clipped = any(max(c) > top for c in result.learner_error_by_t.values())
+    ax.set_ylim(bottom=max(floor / 30, 1e-6), top=top if clipped else None)
     ax.set_xlabel("in-context examples t")
     ax.set_ylabel("normalized squared error (÷ d)")
-    ax.set_title(f"{result.name}: error by layer; learners at the last layer's best step",
-                 fontsize=9)
+    ax.set_title(f"{result.name}: error by layer; learners at the last layer's best step"
+                 + (" (learner curves clipped at the top)" if clipped else ""), fontsize=9)
     bar = fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax)
+    bar.locator = matplotlib.ticker.MaxNLocator(integer=True)
+    bar.update_ticks()
     bar.set_label("layer (0 = embedding)")
     ax.legend(fontsize=7, ncol=2)
     return _save(fig, path)
@@ -160,6 +165,9 @@ def matched_steps(matches: Sequence[tuple[str, Match]], path: Path) -> Path:
     ax.plot([], [], "o", mfc="none", color="grey", label="hollow: not above the zero predictor")
     if matches and matches[0][1].fit is not None and matches[0][1].fit.log2:
         ax.set_yscale("log", base=2)
+    else:
+        ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_xlabel("layer")
     ax.set_ylabel(f"best-matching {matches[0][1].learner} step" if matches else "step")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)

@@ -16,7 +16,7 @@ def test_readme_examples_run(tmp_path, monkeypatch, capsys):
     value, lower, upper = (float(v) for v in re.findall(r"-?\d+\.\d+", score))
     assert 0 < lower <= value <= upper <= 1
     assert sentence.startswith("newton vs gd by error cosine: ")
-    assert linear.startswith("linear step vs layer") and log2.startswith("log2 log2(step)")
+    assert linear.startswith("step vs layer") and log2.startswith("log2(step) vs layer")
 
     exec(compile(parts, "README.md", "exec"), {})
     best_steps = capsys.readouterr().out.splitlines()[0]

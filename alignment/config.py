@@ -99,7 +99,10 @@ class AlignConfig:
         from iclprobe.alignment.metrics import METRIC_INFO
         from iclprobe.alignment.protocols import get_protocol
 
-        protocol = get_protocol(self.protocol)
+        try:
+            protocol = get_protocol(self.protocol)
+        except ValueError as err:
+            raise ValueError(f"AlignConfig.{err}") from None
         for name in ("algorithms", "metrics"):
             value = getattr(self, name)
             if value is None and name == "algorithms":

@@ -185,6 +185,8 @@ FAST = ["--n-sequences", "16", "--n-probe-sequences", "16", "--metric", "error_c
          r"AlignConfig.confidence must be a number in \(0, 1\), got 1.5"),
         (["align", "{ckpt}", "--device", "tpu"], r"AlignConfig.device must be one of \('cpu'"),
         (["align", "{ckpt}", "--t-min", "-1"], "AlignConfig.t_min must be an integer >= 0, got -1"),
+        (["align", "{ckpt}", "--protocol", "fu"],
+         r"--protocol: AlignConfig.protocol must be one of \['fu2024', 'iclprobe'\], got 'fu'"),
         (["align", "{ckpt}", "--seed", "x"], "argument --seed: invalid int value: 'x'"),
         (["train", "--optimizer", "rmsprop"], r"TrainConfig.optimizer must be one of \('adam'"),
         (["train", "--family", "lstm", "--layout", "rows"], "LSTMConfig.layout must be one of"),

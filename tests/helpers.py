@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import time
+from collections.abc import Callable
+
 import torch
 
 from iclprobe import models, tasks
@@ -34,3 +38,41 @@ def assert_queries_match_substitution(model, xs, ys, queries, atol, rtol=0.0):
                 subst[:, t] = queries[:, t, j]
                 torch.testing.assert_close(got[:, t, j], model(subst, ys)[:, t], atol=atol,
                                            rtol=rtol)
+
+
+def wait_until(ready: Callable[[], bool], proc: subprocess.Popen) -> None:
+    """Poll until ``ready()``; fail if ``proc`` exits first.
+
+    No wall-clock limit: on a loaded machine the child is only slower, and a hang is the
+    test harness's to catch.
+    """
+    while not ready():
+        if proc.poll() is not None:
+            raise AssertionError(f"the process exited with {proc.returncode} before it was ready")
+        time.sleep(0.05)
+
+
+def linear_data(b: int = 3, n: int = 9, d: int = 3, seed: int = 0, noise: float = 0.0
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Noiseless (or noisy) linear sequences in float64: ``xs [b, n, d]``, ``ys [b, n]``."""
+    g = torch.Generator().manual_seed(seed)
+    xs = torch.randn(b, n, d, generator=g, dtype=torch.float64)
+    w = torch.randn(b, d, generator=g, dtype=torch.float64)
+    ys = torch.einsum("bnd,bd->bn", xs, w) + noise * torch.randn(b, n, generator=g,
+                                                                 dtype=torch.float64)
+    return xs, ys
+
+
+def tiny_pq() -> models.PQTransformer:
+    """A random 3-layer, 2-head PQ transformer on d = 3."""
+    return models.PQTransformer(models.PQConfig(n_dims=3, n_layers=3, n_heads=2, init_std=0.2))
+
+
+def one_line_error(capsys, *needles: str) -> str:
+    """The one line of stderr (progress-bar lines aside), with every needle in it."""
+    err = "\n".join(x for x in capsys.readouterr().err.splitlines()
+                    if x.strip() and not x.startswith("train:"))
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in err, err
+    return err

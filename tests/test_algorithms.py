@@ -1,21 +1,13 @@
 import numpy as np
 import pytest
 import torch
+from helpers import linear_data
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.linear_model import Ridge
 
 from iclprobe import algorithms
 from iclprobe.algorithms.reference import gd_direct, newton_direct
-
-
-def data(b=3, n=9, d=4, seed=0, noise=0.0):
-    g = torch.Generator().manual_seed(seed)
-    xs = torch.randn(b, n, d, generator=g, dtype=torch.float64)
-    w = torch.randn(b, d, generator=g, dtype=torch.float64)
-    ys = torch.einsum("bnd,bd->bn", xs, w) + noise * torch.randn(b, n, generator=g,
-                                                                 dtype=torch.float64)
-    return xs, ys
 
 
 def per_prefix(xs, ys, fn):
@@ -46,14 +38,14 @@ def gd_loop(steps, lr, normalize=True, precond=None):
 
 
 def test_ols_is_pinv_also_below_d():
-    xs, ys = data(n=9, d=5)
+    xs, ys = linear_data(n=9, d=5)
     it = algorithms.iterates("ols", xs, ys)
     close(it, *per_prefix(xs, ys, lambda x, y: np.linalg.pinv(x) @ y))
     assert torch.all(it.preds[0, :, 0] == 0) and it.steps.tolist() == [0]
 
 
 def test_ridge_is_sklearn():
-    xs, ys = data(n=8, d=3, noise=0.3)
+    xs, ys = linear_data(n=8, d=3, noise=0.3)
     it = algorithms.ridge(xs, ys, lam=0.7)
 
     def fn(x, y):
@@ -63,7 +55,7 @@ def test_ridge_is_sklearn():
 
 @pytest.mark.parametrize("normalize", [True, False])
 def test_gd_is_the_naive_loop(normalize):
-    xs, ys = data(n=8, d=3)
+    xs, ys = linear_data(n=8, d=3)
     lr = 0.1 if normalize else 0.02
     it = algorithms.gd(xs, ys, steps=[0, 1, 7, 30], lr=lr, normalize=normalize)
     for k, steps in enumerate([0, 1, 7, 30]):
@@ -71,7 +63,7 @@ def test_gd_is_the_naive_loop(normalize):
 
 
 def test_gd_max_lr_and_weights_off():
-    xs, ys = data(n=8, d=3)
+    xs, ys = linear_data(n=8, d=3)
     it = algorithms.gd(xs, ys, steps=[3], lr="max", weights=False)
     assert it.weights is None
 
@@ -82,8 +74,8 @@ def test_gd_max_lr_and_weights_off():
 
 
 def test_gd_tuned_picks_from_the_grid_on_the_tuning_batch():
-    xs, ys = data(b=8, n=10, d=3)
-    tune = data(b=16, n=10, d=3, seed=5)
+    xs, ys = linear_data(b=8, n=10, d=3)
+    tune = linear_data(b=16, n=10, d=3, seed=5)
     grid = [0.05, 0.3, 1.0, 1.9]
     it = algorithms.gd(xs, ys, steps=[1, 4], lr="tuned", tune_on=tune, grid=grid)
     stats = algorithms.prefix_stats(*tune)
@@ -104,7 +96,7 @@ def test_gd_tuned_picks_from_the_grid_on_the_tuning_batch():
 
 
 def test_pgd_is_the_naive_loop():
-    xs, ys = data(n=8, d=3)
+    xs, ys = linear_data(n=8, d=3)
     m = torch.tensor([[2.0, 0.3, 0.0], [0.3, 1.0, 0.1], [0.0, 0.1, 0.5]], dtype=torch.float64)
     it = algorithms.pgd(xs, ys, steps=[5], precond=m, lr=0.1)
     close(it, *per_prefix(xs, ys, gd_loop(5, 0.1, precond=m.numpy())))
@@ -112,7 +104,7 @@ def test_pgd_is_the_naive_loop():
 
 @pytest.mark.parametrize("alpha", ["frobenius", "spectral"])
 def test_newton_is_the_naive_loop_and_converges_to_ols(alpha):
-    xs, ys = data(n=9, d=4)
+    xs, ys = linear_data(n=9, d=4)
 
     def loop(steps):
         def fn(x, y):
@@ -133,7 +125,7 @@ def test_newton_is_the_naive_loop_and_converges_to_ols(alpha):
 
 
 def test_newton_on_the_papers_alpha_never_converges():
-    xs, ys = data(b=1, n=7, d=3)
+    xs, ys = linear_data(b=1, n=7, d=3)
     x = xs[0, :6].numpy()
     s = x.T @ x
     lam_max = np.linalg.eigvalsh(s).max()
@@ -155,7 +147,7 @@ def test_newton_on_the_papers_alpha_never_converges():
 
 
 def test_cg_is_the_naive_loop_and_exact_in_d_steps():
-    xs, ys = data(n=10, d=4)
+    xs, ys = linear_data(n=10, d=4)
 
     def loop(steps):
         def fn(x, y):
@@ -179,7 +171,7 @@ def test_cg_is_the_naive_loop_and_exact_in_d_steps():
 
 
 def test_momentum_is_the_naive_loop():
-    xs, ys = data(n=8, d=3)
+    xs, ys = linear_data(n=8, d=3)
 
     def fn(x, y):
         w = prev = np.zeros(3)
@@ -192,7 +184,7 @@ def test_momentum_is_the_naive_loop():
 
 @pytest.mark.parametrize("lr", [0.05, "normalized"])
 def test_online_gd_is_the_naive_loop(lr):
-    xs, ys = data(n=8, d=3)
+    xs, ys = linear_data(n=8, d=3)
 
     def fn_for(passes):
         def fn(x, y):
@@ -209,7 +201,7 @@ def test_online_gd_is_the_naive_loop(lr):
 
 
 def test_gd_plus_plus_is_the_naive_loop():
-    xs, ys = data(n=8, d=3)
+    xs, ys = linear_data(n=8, d=3)
     lr, gamma = 0.1, 0.05
 
     def loop(x, y, xq):
@@ -233,7 +225,7 @@ def test_gd_plus_plus_is_the_naive_loop():
 
 
 def test_direct_references_agree():
-    xs, ys = data(n=9, d=4)
+    xs, ys = linear_data(n=9, d=4)
     steps = [0, 3, 10]
     torch.testing.assert_close(algorithms.gd(xs, ys, steps, lr=0.05).preds,
                                gd_direct(xs, ys, steps, 0.05), atol=1e-9, rtol=1e-9)
@@ -245,7 +237,7 @@ def test_direct_references_agree():
 @given(b=st.integers(1, 3), n=st.integers(1, 7), d=st.integers(1, 4), seed=st.integers(0, 99),
        scale=st.floats(0.1, 3.0), k=st.integers(0, 12))
 def test_batched_equals_naive_property(b, n, d, seed, scale, k):
-    xs, ys = data(b, n, d, seed)
+    xs, ys = linear_data(b, n, d, seed)
     xs = xs * scale
     gd_it = algorithms.gd(xs, ys, steps=[k], lr=0.02)
     torch.testing.assert_close(gd_it.preds, gd_direct(xs, ys, [k], 0.02), atol=1e-8, rtol=1e-7)
@@ -258,7 +250,7 @@ def test_batched_equals_naive_property(b, n, d, seed, scale, k):
 
 
 def test_float32_in_float32_out_float64_in_float64_out():
-    xs, ys = data()
+    xs, ys = linear_data(d=4)
     assert algorithms.gd(xs, ys, [2]).preds.dtype == torch.float64
     assert algorithms.gd(xs.float(), ys.float(), [2]).preds.dtype == torch.float32
 
@@ -290,6 +282,6 @@ def test_float32_in_float32_out_float64_in_float64_out():
     ],
 )
 def test_bad_input(call, match):
-    xs, ys = data()
+    xs, ys = linear_data(d=4)
     with pytest.raises(ValueError, match=match):
         call(xs, ys)

@@ -5,21 +5,13 @@ from decimal import Decimal, localcontext
 import numpy as np
 import pytest
 import torch
+from helpers import linear_data
 
 from iclprobe import algorithms
 from iclprobe.algorithms import prefix, sequential
 from iclprobe.algorithms.learners import power_decays
 from iclprobe.algorithms.prefix import exclusive_cumsum
 from iclprobe.algorithms.reference import gd_direct, newton_direct, online_gd_direct
-
-
-def data(b=3, n=9, d=3, seed=0, noise=0.0):
-    g = torch.Generator().manual_seed(seed)
-    xs = torch.randn(b, n, d, generator=g, dtype=torch.float64)
-    w = torch.randn(b, d, generator=g, dtype=torch.float64)
-    ys = torch.einsum("bnd,bd->bn", xs, w) + noise * torch.randn(b, n, generator=g,
-                                                                 dtype=torch.float64)
-    return xs, ys
 
 
 def exact_gd(stats, lr, k):
@@ -45,7 +37,7 @@ def exact_gd(stats, lr, k):
 def test_gd_powers_are_exact_to_rounding_at_many_steps(lr):
     # (1 − x)**k with 1 − x rounded is off by up to k·ε/2 (~1e-13 at k = 4096);
     # exp(k log1p(−x)) rounds nothing k-fold.
-    xs, ys = data(b=2, n=8)
+    xs, ys = linear_data(b=2, n=8)
     ref = exact_gd(algorithms.prefix_stats(xs, ys), lr, 4096)
     got = algorithms.gd(xs, ys, steps=[4096], lr=lr).preds[0]
     assert ((got - ref).abs().max() / ref.abs().max()).item() < 2e-15
@@ -64,7 +56,7 @@ def test_power_decays_equal_pow_also_past_the_boundaries():
 
 
 def test_newton_closed_form_is_the_matrix_iteration():
-    xs, ys = data(n=10, d=4, noise=0.1)
+    xs, ys = linear_data(n=10, d=4, noise=0.1)
     steps = [0, 1, 2, 5, 9, 16, 24]
     for alpha in ("frobenius", "spectral"):
         it = algorithms.newton(xs, ys, steps, alpha=alpha)
@@ -76,7 +68,7 @@ def test_newton_closed_form_is_the_matrix_iteration():
 
 
 def test_gd_log_grid_is_the_direct_iteration():
-    xs, ys = data(n=8, d=3)
+    xs, ys = linear_data(n=8, d=3)
     steps = [2**i for i in range(8)]
     it = algorithms.gd(xs, ys, steps, lr=0.05, normalize=False)
     torch.testing.assert_close(it.preds, gd_direct(xs, ys, steps, 0.05, normalize=False),
@@ -84,7 +76,7 @@ def test_gd_log_grid_is_the_direct_iteration():
 
 
 def test_shared_stats_are_left_untouched_and_give_the_same_results():
-    xs, ys = data(b=4, n=9, d=3, noise=0.2)
+    xs, ys = linear_data(b=4, n=9, d=3, noise=0.2)
     stats = algorithms.prefix_stats(xs, ys)
     before = {k: v.clone() for k, v in stats._asdict().items() if torch.is_tensor(v)}
     runs = {"gd": ([1, 8, 64], {"lr": "max"}), "newton": ([0, 3, 12], {}),
@@ -101,7 +93,7 @@ def test_shared_stats_are_left_untouched_and_give_the_same_results():
 
 
 def test_prefix_stats_sums_as_the_plain_cumulative_sum():
-    xs, ys = data(b=2, n=7, d=4)
+    xs, ys = linear_data(b=2, n=7, d=4)
     stats = algorithms.prefix_stats(xs, ys)
     assert torch.equal(stats.gram, exclusive_cumsum(xs[..., :, None] * xs[..., None, :]))
     assert torch.equal(stats.xty, exclusive_cumsum(xs * ys[..., None]))
@@ -126,7 +118,7 @@ def pgd_loop(xs, ys, m, lr, steps):
 @pytest.mark.parametrize("precond_scale", [1.0, 2.5])
 @pytest.mark.parametrize("lr", [0.1, "max"])
 def test_pgd_on_a_multiple_of_the_identity_is_gd_on_shared_stats(precond_scale, lr):
-    xs, ys = data(n=8, d=3)
+    xs, ys = linear_data(n=8, d=3)
     m = precond_scale * torch.eye(3, dtype=torch.float64)
     stats = algorithms.prefix_stats(xs, ys)
     it = algorithms.pgd(xs, ys, steps=[1, 5, 40], precond=m, lr=lr, stats=stats)
@@ -142,16 +134,18 @@ def test_pgd_on_a_multiple_of_the_identity_is_gd_on_shared_stats(precond_scale, 
 
 
 def test_pgd_ignores_stats_for_a_general_preconditioner():
-    xs, ys = data(n=8, d=3)
+    xs, ys = linear_data(n=8, d=3)
     m = torch.tensor([[2.0, 0.3, 0.0], [0.3, 1.0, 0.1], [0.0, 0.1, 0.5]], dtype=torch.float64)
     stats = algorithms.prefix_stats(xs, ys)
     with_stats = algorithms.pgd(xs, ys, steps=[3], precond=m, lr=0.1, stats=stats)
     without = algorithms.pgd(xs, ys, steps=[3], precond=m, lr=0.1)
     assert torch.equal(with_stats.preds, without.preds)
+    torch.testing.assert_close(with_stats.weights[0], pgd_loop(xs, ys, m, 0.1, 3), rtol=1e-12,
+                               atol=1e-12)  # and both are right, not just equal
 
 
 def test_pgd_shortcut_names_its_own_stable_lr():
-    xs, ys = data(n=8, d=3)
+    xs, ys = linear_data(n=8, d=3)
     m = 4.0 * torch.eye(3, dtype=torch.float64)
     x = xs.numpy()
     top = max(np.linalg.eigvalsh(4.0 * x[s, :t].T @ x[s, :t]).max() / t
@@ -164,7 +158,7 @@ def test_pgd_shortcut_names_its_own_stable_lr():
 @pytest.mark.parametrize("lr", ["normalized", 0.05])
 @pytest.mark.parametrize(("n", "d"), [(9, 3), (5, 8)])
 def test_online_gd_pass_maps_are_the_example_by_example_loop(lr, n, d, monkeypatch):
-    xs, ys = data(b=5, n=n, d=d, noise=0.3)
+    xs, ys = linear_data(b=5, n=n, d=d, noise=0.3)
     init = torch.rand(5, n, d, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     passes = [1, 2, 5]
     ref = online_gd_direct(xs, ys, passes, lr=lr, init=init)
@@ -178,7 +172,7 @@ def test_online_gd_pass_maps_are_the_example_by_example_loop(lr, n, d, monkeypat
 
 
 def test_blocks_of_sequences_give_the_numbers_of_one_block(monkeypatch):
-    xs, ys = data(b=7, n=9, d=3, noise=0.2)
+    xs, ys = linear_data(b=7, n=9, d=3, noise=0.2)
     stats = algorithms.prefix_stats(xs, ys)
     runs = {"gd": ([1, 8, 64], {"lr": "max"}), "newton": ([0, 3, 12], {"alpha": "spectral"}),
             "cg": ([0, 1, 2, 4], {}), "momentum": ([2, 9], {"lr": "max"})}

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 import torch
-from helpers import tiny_gpt
+from helpers import one_line_error, tiny_gpt
 from safetensors.torch import load_file, save_file
 
 from iclprobe import models, probes, tasks
@@ -29,14 +29,6 @@ def foreign_dir(path):
     path.mkdir(parents=True)
     (path / "notes.txt").write_text("mine")
     return path
-
-
-def one_line_error(capsys, *needles):
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    for needle in needles:
-        assert needle in err, err
-    return err
 
 
 def listing(path):

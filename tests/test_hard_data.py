@@ -5,6 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import linear_data
 from safetensors.torch import load_file
 
 from iclprobe import algorithms
@@ -40,11 +41,6 @@ def golden_data():
     return xs, torch.einsum("bnd,bd->bn", xs, w) + noise
 
 
-def data(b=3, n=9, d=3, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    xs = torch.randn(b, n, d, generator=g, dtype=torch.float64)
-    ys = torch.einsum("bnd,bd->bn", xs, torch.randn(b, d, generator=g, dtype=torch.float64))
-    return xs, ys
 
 
 def lam_max_per_prefix(xs, normalize=True):
@@ -89,7 +85,7 @@ SCALED = [
 @pytest.mark.parametrize(("name", "hyper", "powers"), SCALED)
 @pytest.mark.parametrize(("log2_s", "log2_r"), [(700, 0), (-700, 0), (-400, 600), (100, -900)])
 def test_learners_are_scale_covariant_far_beyond_float64(name, hyper, powers, log2_s, log2_r):
-    xs, ys = data()
+    xs, ys = linear_data()
     cap = 1000 // max((abs(p) for p in powers.values()), default=1)
     log2_s = max(-cap, min(cap, log2_s))
     s, r = 2.0**log2_s, 2.0**log2_r
@@ -102,7 +98,7 @@ def test_learners_are_scale_covariant_far_beyond_float64(name, hyper, powers, lo
 
 
 def test_tiny_and_huge_x_give_the_predictions_of_ordinary_x():
-    xs, ys = data()
+    xs, ys = linear_data()
     ols = algorithms.ols(xs, ys).preds
     assert ols[0, :, 4:].abs().min() > 1e-3
     for factor in (1e-200, 1e-30, 1e30, 1e200):
@@ -128,7 +124,7 @@ def test_gd_with_a_divergent_lr_names_the_largest_stable_lr(normalize):
 
 
 def test_gd_on_huge_x_with_a_fixed_lr_says_how_small_lr_must_be():
-    xs, ys = data()
+    xs, ys = linear_data()
     bound = 2 / lam_max_per_prefix(xs * 1e30)
     assert 1e-62 < bound < 1e-58
     with pytest.raises(ValueError, match=f"gd: lr=0.1 diverges .* = {bound:.3g}$"):
@@ -145,7 +141,7 @@ def test_gd_on_huge_x_with_a_fixed_lr_says_how_small_lr_must_be():
 
 
 def test_newton_and_momentum_with_divergent_hyperparameters():
-    xs, ys = data()
+    xs, ys = linear_data()
     lam = max(np.linalg.eigvalsh(xs[s, :t].numpy().T @ xs[s, :t].numpy()).max()
               for s in range(3) for t in range(1, 9))
     with pytest.raises(ValueError, match=f"newton: alpha=1000000.0 diverges .* largest stable "
@@ -161,7 +157,7 @@ def test_newton_and_momentum_with_divergent_hyperparameters():
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_is_computed_in_float64_and_cast_back(dtype):
-    xs, ys = data()
+    xs, ys = linear_data()
     xh, yh = xs.to(dtype), ys.to(dtype)
     for name, hyper in (("pgd", {"steps": [3], "precond": PRECOND, "lr": 0.2}),
                         ("newton", {"steps": [10]}), ("ols", {})):
@@ -173,7 +169,7 @@ def test_half_precision_is_computed_in_float64_and_cast_back(dtype):
 
 
 def test_results_beyond_float16_are_refused_not_inf():
-    xs, ys = data()
+    xs, ys = linear_data()
     x16, y16 = (xs * 1e-3).half(), (ys * 1e3).half()  # the weights are ~1e6 > 65504
     preds = algorithms.pgd(x16, y16, steps=[5], precond=PRECOND, lr=1e5, weights=False).preds
     assert preds.dtype == torch.float16 and torch.isfinite(preds).all()
@@ -187,7 +183,7 @@ def test_results_beyond_float16_are_refused_not_inf():
 
 @pytest.mark.parametrize("name", sorted(algorithms.LEARNERS))
 def test_complex_input_is_refused(name):
-    xs, ys = data()
+    xs, ys = linear_data()
     hyper = {"precond": PRECOND} if name == "pgd" else {}
     steps = None if name in ("ols", "ridge") else [1]
     for x, y in ((xs.to(torch.complex128), ys), (xs, ys.to(torch.complex64))):

@@ -1,6 +1,6 @@
 import pytest
 import torch
-from helpers import small_batch, tiny_gpt
+from helpers import small_batch, tiny_gpt, tiny_pq
 
 from iclprobe import hooks, models
 
@@ -9,12 +9,8 @@ def all_hooks_clear(model):
     return all(not h._forward_hooks and not h._backward_hooks for h in model.hook_dict.values())
 
 
-def pq_model():
-    return models.PQTransformer(models.PQConfig(n_dims=3, n_layers=3, n_heads=2, init_std=0.2))
-
-
 @pytest.mark.parametrize("make", [lambda: tiny_gpt("softmax", "interleaved"),
-                                  lambda: tiny_gpt("linear", "paired"), pq_model])
+                                  lambda: tiny_gpt("linear", "paired"), tiny_pq])
 def test_collect_residuals_matches_the_full_cache(make):
     model = make()
     b = small_batch(batch=10)
@@ -75,11 +71,11 @@ def test_zero_ablation_equals_zeroed_weights():
 
 
 def test_pq_head_ablation_and_mean_ablation():
-    model = pq_model()
+    model = tiny_pq()
     b = small_batch()
     with torch.no_grad(), hooks.ablate(model, block=2, head=0):
         ablated = model(b.xs, b.ys)
-    copy = pq_model()
+    copy = tiny_pq()
     with torch.no_grad():
         copy.blocks[2].attn.A[0].zero_()
         torch.testing.assert_close(ablated, copy(b.xs, b.ys))

@@ -2,17 +2,12 @@
 
 import pytest
 import torch
-from helpers import small_batch, tiny_gpt
+from helpers import small_batch, tiny_gpt, tiny_pq
 
 from iclprobe import hooks, models
 
-
-def pq_model():
-    return models.PQTransformer(models.PQConfig(n_dims=3, n_layers=3, n_heads=2, init_std=0.2))
-
-
 MAKERS = {"interleaved": lambda: tiny_gpt("softmax", "interleaved"),
-          "paired": lambda: tiny_gpt("linear", "paired"), "pq": pq_model}
+          "paired": lambda: tiny_gpt("linear", "paired"), "pq": tiny_pq}
 
 
 @pytest.mark.parametrize("kind", sorted(MAKERS))

@@ -129,7 +129,7 @@ def test_training_script_reruns_and_the_loss_falls(tmp_path):
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "train_pretrained.py"),
                           "gpt-linear-paired", "pq-isotropic-1layer", "--quick",
                           "--work", str(tmp_path / "work"), "--dest", str(tmp_path / "dest")],
-                         capture_output=True, text=True, timeout=900)
+                         capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
     for name in ("gpt-linear-paired", "pq-isotropic-1layer"):
         dest = tmp_path / "dest" / name

@@ -67,6 +67,38 @@ def foreign_entries(directory: Path, marker: dict[str, Any], own: tuple[str, ...
         p.is_dir() and not p.is_symlink() and read_marker(p) is not None))
 
 
+def check_target(path: str | os.PathLike[str], kind: str, ignore: tuple[str, ...] = ()
+                 ) -> tuple[Path, dict[str, Any] | None]:
+    """``(path, its marker)`` if iclprobe may write ``kind`` output there, else refuse.
+
+    The path may be absent, an empty directory (``ignore`` names aside: a lock file, ...),
+    or iclprobe's own ``kind`` output (then its marker is returned, else None).
+
+    Raises:
+        OutputExistsError: ``path`` is a file or lies below one, is a non-empty directory
+            without iclprobe's marker, or holds iclprobe's output of another kind.
+    """
+    path = Path(path)
+    if path.is_symlink():
+        path = path.resolve()
+    if path.exists() and not path.is_dir():
+        raise OutputExistsError(f"{path} is a file, not a directory: choose another path")
+    blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise OutputExistsError(f"{path} cannot be created: {blocker} is a file, not a "
+                                "directory; choose another path")
+    if not path.exists() or all(p.name in ignore for p in path.iterdir()):
+        return path, None
+    marker = read_marker(path)
+    if marker is None:
+        raise OutputExistsError(f"{path} is a non-empty directory that iclprobe did not "
+                                "write: choose another path (nothing was changed)")
+    if marker["kind"] != kind:
+        raise OutputExistsError(f"{path} holds an iclprobe {marker['kind']}, not {kind} "
+                                "output: choose another path")
+    return path, marker
+
+
 def check_output(path: str | os.PathLike[str], kind: str, overwrite: bool = False,
                  own: tuple[str, ...] = ()) -> Path:
     """Refuse an output directory that iclprobe may not write; returns the path to write.
@@ -78,28 +110,12 @@ def check_output(path: str | os.PathLike[str], kind: str, overwrite: bool = Fals
         own: further names that this kind of output owns without listing them.
 
     Raises:
-        OutputExistsError: ``path`` is a file, a non-empty directory without iclprobe's
-            marker, iclprobe's output of another kind, iclprobe's output and ``overwrite``
-            is False, or it holds files that iclprobe did not write.
+        OutputExistsError: as `check_target`; or ``path`` holds iclprobe's output and
+            ``overwrite`` is False, or it holds files that iclprobe did not write.
     """
-    path = Path(path)
-    if path.is_symlink():
-        path = path.resolve()
-    if path.exists() and not path.is_dir():
-        raise OutputExistsError(f"{path} is a file, not a directory: choose another path")
-    blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
-    if blocker is not None:
-        raise OutputExistsError(f"{path} cannot be created: {blocker} is a file, not a "
-                                "directory; choose another path")
-    if not path.exists() or not any(path.iterdir()):
-        return path
-    marker = read_marker(path)
+    path, marker = check_target(path, kind)
     if marker is None:
-        raise OutputExistsError(f"{path} is a non-empty directory that iclprobe did not "
-                                "write: choose another path (nothing was changed)")
-    if marker["kind"] != kind:
-        raise OutputExistsError(f"{path} holds an iclprobe {marker['kind']}, not {kind} "
-                                "output: choose another path")
+        return path
     if not overwrite:
         raise OutputExistsError(f"{path} already holds iclprobe {kind} output: pass "
                                 "--overwrite (overwrite=True) to replace it")

@@ -95,6 +95,12 @@ def test_reports_refuse_foreign_output_before_any_work(ckpt, tmp_path, capsys, m
     assert main(["train", "--out", str(mine), "--steps", "2"]) == 2
     one_line_error(capsys, str(mine), "did not write")
     assert listing(mine) == ["notes.txt"]
+    # every writer, train included, names a file that an --out path runs through
+    through = mine / "notes.txt" / "run"
+    for argv in (["align", str(ckpt), *FAST], ["demo"], ["train", "--steps", "2"]):
+        assert main([*argv, "--out", str(through)]) == 2
+        one_line_error(capsys, f"{through} cannot be created: {mine / 'notes.txt'} is a file")
+    assert listing(mine) == ["notes.txt"] and (mine / "notes.txt").read_text() == "mine"
 
 
 # ---------------------------------------------------------------- reports

@@ -31,6 +31,7 @@ from iclprobe.storage import (
     OutputExistsError,
     atomic_directory,
     check_output,
+    check_target,
     foreign_entries,
     read_marker,
     torch_load_tensors,
@@ -63,22 +64,14 @@ def open_run(out: Path, resume: bool, overwrite: bool = False) -> IO[str]:
     checkpoint (a run killed before its first checkpoint: its log is started afresh);
     ``overwrite`` replaces a finished or interrupted run. ``resume`` needs a checkpoint.
     """
-    if out.exists() and not out.is_dir():
-        raise OutputExistsError(f"{out} is a file, not a directory: choose another --out")
     checkpoint = out / RUN_CHECKPOINT
     if resume:
         read_train_config(out)  # a readable checkpoint, or a clear error
-    elif out.exists() and any(p.name != LOCK_FILE for p in out.iterdir()):
-        marker = read_marker(out)
-        if marker is None and (checkpoint / TRAIN_CONFIG_FILE).is_file():
+    else:
+        if read_marker(out) is None and (checkpoint / TRAIN_CONFIG_FILE).is_file():
             raise OutputExistsError(f"{out} already holds a run: resume it (--resume) or "
-                                    "choose another out")
-        if marker is None:
-            raise OutputExistsError(f"{out} is a non-empty directory that iclprobe did not "
-                                    "write: choose another --out (nothing was changed)")
-        if marker["kind"] != RUN_KIND:
-            raise OutputExistsError(f"{out} holds an iclprobe {marker['kind']}, not a "
-                                    "training run: choose another --out")
+                                    "choose another out")  # written before runs were marked
+        check_target(out, RUN_KIND, ignore=(LOCK_FILE,))
     out.mkdir(parents=True, exist_ok=True)
     lock = _lock(out)
     try:

@@ -17,25 +17,16 @@ from torch import Tensor
 from iclprobe import probes
 from iclprobe.alignment.protocols import RunSpec
 from iclprobe.hooks.residuals import collect_residuals
-from iclprobe.models.regressor import Regressor, readout_residual
+from iclprobe.models.regressor import Regressor
 from iclprobe.tasks import RegressionBatch, RegressionTask
 
 if TYPE_CHECKING:
     from iclprobe.alignment.pipeline import AlignConfig
 
 
-def default_positions(model: Regressor) -> str:
-    """Where a model without a recorded recipe was trained (its family says: PQ, the last)."""
-    return model.default_positions
-
-
-def _exact_readout(model: Regressor) -> bool:
-    return model.exact_layer_readout
-
-
 def needs_probes(model: Regressor) -> bool:
     """Whether `align` reads this model's layers through fitted probes (else exactly)."""
-    return not _exact_readout(model)
+    return not model.exact_layer_readout
 
 
 def layer_predictions(model: Regressor, task: RegressionTask, batch: RegressionBatch,
@@ -50,9 +41,8 @@ def layer_predictions(model: Regressor, task: RegressionTask, batch: RegressionB
     are the ones to read the sequences ``weight_rows`` with (out of sample for them).
     """
     xs, ys = batch.xs.to(cfg.device), batch.ys.to(cfg.device)
-    if _exact_readout(model):
-        with torch.no_grad():
-            preds = readout_residual(model, collect_residuals(model, xs, ys))
+    if model.exact_layer_readout:
+        preds = probes.readout_predictions(model, xs, ys)
         return preds.double().cpu(), "the exact readout of each layer (its own prediction)", \
             [], None
     if layer_probes is None and cfg.probe_fit == "crossfit":
@@ -76,7 +66,7 @@ def layer_predictions(model: Regressor, task: RegressionTask, batch: RegressionB
 def layer_weight_fn(model: Regressor, layer_probes: probes.LayerProbes | None
                     ) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
     """``(xs, ys, queries) -> [L+1, B, n, T]``: every layer's prediction at fresh queries."""
-    if _exact_readout(model):
+    if model.exact_layer_readout:
         def exact(xs: Tensor, ys: Tensor, queries: Tensor) -> Tensor:
             return model.query_residuals(xs, ys, queries, reduce=model.readout_residual)
         return exact

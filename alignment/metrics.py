@@ -52,19 +52,6 @@ def error_cosine(preds_a: Tensor, preds_b: Tensor, ys: Tensor, t_min: int = 1,
     return error_cosine_per_sequence(preds_a, preds_b, ys, t_min, t_max).mean(-1)
 
 
-def error_cosine_across(preds_a: Tensor, preds_b: Tensor, ys: Tensor, t_min: int = 1,
-                        t_max: int | None = None) -> Tensor:
-    """Per position t, the cosine between the residuals of all sequences, ``[..., T]``.
-
-    The view for a model trained and evaluated at one context length (Ahn et al.'s loss
-    is the last position only): at a single t a per-sequence cosine is just a sign.
-    """
-    t_max = check_window(t_min, t_max, ys.shape[-1])
-    ra = (preds_a - ys)[..., t_min:t_max + 1]
-    rb = (preds_b - ys)[..., t_min:t_max + 1]
-    return cosine(ra.transpose(-1, -2), rb.transpose(-1, -2))
-
-
 def weight_cosine_per_sequence(w_a: Tensor, w_b: Tensor, t_min: int = 1,
                                t_max: int | None = None) -> Tensor:
     """Per sequence, the mean over the window of the cosine of the induced weights."""

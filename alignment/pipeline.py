@@ -25,7 +25,6 @@ from iclprobe import algorithms, probes
 from iclprobe.alignment import comparison as C
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.family import (
-    default_positions,
     family_runs,
     layer_predictions,
     layer_weight_fn,
@@ -139,7 +138,7 @@ def trained_positions(model: Regressor) -> str:
     recipe = getattr(model, "train_config", None) or {}
     if "loss" in recipe:
         return "last" if recipe["loss"] == "last" else "all"
-    return default_positions(model)
+    return model.default_positions
 
 
 def _window(cfg: AlignConfig, protocol: Protocol, positions: str, n: int) -> tuple[int, int]:

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from iclprobe import algorithms
+from iclprobe.algorithms.prefix import stats_rows
 from iclprobe.alignment.protocols import RunSpec
 from iclprobe.tasks import RegressionBatch
 
@@ -35,13 +36,6 @@ def concat_iterates(parts: list[algorithms.Iterates], key: str,
     hyper = dict(parts[0].hyper)
     hyper[key] = [v for v, p in zip(values, parts) for _ in range(p.steps.numel())]
     return algorithms.Iterates(steps, preds, weights, hyper, parts[0].name)
-
-
-def slice_stats(stats: algorithms.PrefixStats, rows: slice) -> algorithms.PrefixStats:
-    """The prefix statistics of the sequences ``rows`` (``counts`` has no batch axis)."""
-    sliced: dict[str, Any] = {name: value[rows] for name, value in stats._asdict().items()
-                              if isinstance(value, torch.Tensor) and name != "counts"}
-    return stats._replace(**sliced)
 
 
 def run_spec(spec: RunSpec, batch: RegressionBatch, n_layers: int, weights: bool,
@@ -68,7 +62,7 @@ def run_spec(spec: RunSpec, batch: RegressionBatch, n_layers: int, weights: bool
             kw[key] = value[rows] if key == "precond" else value[:, rows]
     xs, ys = batch.xs[rows].to(torch.float64), batch.ys[rows].to(torch.float64)
     if "stats" in params and stats is not None:
-        kw["stats"] = slice_stats(stats, rows) if sequences is not None else stats
+        kw["stats"] = stats_rows(stats, rows) if sequences is not None else stats
     steps = spec.resolve_steps(xs.shape[-1], n_layers)
     if steps is not None:
         kw["steps"] = steps

@@ -24,6 +24,26 @@ def test_error_cosine_by_hand():
     assert two.item() == pytest.approx((1 / math.sqrt(2) + 1) / 2)
 
 
+def test_error_cosine_across_sequences_against_numpy():
+    import numpy as np
+
+    g = torch.Generator().manual_seed(0)
+    ys = torch.randn(6, 5, generator=g, dtype=torch.float64)
+    layers = ys + torch.randn(2, 6, 5, generator=g, dtype=torch.float64)  # [layer, seq, t]
+    learner = ys + torch.randn(3, 6, 5, generator=g, dtype=torch.float64)  # [step, seq, t]
+    it = Iterates(torch.arange(3), learner, None, {}, "gd")
+    sim = alignment.similarity(layers, it, ys, t_min=2, t_max=4, over="sequences", n_boot=2)
+    ra, rb = (layers - ys).numpy(), (learner - ys).numpy()
+    want = np.zeros((2, 3))
+    for layer in range(2):
+        for step in range(3):
+            cos = [ra[layer, :, t] @ rb[step, :, t]
+                   / np.linalg.norm(ra[layer, :, t]) / np.linalg.norm(rb[step, :, t])
+                   for t in range(2, 5)]  # one cosine across the 6 sequences per position
+            want[layer, step] = np.mean(cos)
+    np.testing.assert_allclose(sim.values.numpy(), want, rtol=1e-12, atol=1e-12)
+
+
 def test_weight_cosine_spd_ilwd_by_hand():
     wa = torch.tensor([[[0.0, 0.0], [1.0, 0.0], [1.0, 1.0]]])  # [batch, pos, d]
     wb = torch.tensor([[[5.0, 5.0], [1.0, 1.0], [2.0, 2.0]]])

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from iclprobe import algorithms
+from iclprobe.alignment.metrics import metric_info
 from iclprobe.alignment.protocols import Protocol
 from iclprobe.alignment.runs import run_spec
 from iclprobe.alignment.similarities import similarity
@@ -57,7 +58,7 @@ class Separation:
 
 def _best_gd(newton: algorithms.Iterates, gd: algorithms.Iterates, ys: Tensor, cols: list[int],
              metric: str, t_min: int, t_max: int | None) -> tuple[list[int], list[float]]:
-    values = (newton.weights if metric == "weight_cosine" else newton.preds)
+    values = newton.weights if metric_info(metric).on == "weights" else newton.preds
     assert values is not None
     table = similarity(values[cols], gd, ys, metric, t_min=t_min, t_max=t_max, n_boot=2)
     best = table.values.argmax(1)
@@ -89,7 +90,8 @@ def separation_views(d: int, n: int, protocol: Protocol,
         out.append(SeparationView(label, probe_steps, gd_steps, res))
     if "newton" in iterates_w and "gd" in iterates_w:
         gd_steps, res = _best_gd(iterates_w["newton"], iterates_w["gd"], ys[sub], cols,
-                                 "weight_cosine", max(1, window[0]), window[1])
+                                 "weight_cosine", max(protocol.weight_t_min, window[0]),
+                                 window[1])  # the positions align's weight tables use
         out.append(SeparationView("weight cosine", probe_steps, gd_steps, res))
     ill = RegressionTask(n_dims=d, n_points=n, cov="ill-conditioned",
                          condition_number=condition_number)

@@ -17,7 +17,13 @@ import torch
 from torch import Tensor
 
 from iclprobe.models.regressor import Regressor
-from iclprobe.probes.layer_probes import LayerProbes, ProbeMetrics, model_hash
+from iclprobe.probes.layer_probes import (
+    LayerProbes,
+    ProbeMetrics,
+    check_rows,
+    model_hash,
+    probe_metrics,
+)
 from iclprobe.probes.ridge import RidgeSums, ridge_from_sums, ridge_sums
 
 
@@ -71,14 +77,11 @@ def cross_fit(model: Regressor, resid: Tensor, ys: Tensor, folds: int = 4, t_min
         raise ValueError(f"folds must be an integer in [2, {batch}], got {folds!r}")
     if not isinstance(t_min, int) or not 0 <= t_min < n:
         raise ValueError(f"t_min must be in [0, {n - 1}], got {t_min!r}")
-    rows_per_fold = (batch // folds) * (n - t_min)
-    if rows_per_fold * (folds - 1) <= width:
-        raise ValueError(f"too few rows for cross-fitted probes: {folds - 1} folds of "
-                         f"{batch // folds} sequences x {n - t_min} positions give "
-                         f"{rows_per_fold * (folds - 1)} rows for {width} features; use more "
-                         "sequences")
     edges = [round(k * batch / folds) for k in range(folds + 1)]
     bounds = list(zip(edges[:-1], edges[1:]))
+    fitted_on = batch - max(b - a for a, b in bounds)  # the fewest sequences a probe sees
+    check_rows(fitted_on * (n - t_min), width, f"the other {folds - 1} of {folds} folds "
+                f"({fitted_on} sequences) x {n - t_min} positions t >= {t_min}", n - t_min)
     sums = [ridge_sums(resid[:, a:b, t_min:].flatten(1, 2), ys[a:b, t_min:].flatten())
             for a, b in bounds]
     total = _total(sums)
@@ -87,8 +90,5 @@ def cross_fit(model: Regressor, resid: Tensor, ys: Tensor, folds: int = 4, t_min
         fit = ridge_from_sums(total - own, alphas)
         block = resid[:, a:b].to(torch.float64)
         preds[:, a:b] = torch.einsum("lbnd,ld->lbn", block, fit.coef) + fit.intercept[:, None, None]
-    pred, y = preds[:, :, t_min:], ys[:, t_min:].to(torch.float64)
-    r2 = 1 - (pred - y).pow(2).sum((1, 2)) / (y - y.mean()).pow(2).sum()
-    err = (pred - y).pow(2).mean((1, 2)) / model.cfg.n_dims
-    return CrossFit(preds, ProbeMetrics(r2.tolist(), err.tolist()), bounds, sums, model, t_min,
-                    alphas)
+    metrics = probe_metrics(preds, ys, ys, t_min, model.cfg.n_dims)  # the target is y
+    return CrossFit(preds, metrics, bounds, sums, model, t_min, alphas)

@@ -57,7 +57,7 @@ def readout_predictions(model: Regressor, xs: Tensor, ys: Tensor,
     return readout_residual(model, collect_residuals(model, xs, ys, batch_size=batch_size))
 
 
-def _check_rows(n_rows: int, width: int, where: str, per_sequence: int) -> None:
+def check_rows(n_rows: int, width: int, where: str, per_sequence: int) -> None:
     """Refuse fits with no more rows than features + intercept (a probe would interpolate)."""
     if n_rows <= width + 1:
         raise ValueError(
@@ -73,6 +73,19 @@ class ProbeMetrics:
 
     r2: list[float]  # R² of the probe's prediction against its target
     normalized_error: list[float]  # mean (pred − y)² / d against the true y
+
+
+def probe_metrics(preds: Tensor, targets: Tensor, ys: Tensor, t_min: int,
+                  n_dims: int) -> ProbeMetrics:
+    """R² of ``preds [layer, B, n]`` against ``targets``, normalized error against ``ys``.
+
+    Both over the positions ``t >= t_min``.
+    """
+    pred = preds[:, :, t_min:].double()
+    tgt, y = targets[:, t_min:].double(), ys[:, t_min:].double()
+    r2 = 1 - (pred - tgt).pow(2).sum((1, 2)) / (tgt - tgt.mean()).pow(2).sum()
+    err = (pred - y).pow(2).mean((1, 2)) / n_dims
+    return ProbeMetrics(r2.tolist(), err.tolist())
 
 
 class LayerProbes:
@@ -116,7 +129,7 @@ class LayerProbes:
             raise ValueError("task is required: the model has no task attached")
         if isinstance(n_sequences, int) and isinstance(self.t_min, int) and \
                 0 <= self.t_min < task.n_points:  # before any work
-            _check_rows(n_sequences * (task.n_points - self.t_min), model.cfg.d_model,
+            check_rows(n_sequences * (task.n_points - self.t_min), model.cfg.d_model,
                         f"n_sequences={n_sequences} x {task.n_points - self.t_min} positions "
                         f"t >= {self.t_min}", task.n_points - self.t_min)
         gen = as_generator(generator)
@@ -154,7 +167,7 @@ class LayerProbes:
             raise ValueError(f"t_min must be in [0, {resid.shape[2] - 1}], got {self.t_min!r}")
         x = resid[:, :, self.t_min:].flatten(1, 2)  # [layer, rows, d_model]
         y = targets[:, self.t_min:].flatten()
-        _check_rows(x.shape[1], x.shape[2], f"{resid.shape[1]} sequences x "
+        check_rows(x.shape[1], x.shape[2], f"{resid.shape[1]} sequences x "
                     f"{resid.shape[2] - self.t_min} positions t >= {self.t_min}",
                     resid.shape[2] - self.t_min)
         if self.solver == "adam":
@@ -185,12 +198,7 @@ class LayerProbes:
         return coef.detach().double(), bias.detach().double()
 
     def _evaluate(self, resid: Tensor, targets: Tensor, ys: Tensor) -> ProbeMetrics:
-        pred = self.apply(resid)[:, :, self.t_min:].double()
-        tgt, y = targets[:, self.t_min:].double(), ys[:, self.t_min:].double()
-        ss_tot = (tgt - tgt.mean()).pow(2).sum()
-        r2 = 1 - (pred - tgt).pow(2).sum((1, 2)) / ss_tot
-        err = (pred - y).pow(2).mean((1, 2)) / self.n_dims_
-        return ProbeMetrics(r2.tolist(), err.tolist())
+        return probe_metrics(self.apply(resid), targets, ys, self.t_min, self.n_dims_)
 
     # ------------------------------------------------------------------ prediction
     def _check_fitted(self) -> None:

@@ -232,5 +232,6 @@ def test_cross_fitted_probes_equal_fitting_on_the_other_folds():
         fit.probes_excluding(slice(0, 40))
     with pytest.raises(ValueError, match="folds must be an integer in \\[2, 40\\], got 1"):
         probes.cross_fit(model, resid, b.ys, folds=1)
-    with pytest.raises(ValueError, match="too few rows for cross-fitted probes"):
+    with pytest.raises(ValueError, match=r"too few rows for the probes: the other 1 of 2 folds "
+                                         r"\(2 sequences\) x \d+ positions t >= 1 give"):
         probes.cross_fit(model, resid[:, :4], b.ys[:4], folds=2)

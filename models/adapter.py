@@ -293,11 +293,6 @@ class HookedAdapter(TokenLayoutMixin, Regressor):
         if self.cfg.n_positions is not None:
             super().check_points(n_points, what)
 
-    def check_inputs(self, xs: Tensor, ys: Tensor) -> None:
-        """Validate the shapes, and at most ``n_positions`` examples."""
-        Regressor.check_inputs(self, xs, ys)
-        self.check_points(xs.shape[1])
-
     def check_task(self, task: Any) -> None:
         """The task's dimension, and at most ``n_positions`` examples when given."""
         Regressor.check_task(self, task)

@@ -71,12 +71,6 @@ class GPTRegressor(TokenLayoutMixin, Regressor):
             nn.init.normal_(block.attn.W_O, std=proj_std)
             nn.init.normal_(block.mlp.W_out, std=proj_std)
 
-    # ------------------------------------------------------------------ tokens
-    def check_inputs(self, xs: Tensor, ys: Tensor) -> None:
-        """Validate the shapes, and at most ``n_positions`` examples."""
-        super().check_inputs(xs, ys)
-        self.check_points(xs.shape[1])
-
     # ------------------------------------------------------------------ forward
     def embed(self, xs: Tensor, ys: Tensor) -> Float[Tensor, "batch tok d_model"]:
         """Read-in plus learned positions: the residual stream entering block 0."""
@@ -84,22 +78,6 @@ class GPTRegressor(TokenLayoutMixin, Regressor):
         embed = self.hook_embed(self.read_in(self.tokens(xs, ys)))
         pos = self.hook_pos_embed(self.W_pos[: embed.shape[1]].expand_as(embed))
         return embed + pos
-
-    def forward(
-        self, xs: Float[Tensor, "batch pos n_dims"], ys: Float[Tensor, "batch pos"],
-        last_only: bool = False,
-    ) -> Float[Tensor, "batch pos"]:
-        """Predict every ``ys[:, t]`` from examples ``0..t-1`` and ``xs[:, t]``.
-
-        ``last_only=True`` returns the last position alone, ``[batch, 1]``.
-        """
-        resid = self.embed(xs, ys)
-        for block in self.blocks:
-            resid = block(resid)
-        positions = self.readout_positions(xs.shape[1])
-        if last_only:
-            positions = positions[-1:]
-        return self.read_out(self.ln_final(resid[:, positions]))[..., 0]
 
     def readout(self, resid: Float[Tensor, "... d_model"]) -> Float[Tensor, "..."]:
         """Final norm (if any) and read-out applied to any residual (the no-training probe)."""

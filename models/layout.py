@@ -20,7 +20,9 @@ class TokenLayoutMixin:
     """Tokens, readout positions and readout rows of a model with ``cfg.layout``.
 
     Mixed in before `iclprobe.models.base.Regressor`; provides the readout-row methods the
-    base class asks for, and refuses tasks with more than ``cfg.n_positions`` examples.
+    base class asks for, the forward pass of a stack of blocks over the tokens (the model
+    provides ``embed``, ``blocks`` and ``readout``), and refuses inputs and tasks with more
+    than ``cfg.n_positions`` examples.
     """
 
     cfg: Any
@@ -59,6 +61,29 @@ class TokenLayoutMixin:
         out = activation.clone()
         out[:, self.readout_positions(n)] = rows.to(activation)
         return out
+
+    def check_inputs(self, xs: Tensor, ys: Tensor) -> None:
+        """Validate the shapes, and at most ``n_positions`` examples."""
+        super().check_inputs(xs, ys)  # type: ignore[misc]
+        self.check_points(xs.shape[1])
+
+    def forward(
+        self, xs: Float[Tensor, "batch pos n_dims"], ys: Float[Tensor, "batch pos"],
+        last_only: bool = False,
+    ) -> Float[Tensor, "batch pos"]:
+        """Predict every ``ys[:, t]`` from examples ``0..t-1`` and ``xs[:, t]``.
+
+        The embedded tokens (``self.embed``) pass through ``self.blocks`` and are read out
+        (``self.readout``) at the readout positions; ``last_only=True`` returns the last
+        position alone, ``[batch, 1]``.
+        """
+        h = self.embed(xs, ys)  # type: ignore[attr-defined]
+        for block in self.blocks:  # type: ignore[attr-defined]
+            h = block(h)
+        positions = self.readout_positions(xs.shape[1])
+        if last_only:
+            positions = positions[-1:]
+        return self.readout(h[:, positions])  # type: ignore[attr-defined,no-any-return]
 
     def check_points(self, n_points: int, what: str = "xs") -> None:
         """At most ``n_positions`` examples."""

@@ -103,33 +103,11 @@ class LSTMRegressor(TokenLayoutMixin, Regressor):
         self.hook_embed = HookPoint()  # [batch, tok, d_model]
         self.setup()
 
-    # ------------------------------------------------------------------ tokens
-    def check_inputs(self, xs: Tensor, ys: Tensor) -> None:
-        """Validate the shapes, and at most ``n_positions`` examples."""
-        super().check_inputs(xs, ys)
-        self.check_points(xs.shape[1])
-
     # ------------------------------------------------------------------ forward
     def embed(self, xs: Tensor, ys: Tensor) -> Float[Tensor, "batch tok d_model"]:
         """The read-in of every token: layer 0."""
         self.check_inputs(xs, ys)
         return self.hook_embed(self.read_in(self.tokens(xs, ys)))
-
-    def forward(
-        self, xs: Float[Tensor, "batch pos n_dims"], ys: Float[Tensor, "batch pos"],
-        last_only: bool = False,
-    ) -> Float[Tensor, "batch pos"]:
-        """Predict every ``ys[:, t]`` from examples ``0..t-1`` and ``xs[:, t]``.
-
-        ``last_only=True`` returns the last position alone, ``[batch, 1]``.
-        """
-        h = self.embed(xs, ys)
-        for block in self.blocks:
-            h = block(h)
-        positions = self.readout_positions(xs.shape[1])
-        if last_only:
-            positions = positions[-1:]
-        return self.readout(h[:, positions])
 
     def readout(self, resid: Float[Tensor, "... d_model"]) -> Float[Tensor, "..."]:
         """The read-out Linear applied to any hidden states (no norm: the no-training probe)."""

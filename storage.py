@@ -260,8 +260,8 @@ def torch_load_tensors(path: str | os.PathLike[str]) -> Any:
     """``torch.load(path, weights_only=True)`` on the CPU, without torch's pickle warnings.
 
     Raises:
-        ValueError: the file is truncated, corrupt or holds more than tensors; the message
-            names it.
+        CheckpointError: the file is truncated, corrupt or holds more than tensors; the
+            message names it.
     """
     import warnings
 
@@ -272,5 +272,5 @@ def torch_load_tensors(path: str | os.PathLike[str]) -> Any:
             warnings.simplefilter("ignore", UserWarning)
             return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - any unpickling failure is a bad file
-        raise ValueError(f"{path}: truncated, corrupt or unsafe "
-                         f"({torch_load_failure(err)})") from None
+        raise CheckpointError(f"{path}: truncated, corrupt or unsafe "
+                              f"({torch_load_failure(err)})") from None

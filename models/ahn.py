@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from iclprobe.models.pq import PQTransformer
-from iclprobe.storage import CheckpointError, torch_load_failure
+from iclprobe.storage import CheckpointError, torch_load_tensors
 from iclprobe.tasks import RegressionTask
 
 logger = logging.getLogger(__name__)
@@ -73,11 +73,7 @@ def _read_file(path: Path) -> tuple[list[Any], Tensor | None, Tensor | None]:
     """``(history, U, D)`` from one of their files (U, D: None when absent)."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: file is missing")
-    try:
-        raw = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - any unpickling failure is a bad file
-        raise CheckpointError(f"{path}: truncated, corrupt or unsafe "
-                              f"({torch_load_failure(err)})") from None
+    raw = torch_load_tensors(path)
     if isinstance(raw, Tensor):
         return [raw], None, None
     if not isinstance(raw, dict):

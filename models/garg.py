@@ -14,12 +14,10 @@ then predicts ``_read_out(hidden_states[k])``, Hugging Face's hidden state after
 from __future__ import annotations
 
 import logging
-import pickle
 import re
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 from einops import rearrange
 from torch import Tensor
@@ -27,7 +25,7 @@ from torch import Tensor
 from iclprobe.models.checkpoint import load_state_into
 from iclprobe.models.config import GPTConfig
 from iclprobe.models.gpt import GPTRegressor
-from iclprobe.storage import CheckpointError, torch_load_failure
+from iclprobe.storage import CheckpointError, torch_load_tensors
 from iclprobe.tasks import RegressionTask
 
 logger = logging.getLogger(__name__)
@@ -135,11 +133,7 @@ def _drop_unused(state: dict[str, Tensor], k: int, source: Path) -> dict[str, Te
 def _read_state(state_path: Path) -> dict[str, Tensor]:
     if not state_path.is_file():
         raise CheckpointError(f"{state_path}: file is missing")
-    try:
-        raw = torch.load(state_path, map_location="cpu", weights_only=True)
-    except (RuntimeError, pickle.UnpicklingError, EOFError, ValueError) as err:
-        raise CheckpointError(f"{state_path}: truncated, corrupt or unsafe "
-                              f"({torch_load_failure(err)})") from None
+    raw = torch_load_tensors(state_path)
     if not isinstance(raw, dict) or not isinstance(raw.get("model_state_dict"), dict):
         raise CheckpointError(f"{state_path}: no 'model_state_dict' in the file")
     return raw["model_state_dict"]

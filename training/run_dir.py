@@ -173,10 +173,7 @@ def restore(out: Path, model: Regressor, cfg: TrainConfig,
 
 
 def _trainer_state(path: Path) -> dict[str, Any]:
-    try:
-        state = torch_load_tensors(path)
-    except ValueError as err:
-        raise CheckpointError(str(err)) from None
+    state = torch_load_tensors(path)
     missing = [k for k in ("step", "optimizer", "torch_rng")
                if not isinstance(state, dict) or k not in state]
     if missing:

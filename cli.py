@@ -188,11 +188,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-#: Config fields whose flag is not ``--field-name``.
-_FLAG_RENAMES = {"RegressionTask.seed": "--task-seed", "GPTConfig.seed": "--model-seed",
-                 "PQConfig.seed": "--model-seed", "LSTMConfig.seed": "--model-seed"}
-
-
 def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser | None:
     for action in parser._subparsers._group_actions if parser._subparsers else ():
         if isinstance(action, argparse._SubParsersAction):
@@ -204,13 +199,19 @@ def _name_flags(message: str, sub: argparse.ArgumentParser | None) -> str:
     """``AlignConfig.n_sequences must ...`` -> ``--n-sequences: AlignConfig.n_sequences must ...``.
 
     Only where the command has that flag: errors from a config speak of its fields, the
-    user typed flags.
+    user typed flags (the task's and every registered family's seed have their own names).
     """
-    match = re.search(r"\b(AlignConfig|TrainConfig|GPTConfig|PQConfig|LSTMConfig|"
-                      r"RegressionTask)\.([a-z_]+)", message)
+    match = re.search(r"\b([A-Z]\w*)\.([a-z_]+)\b", message)
     if sub is None or match is None:
         return message
-    flag = _FLAG_RENAMES.get(match.group(0), "--" + match.group(2).replace("_", "-"))
+    from iclprobe.cli_flags import MODEL_RENAME, TASK_RENAME
+    from iclprobe.models.registry import FAMILIES  # torch-free
+
+    owner, field = match.groups()
+    model_configs = {family.config.__name__ for family in FAMILIES.values()}
+    rename = TASK_RENAME if owner == "RegressionTask" else \
+        MODEL_RENAME if owner in model_configs else {}
+    flag = "--" + rename.get(field, field).replace("_", "-")
     return f"{flag}: {message}" if flag in sub._option_string_actions else message
 
 

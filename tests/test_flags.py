@@ -147,6 +147,16 @@ def test_a_newly_registered_family_gets_its_flags(monkeypatch, tmp_path, capsys)
     assert given(args, train_flags()["model"]) == {"width": 0.25}
     assert main(["train", "--out", str(tmp_path / "r"), "--width", "0.25"]) == 2
     assert "not applicable to --family gpt: --width" in capsys.readouterr().err
+    # its config's errors name the flag the user typed, its seed as --model-seed
+    from iclprobe.cli import _name_flags, _subparser
+
+    train = _subparser(build_parser(), "train")
+    assert _name_flags("TinyConfig.width must be > 0", train) == \
+        "--width: TinyConfig.width must be > 0"
+    assert _name_flags("TinyConfig.seed must be an integer seed", train) == \
+        "--model-seed: TinyConfig.seed must be an integer seed"
+    assert _name_flags("Other.width must be > 0", train) == "--width: Other.width must be > 0"
+    assert _name_flags("TinyConfig.nothing must be > 0", train) == "TinyConfig.nothing must be > 0"
 
 
 @pytest.mark.parametrize(

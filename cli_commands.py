@@ -52,10 +52,6 @@ def _model_dir(checkpoint: str) -> Path:
     return path
 
 
-def _name(checkpoint: str) -> str:
-    return _model_dir(checkpoint).name or checkpoint
-
-
 def unique_names(checkpoints: list[str]) -> list[str]:
     """One name per checkpoint, for tables, JSON keys and file names.
 
@@ -207,7 +203,7 @@ def align_checkpoints(checkpoints: list[str], cfg: Any, refit_probes: bool = Fal
 
 def cmd_align(args: argparse.Namespace) -> int:
     """``iclprobe align`` and ``iclprobe compare``."""
-    from iclprobe.alignment.report import comparison_rows, text_table, write_report
+    from iclprobe.alignment.tables import aligned, comparison_rows, text_table
     from iclprobe.storage import atomic_directory, check_output
 
     checkpoints = [args.checkpoint] if hasattr(args, "checkpoint") else args.checkpoints
@@ -218,6 +214,8 @@ def cmd_align(args: argparse.Namespace) -> int:
     results, records = align_checkpoints(checkpoints, cfg, refit_probes=args.refit_probes,
                                          n_probe_given=hasattr(args, "n_probe_sequences"))
     if args.out:
+        from iclprobe.alignment.report import write_report  # matplotlib: only for a report
+
         command = "iclprobe " + " ".join(args.argv)
         with atomic_directory(args.out, "report", args.overwrite) as tmp:
             write_report(tmp, results, title=f"iclprobe {args.command}", command=command)
@@ -230,11 +228,8 @@ def cmd_align(args: argparse.Namespace) -> int:
             if res.meaningless:
                 break
     if len(results) > 1:
-        header, body = comparison_rows(results)
         print("best Newton step per layer (* = the models differ, † = not above zero)")
-        widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
-        for row in [header, *body]:
-            print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+        print("\n".join(aligned(*comparison_rows(results), right=False)))
     if args.out:
         print(f"report: {Path(args.out) / 'report.md'}")
     return 0
@@ -268,12 +263,10 @@ def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int = 1000,
 
     ``out`` is checked before any work (`check_output`) and written whole at the end.
     """
-    import dataclasses
-
     from iclprobe import models, probes
     from iclprobe.alignment.pipeline import AlignConfig, align
-    from iclprobe.alignment.report import comparison_rows, write_report
-    from iclprobe.alignment.tables import aligned, headline_lines, text_table
+    from iclprobe.alignment.report import write_report
+    from iclprobe.alignment.tables import aligned, comparison_rows, headline_lines, text_table
     from iclprobe.storage import atomic_directory, check_output
 
     check_output(out, "report", overwrite)

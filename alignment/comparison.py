@@ -35,8 +35,6 @@ from iclprobe.algorithms.base import Iterates
 from iclprobe.alignment.metrics import metric_info
 from iclprobe.alignment.similarities import Similarity, similarity
 
-VERDICTS = ("prefers", "leans", "indistinguishable", "computes nothing", "matches no learner")
-
 
 @dataclasses.dataclass
 class Interval:

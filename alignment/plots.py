@@ -15,7 +15,7 @@ import torch  # noqa: E402
 
 from iclprobe.alignment.matching import Match  # noqa: E402
 from iclprobe.alignment.similarities import Similarity  # noqa: E402
-from iclprobe.alignment.tables import metric_words, nice_float  # noqa: E402
+from iclprobe.alignment.tables import metric_words  # noqa: E402
 
 LEARNER_STYLE = {"ols": ("black", "--"), "gd": ("tab:red", ":"), "newton": ("tab:blue", "-."),
                  "pgd": ("tab:orange", ":"), "cg": ("tab:green", "--"),
@@ -23,7 +23,7 @@ LEARNER_STYLE = {"ols": ("black", "--"), "gd": ("tab:red", ":"), "newton": ("tab
                  "pgd_inv_cov": ("tab:pink", ":")}
 MARKERS = "osD^v<>P*"
 
-__all__ = ["error_curves", "learner_comparison", "matched_steps", "nice_float",
+__all__ = ["error_curves", "learner_comparison", "matched_steps",
            "preconditioner_distances", "similarity_heatmaps"]
 
 

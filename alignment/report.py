@@ -18,10 +18,10 @@ from typing import Any
 from iclprobe.alignment import plots
 from iclprobe.alignment import tables as T
 from iclprobe.alignment.pipeline import AlignResult
-from iclprobe.alignment.tables import nice_float, text_table
+from iclprobe.alignment.tables import nice_float
 from iclprobe.storage import write_text_atomic
 
-__all__ = ["comparison_rows", "markdown_table", "text_table", "write_report"]
+__all__ = ["markdown_table", "write_report"]
 
 GLOSSARY = """\
 How to read the tables:
@@ -71,32 +71,6 @@ def _csv(header: Sequence[str], body: Sequence[Sequence[Any]]) -> str:
     writer.writerow(header)
     writer.writerows(body)
     return buf.getvalue()
-
-
-def comparison_rows(results: Sequence[AlignResult], metric: str = "error_cosine",
-                    learner: str = "newton") -> tuple[list[str], list[list[str]]]:
-    """Side by side: each model's best step per layer (†: not live); * marks differences."""
-    header = ["layer"] + [f"{r.name} step (sim)" for r in results]
-    depth = max(r.n_layers for r in results) + 1
-    body = []
-    for layer in range(depth):
-        cells, steps = [str(layer)], set()
-        for r in results:
-            m = r.matches.get(learner, {}).get(metric)
-            if m is None or layer >= len(m.best_step):
-                cells.append("-")
-                continue
-            steps.add(m.best_step[layer])
-            mark = "" if m.above_zero[layer] else "†"
-            cells.append(f"{m.best_step[layer]}{mark} ({nice_float(m.best_value[layer])})")
-        if len(steps) > 1:
-            cells[0] += " *"
-        body.append(cells)
-    fits = ["fit (live layers)"]
-    for r in results:
-        m = r.matches.get(learner, {}).get(metric)
-        fits.append("-" if m is None or m.fit is None else m.fit.describe())
-    return header, body + [fits]
 
 
 def _model_section(out: Path, res: AlignResult, slug: str) -> list[str]:
@@ -182,7 +156,7 @@ def write_report(out: str | os.PathLike[str], results: Sequence[AlignResult],
                "defined (Fu et al. Fig. 3a): a slope near 1 means one Newton step per layer.",
                ""]
     if len(results) > 1:
-        header, body = comparison_rows(results)
+        header, body = T.comparison_rows(results)
         write_text_atomic(out / "comparison_newton.csv", _csv(header, body))
         md += ["Side by side (* marks layers whose best Newton step differs):", "",
                markdown_table(header, body), ""]

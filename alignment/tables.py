@@ -235,3 +235,29 @@ def headline_lines(results: Sequence[AlignResult], metric: str = "error_cosine",
                      f"{_pm(sb.score, last)} @{sb.best_label[last]}; {a} − {b} "
                      f"{_ci(pair.difference, last)} → {pair.verdicts[last]}")
     return lines
+
+
+def comparison_rows(results: Sequence[AlignResult], metric: str = "error_cosine",
+                    learner: str = "newton") -> tuple[list[str], list[list[str]]]:
+    """Side by side: each model's best step per layer (†: not live); * marks differences."""
+    header = ["layer"] + [f"{r.name} step (sim)" for r in results]
+    depth = max(r.n_layers for r in results) + 1
+    body = []
+    for layer in range(depth):
+        cells, steps = [str(layer)], set()
+        for r in results:
+            m = r.matches.get(learner, {}).get(metric)
+            if m is None or layer >= len(m.best_step):
+                cells.append("-")
+                continue
+            steps.add(m.best_step[layer])
+            mark = "" if m.above_zero[layer] else "†"
+            cells.append(f"{m.best_step[layer]}{mark} ({nice_float(m.best_value[layer])})")
+        if len(steps) > 1:
+            cells[0] += " *"
+        body.append(cells)
+    fits = ["fit (live layers)"]
+    for r in results:
+        m = r.matches.get(learner, {}).get(metric)
+        fits.append("-" if m is None or m.fit is None else m.fit.describe())
+    return header, body + [fits]

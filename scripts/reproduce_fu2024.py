@@ -21,7 +21,8 @@ import torch
 
 from iclprobe import models, tasks
 from iclprobe.alignment.pipeline import AlignConfig, align
-from iclprobe.alignment.report import text_table, write_report
+from iclprobe.alignment.report import write_report
+from iclprobe.alignment.tables import text_table
 
 
 def garg_size_model(out: Path, device: str, steps: int) -> str:

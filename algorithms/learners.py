@@ -170,7 +170,8 @@ def _tune_gd(tune: PrefixStats, ys: Tensor, c: Tensor, steps: Tensor,
     factors = torch.as_tensor(list(grid) if grid is not None else
                               torch.logspace(-3, 0.5, 36).tolist(), dtype=torch.float64)
     if not bool((factors > 0).all()):
-        raise ValueError("grid must hold positive learning-rate multipliers")
+        raise ValueError(f"grid must hold positive learning-rate multipliers, got "
+                         f"{[float(f) for f in factors if not f > 0]} among them")
     candidates = factors / max(lam_max, 1e-300)
     target = ys.to(torch.float64) / tune.y_scale
     chosen = []

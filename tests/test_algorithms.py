@@ -93,6 +93,9 @@ def test_gd_tuned_picks_from_the_grid_on_the_tuning_batch():
     assert it.hyper["lr"][0] != it.hyper["lr"][1]  # one rate per step count
     halves = algorithms.gd(xs, ys, steps=[2], lr="tuned")  # tunes on the second half
     assert isinstance(halves.hyper["lr"][0], float)
+    with pytest.raises(ValueError, match=r"grid must hold positive learning-rate multipliers, "
+                                         r"got \[0.0, -1.0\] among them"):
+        algorithms.gd(xs, ys, steps=[2], lr="tuned", tune_on=tune, grid=[0.5, 0.0, -1.0])
 
 
 def test_pgd_is_the_naive_loop():

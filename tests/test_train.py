@@ -165,7 +165,8 @@ def test_existing_run_is_not_overwritten(tmp_path):
     models.train(paired_linear(), TASK, cfg, out=tmp_path / "r", progress=False)
     with pytest.raises(FileExistsError, match="already holds a run"):
         models.train(paired_linear(), TASK, cfg, out=tmp_path / "r", progress=False)
-    with pytest.raises(ValueError, match=r"TrainConfig fields \['lr'\] differ"):
+    with pytest.raises(ValueError, match=r"TrainConfig fields differ from the run's \(lr: run "
+                                         r"0.001, given 0.1\)"):
         models.train(paired_linear(), TASK, TrainConfig(steps=4, lr=0.1), out=tmp_path / "r",
                      resume=True, progress=False)
 

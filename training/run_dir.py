@@ -155,7 +155,10 @@ def restore(out: Path, model: Regressor, cfg: TrainConfig,
     differ = [f for f in saved.to_dict() if f not in ("steps", "log_every", "checkpoint_every")
               and getattr(saved, f) != getattr(cfg, f)]
     if differ:
-        raise ValueError(f"cannot resume {out}: TrainConfig fields {differ} differ from the run's")
+        values = "; ".join(f"{f}: run {getattr(saved, f)!r}, given {getattr(cfg, f)!r}"
+                           for f in differ)
+        raise ValueError(f"cannot resume {out}: TrainConfig fields differ from the run's "
+                         f"({values})")
     try:
         weights = load_file(str(ckpt / WEIGHTS_FILE))
     except (SafetensorError, OSError) as err:

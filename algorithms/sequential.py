@@ -34,7 +34,7 @@ def _record(k_steps: Tensor, weights_at: dict[int, Tensor], x: Tensor, want: boo
     return (w * x).sum(-1), (w if want else None)
 
 
-def _initial_weights(init: str | Tensor, shape: tuple[int, int, int],
+def initial_weights(init: str | Tensor, shape: tuple[int, int, int],
                      generator: torch.Generator | int | None, device: torch.device) -> Tensor:
     """The starting w of every prefix, ``[batch, pos, n_dims]`` in float64."""
     if isinstance(init, Tensor):
@@ -120,7 +120,7 @@ def online_gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
         lr = check_positive(lr, "lr")
     rate = rescale(lr, sx, 2) if isinstance(lr, float) else 0.0
     b, n, d = x.shape
-    w = _initial_weights(init, (b, n, d), generator, xs.device)  # one w per prefix
+    w = initial_weights(init, (b, n, d), generator, xs.device)  # one w per prefix
     if (sx, sy) != (1.0, 1.0):
         w = w * (sx / sy)  # the start in the units of the scaled data
     w[:, 0] = 0.0

@@ -15,6 +15,7 @@ import torch
 
 from iclprobe import algorithms
 from iclprobe.algorithms.prefix import stats_rows
+from iclprobe.algorithms.sequential import initial_weights
 from iclprobe.alignment.protocols import RunSpec
 from iclprobe.tasks import RegressionBatch
 
@@ -52,9 +53,9 @@ def run_spec(spec: RunSpec, batch: RegressionBatch, n_layers: int, weights: bool
     kw: dict[str, Any] = {**_resolve_hyper(dict(spec.hyper), batch), **extra,
                           "weights": weights}
     init_uniform = "generator" in params and kw.get("init") == "uniform"
-    if init_uniform:  # one start per (sequence, prefix) of the whole batch
-        kw["init"] = torch.rand(batch.xs.shape, generator=torch.Generator().manual_seed(seed),
-                                dtype=torch.float64)[rows]
+    if init_uniform:  # one start per (sequence, prefix) of the whole batch, then the rows
+        shape = (batch.xs.shape[0], batch.xs.shape[1], batch.xs.shape[2])
+        kw["init"] = initial_weights("uniform", shape, seed, torch.device("cpu"))[rows]
     for key in ("precond", "preconds"):
         value = kw.get(key)
         if sequences is not None and isinstance(value, torch.Tensor) and value.ndim == (

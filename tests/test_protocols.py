@@ -149,3 +149,21 @@ def test_online_gd_init_options():
         algorithms.online_gd(b.xs, b.ys, steps=[1], init=torch.zeros(3, 5))
     with pytest.raises(ValueError, match="init must be 'zero', 'uniform'"):
         algorithms.online_gd(b.xs, b.ys, steps=[1], init="normal")
+
+
+@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
+def test_a_run_on_some_sequences_is_those_rows_of_the_run_on_all(protocol):
+    # align runs the weight metrics on a subset: its iterates (random starts included) must
+    # be the rows of the full run, or the two tables would describe different learners
+    from iclprobe.alignment.runs import run_spec
+
+    batch = tasks.RegressionTask(n_dims=3, n_points=8).sample(12, generator=4)
+    stats = algorithms.prefix_stats(batch.xs.double(), batch.ys.double())
+    rows = slice(0, 5)
+    for key, spec in get_protocol(protocol).runs.items():
+        full = run_spec(spec, batch, 4, True, stats, seed=3)
+        part = run_spec(spec, batch, 4, True, stats, seed=3, sequences=rows)
+        torch.testing.assert_close(part.preds, full.preds[:, rows], rtol=1e-12, atol=1e-12,
+                                   msg=key)
+        torch.testing.assert_close(part.weights, full.weights[:, rows], rtol=1e-12, atol=1e-12,
+                                   msg=key)

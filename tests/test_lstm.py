@@ -10,7 +10,6 @@ from transformer_lens import ActivationCache
 
 from iclprobe import hooks, models, probes, tasks
 from iclprobe.cli import main
-from iclprobe.models.checkpoint import PRETRAINED_DIR
 from iclprobe.models.lstm import LSTMConfig, LSTMRegressor
 
 LAYOUTS = ("interleaved", "paired")
@@ -255,17 +254,15 @@ def test_ablate_an_lstm_layer():
             pass
 
 
-def test_shipped_lstm_errors_as_documented():
+def test_shipped_lstm_learned_in_context():
+    # its documented curve is checked exactly in test_pretrained.py
     model = models.load("lstm")
     assert isinstance(model, LSTMRegressor)
-    doc = json.loads((PRETRAINED_DIR / "lstm" / "error_curve.json").read_text())
     batch = model.task.sample(1000, generator=777)
     with torch.no_grad():
         err = (model(batch.xs, batch.ys) - batch.ys).pow(2).mean(0) / model.task.n_dims
     worst = err[16:].max().item()
-    assert doc["worst_over"] == "t >= 16"
-    assert abs(worst - doc["worst_normalized_error"]) < 0.15 * doc["worst_normalized_error"]
-    # it learned in context: far below the zero predictor, and its error falls with t
+    # far below the zero predictor, and its error falls with t
     assert worst < 0.5 and err[16:].mean() < 0.5 * err[:2].mean()
 
 

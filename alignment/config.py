@@ -93,6 +93,10 @@ class AlignConfig:
             raise TypeError(f"{_OWNER}.separation must be a bool, got {self.separation!r}")
         check_seed(_OWNER, "seed", self.seed)
 
+    def queries_for(self, n_dims: int) -> int:
+        """Fresh queries per prefix for the induced weights: ``n_queries`` or d + max(2, d // 2)."""
+        return self.n_queries or n_dims + max(2, n_dims // 2)
+
     def _check_names(self) -> None:
         """``protocol``, ``algorithms`` and ``metrics`` against the registries."""
         from iclprobe import algorithms  # the registries import torch: only when validating

@@ -179,7 +179,7 @@ def align(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
     layer_w = None
     if any(METRIC_INFO[m].on == "weights" for m in cfg.metrics):
         d = task.n_dims
-        n_q = cfg.n_queries or d + max(2, d // 2)
+        n_q = cfg.queries_for(d)
         cov = batch.cov[sub] if batch.cov.ndim == 3 else batch.cov
         with timings.stage("induced weights (query tokens)"):
             layer_w = probes.induced_weights(layer_weight_fn(model, layer_probes),

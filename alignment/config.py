@@ -58,7 +58,7 @@ class AlignConfig:
     n_probe_heldout: int = option(256, "fresh sequences the probes' held-out R² is measured on")
     n_weight_sequences: int = option(16, "sequences the induced weights (weight metrics) are "
                                      "measured on (16: the paired weight-cosine difference "
-                                     "is then known to ±0.0001, bench/ci_widths.py)")
+                                     "is then known to ±0.00015, bench/ci_widths.py)")
     n_queries: int | None = option(None, "fresh queries per prefix for the induced weights "
                                    "(default: d + max(2, d // 2))")
     data: str = option("task", "evaluation data: task = the checkpoint's own task",

@@ -6,21 +6,26 @@ error cosine (evaluation sequences) and by weight cosine (weight sequences) — 
 several counts. The defaults of `AlignConfig` are chosen where the half-widths fall below
 the differences the report has to resolve (the learners' own separation, ~0.002-0.02).
 
-    python bench/ci_widths.py [--model gpt-softmax]
+    python bench/ci_widths.py [--model gpt-softmax] [--counts 512:16 1024:128 ...]
 
-Measured on gpt-softmax (2 CPU cores, 2026-12-01), half-widths at the last layer:
+Measured on gpt-softmax (2 CPU cores, 2026-12-01), at the last layer: the half-width of
+Newton's best error cosine, and Newton − GD with its half-width, value and whether its
+interval excludes 0:
 
-    sequences  weight seqs  Newton err-cos  N−GD err-cos  N−GD w-cos
-          128           16          0.0041        0.0008      0.0002
-          256           32          0.0034        0.0007      0.0001
-          512           64          0.0022        0.0006      0.0001
-         1024          128          0.0016        0.0004      0.0001
+     sequences weight seqs  Newton err-cos               N−GD err-cos                 N−GD w-cos
+           128          16          0.0041 ±0.00085 of -0.00088     open ±0.00018 of -0.00019 resolved
+           256          16          0.0034 ±0.00070 of -0.00169 resolved ±0.00010 of -0.00005     open
+           512          16          0.0022 ±0.00058 of -0.00134 resolved ±0.00015 of -0.00013     open
+           512          64          0.0022 ±0.00058 of -0.00134 resolved ±0.00010 of -0.00006     open
+          1024         128          0.0016 ±0.00041 of -0.00093 resolved ±0.00007 of -0.00011 resolved
 
-The verdicts rest on the paired differences: 512 evaluation sequences resolve Newton − GD
-to ±0.0006 (the learners' own separation is 0.003-0.02), and the weight-cosine difference
-is already ±0.0001 on 16-32 weight sequences, so `AlignConfig` uses 512 and 16 (the
-weight-cosine value itself is then known to ±0.0035; fewer queries per prefix than 1.5 d
-would bias it down, so the query count stays).
+The verdicts rest on the paired differences: from 256 evaluation sequences on, Newton − GD
+by error cosine is resolved (512: ±0.0006 of −0.0013), so `AlignConfig` uses 512. By
+weight cosine the difference itself is ~0.0001, 10-100 times below the learners' own
+resemblance gap (1 − 0.99 … 1 − 0.999), so no sequence count turns it into a
+preference; 16 weight sequences (±0.00015) keep the induced-weight pass cheap, and 128
+resolve its sign. Fewer queries per prefix than 1.5 d would bias the weight cosine down,
+so the query count stays.
 """
 
 from __future__ import annotations
@@ -33,33 +38,46 @@ import torch
 from iclprobe import models
 from iclprobe.alignment import AlignConfig, align
 
+#: (evaluation sequences, weight sequences), the `AlignConfig` defaults (512, 16) among them.
+DEFAULT_COUNTS = [(128, 16), (256, 16), (512, 16), (512, 64), (1024, 128)]
+
 
 def half_width(lower: float, upper: float) -> float:
     return (upper - lower) / 2
 
 
+def pairs(text: str) -> tuple[int, int]:
+    """``"512:16"`` -> (512, 16): evaluation sequences and weight sequences."""
+    n, _, w = text.partition(":")
+    return int(n), int(w)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="gpt-softmax")
-    parser.add_argument("--counts", type=int, nargs="+", default=[64, 128, 256, 512, 1024])
-    parser.add_argument("--weight-counts", type=int, nargs="+", default=[16, 32, 64, 128])
+    parser.add_argument("--counts", type=pairs, nargs="+", default=DEFAULT_COUNTS,
+                        help="SEQUENCES:WEIGHT_SEQUENCES pairs (default: %(default)s)")
     args = parser.parse_args()
     torch.set_num_threads(2)
     model = models.load(args.model)
     base = AlignConfig(algorithms=("newton", "gd"), separation=False)
-    print(f"{args.model}: 95% half-widths at the last layer")
-    print(f"{'sequences':>10} {'weight seqs':>11} {'Newton err-cos':>15} {'N−GD err-cos':>13} "
-          f"{'N−GD w-cos':>11}")
-    for n, w in zip(args.counts, [*args.weight_counts, *[args.weight_counts[-1]] * 9]):
-        cfg = dataclasses.replace(base, n_sequences=n, n_weight_sequences=min(w, n))
+    print(f"{args.model}: 95% half-widths at the last layer; Newton − GD with its value and "
+          "whether its interval excludes 0 (resolved)")
+    print(f"{'sequences':>10} {'weight seqs':>11} {'Newton err-cos':>15} "
+          f"{'N−GD err-cos':>26} {'N−GD w-cos':>26}")
+    for n, w in args.counts:
+        cfg = dataclasses.replace(base, n_sequences=n, n_weight_sequences=w)
         res = align(model, cfg, name=args.model)
         last = res.n_layers
         err, wcos = res.comparisons["error_cosine"], res.comparisons["weight_cosine"]
         s = err.scores["newton"].score
-        de, dw = err.pairs[0].difference, wcos.pairs[0].difference
-        print(f"{n:>10} {min(w, n):>11} {half_width(s.lower[last], s.upper[last]):>15.4f} "
-              f"{half_width(de.lower[last], de.upper[last]):>13.4f} "
-              f"{half_width(dw.lower[last], dw.upper[last]):>11.4f}")
+        cells = []
+        for diff in (err.pairs[0].difference, wcos.pairs[0].difference):
+            lo, hi, value = diff.lower[last], diff.upper[last], diff.value[last]
+            resolved = "resolved" if lo > 0 or hi < 0 else "open"
+            cells.append(f"±{half_width(lo, hi):.5f} of {value:+.5f} {resolved:>8}")
+        print(f"{n:>10} {w:>11} {half_width(s.lower[last], s.upper[last]):>15.4f} "
+              f"{cells[0]:>26} {cells[1]:>26}")
 
 
 if __name__ == "__main__":

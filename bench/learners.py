@@ -8,7 +8,8 @@ what ``align_layers`` runs: ``prefix_stats`` once, then every learner of
 on the first ``AlignConfig().n_weight_sequences`` with weights. Prints, from medians of
 alternating repeats:
 
-1. the eigendecomposition, the learner set and their ratio (target <= 2), and where the
+1. the eigendecomposition, the learner set and their ratio (target <= 2, printed PASS or
+   FAIL; the exit status is 1 when a target is missed), and where the
    time goes (prefix_stats, each learner's predictions and weights);
 2. the marginal cost of one more step count of GD and of Newton (predictions on 512
    sequences and weights on that subset), as a share of the eigendecomposition (target <= 2%);
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -150,14 +152,22 @@ def timing_functions(batch: tasks.RegressionBatch, stats: algorithms.PrefixStats
             "newton further": with_steps("newton", list(range(50)), batch, stats)}
 
 
-def report_times(wall: dict, cpu: dict) -> None:
+def verdict(ok: bool, failed: list[str], what: str) -> str:
+    """PASS or FAIL; a miss is added to ``failed``."""
+    if not ok:
+        failed.append(what)
+    return "PASS" if ok else "FAIL"
+
+
+def report_times(wall: dict, cpu: dict, failed: list[str]) -> None:
     """The ratio to eigh, where the time goes, and the marginal step counts."""
     med = {k: statistics.median(v) for k, v in wall.items()}
     ratio = statistics.median(s / e for s, e in zip(wall["set"], wall["eigh"]))
     cpu_ratio = statistics.median(s / e for s, e in zip(cpu["set"], cpu["eigh"]))
     print(f"eigh of the [512, 41, 20, 20] float64 prefix matrices: {med['eigh']:.3f} s")
     print(f"default learner set (prefix_stats + {len(get_protocol('iclprobe').runs)} learners,"
-          f" weights on {SUB.stop}): {med['set']:.3f} s = {ratio:.2f} x eigh (target <= 2); "
+          f" weights on {SUB.stop}): {med['set']:.3f} s = {ratio:.2f} x eigh (target <= 2: "
+          f"{verdict(ratio <= 2, failed, 'learner set / eigh')}); "
           f"in CPU time {cpu_ratio:.2f} x")
     print(f"  prefix_stats {med['prefix_stats']:.3f} s (eigh included)")
     for key in get_protocol("iclprobe").runs:
@@ -166,7 +176,8 @@ def report_times(wall: dict, cpu: dict) -> None:
     for name, extra in (("gd", len(GD_FURTHER)), ("newton", 25)):
         each = (med[f"{name} further"] - med[name]) / extra
         print(f"one more {name} step count: {1e3 * each:.2f} ms = "
-              f"{100 * each / med['eigh']:.2f}% of eigh (target <= 2%)")
+              f"{100 * each / med['eigh']:.2f}% of eigh (target <= 2%: "
+              f"{verdict(each <= 0.02 * med['eigh'], failed, f'one more {name} step')})")
     print(f"float32 eigh (not used): {med['eigh float32']:.3f} s vs float64 {med['eigh']:.3f} s")
 
 
@@ -193,9 +204,13 @@ def main() -> None:
           f"{args.threads} torch threads)")
     batch = tasks.RegressionTask(n_dims=20, n_points=41).sample(512, generator=0)
     stats = algorithms.prefix_stats(batch.xs.double(), batch.ys.double())
-    report_times(*alternate_clocks(timing_functions(batch, stats), args.repeats))
+    failed: list[str] = []
+    report_times(*alternate_clocks(timing_functions(batch, stats), args.repeats), failed)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     report_accuracy(batch, stats)
+    if failed:
+        print(f"targets missed: {', '.join(failed)}")
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -33,9 +33,10 @@ def option(default: Any = dataclasses.MISSING, help: str = "", *,
             default itself, as it must where the default is None.
         choices: the allowed values, listed by the help; the config's ``__post_init__``
             checks them (`check_choice`), the CLI does not.
-        **flag: further keys for the CLI: ``aliases`` (other flag names, e.g.
-            ``("--metric",)``), ``names`` (words that stand for a tuple of names, e.g.
-            ``{"both": (...)}``).
+        **flag: further keys: ``aliases`` (other flag names, e.g. ``("--metric",)``),
+            ``names`` (words that stand for a tuple of names, e.g. ``{"both": (...)}``),
+            ``family_only`` (a `TrainConfig` field that only the families listing it in
+            ``Regressor.train_options`` accept).
     """
     return dataclasses.field(default=default,
                              metadata={"help": help, "choices": choices, **flag})

@@ -52,8 +52,9 @@ class TrainConfig(_ConfigMixin):
     curriculum_points: tuple[int, int] = option((11, 2), "curriculum (start, increment) of "
                                                 "the points")
     project_sparse: bool = option(False, "dense PQ model: project P, Q onto Eq. 8 after each "
-                                  "step")
-    zero_b: bool = option(False, "PQ model: keep B = 0 (Ahn et al.'s p0 setting)")
+                                  "step", family_only=True)
+    zero_b: bool = option(False, "PQ model: keep B = 0 (Ahn et al.'s p0 setting)",
+                          family_only=True)
     seed: int = option(0, "run seed: the data of step s on rank r come from (seed, r, s)")
     log_every: int = option(50, "metrics-log period in steps")
     checkpoint_every: int = option(500, "checkpoint period in steps (0: only at the end)")

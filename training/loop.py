@@ -39,7 +39,8 @@ from iclprobe.training.run_dir import (
 
 logger = logging.getLogger(__name__)
 #: TrainConfig fields that only some families accept (see `Regressor.train_options`).
-FAMILY_TRAIN_OPTIONS = ("project_sparse", "zero_b")
+FAMILY_TRAIN_OPTIONS = tuple(f.name for f in dataclasses.fields(TrainConfig)
+                             if f.metadata.get("family_only"))
 __all__ = ["RunBusyError", "TrainResult", "TrainingDiverged", "TrainingInterrupted",
            "read_train_config", "train"]
 

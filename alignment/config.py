@@ -16,8 +16,6 @@ POSITION_CHOICES = ("auto", "all", "last")
 FIT_LAYER_CHOICES = ("live", "all")
 PROBE_FITS = ("crossfit", "fresh")
 DEVICES = ("cpu", "cuda")
-#: Learners a model family adds (PQ: preconditioned GD with its own A_l, and a_l Σ⁻¹).
-FAMILY_RUNS = ("pgd_own", "pgd_inv_cov")
 _OWNER = "AlignConfig"
 
 
@@ -102,6 +100,7 @@ class AlignConfig:
         from iclprobe import algorithms  # the registries import torch: only when validating
         from iclprobe.alignment.metrics import METRIC_INFO
         from iclprobe.alignment.protocols import get_protocol
+        from iclprobe.models.registry import FAMILIES
 
         try:
             protocol = get_protocol(self.protocol)
@@ -116,14 +115,17 @@ class AlignConfig:
                 raise TypeError(f"{_OWNER}.{name} must be a tuple of names, got {value!r}")
             object.__setattr__(self, name, tuple(value))
         if self.algorithms is not None:
+            # runs a registered family adds (PQ: GD preconditioned by its own A_l, ...);
+            # whether this model has them is checked by align
+            family_runs = [r for family in FAMILIES.values() for r in family.runs]
             unknown = [a for a in self.algorithms
-                       if not protocol.accepts(a) and a not in FAMILY_RUNS]
+                       if not protocol.accepts(a) and a not in family_runs]
             if unknown or not self.algorithms:
                 choices = (list(protocol.runs) if protocol.explicit_runs is not None
                            else sorted(algorithms.LEARNER_INFO))
                 raise ValueError(f"{_OWNER}.algorithms {unknown or list(self.algorithms)} are "
                                  f"not in protocol {self.protocol!r}; choose from "
-                                 f"{choices + list(FAMILY_RUNS)}")
+                                 f"{choices + family_runs}")
         bad = [m for m in self.metrics if m not in METRIC_INFO]
         if bad or not self.metrics:
             raise ValueError(f"{_OWNER}.metrics must be among {list(METRIC_INFO)}, got "

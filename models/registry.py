@@ -29,6 +29,7 @@ class Family:
     config: Any  # a frozen dataclass class with to_dict/from_dict
     model: str | type  # "module:Class", imported on first use, or the class itself
     summary: str
+    runs: tuple[str, ...] = ()  # learner runs its models add to align (claimed_learners)
 
     def model_class(self) -> Any:
         """The model class (imported on first use)."""
@@ -41,11 +42,16 @@ class Family:
 FAMILIES: dict[str, Family] = {}
 
 
-def register_family(name: str, config: Any, model: str | type, summary: str) -> Family:
-    """Register a model family under ``name`` (re-registering a name replaces it)."""
+def register_family(name: str, config: Any, model: str | type, summary: str,
+                    runs: tuple[str, ...] = ()) -> Family:
+    """Register a model family under ``name`` (re-registering a name replaces it).
+
+    ``runs``: the names of the learner runs its models add to an alignment (the keys of
+    their ``claimed_learners``), so that ``AlignConfig(algorithms=...)`` accepts them.
+    """
     if not dataclasses.is_dataclass(config):
         raise TypeError(f"config must be a dataclass, got {config!r}")
-    family = Family(name, config, model, summary)
+    family = Family(name, config, model, summary, tuple(runs))
     FAMILIES[name] = family
     if not isinstance(model, str):
         setattr(model, "family", name)  # noqa: B010 - the class learns its registry name
@@ -71,6 +77,7 @@ def family_of(model: Any) -> str:
 register_family("gpt", GPTConfig, "iclprobe.models.gpt:GPTRegressor",
                 "GPT-2 regressor (Garg et al.), softmax or linear attention")
 register_family("pq", PQConfig, "iclprobe.models.pq:PQTransformer",
-                "PQ linear transformer (Ahn et al., von Oswald et al.)")
+                "PQ linear transformer (Ahn et al., von Oswald et al.)",
+                runs=("pgd_own", "pgd_inv_cov"))
 register_family("lstm", LSTMConfig, "iclprobe.models.lstm:LSTMRegressor",
                 "LSTM regressor: the recurrent baseline on the same tokens")

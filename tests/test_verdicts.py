@@ -205,3 +205,17 @@ def test_tables_of_other_metrics_say_their_dagger_comes_from_the_error_cosine():
     assert "† = a layer not live by the error cosine" in weight
     assert "(error cosine across sequences)" in error.splitlines()[0]
     assert "across sequences" not in weight.splitlines()[0]
+
+
+def test_a_familys_registered_runs_are_the_runs_its_models_claim():
+    # AlignConfig accepts a family's runs by their registered names: they must be the keys
+    # its models' claimed_learners give align
+    from iclprobe.models.registry import FAMILIES
+
+    batch = tasks.RegressionTask(n_dims=3, n_points=8).sample(8, generator=0)
+    made = {"gpt": tiny_gpt(), "pq": models.PQTransformer.from_matrices(A=[0.3 * torch.eye(3)]),
+            "lstm": models.LSTMRegressor(models.LSTMConfig(n_dims=3, n_positions=8))}
+    assert set(made) == set(FAMILIES)
+    for name, model in made.items():
+        runs, _ = model.claimed_learners(batch)
+        assert sorted(runs) == sorted(FAMILIES[name].runs), name

@@ -320,7 +320,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     """``iclprobe train``: exit 1 when training diverges, 130 on Ctrl-C."""
     from iclprobe import models
-    from iclprobe.models.checkpoint import RUN_CHECKPOINT
+    from iclprobe.models.checkpoint import RUN_CHECKPOINT, TRAIN_CONFIG_FILE
 
     if args.resume and args.overwrite:
         raise UsageError("--overwrite starts a fresh run: drop --resume, or drop --overwrite")
@@ -333,7 +333,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 1
     except KeyboardInterrupt as err:
         done = f" after step {err.step}" if isinstance(err, models.TrainingInterrupted) else ""
-        if (Path(args.out) / RUN_CHECKPOINT / "train.json").is_file():
+        if (Path(args.out) / RUN_CHECKPOINT / TRAIN_CONFIG_FILE).is_file():
             hint = f"continue with: iclprobe train --out {args.out} --resume"
         else:
             hint = "no checkpoint was written yet: run the same command again to start afresh"

@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 CONFIG_FILE, WEIGHTS_FILE, TASK_FILE = "config.json", "model.safetensors", "task.json"
 RUN_CHECKPOINT = "checkpoint"  # where `models.train` keeps its latest checkpoint in a run dir
+TRAIN_CONFIG_FILE = "train.json"  # the TrainConfig a checkpoint was trained with
 
 
 def family_of(model: Regressor) -> str:
@@ -229,7 +230,7 @@ def _load_native(path: Path) -> Regressor:
         raise CheckpointError(f"{weights}: truncated or corrupt weights ({err})") from None
     model = model_cls(cfg)
     load_state_into(model, state, weights)
-    recipe = path / "train.json"  # the TrainConfig it was trained with, when known
+    recipe = path / TRAIN_CONFIG_FILE  # when known
     model.train_config = _read_json(recipe) if recipe.is_file() else None
     task_path = path / TASK_FILE
     if task_path.exists():

@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 
 from iclprobe.models.checkpoint import (
     RUN_CHECKPOINT,
+    TRAIN_CONFIG_FILE,
     WEIGHTS_FILE,
     CheckpointError,
     load_state_into,
@@ -47,7 +48,7 @@ except ImportError:  # pragma: no cover - Windows: no advisory locks
     fcntl = None  # type: ignore[assignment]
 
 logger = logging.getLogger(__name__)
-METRICS_FILE, TRAINER_FILE, TRAIN_CONFIG_FILE = "metrics.jsonl", "trainer.pt", "train.json"
+METRICS_FILE, TRAINER_FILE = "metrics.jsonl", "trainer.pt"
 LOCK_FILE = ".iclprobe.lock"
 RUN_KIND = "run"
 RUN_FILES = (METRICS_FILE, RUN_CHECKPOINT, LOCK_FILE)

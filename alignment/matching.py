@@ -182,7 +182,6 @@ def match_steps(sim: Similarity, steps: Sequence[int] | torch.Tensor | None = No
     if log2 is None:
         info = LEARNER_INFO.get(sim.learner)
         log2 = info is not None and info.step_scale == "log2"
-    own_log2 = log2
     return Match(sim.learner, sim.metric, best_step, [float(sign * v) for v in best_score],
                  ties, above_zero if live is None else [bool(v) for v in live],
-                 fits["log2" if own_log2 else "linear"], fits, [int(i) for i in best])
+                 fits["log2" if log2 else "linear"], fits, [int(i) for i in best])

@@ -14,8 +14,8 @@ import matplotlib.ticker  # noqa: E402
 import torch  # noqa: E402
 
 from iclprobe.alignment.matching import Match  # noqa: E402
+from iclprobe.alignment.metrics import metric_info  # noqa: E402
 from iclprobe.alignment.similarities import Similarity  # noqa: E402
-from iclprobe.alignment.tables import metric_words  # noqa: E402
 
 LEARNER_STYLE = {"ols": ("black", "--"), "gd": ("tab:red", ":"), "newton": ("tab:blue", "-."),
                  "pgd": ("tab:orange", ":"), "cg": ("tab:green", "--"),
@@ -113,7 +113,7 @@ def _heatmap_panel(fig: Any, ax: Any, sim: Similarity, match: Match, title: str)
     ax.set_ylabel("layer")
     ax.set_title(title, fontsize=9)
     bar = fig.colorbar(im, ax=ax, extend="min")
-    bar.set_label(f"{metric_words(sim.metric)}\n(clipped below {vmin:.2f})", fontsize=8)
+    bar.set_label(f"{metric_info(sim.metric).label}\n(clipped below {vmin:.2f})", fontsize=8)
 
 
 def similarity_heatmaps(panels: Sequence[tuple[Similarity, Match, str]], path: Path,
@@ -192,7 +192,7 @@ def learner_comparison(result: Any, metric: str, path: Path) -> Path:
             left.plot(x, v, MARKERS[i % len(MARKERS)], color=color,
                       mfc=color if ok else "none")
         left.plot([], [], MARKERS[i % len(MARKERS)], color=color, label=run)
-    words = metric_words(metric)
+    words = metric_info(metric).label
     left.set_xlabel("layer")
     left.set_ylabel(f"best {words} over steps")
     left.set_title(f"{result.name}: learners' best {words} (95% CI)", fontsize=9)

@@ -17,6 +17,7 @@ from typing import Any
 
 from iclprobe.alignment import plots
 from iclprobe.alignment import tables as T
+from iclprobe.alignment.metrics import metric_info
 from iclprobe.alignment.pipeline import AlignResult
 from iclprobe.alignment.tables import nice_float
 from iclprobe.storage import write_text_atomic
@@ -85,7 +86,7 @@ def _model_section(out: Path, res: AlignResult, slug: str) -> list[str]:
         return md + [f"**No alignment:** {res.meaningless}.", "",
                      f"![error curves]({png.name})", ""]
     for metric in res.comparisons:
-        words = T.metric_words(metric)
+        words = metric_info(metric).label
         head, rows = T.matched_csv(res, metric)
         write_text_atomic(out / f"table_{slug}_{metric}.csv", _csv(head, rows))
         head, rows = T.learner_csv(res, metric)

@@ -12,15 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from iclprobe.alignment.comparison import Interval, PairVerdict
-from iclprobe.alignment.metrics import METRIC_INFO
+from iclprobe.alignment.metrics import metric_info
 from iclprobe.alignment.pipeline import AlignResult
-
-
-def metric_words(metric: str) -> str:
-    """How a metric is named in prose (its registered label)."""
-    info = METRIC_INFO.get(metric)
-    return info.label if info else metric.replace("_", " ")
-
 
 
 def nice_float(x: float) -> str:
@@ -50,7 +43,7 @@ def where(result: AlignResult, metric: str = "error_cosine") -> str:
 
 def header_line(result: AlignResult, metric: str) -> str:
     """The first line of a table: model, metric, protocol, positions."""
-    return (f"{result.name} — {metric_words(metric)}, protocol "
+    return (f"{result.name} — {metric_info(metric).label}, protocol "
             f"{result.protocol['name']}, {where(result, metric)}")
 
 

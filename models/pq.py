@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from iclprobe.models.base import ModuleList, Regressor
 from iclprobe.models.config import PQConfig
-from iclprobe.models.pq_layers import PQBlock
+from iclprobe.models.pq_layers import PQBlock, sparse_pq
 
 MatrixLike = Tensor | Sequence[Any]
 
@@ -287,18 +287,13 @@ class PQTransformer(Regressor):
         if A is not None:
             a = _per_layer_head(A, "A", cfg, d)
             b = _per_layer_head(B, "B", cfg, d) if B is not None else torch.zeros_like(a)
-            p = nn.functional.pad(b, (0, 1, 0, 1))
-            p[..., d, d] = 1.0
-            q = -nn.functional.pad(a, (0, 1, 0, 1))
+            p, q = sparse_pq(a, b)
         else:
             if P is None or Q is None:
                 raise ValueError("P and Q must be given together")
             p, q = _per_layer_head(P, "P", cfg, d + 1), _per_layer_head(Q, "Q", cfg, d + 1)
             a, b = -q[..., :d, :d], p[..., :d, :d]
-        if cfg.sparse:
-            expected_p = nn.functional.pad(b, (0, 1, 0, 1))
-            expected_p[..., d, d] = 1.0
-            if not (torch.equal(p, expected_p) and torch.equal(q, -nn.functional.pad(a, (0, 1, 0, 1)))):
+            if cfg.sparse and not all(map(torch.equal, (p, q), sparse_pq(a, b))):
                 raise ValueError(
                     "a sparse PQTransformer was given dense matrices: P must be [[B, 0], [0, 1]] "
                     "and Q must be -[[A, 0], [0, 0]] (use PQConfig(sparse=False) for dense P, Q)"

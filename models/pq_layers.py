@@ -13,6 +13,15 @@ from iclprobe.models._tl import HookPoint, observed
 from iclprobe.models.config import PQConfig
 
 
+def sparse_pq(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    """Eq. 8: ``P = [[B, 0], [0, 1]]`` and ``Q = -[[A, 0], [0, 0]]`` from ``A, B [..., d, d]``."""
+    d = a.shape[-1]
+    corner = torch.zeros(d + 1, d + 1, dtype=b.dtype, device=b.device)
+    corner[d, d] = 1.0
+    pad = (0, 1, 0, 1)  # one zero column and row
+    return nn.functional.pad(b, pad) + corner, -nn.functional.pad(a, pad)
+
+
 class PQAttention(nn.Module):
     """One layer's heads: parameters A, B (sparse) or P, Q (dense), ``[head, ., .]``."""
 
@@ -33,13 +42,7 @@ class PQAttention(nn.Module):
         """Full ``P, Q [head, D, D]`` (for a sparse layer, built from A and B)."""
         if not self.cfg.sparse:
             return self.P, self.Q
-        h, d = self.cfg.n_heads, self.cfg.n_dims
-        corner = torch.zeros(h, d + 1, d + 1, dtype=self.A.dtype, device=self.A.device)
-        corner[:, d, d] = 1.0
-        pad = (0, 1, 0, 1)  # one zero column and row
-        p = nn.functional.pad(self.B, pad) + corner
-        q = -nn.functional.pad(self.A, pad)
-        return p, q
+        return sparse_pq(self.A, self.B)
 
     def forward(self, rows: Tensor, n_keys: Tensor, n_slots: int) -> Tensor:
         """Update of ``rows [batch, prefix, row, D]``.

@@ -18,10 +18,9 @@ from iclprobe.models._tl import HookPoint
 from iclprobe.models.base import ModuleList, Regressor
 from iclprobe.models.components import Block, LayerNorm, side_block
 from iclprobe.models.config import GPTConfig
-from iclprobe.models.layout import TokenLayoutMixin
+from iclprobe.models.layout import QUERY_CHUNK_ELEMENTS, TokenLayoutMixin, over_query_chunks
 
 #: Largest side-attention score tensor ``predict_queries`` builds at once (elements).
-_QUERY_CHUNK_ELEMENTS = 2**25
 
 
 class GPTRegressor(TokenLayoutMixin, Regressor):
@@ -97,7 +96,7 @@ class GPTRegressor(TokenLayoutMixin, Regressor):
         every t and j, but done in one pass: queries are side tokens that attend to the
         real context and are attended by nobody.
         """
-        return self._over_queries(xs, ys, queries, all_layers=False)
+        return self._over_queries(xs, ys, queries, reduce=lambda r: self.readout(r[-1]))
 
     def query_residuals(
         self,
@@ -112,37 +111,26 @@ class GPTRegressor(TokenLayoutMixin, Regressor):
         ``[layer, batch, pos, chunk, d_model] -> [..., chunk]``, so the full stack of
         residuals never has to be held at once.
         """
-        return self._over_queries(xs, ys, queries, all_layers=True, reduce=reduce)
+        return self._over_queries(xs, ys, queries, reduce=reduce)
 
-    def _over_queries(self, xs: Tensor, ys: Tensor, queries: Tensor, all_layers: bool,
-                      reduce: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+    def _over_queries(self, xs: Tensor, ys: Tensor, queries: Tensor,
+                      reduce: Callable[[Tensor], Tensor] | None) -> Tensor:
         """Side-token passes in chunks of queries (bounded attention-score memory)."""
         self.check_queries(xs, ys, queries)
         b, n, _ = xs.shape
         per_query = b * n * self.cfg.n_heads * self.cfg.n_ctx
-        chunk = max(1, _QUERY_CHUNK_ELEMENTS // per_query)
+        chunk = max(1, QUERY_CHUNK_ELEMENTS // per_query)
         ctx = [self.embed(xs, ys)]
         for block in self.blocks[:-1]:
             ctx.append(block(ctx[-1]))
-        out = []
-        for s in range(0, queries.shape[2], chunk):
-            layers = self._side_residuals(ctx, xs, ys, queries[:, :, s : s + chunk])
-            if not all_layers:
-                out.append(self.readout(layers[-1]))
-            else:
-                out.append(reduce(layers) if reduce is not None else layers)
-        return torch.cat(out, dim=-2 if all_layers and reduce is None else -1)
+        return over_query_chunks(queries, chunk,
+                                 lambda q: self._side_residuals(ctx, xs, ys, q), reduce)
 
     def _side_residuals(self, ctx: list[Tensor], xs: Tensor, ys: Tensor,
                         queries: Tensor) -> Tensor:
-        b, n, n_q, d = queries.shape
-        q_pos = self.readout_positions(n)
-        if self.cfg.layout == "interleaved":
-            q_tokens = queries
-        else:
-            prev = self.tokens(xs, ys)[..., : d + 1]  # (x_{t-1}, y_{t-1}) of each token
-            q_tokens = torch.cat([prev[:, :, None].expand(b, n, n_q, d + 1), queries], -1)
-        layers = [self.read_in(q_tokens) + self.W_pos[q_pos][None, :, None]]
+        q_pos = self.readout_positions(queries.shape[1])
+        layers = [self.read_in(self.query_tokens(xs, ys, queries))
+                  + self.W_pos[q_pos][None, :, None]]
         for block, ctx_in in zip(self.blocks, ctx):
             layers.append(side_block(block, ctx_in, layers[-1], q_pos))
         return torch.stack(layers)

@@ -9,11 +9,16 @@ sees the examples ``0..t-1`` and the query ``x_t`` only. Axis legend: ``batch``,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
+
+#: Elements of the largest intermediate a chunk of query tokens may take (attention scores,
+#: LSTM gates): it sets how many queries are run at once.
+QUERY_CHUNK_ELEMENTS = 2**25
 
 
 class TokenLayoutMixin:
@@ -36,6 +41,16 @@ class TokenLayoutMixin:
             return torch.stack([xs, y_tok], dim=2).reshape(b, 2 * n, d)  # x_1, y_1, x_2, …
         prev = torch.cat([xs.new_zeros(b, 1, d + 1), torch.cat([xs, ys[..., None]], -1)], 1)
         return torch.cat([prev[:, :n], xs], dim=-1)  # (x_{t-1}, y_{t-1}, x_t)
+
+    def query_tokens(self, xs: Tensor, ys: Tensor,
+                     queries: Float[Tensor, "batch pos query n_dims"]
+                     ) -> Float[Tensor, "batch pos query token_dim"]:
+        """The token each query x̃ takes at position t: x̃, or (x_{t-1}, y_{t-1}, x̃) if paired."""
+        if self.cfg.layout == "interleaved":
+            return queries
+        b, n, n_q, d = queries.shape
+        prev = self.tokens(xs, ys)[..., : d + 1]  # (x_{t-1}, y_{t-1}) of each token
+        return torch.cat([prev[:, :, None].expand(b, n, n_q, d + 1), queries], -1)
 
     def readout_positions(self, n_points: int) -> Tensor:
         """Token index of each example's query x: ``[pos]``."""
@@ -97,3 +112,19 @@ class TokenLayoutMixin:
         if task.n_points > self.cfg.n_positions:
             raise ValueError(f"task.n_points={task.n_points} is more than the model's "
                              f"n_positions={self.cfg.n_positions}")
+
+
+def over_query_chunks(queries: Tensor, chunk: int,
+                      layers_of: Callable[[Tensor], Tensor],
+                      reduce: Callable[[Tensor], Tensor] | None) -> Tensor:
+    """``layers_of`` on ``queries [batch, pos, query, d]`` a chunk of queries at a time.
+
+    Each chunk's ``[layer, batch, pos, chunk, d_model]`` is ``reduce``d (to ``[..., chunk]``)
+    as it is computed, so memory holds one chunk's stack; the chunks are joined on the query
+    axis.
+    """
+    out = []
+    for s in range(0, queries.shape[2], chunk):
+        layers = layers_of(queries[:, :, s : s + chunk])
+        out.append(reduce(layers) if reduce is not None else layers)
+    return torch.cat(out, dim=-2 if reduce is None else -1)

@@ -22,10 +22,9 @@ from torch import Tensor, nn
 from iclprobe.models._tl import HookPoint
 from iclprobe.models.base import ModuleList, Regressor
 from iclprobe.models.config import LSTMConfig
-from iclprobe.models.layout import TokenLayoutMixin
+from iclprobe.models.layout import QUERY_CHUNK_ELEMENTS, TokenLayoutMixin, over_query_chunks
 
 #: Largest gate tensor ``predict_queries`` builds at once (elements).
-_QUERY_CHUNK_ELEMENTS = 2**25
 
 
 class LSTMBlock(nn.Module):
@@ -151,12 +150,9 @@ class LSTMRegressor(TokenLayoutMixin, Regressor):
         self.check_queries(xs, ys, queries)
         b, n, _ = xs.shape
         states = self._context_states(xs, ys)
-        chunk = max(1, _QUERY_CHUNK_ELEMENTS // (b * n * 4 * self.cfg.d_model))
-        out = []
-        for s in range(0, queries.shape[2], chunk):
-            layers = self._query_layers(states, xs, ys, queries[:, :, s : s + chunk])
-            out.append(reduce(layers) if reduce is not None else layers)
-        return torch.cat(out, dim=-2 if reduce is None else -1)
+        chunk = max(1, QUERY_CHUNK_ELEMENTS // (b * n * 4 * self.cfg.d_model))
+        return over_query_chunks(queries, chunk,
+                                 lambda q: self._query_layers(states, xs, ys, q), reduce)
 
     def _context_states(self, xs: Tensor, ys: Tensor) -> list[tuple[Tensor, Tensor]]:
         """Per layer, the state ``(h, c)`` each query starts from: ``[batch, pos, 1, d_model]``.
@@ -179,12 +175,7 @@ class LSTMRegressor(TokenLayoutMixin, Regressor):
 
     def _query_layers(self, states: list[tuple[Tensor, Tensor]], xs: Tensor, ys: Tensor,
                       queries: Tensor) -> Float[Tensor, "layer batch pos query d_model"]:
-        b, n, n_q, d = queries.shape
-        q_tokens = queries
-        if self.cfg.layout == "paired":
-            prev = self.tokens(xs, ys)[..., : d + 1]  # (x_{t-1}, y_{t-1}) of each token
-            q_tokens = torch.cat([prev[:, :, None].expand(b, n, n_q, d + 1), queries], -1)
-        layers = [self.read_in(q_tokens)]
+        layers = [self.read_in(self.query_tokens(xs, ys, queries))]
         for block, (h, c) in zip(self.blocks, states):
             layers.append(block.step(layers[-1], h, c)[0])
         return torch.stack(layers)

@@ -44,7 +44,7 @@ def test_predict_queries_chunks(monkeypatch):
     queries = torch.randn(4, 8, 5, 3)
     with torch.no_grad():
         full = model.predict_queries(b.xs, b.ys, queries)
-        monkeypatch.setattr(gpt, "_QUERY_CHUNK_ELEMENTS", 1)
+        monkeypatch.setattr(gpt, "QUERY_CHUNK_ELEMENTS", 1)
         torch.testing.assert_close(model.predict_queries(b.xs, b.ys, queries), full)
 
 
@@ -173,6 +173,6 @@ def test_query_residuals_chunked_and_reduced(monkeypatch):
         assert full.shape == (3, 4, 8, 5, 16)
         torch.testing.assert_close(model.readout(full[-1]), model.predict_queries(b.xs, b.ys,
                                                                                   queries))
-        monkeypatch.setattr(gpt, "_QUERY_CHUNK_ELEMENTS", 1)  # one query per chunk
+        monkeypatch.setattr(gpt, "QUERY_CHUNK_ELEMENTS", 1)  # one query per chunk
         reduced = model.query_residuals(b.xs, b.ys, queries, reduce=lambda r: r.sum(-1))
         torch.testing.assert_close(reduced, full.sum(-1))

@@ -57,7 +57,7 @@ def test_predict_queries_equals_substitution(layout):
 def test_query_residuals_equal_substitution(layout, monkeypatch):
     import iclprobe.models.lstm as lstm
 
-    monkeypatch.setattr(lstm, "_QUERY_CHUNK_ELEMENTS", 1)  # one query per chunk
+    monkeypatch.setattr(lstm, "QUERY_CHUNK_ELEMENTS", 1)  # one query per chunk
     model = tiny_lstm(layout)
     b = small_batch()
     queries = torch.randn(4, 8, 2, 3, generator=torch.Generator().manual_seed(2))

@@ -14,6 +14,9 @@ from iclprobe import algorithms, models, tasks
 from iclprobe.algorithms.base import LEARNER_INFO, LEARNERS
 from iclprobe.alignment import AlignConfig, align, write_report
 from iclprobe.alignment.metrics import METRIC_INFO, register_metric
+from iclprobe.alignment.protocols import get_protocol
+from iclprobe.alignment.runs import run_spec
+from iclprobe.cli import main
 
 
 @pytest.fixture
@@ -51,7 +54,7 @@ def pq_gd_model():
     return model
 
 
-def test_a_learner_registered_outside_appears_everywhere(heavy_ball, tmp_path):
+def test_a_learner_registered_outside_appears_everywhere(heavy_ball, tmp_path, capsys):
     cfg = AlignConfig(n_sequences=64, n_weight_sequences=16, n_boot=20, separation=False)
     res = align(pq_gd_model(), cfg, name="gd3")
     assert heavy_ball in res.similarities and heavy_ball in res.step_runs
@@ -72,8 +75,13 @@ def test_a_learner_registered_outside_appears_everywhere(heavy_ball, tmp_path):
     assert (tmp_path / "r" / "heatmaps_gd3_error_cosine.png").is_file()
     assert "](heatmaps_gd3_error_cosine.png)" in text
     assert heavy_ball in text.split("](heatmaps_gd3_error_cosine.png)")[1].split("\n\n")[1]
-    # and the CLI accepts its name
-    assert AlignConfig(algorithms=(heavy_ball, "newton")).algorithms == (heavy_ball, "newton")
+    # and the CLI runs it by name
+    model = pq_gd_model()
+    model.save(tmp_path / "gd3", task=model.task)
+    assert main(["align", str(tmp_path / "gd3"), "--n-sequences", "32", "--algorithms",
+                 f"{heavy_ball},newton", "--metrics", "error_cosine", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)["gd3"]
+    assert sorted(printed["similarities"]) == sorted([heavy_ball, "newton"])
 
 
 def test_a_metric_registered_outside_is_a_metric_like_the_others(error_l1, tmp_path):
@@ -85,6 +93,12 @@ def test_a_metric_registered_outside_is_a_metric_like_the_others(error_l1, tmp_p
     # a lower value is better: the best GD step of the last layer is the one closest to it
     best = res.matches["gd"][error_l1].best_column[-1]
     assert sim.values[-1, best] == sim.values[-1].min()
+    # its values are the function's: layer 0 of a PQ model predicts 0 at the query, so its
+    # value against GD step k is the mean |GD's prediction| at the trained t = 8
+    batch = pq_gd_model().task.sample(64, generator=torch.Generator().manual_seed(cfg.seed))
+    gd = run_spec(get_protocol("iclprobe").runs["gd"], batch, 3, False)
+    torch.testing.assert_close(sim.values[0], gd.preds[:, :, 8].abs().mean(-1), rtol=1e-12,
+                               atol=1e-12)
     assert error_l1 in res.comparisons and res.comparisons[error_l1].pairs
     write_report(tmp_path / "r", [res])
     text = (tmp_path / "r" / "report.md").read_text()

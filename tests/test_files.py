@@ -169,12 +169,19 @@ def test_align_of_a_runs_checkpoint_is_named_after_the_run(tmp_path, capsys):
 # ---------------------------------------------------------------- saved probes
 def test_probes_of_a_shipped_model_go_to_the_user_cache(tmp_path, monkeypatch, capsys):
     name = "pq-isotropic-1layer"
-    inside = PRETRAINED_DIR / name / "probes"
+    shipped = PRETRAINED_DIR / name
+    inside = shipped / "probes"
     existed = inside.exists()
+
+    def snapshot():
+        return sorted((str(p.relative_to(shipped)), p.stat().st_mtime_ns)
+                      for p in shipped.rglob("*"))
+
+    before = snapshot()
     monkeypatch.setenv("ICLPROBE_CACHE", str(tmp_path / "cache"))
     try:
         assert main(["probe", name, "--n-sequences", "64"]) == 0
-        assert not inside.exists() or existed
+        assert snapshot() == before  # nothing written into, or changed in, the package
     finally:
         if inside.exists() and not existed:  # what the old behaviour left in the package
             import shutil

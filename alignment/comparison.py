@@ -33,7 +33,7 @@ from torch import Tensor
 
 from iclprobe.algorithms.base import Iterates
 from iclprobe.alignment.metrics import metric_info
-from iclprobe.alignment.similarities import Similarity, similarity
+from iclprobe.alignment.similarities import Similarity, interval, similarity
 
 
 @dataclasses.dataclass
@@ -101,8 +101,7 @@ class LearnerComparison:
 
 
 def _quantiles(boot: Tensor, confidence: float) -> tuple[list[float], list[float]]:
-    q = torch.tensor([(1 - confidence) / 2, (1 + confidence) / 2], dtype=torch.float64)
-    lower, upper = torch.quantile(boot, q, dim=-1)
+    lower, upper = interval(boot, confidence)
     return lower.tolist(), upper.tolist()
 
 
@@ -126,9 +125,15 @@ def learner_score(sim: Similarity, match_columns: Sequence[int]) -> LearnerScore
 
 def difference(sim_a: Similarity, sim_b: Similarity) -> Interval:
     """Best of A − best of B per layer, paired replicate by replicate."""
-    if sim_a.n_sequences != sim_b.n_sequences or sim_a.boots is None or sim_b.boots is None \
-            or sim_a.boots.shape[-1] != sim_b.boots.shape[-1]:
-        raise ValueError("the two tables must come from the same sequences and bootstrap seed")
+    if sim_a.boots is None or sim_b.boots is None:
+        missing = [s.learner for s in (sim_a, sim_b) if s.boots is None]
+        raise ValueError(f"difference needs the bootstrap replicates of both tables; "
+                         f"{missing} kept none")
+    shapes = [(s.learner, s.n_sequences, s.boots.shape[-1]) for s in (sim_a, sim_b)]
+    if shapes[0][1:] != shapes[1][1:]:
+        raise ValueError("difference pairs tables replicate by replicate: they must come from "
+                         "the same sequences and bootstrap, got (learner, sequences, "
+                         f"replicates) {shapes[0]} and {shapes[1]}")
     sign = 1.0 if sim_a.higher_is_better else -1.0
     best_a = sign * (sign * sim_a.values).max(1).values
     best_b = sign * (sign * sim_b.values).max(1).values

@@ -126,6 +126,13 @@ def _labels(iterates: Iterates) -> list[str] | None:
             for i, step in enumerate(iterates.steps.tolist())]
 
 
+def interval(boot: Tensor, confidence: float) -> tuple[Tensor, Tensor]:
+    """The central ``confidence`` interval of bootstrap replicates ``[..., boot]``."""
+    q = torch.tensor([(1 - confidence) / 2, (1 + confidence) / 2], dtype=torch.float64)
+    lower, upper = torch.quantile(boot, q, dim=-1)
+    return lower, upper
+
+
 def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
                metric: str = "error_cosine", t_min: int = 1, n_boot: int = 200,
                confidence: float = 0.95, seed: int = 0, chunk: int = 64,
@@ -182,8 +189,7 @@ def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
     zero_mom = moments(metric, over, torch.zeros_like(a[:1]),
                        other.to(torch.float64)[None], ys64, t_min, t_max)
     value, boot = torch.cat(values, dim=1), torch.cat(boots, dim=1)  # boot: [layer, step, boot]
-    q = torch.tensor([(1 - confidence) / 2, (1 + confidence) / 2], dtype=torch.float64)
-    lower, upper = torch.quantile(boot, q, dim=-1)
+    lower, upper = interval(boot, confidence)
     return Similarity(metric, iterates.name, iterates.steps.tolist(), value, lower, upper,
                       combine(zero_mom.mean(2))[0], info.higher_is_better, t_min, batch,
                       confidence, t_max, over, _labels(iterates), boot)

@@ -72,7 +72,9 @@ def test_identical_tables_have_a_zero_difference_and_paired_intervals(data):
     sim = similarity(layers, newton, batch.ys.double(), seed=4)
     diff = C.difference(sim, sim)
     assert diff.value == [0.0, 0.0, 0.0] and diff.lower == [0.0] * 3 == diff.upper
-    with pytest.raises(ValueError, match="same sequences"):
+    with pytest.raises(ValueError, match=r"same sequences and bootstrap, got \(learner, "
+                                         r"sequences, replicates\) \('newton', 256, 200\) and "
+                                         r"\('newton', 100, 200\)"):
         C.difference(sim, similarity(layers[:, :100], algorithms.Iterates(
             newton.steps, newton.preds[:, :100], None, {}, "newton"), batch.ys[:100].double()))
     # the best-of-steps interval is re-picked per replicate: it covers the point estimate

@@ -129,7 +129,8 @@ def difference(sim_a: Similarity, sim_b: Similarity) -> Interval:
         missing = [s.learner for s in (sim_a, sim_b) if s.boots is None]
         raise ValueError(f"difference needs the bootstrap replicates of both tables; "
                          f"{missing} kept none")
-    shapes = [(s.learner, s.n_sequences, s.boots.shape[-1]) for s in (sim_a, sim_b)]
+    shapes = [(sim_a.learner, sim_a.n_sequences, sim_a.boots.shape[-1]),
+              (sim_b.learner, sim_b.n_sequences, sim_b.boots.shape[-1])]
     if shapes[0][1:] != shapes[1][1:]:
         raise ValueError("difference pairs tables replicate by replicate: they must come from "
                          "the same sequences and bootstrap, got (learner, sequences, "

@@ -84,20 +84,6 @@ class GPTRegressor(TokenLayoutMixin, Regressor):
 
     readout_residual = readout
 
-    def predict_queries(
-        self,
-        xs: Float[Tensor, "batch pos n_dims"],
-        ys: Float[Tensor, "batch pos"],
-        queries: Float[Tensor, "batch pos query n_dims"],
-    ) -> Float[Tensor, "batch pos query"]:
-        """Predict each query ``queries[:, t, j]`` from the t examples before position t.
-
-        Equal to substituting the query for ``xs[:, t]`` and reading ``preds[:, t]``, for
-        every t and j, but done in one pass: queries are side tokens that attend to the
-        real context and are attended by nobody.
-        """
-        return self._over_queries(xs, ys, queries, reduce=lambda r: self.readout(r[-1]))
-
     def query_residuals(
         self,
         xs: Float[Tensor, "batch pos n_dims"],
@@ -106,6 +92,10 @@ class GPTRegressor(TokenLayoutMixin, Regressor):
         reduce: Callable[[Tensor], Tensor] | None = None,
     ) -> Float[Tensor, "layer batch pos query d_model"]:
         """Every layer's residual at each query token (layer 0: the embedded query).
+
+        Equal to substituting the query for ``xs[:, t]``, for every t and j, but done in one
+        pass: queries are side tokens that attend to the real context and are attended by
+        nobody.
 
         ``reduce`` (e.g. a probe) is applied to each chunk of queries as it is computed,
         ``[layer, batch, pos, chunk, d_model] -> [..., chunk]``, so the full stack of

@@ -100,6 +100,18 @@ class TokenLayoutMixin:
             positions = positions[-1:]
         return self.readout(h[:, positions])  # type: ignore[attr-defined,no-any-return]
 
+    def predict_queries(
+        self, xs: Float[Tensor, "batch pos n_dims"], ys: Float[Tensor, "batch pos"],
+        queries: Float[Tensor, "batch pos query n_dims"],
+    ) -> Float[Tensor, "batch pos query"]:
+        """Predict each query ``queries[:, t, j]`` from the t examples before position t.
+
+        Equal to substituting the query for ``xs[:, t]`` and reading ``preds[:, t]``: the
+        readout of the last layer of ``query_residuals``.
+        """
+        return self.query_residuals(  # type: ignore[attr-defined,no-any-return]
+            xs, ys, queries, reduce=lambda r: self.readout(r[-1]))  # type: ignore[attr-defined]
+
     def check_points(self, n_points: int, what: str = "xs") -> None:
         """At most ``n_positions`` examples."""
         if n_points > self.cfg.n_positions:

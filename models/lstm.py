@@ -115,20 +115,6 @@ class LSTMRegressor(TokenLayoutMixin, Regressor):
     readout_residual = readout
 
     # ------------------------------------------------------------------ queries
-    def predict_queries(
-        self,
-        xs: Float[Tensor, "batch pos n_dims"],
-        ys: Float[Tensor, "batch pos"],
-        queries: Float[Tensor, "batch pos query n_dims"],
-    ) -> Float[Tensor, "batch pos query"]:
-        """Predict each query ``queries[:, t, j]`` from the t examples before position t.
-
-        Equal to substituting the query for ``xs[:, t]`` and reading ``preds[:, t]``: each
-        query token takes x_t's place, one LSTM step per layer from the state the context
-        left there (all prefixes and queries at once).
-        """
-        return self._over_queries(xs, ys, queries, reduce=lambda r: self.readout(r[-1]))
-
     def query_residuals(
         self,
         xs: Float[Tensor, "batch pos n_dims"],
@@ -137,6 +123,10 @@ class LSTMRegressor(TokenLayoutMixin, Regressor):
         reduce: Callable[[Tensor], Tensor] | None = None,
     ) -> Float[Tensor, "layer batch pos query d_model"]:
         """Every layer's hidden state at each query token (layer 0: the read-in of the query).
+
+        Equal to substituting the query for ``xs[:, t]``: each query token takes x_t's
+        place, one LSTM step per layer from the state the context left there (all prefixes
+        and queries at once).
 
         ``reduce`` (e.g. a probe) is applied to each chunk of queries as it is computed,
         ``[layer, batch, pos, chunk, d_model] -> [..., chunk]``, so the full stack of

@@ -31,6 +31,13 @@ class PrefixStats(NamedTuple):
 
     The moments are those of ``xs / x_scale`` and ``ys / y_scale``, powers of two that are 1
     unless the data are extreme in magnitude (see `power_of_two_scale`).
+
+    ``eigvecs``, ``xty_eig`` and ``query_eig`` are basis-dependent: each eigenvector's sign,
+    and the basis inside a repeated eigenvalue's eigenspace, are the LAPACK build's choice.
+    Nothing built from them here depends on that choice: every learner's weights are
+    ``V g(Λ) Vᵀ b`` (`from_eigenbasis` of ``g(λ) · xty_eig``) and its predictions sums of
+    ``g(λ_i) · query_eig_i · xty_eig_i``, in which signs cancel and g is constant on an
+    eigenspace. Code that reads these fields must keep to such products.
     """
 
     gram: Float[Tensor, "batch pos n_dims n_dims"]  # S_t = Xᵀ X over the prefix

@@ -13,7 +13,9 @@ also ``training_minutes`` in the exported config.json): gpt-softmax 33 min (one 
 gpt-softmax-paired 4 min, gpt-linear-paired 9 min (both slowed by a concurrent job),
 pq-rotated-3layer 2.6 min, pq-isotropic-1layer 1.3 min, lstm 36.8 min (one thread, beside
 other jobs). ``--quick`` trains each
-model for a tenth of its steps into a scratch directory (used by the slow test).
+model for a tenth of its steps into a scratch directory (used by the slow test);
+``--curves-only`` recomputes the shipped error curves (and the summaries that quote them)
+from the current sampler without training, e.g. after a change to how data are drawn.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import io
 import json
 import shutil
 from pathlib import Path
@@ -164,29 +167,46 @@ def logged_minutes(metrics: Path) -> float:
 def export(spec: Spec, result: dict[str, Any], dest_root: Path) -> Path:
     """Copy the trained checkpoint, its log and error curve into ``dest_root/NAME``."""
     model, run, curve = result["model"], result["run"], result["curve"]
-    task = model.task
     dest = dest_root / spec.name
-    models.save(model, dest, task=task)
+    models.save(model, dest, task=model.task)
     shutil.copy(run / RUN_CHECKPOINT / "train.json", dest / "train.json")
     shutil.copy(run / "metrics.jsonl", dest / "metrics.jsonl")
+    minutes = round(logged_minutes(run / "metrics.jsonl"), 1)
+    write_curve(spec, model, curve, result["steps"], dest, minutes)
+    return dest
+
+
+def recurve(spec: Spec, dest_root: Path) -> Path:
+    """Recompute a shipped model's documented error curve (weights and log untouched)."""
+    dest = dest_root / spec.name
+    model = models.load(dest)
+    meta = json.loads((dest / "config.json").read_text())
+    write_curve(spec, model, error_curve(model, model.task), meta["trained_steps"], dest,
+                meta["training_minutes"])
+    return dest
+
+
+def write_curve(spec: Spec, model: torch.nn.Module, curve: list[float], steps: int,
+                dest: Path, minutes: float) -> None:
+    """Write error_curve.json/.csv and the config.json summary that quotes the curve."""
+    task = model.task
     t_min = 2 * task.n_dims if spec.target is not None else task.n_points - 1
     worst = worst_after(curve, t_min)
     where = f"t >= {t_min}" if spec.target is not None else f"t = {t_min}"
     summary = (f"{spec.about}; d={task.n_dims}, {task.n_points} points, cov={task.cov}, "
                f"w~{task.w_prior}; normalized error {worst:.4f} at {where}")
     meta = json.loads((dest / "config.json").read_text())
-    meta.update(summary=summary, trained_steps=result["steps"],
-                training_minutes=round(logged_minutes(run / "metrics.jsonl"), 1))
+    meta.update(summary=summary, trained_steps=steps, training_minutes=minutes)
     write_text_atomic(dest / "config.json", json.dumps(meta, indent=2))
     metrics = {"normalized_error_by_t": curve, "worst_normalized_error": worst,
-               "worst_over": where, "steps": result["steps"]}
+               "worst_over": where, "steps": steps}
     write_text_atomic(dest / "error_curve.json", json.dumps(metrics, indent=2))
-    with open(dest / "error_curve.csv", "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["t", "normalized_error"])
-        writer.writerows(enumerate(curve))
-    print(f"{spec.name}: {summary} ({meta['training_minutes']} min of training) -> {dest}")
-    return dest
+    rows = io.StringIO()
+    writer = csv.writer(rows)
+    writer.writerow(["t", "normalized_error"])
+    writer.writerows(enumerate(curve))
+    write_text_atomic(dest / "error_curve.csv", rows.getvalue())
+    print(f"{spec.name}: {summary} ({minutes} min of training) -> {dest}")
 
 
 def main() -> None:
@@ -196,6 +216,9 @@ def main() -> None:
     parser.add_argument("--dest", type=Path, default=PRETRAINED_DIR)
     parser.add_argument("--quick", action="store_true", help="a tenth of the steps")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--curves-only", action="store_true",
+                        help="recompute the shipped models' documented error curves from the "
+                             "current sampler, without training")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     by_name = {s.name: s for s in SPECS}
@@ -204,6 +227,9 @@ def main() -> None:
         parser.error(f"unknown model(s) {unknown}; known: {sorted(by_name)}")
     for name in args.names or list(by_name):
         spec = by_name[name]
+        if args.curves_only:
+            recurve(spec, args.dest)
+            continue
         export(spec, train_one(spec, args.work, 0.1 if args.quick else 1.0), args.dest)
 
 

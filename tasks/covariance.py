@@ -89,3 +89,25 @@ def check_covariance(cov: Tensor, n_dims: int, name: str = "cov") -> Tensor:
         raise ValueError(f"{name} must be positive definite, smallest eigenvalue = {smallest:.3g}")
     _check_condition(eig.max().item() / smallest, name)
     return cov
+
+
+def symmetric_sqrt_pair(cov: Tensor) -> tuple[Tensor, Tensor]:
+    """Σ^{1/2} and Σ^{-1/2}, the symmetric (principal) square roots of an SPD ``[d, d]`` Σ.
+
+    Both are unique, so data drawn as ``x = Σ^{1/2} z`` are a function of the draws ``z``
+    and of Σ alone: no eigenvector's sign, nor the basis LAPACK picks inside a repeated
+    eigenvalue's eigenspace, reaches them (a factor ``V D^{1/2}`` would carry both). They
+    are computed as ``V g(Λ) Vᵀ``, a product that does not depend on the basis chosen.
+    """
+    sym = (cov + cov.transpose(-1, -2)) / 2
+    diag = torch.diagonal(sym, dim1=-2, dim2=-1)
+    if torch.equal(sym, torch.diag_embed(diag)):  # exact for a diagonal Σ (isotropic: I)
+        return torch.diag_embed(diag.sqrt()), torch.diag_embed(diag.rsqrt())
+    eig, vecs = torch.linalg.eigh(sym)
+    eig = eig.clamp(min=torch.finfo(sym.dtype).tiny)
+
+    def apply(values: Tensor) -> Tensor:
+        out = (vecs * values.unsqueeze(-2)) @ vecs.transpose(-1, -2)
+        return (out + out.transpose(-1, -2)) / 2
+
+    return apply(eig.sqrt()), apply(eig.rsqrt())

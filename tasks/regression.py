@@ -24,6 +24,7 @@ from iclprobe.tasks.covariance import (
     ill_conditioned_eigenvalues,
     random_orthogonal,
     rotated_eigenvalues,
+    symmetric_sqrt_pair,
 )
 
 COVARIANCES = ("isotropic", "rotated", "ill-conditioned")
@@ -76,6 +77,11 @@ class RegressionTask:
             matrix fixed by ``seed``); ``"ill-conditioned"`` (Fu et al.: a random eigenbasis
             per sequence or per batch, half the eigenvalues ``condition_number`` times the
             other half, trace d); or a symmetric positive-definite ``[d, d]`` tensor.
+            Sampling never depends on a decomposition's conventions: a fixed Σ (every kind
+            but ``"ill-conditioned"``) draws ``x = Σ^{1/2} z`` with the symmetric square
+            root, so ``RegressionTask(cov=task.covariance)`` samples what ``task`` samples;
+            a per-sequence Σ = V D Vᵀ draws ``x = V D^{1/2} z`` with the V it was built
+            from (`random_orthogonal`, unique). ``w ~ N(0, Σ⁻¹)`` is drawn the same way.
         w_prior: ``"standard"`` (w ~ N(0, I)) or ``"inverse-cov"`` (w ~ N(0, Σ⁻¹), Ahn et
             al.'s code with rotated Σ).
         noise_std: standard deviation of Gaussian label noise.
@@ -140,8 +146,7 @@ class RegressionTask:
         fixed = self._build_fixed_cov()
         object.__setattr__(self, "_fixed_cov", fixed)
         if fixed is not None:  # factor once: sampling then costs two matmuls
-            eig, vecs = torch.linalg.eigh(fixed)
-            object.__setattr__(self, "_fixed_factors", (vecs * eig.sqrt(), vecs * eig.rsqrt()))
+            object.__setattr__(self, "_fixed_factors", symmetric_sqrt_pair(fixed))
 
     # ------------------------------------------------------------------ covariance
     def _build_fixed_cov(self) -> Tensor | None:
@@ -221,8 +226,10 @@ class RegressionTask:
     def _factors(self, batch_size: int, gen: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
         """Return (L, L⁻ᵀ, Σ) with Σ = L Lᵀ, batched ``[B, d, d]`` or shared ``[d, d]``."""
         if self._fixed_cov is not None and self._fixed_factors is not None:
-            sqrt_cov, inv_sqrt_t = self._fixed_factors  # U D^{1/2} and its inverse transpose
-            return sqrt_cov, inv_sqrt_t, self._fixed_cov
+            sqrt_cov, inv_sqrt = self._fixed_factors  # Σ^{1/2} and Σ^{-1/2}, both symmetric
+            return sqrt_cov, inv_sqrt, self._fixed_cov
+        # Per-sequence Σ = V D Vᵀ with V from `random_orthogonal` (a sign-fixed QR of the
+        # generator's draws, unique): its factor V D^{1/2} is a function of the draws alone.
         eig = ill_conditioned_eigenvalues(self.n_dims, float(self.condition_number))
         n_bases = batch_size if self.eigenbasis == "sequence" else 1
         vecs = random_orthogonal(self.n_dims, gen, batch=(n_bases,))

@@ -190,7 +190,7 @@ def _gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None, lr: LrSpec, normali
         weights: bool, stats: PrefixStats | None, tune_on: tuple[Tensor, Tensor] | None,
         grid: Iterable[float] | None, name: str = "gd", dtype: torch.dtype | None = None,
         map_weights: Callable[[Tensor], Tensor] | None = None,
-        lr_factor: float = 1.0) -> Iterates:
+        lr_factor: float = 1.0, lr_scale: float = 1.0) -> Iterates:
     """`gd`, also as the inner solver of `pgd` (which names itself and maps the weights).
 
     ``lr_factor``: pgd's shortcut for a preconditioner ``a·I`` and a number or "max" lr:
@@ -200,7 +200,13 @@ def _gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None, lr: LrSpec, normali
     stats = _stats(xs, ys, stats)
     c = _scale(stats, normalize)
     hyper: dict[str, Any] = {"lr": lr, "normalize": normalize}
+    lr_scale = check_positive(lr_scale, "lr_scale")
+    if lr_scale != 1.0:
+        hyper["lr_scale"] = lr_scale
     if lr == "tuned":
+        if lr_scale != 1.0:
+            raise ValueError(f"lr_scale={lr_scale} applies to a number or 'max', not to "
+                             "lr='tuned'")
         if tune_on is None:
             half = xs.shape[0] // 2
             if half == 0:
@@ -216,8 +222,8 @@ def _gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None, lr: LrSpec, normali
             return ((1.0 - r * c * block.eigvals) ** k
                     for r, k in zip(scaled_rates, k_steps.tolist()))
     else:
-        checked = [] if lr == "max" else [(lr, float(_lr(lr, stats, c)))]
-        factor = 1.0 if lr == "max" else lr_factor  # "max" is that of M ∇R already
+        checked = [] if lr == "max" else [(lr, float(_lr(lr, stats, c)) * lr_scale)]
+        factor = (1.0 if lr == "max" else lr_factor) * lr_scale  # "max": that of M ∇R already
 
         def decays(block: PrefixStats) -> Iterable[Tensor]:
             x = _lr(lr, block, c) * factor * c * block.eigvals  # η c λ
@@ -238,7 +244,7 @@ def gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrSpec = 
        normalize: bool = True, weights: bool = True,
        stats: PrefixStats | None = None,
        tune_on: tuple[Tensor, Tensor] | None = None,
-       grid: Iterable[float] | None = None) -> Iterates:
+       grid: Iterable[float] | None = None, lr_scale: float = 1.0) -> Iterates:
     """Gradient descent from w = 0 (closed form per eigenvalue).
 
     Args:
@@ -248,8 +254,12 @@ def gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrSpec = 
             ``hyper["lr"]``. A number at or above 2/max(c·λ_max), the stability bound of
             these data, makes the iterates grow; if they overflow, a ValueError names it.
         normalize: gradient of the mean (True) or summed (False) squared loss.
+        lr_scale: multiplies the step size of a number or "max" (``lr="max",
+            lr_scale=0.5``: 0.5/λ_max of each prefix), e.g. a known-answer model that runs a
+            protocol's rule at another scale.
     """
-    return _gd(xs, ys, steps, lr, normalize, weights, stats, tune_on, grid)
+    return _gd(xs, ys, steps, lr, normalize, weights, stats, tune_on, grid,
+               lr_scale=lr_scale)
 
 
 def _named_alpha(alpha: str, lam: Tensor) -> Tensor:
@@ -263,15 +273,18 @@ def _named_alpha(alpha: str, lam: Tensor) -> Tensor:
 @register("newton", label="Newton", steps=range(25), align_hyper={"alpha": "frobenius"},
           align=True, order=0)
 def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
-           alpha: float | str = "frobenius", weights: bool = True,
-           stats: PrefixStats | None = None) -> Iterates:
+           alpha: float | str | Tensor = "frobenius", weights: bool = True,
+           stats: PrefixStats | None = None, alpha_scale: float = 1.0) -> Iterates:
     """Newton–Schulz iteration for S⁺: ``M_0 = α Sᵀ``, ``M_{k+1} = M_k (2I − S M_k)``.
 
     ``w_k = M_k Xᵀy`` (step k ↔ M_k). In S's eigenbasis ``m_{k+1} = m_k (2 − λ m_k)`` and
     ``1 − λ m_{k+1} = (1 − λ m_k)²``: ``λ m_k = 1 − (1 − α λ²)^(2^k)``, computed in closed
     form like GD's (one exponential per step count). It converges iff ``0 < α λ_max² < 2``.
     ``alpha``: "frobenius" = 1/‖SSᵀ‖_F (the default), "2/frobenius" = 2/‖SSᵀ‖_F (what Fu
-    et al.'s evaluation code uses), "spectral" = 1/‖SSᵀ‖₂, or a number. The paper's own
+    et al.'s evaluation code uses), "spectral" = 1/‖SSᵀ‖₂, a number, or a tensor ``[pos]``
+    of one α_t per prefix t (e.g. a/t², what a linear-attention Newton network computes;
+    ``hyper["alpha"]`` then holds the list); ``alpha_scale`` multiplies any of them
+    (``alpha="frobenius", alpha_scale=0.5``: 0.5/‖SSᵀ‖_F). The paper's own
     α = 2/‖SSᵀ‖₂ ("2/spectral") lies exactly on the divergence boundary: in the top
     eigendirection ``1 − λ m_k`` goes −1, 1, 1, … and never converges (in floating point,
     round-off ε grows as 2^k ε and lets it escape after ~30-50 steps). 2/‖SSᵀ‖_F converges
@@ -280,28 +293,56 @@ def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     """
     k_steps = check_steps(steps)
     stats = _stats(xs, ys, stats)
+    alpha_scale = check_positive(alpha_scale, "alpha_scale")
     if isinstance(alpha, str) and alpha not in NEWTON_ALPHAS:
-        raise ValueError(f"alpha must be one of {sorted(NEWTON_ALPHAS)} or a number > 0, "
-                         f"got {alpha!r}")
-    a = None if isinstance(alpha, str) else rescale(check_positive(alpha, "alpha"),
-                                                   stats.x_scale, 4)
+        raise ValueError(f"alpha must be one of {sorted(NEWTON_ALPHAS)}, a number > 0 or a "
+                         f"tensor [pos] of numbers > 0, got {alpha!r}")
+    per_prefix = _per_prefix_alpha(alpha, xs.shape[1], stats.x_scale) \
+        if isinstance(alpha, Tensor) else None
+    a = None if isinstance(alpha, (str, Tensor)) else rescale(check_positive(alpha, "alpha"),
+                                                             stats.x_scale, 4)
 
     def unstable() -> str | None:
+        if per_prefix is not None:
+            worst = (alpha_scale * per_prefix[None, :] * stats.eigvals[..., -1] ** 2
+                     ).max(0).values
+            if bool((worst >= 2).any()):
+                t = int(worst.argmax())
+                return (f"alpha[{t}] diverges on these data (the iterates overflow): α_t must "
+                        f"stay below 2/max(λ_max²) of prefix t")
+            return None
         top = stats.eigvals[..., -1].max().item()
         bound = 2.0 / top**2 if top > 0 else math.inf
-        checked = [(alpha, a)] if a is not None else []
+        checked = [(alpha, a * alpha_scale)] if a is not None else []
         return _above_bound("alpha", checked, bound, stats, 4, "2/max(λ_max²)")
 
     exponents = [2.0 ** min(k, 1000) for k in k_steps.tolist()]  # past 2^1000: converged
 
     def decays(block: PrefixStats) -> Iterable[Tensor]:
         lam = block.eigvals
-        scale = a if a is not None else _named_alpha(str(alpha), lam)
-        return power_decays(scale * lam * lam, exponents)
+        if per_prefix is not None:
+            scale: Tensor | float = per_prefix[None, :, None]
+        else:
+            scale = a if a is not None else _named_alpha(str(alpha), lam)
+        return power_decays(alpha_scale * scale * lam * lam, exponents)
 
     preds, w = spectral_iterates(stats, decays, weights)
-    return finish("newton", k_steps, preds, w, {"alpha": alpha}, out_dtype(xs),
+    recorded: dict[str, Any] = {"alpha": alpha.tolist() if isinstance(alpha, Tensor) else alpha}
+    if alpha_scale != 1.0:
+        recorded["alpha_scale"] = alpha_scale
+    return finish("newton", k_steps, preds, w, recorded, out_dtype(xs),
                   (stats.x_scale, stats.y_scale), unstable)
+
+
+def _per_prefix_alpha(alpha: Tensor, n_points: int, x_scale: float) -> Tensor:
+    """Newton's α_t as a float64 ``[pos]`` tensor on the scaled data (α scales as x⁻⁴)."""
+    if alpha.shape != (n_points,) or alpha.is_complex() or alpha.dtype == torch.bool:
+        raise ValueError(f"alpha as a tensor must be real with shape ({n_points},), one α_t per "
+                         f"prefix, got {alpha.dtype} of shape {tuple(alpha.shape)}")
+    a = alpha.detach().to(torch.float64)
+    if not bool((torch.isfinite(a) & (a > 0)).all()):
+        raise ValueError(f"alpha must be finite and > 0 at every prefix, got {a.tolist()}")
+    return a * x_scale**4
 
 
 def _matrix_sqrt(precond: Tensor, n_dims: int, batch: int) -> Tensor:

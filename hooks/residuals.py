@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from iclprobe.models.base import tensor_home
 from iclprobe.models.regressor import Regressor, check_model
 from iclprobe.storage import atomic_directory
 
@@ -70,7 +71,7 @@ def iter_residuals(model: Regressor, xs: Tensor, ys: Tensor, layers: Sequence[in
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     names = [resid_hook_name(layer, model) for layer in layers]
     wanted = set(names)
-    device = next(model.parameters()).device
+    device = tensor_home(model)[0]
     starts = range(0, xs.shape[0], batch_size)
     for s in tqdm(starts, desc="residuals", disable=not progress):
         xb, yb = xs[s:s + batch_size].to(device), ys[s:s + batch_size].to(device)

@@ -97,6 +97,9 @@ class HookedAdapter(TokenLayoutMixin, Regressor):
             are read by fitted probes, ``model(xs, ys)`` returns the module's own output,
             and ``predict_queries``/``readout_residual`` raise.
         n_positions: the most examples the model takes (None: not checked).
+        exact_readout: with a ``readout``, declare that it applied to layer l's residual
+            is layer l's own prediction (as a PQ layer's query row is), so `align` reads
+            every layer through it instead of fitting probes. Default False: probes.
         task: the `iclprobe.tasks.RegressionTask` it was trained on (`align`'s default data).
         query_chunk_tokens: tokens per forward call in ``query_residuals``.
 
@@ -112,6 +115,7 @@ class HookedAdapter(TokenLayoutMixin, Regressor):
         positions: str | tuple[int, int] | None = None,
         readout: str | Callable[[Tensor], Tensor] = "probe", n_positions: int | None = None,
         task: Any = None, query_chunk_tokens: int = QUERY_CHUNK_TOKENS,
+        exact_readout: bool = False,
     ):
         super().__init__()
         if not isinstance(module, nn.Module):
@@ -127,7 +131,13 @@ class HookedAdapter(TokenLayoutMixin, Regressor):
             self._readout = readout
             if isinstance(readout, nn.Module):
                 self.read_out = readout
-        elif readout != "probe":
+        if not isinstance(exact_readout, bool):
+            raise TypeError(f"exact_readout must be a bool, got {exact_readout!r}")
+        if exact_readout and not callable(readout):
+            raise ValueError("exact_readout=True needs a readout (a module or callable on "
+                             "residuals), got readout='probe'")
+        self.exact_layer_readout = exact_readout  # type: ignore[misc]
+        if not callable(readout) and readout != "probe":
             raise TypeError(f"readout must be a module or callable on residuals, or 'probe', "
                             f"got {readout!r}")
         self.query_chunk_tokens = check_int("HookedAdapter", "query_chunk_tokens",

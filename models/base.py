@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import abc
+import itertools
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, overload
 
+import torch
 from torch import Tensor, nn
 
 from iclprobe.models._tl import ActivationCache, HookedRootModule
@@ -29,6 +31,16 @@ class ModuleList(nn.ModuleList, Generic[M]):
         def __getitem__(self, idx: int) -> M: ...
 
         def __getitem__(self, idx: int | slice) -> M | ModuleList[M]: ...
+
+
+def tensor_home(module: nn.Module) -> tuple[torch.device, torch.dtype]:
+    """Device and dtype of a module's first parameter, else first buffer, else CPU float32.
+
+    A model may have no parameters: a known-answer oracle holds only buffers.
+    """
+    for tensor in itertools.chain(module.parameters(), module.buffers()):
+        return tensor.device, tensor.dtype
+    return torch.device("cpu"), torch.float32
 
 
 class Regressor(HookedRootModule, metaclass=abc.ABCMeta):
@@ -150,7 +162,7 @@ class Regressor(HookedRootModule, metaclass=abc.ABCMeta):
             raise ValueError(f"ys must have shape {tuple(xs.shape[:2])}, got {tuple(ys.shape)}")
 
     def _check_dtype(self, **inputs: Tensor) -> None:
-        dtype = next(self.parameters()).dtype
+        dtype = tensor_home(self)[1]
         for name, t in inputs.items():
             if not isinstance(t, Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")

@@ -152,6 +152,8 @@ class PQConfig(_ConfigMixin):
     kernel: str = option("linear", "attention kernel (see PQTransformer)", choices=KERNELS)
     seed: int = option(0, SEED_HELP)
     init_std: float = option(0.01, "std of the N(0, init_std²) initialization (Ahn's var)")
+    n_state: int = option(0, "state channels between x and y, zero in the input: tokens are "
+                             "(x, s, y) rows of width d + 1 + n_state (dense models only)")
 
     def __post_init__(self) -> None:
         _check_positive(self, "n_dims", "n_layers", "n_heads")
@@ -160,15 +162,21 @@ class PQConfig(_ConfigMixin):
             raise TypeError(f"PQConfig.sparse must be a bool, got {self.sparse!r}")
         _check_real(self, "init_std", 0.0)
         check_seed("PQConfig", "seed", self.seed)
+        if not isinstance(self.n_state, int) or isinstance(self.n_state, bool) \
+                or self.n_state < 0:
+            raise ValueError(f"PQConfig.n_state must be an integer >= 0, got {self.n_state!r}")
+        if self.n_state and self.sparse:
+            raise ValueError(f"PQConfig.n_state={self.n_state} needs a dense model "
+                             "(sparse=False): Eq. 8's sparsity has no state channels")
 
     @property
     def d_model(self) -> int:
-        """Width of a token row, d + 1."""
-        return self.n_dims + 1
+        """Width of a token row, d + 1 + n_state."""
+        return self.n_dims + 1 + self.n_state
 
     def n_parameters(self) -> int:
         """Number of weights of the model (all of its state dict), from the config alone."""
-        side = self.n_dims if self.sparse else self.n_dims + 1
+        side = self.n_dims if self.sparse else self.d_model
         return 2 * self.n_layers * self.n_heads * side * side
 
     def activation_floats(self, batch_size: int, n_points: int) -> int:

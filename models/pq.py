@@ -1,6 +1,7 @@
 """`PQTransformer`: the linear transformer of Ahn et al. 2023 and von Oswald et al. 2023.
 
-Tokens are rows ``z = (x, y)`` of width D = d + 1; the query row is ``(x_q, 0)``. Per head,
+Tokens are rows ``z = (x, y)`` of width D = d + 1 (``(x, s, y)`` with ``n_state`` state
+channels s, zero in the input, in a dense model); the query row is ``(x_q, 0)``. Per head,
 ``score(i, j) = z_iᵀ Q z_j`` (query row on the left, as Ahn et al.'s code) over the t
 context rows only, and ``Z <- Z + (1/t) S Z Pᵀ``; the prediction is ``-Z[query, d]``.
 Eq. 8 sparsity: ``P = [[B, 0], [0, 1]]``, ``Q = -[[A, 0], [0, 0]]``, so a layer computes
@@ -74,11 +75,17 @@ class PQTransformer(Regressor):
     ) -> Float[Tensor, "batch prefix row d_model"]:
         """Per-prefix token rows: context slots ``(x_j, y_j)`` for j < t, then ``(q, 0)``."""
         b, n, d = xs.shape
-        ctx = torch.cat([xs, ys[..., None]], dim=-1)  # [batch, key, D]
+        ctx = self._tokens(xs, ys[..., None])  # [batch, key, D]
         visible = torch.arange(n, device=xs.device)[None, :] < torch.arange(n, device=xs.device)[:, None]
         ctx = ctx[:, None] * visible[None, :, :, None]  # [batch, prefix, key, D]
-        q_rows = torch.cat([queries, queries.new_zeros(*queries.shape[:-1], 1)], dim=-1)
+        q_rows = self._tokens(queries, queries.new_zeros(*queries.shape[:-1], 1))
         return torch.cat([ctx, q_rows], dim=2)
+
+    def _tokens(self, x: Tensor, y: Tensor) -> Tensor:
+        """Rows ``(x, 0_state, y)`` from ``x [..., d]`` and ``y [..., 1]``."""
+        if not self.cfg.n_state:
+            return torch.cat([x, y], dim=-1)
+        return torch.cat([x, x.new_zeros(*x.shape[:-1], self.cfg.n_state), y], dim=-1)
 
     def run_rows(self, rows: Tensor, n_keys: Tensor | None = None,
                  n_slots: int | None = None) -> Tensor:
@@ -136,6 +143,9 @@ class PQTransformer(Regressor):
         if train_cfg.project_sparse and self.cfg.sparse:
             raise ValueError("TrainConfig.project_sparse needs a dense PQ model (PQConfig."
                              "sparse=False); this one is sparse by construction")
+        if train_cfg.project_sparse and self.cfg.n_state:
+            raise ValueError(f"TrainConfig.project_sparse: Eq. 8's structure has no state "
+                             f"channels (PQConfig.n_state={self.cfg.n_state})")
 
     def trainable_parameters(self, train_cfg: Any) -> list[nn.Parameter]:
         """With ``zero_b`` on a sparse model, B is left out (held at 0, L-BFGS stays consistent)."""
@@ -165,6 +175,9 @@ class PQTransformer(Regressor):
         so layer l equals step l of ``pgd_own``. ``pgd_inv_cov`` uses Σ⁻¹ scaled by
         a_l = ⟨A_l, Σ⁻¹⟩/⟨Σ⁻¹, Σ⁻¹⟩ (Ahn et al.'s stationary points are A_l = a_l Σ⁻¹).
         """
+        if self.cfg.n_state:
+            return {}, ["pgd_own, pgd_inv_cov: not run, a layer with state channels is not "
+                        "one step of preconditioned GD on (x, y)"]
         p, q = (m.detach().to(torch.float64) for m in self.matrices())
         d = self.cfg.n_dims
         a_own, b_own = -q[..., :d, :d].sum(1), p[..., :d, :d].sum(1)  # heads summed
@@ -253,9 +266,9 @@ class PQTransformer(Regressor):
             return self.predict_queries(xs, ys, xs[:, :, None])[..., 0]
         self.check_inputs(xs, ys)
         n = xs.shape[1]
-        ctx = torch.cat([xs, ys[..., None]], dim=-1)
+        ctx = self._tokens(xs, ys[..., None])
         ctx[:, -1] = 0.0  # slot n-1 is not context at the last prefix
-        query = torch.cat([xs[:, -1:], xs.new_zeros(xs.shape[0], 1, 1)], dim=-1)
+        query = self._tokens(xs[:, -1:], xs.new_zeros(xs.shape[0], 1, 1))
         rows = torch.cat([ctx, query], dim=1)[:, None]  # [batch, 1, n + 1, D]
         rows = self.run_rows(rows, torch.tensor([n - 1], device=xs.device), n_slots=n)
         return -rows[:, :, n, -1]
@@ -278,8 +291,8 @@ class PQTransformer(Regressor):
         """Set the weights from per-layer (per-head) matrices; returns ``self``.
 
         Either ``A`` (and optionally ``B``, default 0) of shape ``[d, d]`` per layer and head,
-        or dense ``P`` and ``Q`` of shape ``[d+1, d+1]``. A sparse model accepts P, Q only
-        with the Eq. 8 structure.
+        or dense ``P`` and ``Q`` of shape ``[D, D]`` (D = d + 1 + n_state). A sparse model
+        accepts P, Q only with the Eq. 8 structure.
         """
         cfg, d = self.cfg, self.cfg.n_dims
         if (A is None) == (P is None and Q is None):
@@ -291,7 +304,8 @@ class PQTransformer(Regressor):
         else:
             if P is None or Q is None:
                 raise ValueError("P and Q must be given together")
-            p, q = _per_layer_head(P, "P", cfg, d + 1), _per_layer_head(Q, "Q", cfg, d + 1)
+            width = cfg.d_model
+            p, q = _per_layer_head(P, "P", cfg, width), _per_layer_head(Q, "Q", cfg, width)
             a, b = -q[..., :d, :d], p[..., :d, :d]
             if cfg.sparse and not all(map(torch.equal, (p, q), sparse_pq(a, b))):
                 raise ValueError(
@@ -316,10 +330,12 @@ class PQTransformer(Regressor):
         P: MatrixLike | None = None,
         Q: MatrixLike | None = None,
         kernel: str = "linear",
+        n_dims: int | None = None,
     ) -> PQTransformer:
         """Build a model from matrices (``[layer, head, ., .]``, ``[layer, ., .]`` or lists).
 
-        ``A``/``B`` give a sparse model (Eq. 8); ``P``/``Q`` a dense one.
+        ``A``/``B`` give a sparse model (Eq. 8); ``P``/``Q`` a dense one, of width
+        ``n_dims + 1`` unless ``n_dims`` is given (the rest are state channels).
         """
         first = _as_tensor(A if A is not None else P, "A" if A is not None else "P")
         if first.ndim not in (3, 4) or first.shape[-1] != first.shape[-2]:
@@ -328,9 +344,15 @@ class PQTransformer(Regressor):
                 f"got shape {tuple(first.shape)}"
             )
         n_layers, n_heads = first.shape[0], first.shape[1] if first.ndim == 4 else 1
-        n_dims = first.shape[-1] - (0 if A is not None else 1)
+        width = first.shape[-1] - (0 if A is not None else 1)
+        if n_dims is None or A is not None:
+            n_dims = width
+        if not 1 <= n_dims <= width:
+            raise ValueError(f"n_dims must be in 1..{width} for P of width {width + 1}, got "
+                             f"{n_dims!r}")
         cfg = PQConfig(n_dims=n_dims, n_layers=n_layers, n_heads=n_heads,
-                       sparse=A is not None, kernel=kernel, init_std=0.0)
+                       sparse=A is not None, kernel=kernel, init_std=0.0,
+                       n_state=width - n_dims)
         return cls(cfg).set_matrices(A, B, P=P, Q=Q)
 
 

@@ -33,8 +33,9 @@ class PQAttention(nn.Module):
             self.A = nn.Parameter(torch.zeros(h, d, d))  # preconditioner, Q = -[[A, 0], [0, 0]]
             self.B = nn.Parameter(torch.zeros(h, d, d))  # P = [[B, 0], [0, 1]]
         else:
-            self.P = nn.Parameter(torch.zeros(h, d + 1, d + 1))  # value matrix
-            self.Q = nn.Parameter(torch.zeros(h, d + 1, d + 1))  # merged key-query matrix
+            width = cfg.d_model  # d + 1 + n_state
+            self.P = nn.Parameter(torch.zeros(h, width, width))  # value matrix
+            self.Q = nn.Parameter(torch.zeros(h, width, width))  # merged key-query matrix
         self.hook_attn_scores = HookPoint()  # [batch, prefix, head, row, key]
         self.hook_pattern = HookPoint()  # [batch, prefix, head, row, key]
 

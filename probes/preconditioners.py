@@ -27,6 +27,10 @@ def preconditioners(model: PQTransformer) -> Preconditioners:
     if not callable(getattr(model, "matrices", None)):
         raise TypeError(f"model must have PQ matrices (a PQTransformer), got "
                         f"{type(model).__name__}")
+    if getattr(model.cfg, "n_state", 0):
+        raise ValueError(f"preconditioners: a PQ model with n_state={model.cfg.n_state} state "
+                         "channels does not compute w <- w - A ∇R(w) on (x, y); A and B are "
+                         "defined for n_state = 0 only")
     p, q = (m.detach() for m in model.matrices())
     d = model.cfg.n_dims
     a_heads, b_heads = -q[..., :d, :d], p[..., :d, :d]

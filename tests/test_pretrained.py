@@ -16,6 +16,7 @@ from iclprobe.models.checkpoint import PRETRAINED_DIR
 GPTS = ["gpt-softmax", "gpt-softmax-paired", "gpt-linear-paired"]
 PQS = ["pq-rotated-3layer", "pq-isotropic-1layer"]
 OTHERS = ["lstm"]  # tested in test_lstm.py
+KNOWN = ["ka-gd-pq", "ka-newton-pq"]  # constructions (tested in test_constructions.py)
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -33,16 +34,26 @@ def fresh_error(model, n=1000, seed=777):
 def test_every_model_ships_small_and_is_listed(capsys):
     assert main(["models"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert sorted(line.split()[0] for line in lines) == sorted(GPTS + PQS + OTHERS)
-    for name in GPTS + PQS + OTHERS:
+    assert sorted(line.split()[0] for line in lines) == sorted(GPTS + PQS + OTHERS + KNOWN)
+    for name in GPTS + PQS + OTHERS + KNOWN:
         folder = PRETRAINED_DIR / name
         assert sum(f.stat().st_size for f in folder.iterdir()) < 5 * 2**20
-        assert {"config.json", "model.safetensors", "task.json", "train.json",
-                "metrics.jsonl", "error_curve.csv", "error_curve.json"} <= {
-                    f.name for f in folder.iterdir()}
+        trained = {"train.json", "metrics.jsonl"} if name not in KNOWN else set()
+        assert {"config.json", "model.safetensors", "task.json", "error_curve.csv",
+                "error_curve.json"} | trained <= {f.name for f in folder.iterdir()}
 
 
-@pytest.mark.parametrize("name", GPTS + PQS + OTHERS)
+@pytest.mark.parametrize("name", KNOWN)
+def test_a_shipped_known_answer_model_is_its_construction(name):
+    from iclprobe.constructions.pq import SHIPPED
+
+    shipped, built = models.load(name), SHIPPED[name][1]()
+    assert shipped.cfg == built.cfg
+    for (key, a), (_, b) in zip(shipped.state_dict().items(), built.state_dict().items()):
+        assert torch.equal(a, b), key
+
+
+@pytest.mark.parametrize("name", GPTS + PQS + OTHERS + KNOWN)
 @torch.no_grad()
 def test_the_documented_error_curve_is_the_models(name):
     # recomputed as scripts/train_pretrained.py documents it: 2,000 sequences of seed 12345,

@@ -1,0 +1,199 @@
+"""The known-answer benchmark: how often `align` names the wrong learner.
+
+Each cell aligns one known-answer model (`constructions`) under one protocol, evaluation
+data and readout, and counts, per metric, the live layers whose Newton-vs-GD verdict is
+the true learner preferred (``true``), the other one preferred (``false``: a false
+attribution) or neither (``none``: leans, indistinguishable). Layers that compute nothing
+are not counted. A cell whose known-answer model runs at or beyond its learner's
+stability bound on the evaluation data (e.g. Newton at 2 × fu2024's α = 4/‖SSᵀ‖_F) is
+reported as ``diverges`` and not counted. ``bench/known_answers.py`` runs the grid and
+prints the confusion matrix; docs/known-answers.md explains how to read it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from iclprobe import tasks
+from iclprobe.algorithms.prefix import prefix_stats
+from iclprobe.alignment.pipeline import AlignConfig, align, evaluation_task
+from iclprobe.constructions.oracle import oracle
+from iclprobe.constructions.pq import gd_transformer, newton_transformer
+from iclprobe.models.base import Regressor
+
+KINDS = ("gd oracle", "newton oracle", "gd construction", "newton construction")
+TRUTH = {"gd oracle": "gd", "newton oracle": "newton", "gd construction": "gd",
+         "newton construction": "newton"}
+PROTOCOLS = ("iclprobe", "fu2024")
+DATA = ("isotropic", "ill-conditioned")
+READOUTS = ("exact", "probe")
+METRICS = ("error_cosine", "weight_cosine")
+#: Oracles: multiples of each protocol's rule; constructions: of their stability bound.
+ORACLE_MULTIPLIERS = (0.5, 1.0, 2.0)
+CONSTRUCTION_FRACTIONS = (0.3, 0.6, 0.9)
+N_DIMS, N_POINTS, N_LAYERS = 5, 21, 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One alignment of the grid."""
+
+    kind: str
+    protocol: str
+    data: str
+    readout: str
+    multiplier: float  # of the protocol's rule (oracles) or of the stability bound
+
+    @property
+    def truth(self) -> str:
+        """The learner the model runs."""
+        return TRUTH[self.kind]
+
+
+@dataclasses.dataclass
+class CellResult:
+    """The verdict counts of a cell, per metric (or ``diverges``)."""
+
+    cell: Cell
+    diverges: bool
+    counts: dict[str, dict[str, int]]  # metric -> {"true", "false", "none"}
+    verdicts: dict[str, list[str]]  # metric -> the Newton-vs-GD verdict per layer
+    hyper: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {**dataclasses.asdict(self.cell), "truth": self.cell.truth,
+                "diverges": self.diverges, "counts": self.counts, "verdicts": self.verdicts,
+                "hyper": {k: v for k, v in self.hyper.items() if not isinstance(v, torch.Tensor)}}
+
+
+def grid(kinds: tuple[str, ...] = KINDS, protocols: tuple[str, ...] = PROTOCOLS,
+         data: tuple[str, ...] = DATA, readouts: tuple[str, ...] = READOUTS,
+         multipliers: tuple[float, ...] | None = None) -> Iterator[Cell]:
+    """Every cell of the benchmark (or of the slice the arguments choose)."""
+    for kind, protocol, d, readout in itertools.product(kinds, protocols, data, readouts):
+        mults = multipliers or (ORACLE_MULTIPLIERS if "oracle" in kind
+                                else CONSTRUCTION_FRACTIONS)
+        for m in mults:
+            yield Cell(kind, protocol, d, readout, m)
+
+
+def _oracle_hyper(truth: str, protocol: str, m: float) -> dict[str, Any]:
+    """The protocol's rule for the true learner, times m."""
+    if truth == "gd":
+        return {"lr": "max", "normalize": True, "lr_scale": m} if protocol == "iclprobe" \
+            else {"lr": 0.01 * m, "normalize": False}
+    return {"alpha": "frobenius" if protocol == "iclprobe" else "2/frobenius",
+            "alpha_scale": m}
+
+
+def diverges(truth: str, hyper: dict[str, Any], xs: torch.Tensor, t_min: int) -> bool:
+    """Whether the learner's rule is unstable on these data.
+
+    Unstable: at or on its stability bound (GD: η c λ_max ≥ 2; Newton–Schulz:
+    α λ_max² ≥ 2) at most (sequence, prefix ≥ t_min) pairs (GD at 2/λ_max sits on it
+    everywhere), or beyond it at some prefix of most sequences (Newton at 4/‖SSᵀ‖_F, on every rank-deficient prefix). A bound met only at
+    rank-1 prefixes (2/‖SSᵀ‖_F at t = 1) is not divergence.
+    """
+    lam = prefix_stats(xs.double(), torch.zeros(xs.shape[:2], dtype=torch.float64)).eigvals
+    lam = lam[:, max(t_min, 1):]
+    top = lam[..., -1]
+    if truth == "gd":
+        t = torch.arange(max(t_min, 1), xs.shape[1], dtype=torch.float64)
+        if hyper["lr"] == "max":
+            rate = torch.full_like(top, hyper["lr_scale"])
+        else:
+            rate = hyper["lr"] * top / (t if hyper["normalize"] else 1.0)
+    else:
+        numerator = 1.0 if hyper["alpha"] == "frobenius" else 2.0
+        rate = hyper["alpha_scale"] * numerator * top**2 / lam.pow(4).sum(-1).sqrt()
+    on_bound = float((rate >= 2.0 - 1e-6).double().mean())
+    beyond = float((rate > 2.0 + 1e-6).any(-1).double().mean())
+    return on_bound > 0.5 or beyond > 0.5
+
+
+def _stability_bound(kind: str, xs: torch.Tensor, positions: str) -> float:
+    """The largest stable constant of a construction on this batch (lr, or Newton's a)."""
+    stats = prefix_stats(xs.double(), torch.zeros(xs.shape[:2], dtype=torch.float64))
+    t = torch.arange(xs.shape[1], dtype=torch.float64).clamp(min=1)
+    top = stats.eigvals[..., -1] / t  # λ_max(S_t / t)
+    top = top[:, -1:] if positions == "last" else top[:, 1:]
+    if kind == "gd construction":
+        return float(2.0 / top.max())
+    return float(2.0 / top.pow(2).max())
+
+
+def _evaluation_batch(task: tasks.RegressionTask, cfg: AlignConfig) -> tasks.RegressionBatch:
+    """The sequences `align` evaluates a model of ``task`` on under ``cfg``."""
+    eval_task = evaluation_task(SimpleNamespace(task=task), cfg)  # type: ignore[arg-type]
+    return eval_task.sample(cfg.n_sequences, generator=torch.Generator().manual_seed(cfg.seed))
+
+
+def build(cell: Cell, cfg: AlignConfig) -> tuple[Regressor, dict[str, Any], bool, AlignConfig]:
+    """The model, its hyperparameters, whether it diverges, and the cell's AlignConfig."""
+    task = tasks.RegressionTask(n_dims=N_DIMS, n_points=N_POINTS)
+    cfg = dataclasses.replace(cfg, protocol=cell.protocol, data=cell.data)
+    exact = cell.readout == "exact"
+    if "oracle" in cell.kind:
+        hyper = _oracle_hyper(cell.truth, cell.protocol, cell.multiplier)
+        steps = (lambda layer: 3 * layer) if cell.truth == "gd" else (lambda layer: layer)
+        model = oracle(cell.truth, N_DIMS, N_LAYERS, steps, task=task, exact_readout=exact,
+                       **hyper)
+        cfg = dataclasses.replace(cfg, positions="all")
+        batch = _evaluation_batch(task, cfg)
+        t_min = 1 if cell.protocol == "iclprobe" else 0
+        return model, hyper, diverges(cell.truth, hyper, batch.xs, t_min), cfg
+    positions = "last" if cell.kind == "gd construction" else "all"
+    cfg = dataclasses.replace(cfg, positions=positions)
+    batch = _evaluation_batch(task, cfg)
+    value = cell.multiplier * _stability_bound(cell.kind, batch.xs, positions)
+    if cell.kind == "gd construction":
+        pq, hyper = gd_transformer(N_DIMS, N_LAYERS, lr=value), {"lr": value}
+    else:
+        pq, hyper = newton_transformer(N_DIMS, N_LAYERS + 4, a=value), {"a": value}
+    pq.task = task
+    pq.exact_layer_readout = exact  # type: ignore[misc]
+    return pq, hyper, False, cfg
+
+
+def run_cell(cell: Cell, cfg: AlignConfig) -> CellResult:
+    """Align the cell's model and count its Newton-vs-GD verdicts per metric."""
+    model, hyper, diverges, cell_cfg = build(cell, cfg)
+    if diverges:
+        return CellResult(cell, True, {}, {}, hyper)
+    res = align(model, cell_cfg)
+    other = "newton" if cell.truth == "gd" else "gd"
+    counts, verdicts = {}, {}
+    for metric, table in res.comparisons.items():
+        pair = next(p for p in table.pairs if {p.a, p.b} == {"newton", "gd"})
+        live = [v for v in pair.verdicts if v not in ("computes nothing", "matches no learner")]
+        counts[metric] = {"true": live.count(f"prefers {cell.truth}"),
+                          "false": live.count(f"prefers {other}"),
+                          "none": sum(not v.startswith("prefers") for v in live)}
+        verdicts[metric] = list(pair.verdicts)
+    return CellResult(cell, False, counts, verdicts, hyper)
+
+
+def bench_config(n_sequences: int = 256, n_boot: int = 100) -> AlignConfig:
+    """The AlignConfig the benchmark runs (Newton and GD only, no separation views)."""
+    return AlignConfig(n_sequences=n_sequences, n_boot=n_boot, algorithms=("newton", "gd"),
+                       metrics=METRICS, separation=False)
+
+
+def totals(results: list[CellResult]) -> dict[str, int]:
+    """Counts over every counted cell, and the cells that diverge."""
+    out = {"true": 0, "false": 0, "none": 0, "diverges": 0}
+    for r in results:
+        if r.diverges:
+            out["diverges"] += 1
+            continue
+        for counts in r.counts.values():
+            for key, value in counts.items():
+                out[key] += value
+    return out

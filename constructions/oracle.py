@@ -1,0 +1,205 @@
+"""`LearnerOracle`: a model whose layer l *is* a registered learner's iterate.
+
+The oracle runs any learner of `iclprobe.algorithms` (chosen steps, hyperparameters, a
+step-to-layer map such as step = c·l) and exposes its predictions as layers, so alignment
+can be held to a known answer through the very path it reads real models by. Its residual
+stream makes the probe readout a real test: layer l's residual at position t is a fixed
+random rotation R of ``[x_t, ŷ_l(t), tanh(W x_t + c)]`` — the prediction is linearly
+decodable but mixed with the query and with distractor channels, not alone in one
+coordinate. The exact readout undoes R and reads ŷ.
+
+Axis legend: ``layer`` (L + 1), ``batch``, ``pos`` (t), ``query`` (T), ``d_model``
+(D = d + 1 + n_noise).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from iclprobe import algorithms
+from iclprobe._checks import check_int, check_seed
+from iclprobe.models._tl import HookPoint
+from iclprobe.models.base import ModuleList, Regressor
+from iclprobe.tasks.covariance import random_orthogonal
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class OracleConfig:
+    """What an oracle runs and how its residual stream is laid out."""
+
+    n_dims: int  # covariate dimension d
+    learner: str  # a registered learner (algorithms.LEARNERS)
+    steps: tuple[int, ...]  # the learner's step at layer l = 0..L (L = len(steps) - 1)
+    hyper: dict[str, Any] = dataclasses.field(default_factory=dict)  # its hyperparameters
+    n_noise: int = 8  # distractor channels tanh(W x + c)
+    seed: int = 0  # fixes R, W and c
+
+    attn_only = True
+    normalization_type = None
+    positional_embedding_type = "none"
+    device = None
+
+    def __post_init__(self) -> None:
+        check_int("OracleConfig", "n_dims", self.n_dims)
+        check_int("OracleConfig", "n_noise", self.n_noise, low=0)
+        check_seed("OracleConfig", "seed", self.seed)
+        if self.learner not in algorithms.LEARNERS:
+            raise ValueError(f"OracleConfig.learner must be a registered learner "
+                             f"{sorted(algorithms.LEARNERS)}, got {self.learner!r}")
+        steps = tuple(self.steps)
+        if len(steps) < 2 or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                     for s in steps):
+            raise ValueError(f"OracleConfig.steps must hold at least 2 integers >= 0 (layer 0 "
+                             f"and one more), got {self.steps!r}")
+        object.__setattr__(self, "steps", steps)
+
+    @property
+    def n_layers(self) -> int:
+        """Layers beyond the embedding."""
+        return len(self.steps) - 1
+
+    @property
+    def d_model(self) -> int:
+        """Residual width d + 1 + n_noise."""
+        return self.n_dims + 1 + self.n_noise
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields (tensors among the hyperparameters as lists)."""
+        hyper = {k: v.tolist() if isinstance(v, Tensor) else v for k, v in self.hyper.items()}
+        return {"n_dims": self.n_dims, "learner": self.learner, "steps": list(self.steps),
+                "hyper": hyper, "n_noise": self.n_noise, "seed": self.seed}
+
+
+class _OracleLayer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]
+        self.hook_resid_post = HookPoint()  # [batch, pos, d_model]
+
+
+class LearnerOracle(Regressor):
+    """Layer l outputs ``cfg.learner``'s step ``cfg.steps[l]`` (see the module docstring).
+
+    Args:
+        cfg: the `OracleConfig`.
+        exact_readout: read layers exactly (undo R, take ŷ) in `iclprobe.alignment.align`;
+            False makes align fit ridge probes on the mixed residuals, as for a GPT.
+        task: the `iclprobe.tasks.RegressionTask` align evaluates on by default.
+    """
+
+    default_positions = "all"
+    curriculum = False
+    rotation: Tensor  # [d_model, d_model], orthogonal: resid = R feats
+    noise_w: Tensor  # [n_noise, n_dims]
+    noise_c: Tensor  # [n_noise]
+
+    def __init__(self, cfg: OracleConfig, exact_readout: bool = True, task: Any = None):
+        super().__init__()
+        if not isinstance(cfg, OracleConfig):
+            raise TypeError(f"cfg must be an OracleConfig, got {type(cfg).__name__}")
+        self.cfg = cfg
+        self.exact_layer_readout = bool(exact_readout)  # type: ignore[misc]
+        self.task = task
+        gen = torch.Generator().manual_seed(cfg.seed)
+        d, m = cfg.n_dims, cfg.n_noise
+        self.register_buffer("rotation", random_orthogonal(cfg.d_model, gen).float())
+        self.register_buffer("noise_w", torch.randn(m, d, generator=gen).float())
+        self.register_buffer("noise_c", torch.randn(m, generator=gen).float())
+        self.blocks: ModuleList[_OracleLayer] = ModuleList(
+            _OracleLayer() for _ in range(cfg.n_layers))
+        self.setup()
+
+    # ------------------------------------------------------------------ the learner
+    def iterates(self, xs: Tensor, ys: Tensor, weights: bool = False) -> algorithms.Iterates:
+        """The learner's iterates at ``cfg.steps`` (float64), one per layer in layer order."""
+        grid = sorted(set(self.cfg.steps))
+        it = algorithms.iterates(self.cfg.learner, xs.double(), ys.double(), steps=grid,
+                                 weights=weights, **self.cfg.hyper)
+        cols = torch.tensor([grid.index(s) for s in self.cfg.steps])
+        if it.preds.shape[0] == 1 and len(grid) > 1:  # a closed form (ols, ridge): no steps
+            cols = torch.zeros_like(cols)
+        w = it.weights[cols] if weights and it.weights is not None else None
+        return algorithms.Iterates(torch.tensor(self.cfg.steps), it.preds[cols], w, it.hyper)
+
+    def _residual(self, points: Tensor, preds: Tensor) -> Tensor:
+        """``R [x, ŷ, tanh(W x + c)]`` for ``points [..., d]`` and ``preds [...]``."""
+        noise = torch.tanh(points @ self.noise_w.T + self.noise_c)
+        feats = torch.cat([points, preds[..., None].to(points), noise], dim=-1)
+        return feats @ self.rotation.T
+
+    # ------------------------------------------------------------------ what a family provides
+    def forward(self, xs: Tensor, ys: Tensor, last_only: bool = False) -> Tensor:
+        """The learner's last step's prediction at every prefix (``[batch, 1]``: last only)."""
+        self.check_inputs(xs, ys)
+        preds = self.iterates(xs, ys).preds.to(xs.dtype)  # [layer, batch, pos]
+        resid = self.blocks[0].hook_resid_pre(self._residual(xs, preds[0]))
+        for layer, block in enumerate(self.blocks, start=1):
+            resid = block.hook_resid_post(self._residual(xs, preds[layer]))
+        out = self.readout_residual(resid)
+        return out[:, -1:] if last_only else out
+
+    def predict_queries(self, xs: Tensor, ys: Tensor, queries: Tensor) -> Tensor:
+        """``[batch, pos, T]``: the last step's weights at prefix t applied to its queries."""
+        return self.query_residuals(xs, ys, queries, reduce=self.readout_residual)[-1]
+
+    def query_residuals(self, xs: Tensor, ys: Tensor, queries: Tensor,
+                        reduce: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+        """Every layer's residual at the queries, ``[L+1, batch, pos, T, d_model]``."""
+        self.check_queries(xs, ys, queries)
+        w = self.iterates(xs, ys, weights=True).weights
+        assert w is not None
+        preds = torch.einsum("lbnd,bntd->lbnt", w, queries.double()).to(queries.dtype)
+        stacked = self._residual(queries.expand(len(self.cfg.steps), *queries.shape), preds)
+        return reduce(stacked) if reduce is not None else stacked
+
+    def readout_residual(self, resid: Tensor) -> Tensor:
+        """ŷ: the prediction coordinate of ``Rᵀ resid``, ``[..., d_model] -> [...]``."""
+        return resid @ self.rotation[:, self.cfg.n_dims]
+
+    def readout_rows(self, activation: Tensor, n_points: int) -> Tensor:
+        """One token per position: the hook's ``[batch, pos, d_model]`` as it is."""
+        return activation
+
+    def set_readout_rows(self, activation: Tensor, rows: Tensor) -> Tensor:
+        """``rows`` in place of the activation (an oracle's layers do not feed each other)."""
+        if rows.shape != activation.shape:
+            raise ValueError(f"rows must have shape {tuple(activation.shape)}, got "
+                             f"{tuple(rows.shape)}")
+        return rows.to(activation).clone()
+
+    def n_points_of(self, activation: Tensor) -> int:
+        """Examples n of a ``[batch, pos, d_model]`` hook tensor."""
+        return activation.shape[1]
+
+    def check_train_config(self, train_cfg: Any) -> None:
+        """An oracle has nothing to train."""
+        raise ValueError("a LearnerOracle has no trainable parameters: it runs "
+                         f"{self.cfg.learner!r} exactly")
+
+
+def oracle(learner: str, n_dims: int, n_layers: int,
+           step_of_layer: Callable[[int], int] | Sequence[int] = lambda layer: layer,
+           *, n_noise: int = 8, seed: int = 0, exact_readout: bool = True, task: Any = None,
+           **hyper: Any) -> LearnerOracle:
+    """An oracle of ``learner`` whose layer l is step ``step_of_layer(l)`` (default l).
+
+    ``step_of_layer`` is a function of the layer (e.g. ``lambda l: 4 * l``) or the list of
+    L + 1 steps; ``hyper`` are the learner's hyperparameters (``lr=0.05``, ``alpha=...``).
+    """
+    check_int("oracle", "n_layers", n_layers)
+    steps = list(step_of_layer) if not callable(step_of_layer) else \
+        [int(step_of_layer(layer)) for layer in range(n_layers + 1)]
+    if len(steps) != n_layers + 1:
+        raise ValueError(f"oracle: step_of_layer gives {len(steps)} steps, expected "
+                         f"n_layers + 1 = {n_layers + 1}")
+    cfg = OracleConfig(n_dims=n_dims, learner=learner, steps=tuple(steps), hyper=hyper,
+                       n_noise=n_noise, seed=seed)
+    return LearnerOracle(cfg, exact_readout=exact_readout, task=task)
+
+
+__all__ = ["LearnerOracle", "OracleConfig", "oracle"]

@@ -98,8 +98,9 @@ def diverges(truth: str, hyper: dict[str, Any], xs: torch.Tensor, t_min: int) ->
 
     Unstable: at or on its stability bound (GD: η c λ_max ≥ 2; Newton–Schulz:
     α λ_max² ≥ 2) at most (sequence, prefix ≥ t_min) pairs (GD at 2/λ_max sits on it
-    everywhere), or beyond it at some prefix of most sequences (Newton at 4/‖SSᵀ‖_F, on every rank-deficient prefix). A bound met only at
-    rank-1 prefixes (2/‖SSᵀ‖_F at t = 1) is not divergence.
+    everywhere), or beyond it at some prefix of most sequences (Newton at 4/‖SSᵀ‖_F, on
+    every rank-deficient prefix). A bound met only at rank-1 prefixes (2/‖SSᵀ‖_F at
+    t = 1) is not divergence.
     """
     lam = prefix_stats(xs.double(), torch.zeros(xs.shape[:2], dtype=torch.float64)).eigvals
     lam = lam[:, max(t_min, 1):]

@@ -267,18 +267,26 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
                          f"got {tuple(layer_preds.shape)}")
     window = _window(cfg, protocol, positions, n)
     notes = list(notes or [])
-    _check_finite("layer predictions (model output read per layer)", layer_preds)
+    t_lo, t_hi = window
+    _check_finite("layer predictions (model output read per layer)",
+                  layer_preds[..., t_lo:t_hi + 1])
+    if not bool(torch.isfinite(layer_preds).all()):  # only outside the aligned window
+        notes.append(f"layer predictions outside t = {t_lo}..{t_hi} are not finite (the model "
+                     f"is valid only where it is aligned); they are not used")
+        inside = torch.zeros(n, dtype=torch.bool)
+        inside[t_lo:t_hi + 1] = True
+        layer_preds = torch.where(inside, layer_preds, torch.zeros_like(layer_preds))
     layer_preds, ys64 = layer_preds.double(), batch.ys.double()
     err_by_t = (layer_preds - ys64).pow(2).mean(1) / d  # [L+1, n]
-    t_lo, t_hi = window
     zero_error = float(ys64[:, t_lo:t_hi + 1].pow(2).mean() / d)
     weight_metrics = [m for m in cfg.metrics if METRIC_INFO[m].on == "weights"]
     weights_needed = bool(weight_metrics)
     if weights_needed:
         if layer_weights is None:
             raise ValueError(f"metrics {weight_metrics} need layer_weights")
-        _check_finite("induced weights of the layers", layer_weights)
-        layer_weights = layer_weights.double()
+        _check_finite("induced weights of the layers", layer_weights[..., t_lo:t_hi + 1, :])
+        layer_weights = torch.nan_to_num(layer_weights.double(), nan=0.0, posinf=0.0,
+                                         neginf=0.0)  # non-finite only outside the window
     sub = slice(0, layer_weights.shape[1] if layer_weights is not None else 0)
     with timings.stage("learners"):
         stats = algorithms.prefix_stats(batch.xs.double(), ys64)

@@ -191,3 +191,20 @@ def test_benchmark_reports_divergent_cells():
                                                2.0), cfg)
     assert result.diverges and result.counts == {}
     assert benchmark.totals([result])["diverges"] == 1
+
+
+def test_a_model_valid_only_at_its_trained_length_is_aligned_there():
+    # GD at a step stable at t = 20 but not at small t, with enough layers to overflow there
+    from iclprobe import alignment
+
+    task = tasks.RegressionTask(n_dims=5, n_points=21)
+    model = gd_transformer(5, 40, lr=0.5)
+    model.task = task
+    b = task.sample(64, generator=0)
+    preds = layer_preds(model, b)
+    assert not bool(torch.isfinite(preds[:, :, 1]).all()) and bool(torch.isfinite(preds[:, :, 20]).all())
+    res = alignment.align(model, alignment.AlignConfig(n_sequences=64, n_boot=10,
+                                                       separation=False, positions="last",
+                                                       algorithms=("newton", "gd")))
+    assert any("not finite" in note for note in res.notes)
+    assert all(torch.isfinite(torch.tensor(res.layer_error)))

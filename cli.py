@@ -174,8 +174,26 @@ def _add_analysis(sub: Any) -> None:
     p.set_defaults(handler=_lazy("cmd_demo"))
 
 
+#: Commands that use the registries (learners, metrics, families): they load the plugins.
+PLUGIN_COMMANDS = ("train", "align", "compare", "probe", "demo")
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv`` (its first word that is not an option), if any."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (tests call it with ``argv``)."""
+    """Run the command line; returns the exit status (tests call it with ``argv``).
+
+    A command that uses the registries first loads the installed plugins
+    (`iclprobe.plugins`), so their learners, metrics and families are among its choices and
+    flags; ``iclprobe --help`` and ``iclprobe models`` load none.
+    """
+    if _command_of(sys.argv[1:] if argv is None else argv) in PLUGIN_COMMANDS:
+        from iclprobe.plugins import load_plugins
+
+        load_plugins()
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # for the report's "Produced by"

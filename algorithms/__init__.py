@@ -9,7 +9,6 @@ from iclprobe.algorithms import recurrences as _recurrences  # noqa: F401
 from iclprobe.algorithms import schedule as _schedule  # noqa: F401
 from iclprobe.algorithms import sequential as _sequential  # noqa: F401
 from iclprobe.algorithms.base import (
-    LEARNER_INFO,
     LEARNERS,
     Iterates,
     LearnerInfo,
@@ -26,7 +25,6 @@ from iclprobe.algorithms.sequential import gd_plus_plus, online_gd
 
 __all__ = [
     "LEARNERS",
-    "LEARNER_INFO",
     "LearnerInfo",
     "aligned_learners",
     "learner_info",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+import operator
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -24,7 +25,9 @@ class Iterates:
     """Predictions (and optionally weights) of a learner after each of K step counts.
 
     ``preds[k, :, t]`` predicts ``ys[:, t]`` from the t examples before it after
-    ``steps[k]`` steps; closed-form learners (ols, ridge) have one "step", 0.
+    ``steps[k]`` steps; closed-form learners (ols, ridge) have one "step", 0. ``steps`` may
+    be given as any sequence of integers (the ``steps`` list ``align`` passes a learner):
+    it is stored as an int64 tensor.
     """
 
     steps: Tensor  # [step], int64
@@ -33,6 +36,9 @@ class Iterates:
     hyper: dict[str, Any]
     name: str = ""
 
+    def __post_init__(self) -> None:
+        self.steps = check_steps(self.steps)
+
     def to(self, dtype: torch.dtype) -> Iterates:
         """The same iterates in another dtype."""
         w = self.weights.to(dtype) if self.weights is not None else None
@@ -40,13 +46,13 @@ class Iterates:
 
 
 Learner = Callable[..., Iterates]
-LEARNERS: dict[str, Learner] = {}
 STEP_SCALES = ("linear", "log2")
+STEP_RULES = ("cg", "layers")  # step grids resolved per model (alignment.RunSpec)
 
 
 @dataclasses.dataclass(frozen=True)
 class LearnerInfo:
-    """What the alignment pipeline, its report, plots and CLI need to know of a learner.
+    """A registered learner: its function and what ``align``, its report and CLI need.
 
     ``steps``: the default step grid of ``align`` — a tuple, a rule resolved per model
     (``"cg"``: 0…d+1; ``"layers"``: 0…L), or None for a closed form. ``step_scale``: how
@@ -66,7 +72,8 @@ class LearnerInfo:
     order: int = 100
 
 
-LEARNER_INFO: dict[str, LearnerInfo] = {}
+#: The learner registry, name -> `LearnerInfo` (``register`` adds one).
+LEARNERS: dict[str, LearnerInfo] = {}
 
 
 def register(name: str, *, label: str | None = None,
@@ -82,30 +89,81 @@ def register(name: str, *, label: str | None = None,
         @register("heavy_ball", label="heavy ball", steps=(1, 2, 4, 8), step_scale="log2",
                   align_hyper={"lr": 0.1}, align=True)
         def heavy_ball(xs, ys, steps=None, lr=0.1, weights=True): ...
+
+    The function is checked here: it takes ``xs, ys`` first and a ``weights`` keyword (and
+    ``steps`` when it has a step grid), and every key of ``align_hyper`` is one of its
+    parameters. What it returns is checked on every call, and named ``name`` (`iterates`).
+
+    Raises:
+        ValueError, TypeError: naming the argument or the missing parameter.
     """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty string, got {name!r}")
     if step_scale not in STEP_SCALES:
         raise ValueError(f"step_scale must be one of {STEP_SCALES}, got {step_scale!r}")
-    grid = steps if steps is None or isinstance(steps, str) else tuple(int(s) for s in steps)
+    grid = _check_grid(name, steps)
+    if label is not None and not isinstance(label, str):
+        raise TypeError(f"label must be a string, got {label!r}")
+    if not isinstance(align, bool):
+        raise TypeError(f"align must be a bool, got {align!r}")
+    if isinstance(order, bool) or not isinstance(order, int):
+        raise TypeError(f"order must be an integer, got {order!r}")
+    hyper = dict(align_hyper or {})
 
     def wrap(fn: Learner) -> Learner:
-        LEARNERS[name] = fn
-        LEARNER_INFO[name] = LearnerInfo(name, fn, label or name, grid, step_scale,
-                                         dict(align_hyper or {}), align, order)
+        _check_learner(name, fn, grid, hyper)
+        LEARNERS[name] = LearnerInfo(name, fn, label or name, grid, step_scale, hyper, align,
+                                     order)
         return fn
 
     return wrap
 
 
+def _check_grid(name: str, steps: Iterable[int] | str | None) -> tuple[int, ...] | str | None:
+    """A registered step grid: None, a rule of `STEP_RULES` or step counts >= 0."""
+    if steps is None:
+        return None
+    if isinstance(steps, str):
+        if steps not in STEP_RULES:
+            raise ValueError(f"learner {name!r}: steps must be step counts, None or one of "
+                             f"{STEP_RULES}, got {steps!r}")
+        return steps
+    return tuple(check_steps(steps).tolist())
+
+
+def _check_learner(name: str, fn: Any, grid: tuple[int, ...] | str | None,
+                   hyper: Mapping[str, Any]) -> None:
+    """Refuse a learner function that ``align`` could not call as registered."""
+    if not callable(fn):
+        raise TypeError(f"learner {name!r}: @register decorates a function, got {fn!r}")
+    params = inspect.signature(fn).parameters
+    positional = [v for v in params.values()
+                  if v.kind in (v.POSITIONAL_ONLY, v.POSITIONAL_OR_KEYWORD)]
+    any_kw = any(v.kind is v.VAR_KEYWORD for v in params.values())
+    if len(positional) < 2 or any(v.default is not v.empty for v in positional[:2]):
+        raise TypeError(f"learner {name!r}: {fn.__name__}{inspect.signature(fn)} must take "
+                        "the data as its first two arguments, (xs, ys, ...)")
+    needed = ["weights", *(["steps"] if grid is not None else []), *hyper]
+    missing = [p for p in needed if p not in params] if not any_kw else []
+    if missing:
+        why = {"weights": "align asks for weights=True or False",
+               "steps": f"it is registered with steps={grid!r}"}
+        raise TypeError(f"learner {name!r}: {fn.__name__}{inspect.signature(fn)} has no "
+                        f"parameter(s) {missing} ("
+                        + "; ".join(why.get(p, f"{p!r} is in align_hyper") for p in missing)
+                        + ")")
+
+
 def learner_info(name: str) -> LearnerInfo:
     """The registration of learner ``name`` (the error lists the registered ones)."""
-    if name not in LEARNER_INFO:
-        raise ValueError(f"unknown learner {name!r}; valid: {sorted(LEARNER_INFO)}")
-    return LEARNER_INFO[name]
+    if name not in LEARNERS:
+        raise ValueError(f"unknown learner {name!r}; valid: {sorted(LEARNERS)}")
+    return LEARNERS[name]
 
 
 def aligned_learners() -> list[LearnerInfo]:
     """The learners ``align`` runs by default, in table order."""
-    infos = [i for i in LEARNER_INFO.values() if i.align]
+    infos = [i for i in LEARNERS.values() if i.align]
     return sorted(infos, key=lambda i: i.order)
 
 
@@ -119,32 +177,67 @@ def iterates(name: str, xs: Tensor, ys: Tensor, steps: Iterable[int] | None = No
         ys: ``[batch, pos]``.
         steps: step counts (ignored by the closed forms ``ols`` and ``ridge``).
         **hyper: the learner's hyperparameters (``lr``, ``alpha``, ...).
+
+    Returns:
+        The learner's `Iterates`, checked: ``preds [K, batch, pos]`` for its K step counts,
+        ``weights`` None or ``[K, batch, pos, n_dims]``; named ``name`` (a learner that
+        wraps another returns it under its own name).
+
+    Raises:
+        TypeError: the learner returned something else than `Iterates`.
+        ValueError: an unknown name or hyperparameter, or iterates of the wrong shape.
     """
-    if name not in LEARNERS:
-        raise ValueError(f"unknown learner {name!r}; valid: {sorted(LEARNERS)}")
-    fn = LEARNERS[name]
+    fn = learner_info(name).fn
     params = inspect.signature(fn).parameters
-    unknown = sorted(set(hyper) - set(params))
-    if unknown:
-        accepted = [p for p in params if p not in ("xs", "ys", "steps")]
-        raise ValueError(f"unknown hyperparameter(s) {unknown} for {name!r}; "
-                         f"accepted: {accepted}")
-    if "steps" in params:
-        return fn(xs, ys, steps=steps, **hyper)
-    return fn(xs, ys, **hyper)
+    any_kw = any(v.kind is v.VAR_KEYWORD for v in params.values())
+    if not any_kw:
+        unknown = sorted(set(hyper) - set(params))
+        if unknown:
+            accepted = [p for p in params if p not in ("xs", "ys", "steps")]
+            raise ValueError(f"unknown hyperparameter(s) {unknown} for {name!r}; "
+                             f"accepted: {accepted}")
+    takes_steps = "steps" in params or (any_kw and steps is not None)
+    out = fn(xs, ys, steps=steps, **hyper) if takes_steps else fn(xs, ys, **hyper)
+    return check_iterates(name, out, xs)
+
+
+def check_iterates(name: str, it: Any, xs: Tensor) -> Iterates:
+    """``it`` if it is `Iterates` of learner ``name`` on ``xs [batch, pos, n_dims]``."""
+    if not isinstance(it, Iterates):
+        raise TypeError(f"learner {name!r} must return algorithms.Iterates, got "
+                        f"{type(it).__name__}")
+    k, (b, n, d) = it.steps.numel(), xs.shape
+    if not isinstance(it.preds, Tensor) or tuple(it.preds.shape) != (k, b, n):
+        shape = tuple(it.preds.shape) if isinstance(it.preds, Tensor) else type(it.preds)
+        raise ValueError(f"learner {name!r}: preds must have shape [K={k} steps, {b}, {n}], "
+                         f"got {shape}")
+    if it.weights is not None and (not isinstance(it.weights, Tensor)
+                                   or tuple(it.weights.shape) != (k, b, n, d)):
+        shape = tuple(it.weights.shape) if isinstance(it.weights, Tensor) else \
+            type(it.weights)
+        raise ValueError(f"learner {name!r}: weights must be None or of shape [K={k} steps, "
+                         f"{b}, {n}, {d}], got {shape}")
+    if not isinstance(it.hyper, dict):
+        raise TypeError(f"learner {name!r}: hyper must be a dict, got {type(it.hyper).__name__}")
+    return it if it.name == name else dataclasses.replace(it, name=name)
 
 
 def check_steps(steps: Iterable[int] | None) -> Tensor:
-    """Non-negative integer step counts as an int64 tensor."""
+    """Non-negative integer step counts (a sequence or a 1-D tensor) as an int64 tensor."""
     if steps is None:
         raise ValueError("steps is required: an iterable of step counts >= 0")
+    if isinstance(steps, Tensor) and (steps.ndim != 1 or steps.is_floating_point()):
+        raise ValueError(f"steps must be a 1-D integer tensor, got {steps.dtype} of shape "
+                         f"{tuple(steps.shape)}")
+    if isinstance(steps, (str, bytes)):
+        raise ValueError(f"steps must be integers >= 0, got {steps!r}")
     values = list(steps.tolist() if isinstance(steps, Tensor) else steps)
     if not values:
         raise ValueError("steps must hold at least one step count")
     for s in values:
-        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+        if isinstance(s, bool) or not hasattr(s, "__index__") or operator.index(s) < 0:
             raise ValueError(f"steps must be integers >= 0, got {s!r}")
-    return torch.tensor(values, dtype=torch.int64)
+    return torch.tensor([operator.index(s) for s in values], dtype=torch.int64)
 
 
 def check_positive(value: Any, name: str, allow_zero: bool = False) -> float:

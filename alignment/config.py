@@ -122,7 +122,7 @@ class AlignConfig:
                        if not protocol.accepts(a) and a not in family_runs]
             if unknown or not self.algorithms:
                 choices = (list(protocol.runs) if protocol.explicit_runs is not None
-                           else sorted(algorithms.LEARNER_INFO))
+                           else sorted(algorithms.LEARNERS))
                 raise ValueError(f"{_OWNER}.algorithms {unknown or list(self.algorithms)} are "
                                  f"not in protocol {self.protocol!r}; choose from "
                                  f"{choices + family_runs}")

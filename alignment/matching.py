@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from iclprobe.algorithms.base import LEARNER_INFO
+from iclprobe.algorithms.base import LEARNERS
 from iclprobe.alignment.similarities import Similarity
 
 MIN_FIT_LAYERS = 3
@@ -180,7 +180,7 @@ def match_steps(sim: Similarity, steps: Sequence[int] | torch.Tensor | None = No
     fits = {"linear": fit_steps(fit_layers, fit_vals, False, min_fit_layers),
             "log2": fit_steps(fit_layers, fit_vals, True, min_fit_layers)}
     if log2 is None:
-        info = LEARNER_INFO.get(sim.learner)
+        info = LEARNERS.get(sim.learner)
         log2 = info is not None and info.step_scale == "log2"
     return Match(sim.learner, sim.metric, best_step, [float(sign * v) for v in best_score],
                  ties, above_zero if live is None else [bool(v) for v in live],

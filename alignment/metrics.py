@@ -10,7 +10,9 @@ learner predicts 0 there; ``t_max`` defaults to the last position).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -93,7 +95,7 @@ def ilwd(w_a: Tensor, w_b: Tensor, t_min: int = 1, normalized: bool = False,
 
 
 # ------------------------------------------------------------------ registry
-MetricFn = Callable[[Tensor, Tensor, Tensor, int, "int | None"], Tensor]
+MetricFn = Callable[[Tensor, Tensor, Tensor, int, int], Tensor]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,10 +103,12 @@ class MetricInfo:
     """What ``align``, its report and ``--metric`` need to know of a similarity metric.
 
     ``per_sequence(a, b, ys, t_min, t_max) -> [..., batch]`` compares two predictors per
-    sequence over the positions ``t_min..t_max``: predictions ``[..., batch, pos]`` when
-    ``on="preds"``, induced weights ``[..., batch, pos, n_dims]`` when ``on="weights"``.
-    ``across``: the metric also has a form across sequences at one position (the error
-    cosine of a model evaluated at one context length).
+    sequence over the positions ``t_min..t_max`` (both integers): predictions
+    ``[..., batch, pos]`` when ``on="preds"``, induced weights ``[..., batch, pos, n_dims]``
+    when ``on="weights"``. ``across``: None, or the metric's form across sequences at each
+    position, ``(a, b, ys, t_min, t_max) -> [..., batch, pos', 3]``: per sequence and
+    position of the window the products ``(u·v, u·u, v·v)`` of two vectors whose batch means
+    make a cosine across sequences (the error cosine's are those of the residuals).
     """
 
     name: str
@@ -112,7 +116,7 @@ class MetricInfo:
     on: str
     higher_is_better: bool
     label: str
-    across: bool = False
+    across: MetricFn | None = None
 
 
 METRIC_INFO: dict[str, MetricInfo] = {}
@@ -120,21 +124,58 @@ METRIC_ON = ("preds", "weights")
 
 
 def register_metric(name: str, *, on: str, higher_is_better: bool, label: str | None = None,
-                    across: bool = False) -> Callable[[MetricFn], MetricFn]:
+                    across: MetricFn | None = None) -> Callable[[MetricFn], MetricFn]:
     """Add a metric to the registry.
 
     One function and this decorator make a metric available to ``align``
-    (``AlignConfig(metrics=...)``, ``--metric``), its tables, report and plots.
+    (``AlignConfig(metrics=...)``, ``--metric``), its tables, report and plots. The function
+    is called as ``fn(a, b, ys, t_min, t_max)`` with integer ``t_min <= t_max`` and returns
+    one value per sequence, ``[..., batch]`` (checked on every call).
+
+    Args:
+        across: the products whose batch means make the metric's cosine across sequences
+            at each position (see `MetricInfo`), used where a model is evaluated at one
+            position only; None (the default): the metric is computed per sequence there too.
+            ``across=True`` is refused: a metric has no across form unless it is given.
+
+    Raises:
+        ValueError, TypeError: a bad switch, or a function that cannot be called with
+            ``(a, b, ys, t_min, t_max)``.
     """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty string, got {name!r}")
     if on not in METRIC_ON:
         raise ValueError(f"on must be one of {METRIC_ON}, got {on!r}")
+    if not isinstance(higher_is_better, bool):
+        raise TypeError(f"higher_is_better must be a bool, got {higher_is_better!r}")
+    if label is not None and not isinstance(label, str):
+        raise TypeError(f"label must be a string, got {label!r}")
+    if across is not None:
+        if isinstance(across, bool) or not callable(across):
+            raise TypeError(f"metric {name!r}: across must be None or a function (a, b, ys, "
+                            "t_min, t_max) -> [..., batch, pos, 3] giving the products "
+                            f"(u·v, u·u, v·v) of a cosine across sequences, got {across!r}")
+        _check_signature(name, "across", across)
 
     def wrap(fn: MetricFn) -> MetricFn:
+        _check_signature(name, "the metric", fn)
         METRIC_INFO[name] = MetricInfo(name, fn, on, higher_is_better,
                                        label or name.replace("_", " "), across)
         return fn
 
     return wrap
+
+
+def _check_signature(name: str, what: str, fn: Any) -> None:
+    """Refuse a function that cannot be called as ``fn(a, b, ys, t_min, t_max)``."""
+    if not callable(fn):
+        raise TypeError(f"metric {name!r}: {what} must be a function, got {fn!r}")
+    try:
+        inspect.signature(fn).bind(*"abcde")
+    except TypeError as err:
+        raise TypeError(f"metric {name!r}: {what} {getattr(fn, '__name__', fn)}"
+                        f"{inspect.signature(fn)} must take (a, b, ys, t_min, t_max): "
+                        f"{err}") from None
 
 
 def metric_info(name: str) -> MetricInfo:
@@ -144,23 +185,60 @@ def metric_info(name: str) -> MetricInfo:
     return METRIC_INFO[name]
 
 
-@register_metric("error_cosine", on="preds", higher_is_better=True, across=True)
-def _error_cosine(a: Tensor, b: Tensor, ys: Tensor, t_min: int, t_max: int | None) -> Tensor:
+def per_sequence(name: str, a: Tensor, b: Tensor, ys: Tensor, t_min: int,
+                 t_max: int | None) -> Tensor:
+    """Metric ``name`` per sequence, ``[..., batch]``, its output's shape checked."""
+    info = metric_info(name)
+    t_max = check_window(t_min, t_max, ys.shape[-1])
+    out = info.per_sequence(a, b, ys, t_min, t_max)
+    core = 1 if info.on == "preds" else 2
+    want = torch.broadcast_shapes(a.shape[:-core], b.shape[:-core])
+    if not isinstance(out, Tensor) or out.shape != want:
+        got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+        raise ValueError(f"metric {name!r} must return one value per sequence, shape "
+                         f"{tuple(want)} here (the inputs' shape less its last "
+                         f"{'axis' if core == 1 else 'two axes'}), got {got}")
+    return out
+
+
+def across_moments(name: str, a: Tensor, b: Tensor, ys: Tensor, t_min: int,
+                   t_max: int | None) -> Tensor:
+    """Metric ``name``'s across-sequence products ``[..., batch, pos, 3]``, checked."""
+    info = metric_info(name)
+    if info.across is None:
+        raise ValueError(f"metric {name!r} has no form across sequences; those that have: "
+                         f"{[m for m, i in METRIC_INFO.items() if i.across is not None]}")
+    t_max = check_window(t_min, t_max, ys.shape[-1])
+    out = info.across(a, b, ys, t_min, t_max)
+    if not isinstance(out, Tensor) or out.ndim < 3 or out.shape[-1] != 3:
+        got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+        raise ValueError(f"metric {name!r}: across must return [..., batch, pos, 3], got {got}")
+    return out
+
+
+def _residual_products(a: Tensor, b: Tensor, ys: Tensor, t_min: int, t_max: int) -> Tensor:
+    """The products of the residuals (pred − y) of two predictors, ``[..., batch, pos, 3]``."""
+    ra, rb = (a - ys)[..., t_min:t_max + 1], (b - ys)[..., t_min:t_max + 1]
+    return torch.stack(torch.broadcast_tensors(ra * rb, ra * ra, rb * rb), dim=-1)
+
+
+@register_metric("error_cosine", on="preds", higher_is_better=True, across=_residual_products)
+def _error_cosine(a: Tensor, b: Tensor, ys: Tensor, t_min: int, t_max: int) -> Tensor:
     return error_cosine_per_sequence(a, b, ys, t_min, t_max)
 
 
 @register_metric("weight_cosine", on="weights", higher_is_better=True)
-def _weight_cosine(a: Tensor, b: Tensor, ys: Tensor, t_min: int, t_max: int | None) -> Tensor:
+def _weight_cosine(a: Tensor, b: Tensor, ys: Tensor, t_min: int, t_max: int) -> Tensor:
     return weight_cosine_per_sequence(a, b, t_min, t_max)
 
 
 @register_metric("spd", on="preds", higher_is_better=False,
                  label="squared prediction difference")
-def _spd(a: Tensor, b: Tensor, ys: Tensor, t_min: int, t_max: int | None) -> Tensor:
+def _spd(a: Tensor, b: Tensor, ys: Tensor, t_min: int, t_max: int) -> Tensor:
     return spd_per_sequence(a, b, t_min, t_max=t_max)
 
 
 @register_metric("ilwd", on="weights", higher_is_better=False,
                  label="implicit linear weight difference")
-def _ilwd(a: Tensor, b: Tensor, ys: Tensor, t_min: int, t_max: int | None) -> Tensor:
+def _ilwd(a: Tensor, b: Tensor, ys: Tensor, t_min: int, t_max: int) -> Tensor:
     return ilwd_per_sequence(a, b, t_min, t_max=t_max)

@@ -336,6 +336,7 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
                 else:
                     values, target, ys_m, lo = layer_preds, it, ys64, t_lo
                 sim = similarity(values, target, ys_m, metric, t_min=lo, t_max=t_hi,
+                                 over=over if METRIC_INFO[metric].across else "positions",
                                  n_boot=cfg.n_boot, confidence=cfg.confidence, seed=cfg.seed)
                 sims[key][metric] = sim
                 # liveness comes from the error cosine: the zero reference of other metrics

@@ -87,7 +87,7 @@ class Protocol:
         runs = self.runs
         if key in runs:
             return runs[key]
-        if self.explicit_runs is None and key in algorithms.LEARNER_INFO:
+        if self.explicit_runs is None and key in algorithms.LEARNERS:
             return registered_run(key)
         raise ValueError(f"learner {key!r} is not in protocol {self.name!r}; choose from "
                          f"{list(runs)}")
@@ -95,7 +95,7 @@ class Protocol:
     def accepts(self, key: str) -> bool:
         """Whether ``run(key)`` has an answer."""
         return key in self.runs or (self.explicit_runs is None
-                                    and key in algorithms.LEARNER_INFO)
+                                    and key in algorithms.LEARNERS)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready description (recorded in every result)."""

@@ -48,7 +48,7 @@ def run_spec(spec: RunSpec, batch: RegressionBatch, n_layers: int, weights: bool
     of a run on the whole batch: random starts are drawn for the whole batch and sliced).
     """
     rows = sequences or slice(None)
-    fn = algorithms.LEARNERS[spec.learner]
+    fn = algorithms.learner_info(spec.learner).fn
     params = inspect.signature(fn).parameters
     kw: dict[str, Any] = {**_resolve_hyper(dict(spec.hyper), batch), **extra,
                           "weights": weights}

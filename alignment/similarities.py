@@ -93,13 +93,14 @@ def bootstrap_weights(batch: int, n_boot: int, seed: int) -> Tensor:
 
 def moments(metric: str, over: str, a: Tensor, b: Tensor, ys: Tensor, t_min: int,
             t_max: int | None) -> Tensor:
-    """Per-sequence moments ``[..., batch, pos, m]`` whose batch mean `combine` reduces."""
+    """Per-sequence moments ``[..., batch, pos, m]`` whose batch mean `combine` reduces.
+
+    ``over="positions"``: the metric's value per sequence (m = 1); ``over="sequences"``: the
+    metric's ``across`` products (m = 3), combined into a cosine per position.
+    """
     if over == "sequences":
-        n = ys.shape[-1]
-        t_max = M.check_window(t_min, t_max, n)
-        ra, rb = (a - ys)[..., t_min:t_max + 1], (b - ys)[..., t_min:t_max + 1]
-        return torch.stack(torch.broadcast_tensors(ra * rb, ra * ra, rb * rb), dim=-1)
-    return M.metric_info(metric).per_sequence(a, b, ys, t_min, t_max)[..., None, None]
+        return M.across_moments(metric, a, b, ys, t_min, t_max)
+    return M.per_sequence(metric, a, b, ys, t_min, t_max)[..., None, None]
 
 
 def combine(mean_moments: Tensor) -> Tensor:
@@ -150,14 +151,15 @@ def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
         n_boot: bootstrap resamples of the sequences (seeded by ``seed``).
         confidence: width of the bootstrap interval.
         chunk: step counts evaluated at once (bounds memory at thousands of steps).
-        over: "positions" (a value per sequence, averaged) or "sequences" (error cosine
-            across sequences at each position, averaged over positions).
+        over: "positions" (a value per sequence, averaged) or "sequences" (a cosine across
+            sequences at each position, averaged over positions: only for the metrics
+            registered with an ``across`` form, such as error_cosine).
     """
     info = M.metric_info(metric)
-    if over not in OVER or (over == "sequences" and not info.across):
+    if over not in OVER or (over == "sequences" and info.across is None):
         raise ValueError(f"over must be one of {OVER} ('sequences' only for "
-                         f"{[m for m, i in METRICS.items() if i.across]}), got {over!r} "
-                         f"with metric {metric!r}")
+                         f"{[m for m, i in METRICS.items() if i.across is not None]}), got "
+                         f"{over!r} with metric {metric!r}")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     if not isinstance(n_boot, int) or n_boot < 2:

@@ -64,16 +64,26 @@ def ablate(model: Regressor, block: int, head: int | None = None,
            kind: str = "zero") -> Iterator[Regressor]:
     """Zero- or mean-ablate block ``block``'s output, or one of its heads.
 
-    A whole block: its attention and MLP outputs (``hook_attn_out``, ``hook_mlp_out``).
-    A head: its slice of ``attn.hook_z`` (GPT) or of ``attn.hook_pattern`` (PQ, whose head
-    outputs are summed inside the layer). Mean ablation uses the batch mean per position.
+    A whole block: the hooks its family names in ``block_output_hooks`` (GPT: its attention
+    and MLP outputs, ``hook_attn_out`` and ``hook_mlp_out``); for a family that names none,
+    the block's update of the residual stream (layer ``block + 1``'s residual minus layer
+    ``block``'s). A head: its slice of ``attn.hook_z`` (GPT) or of ``attn.hook_pattern`` (PQ,
+    whose head outputs are summed inside the layer). Mean ablation uses the batch mean per
+    position.
     """
     check_model(model)
     _check_block(model, block)
     replace = _replace(kind)
     hooks: list[tuple[str | Callable[..., Any], Callable[..., Any]]]
-    if head is None:
+    if head is None and not model.block_output_hooks:
+        hooks = _update_hooks(model, block, replace)
+    elif head is None:
         names = [f"blocks.{block}.{name}" for name in model.block_output_hooks]
+        unknown = [n for n in names if n not in model.hook_dict]
+        if unknown:
+            raise ValueError(f"{type(model).__name__}.block_output_hooks names hooks it does "
+                             f"not have: {unknown}; its hooks of block {block}: "
+                             f"{[n for n in model.hook_dict if n.startswith(f'blocks.{block}.')]}")
         hooks = [(name, lambda t, hook: replace(t)) for name in names]
     else:
         if model.head_hook is None:
@@ -94,6 +104,21 @@ def ablate(model: Regressor, block: int, head: int | None = None,
         hooks = [(f"blocks.{block}.{name}", ablate_head)]
     with model.hooks(fwd_hooks=hooks):
         yield model
+
+
+def _update_hooks(model: Regressor, block: int, replace: Callable[[Tensor], Tensor]
+                  ) -> list[tuple[str | Callable[..., Any], Callable[..., Any]]]:
+    """Hooks that replace block ``block``'s residual update ``out − in`` by ``replace``."""
+    seen: dict[str, Tensor] = {}
+
+    def keep(t: Tensor, hook: object) -> Tensor:
+        seen["in"] = t
+        return t
+
+    def swap(t: Tensor, hook: object) -> Tensor:
+        return seen["in"] + replace(t - seen["in"])
+
+    return [(resid_hook_name(block, model), keep), (resid_hook_name(block + 1, model), swap)]
 
 
 @contextlib.contextmanager

@@ -63,7 +63,9 @@ class Regressor(HookedRootModule, metaclass=abc.ABCMeta):
             (every prefix, Garg et al.'s loss) or "last" (Ahn et al.'s loss).
         curriculum: Garg's curriculum applies (the model takes fewer dims and points).
         head_hook: ``(hook name under blocks.{l}., head axis)`` for head ablations, or None.
-        block_output_hooks: hook names under ``blocks.{l}.`` whose sum is block l's output.
+        block_output_hooks: hook names under ``blocks.{l}.`` whose sum is block l's output
+            (what ``hooks.ablate`` replaces); empty (the default): the block's update of
+            the residual stream, layer l + 1's residual minus layer l's.
     """
 
     family: ClassVar[str] = ""
@@ -71,7 +73,7 @@ class Regressor(HookedRootModule, metaclass=abc.ABCMeta):
     default_positions: ClassVar[str] = "all"
     curriculum: ClassVar[bool] = True
     head_hook: ClassVar[tuple[str, int] | None] = None
-    block_output_hooks: ClassVar[tuple[str, ...]] = ("hook_attn_out",)
+    block_output_hooks: ClassVar[tuple[str, ...]] = ()
     cfg: Any
     task: Any
     train_config: dict[str, Any] | None = None

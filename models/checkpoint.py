@@ -209,6 +209,10 @@ def _load_native(path: Path) -> Regressor:
         )
     family = meta.get("family")
     if family not in registry.FAMILIES:
+        from iclprobe.plugins import load_plugins
+
+        load_plugins()  # an installed package may register it (docs/architecture.md)
+    if family not in registry.FAMILIES:
         raise CheckpointError(
             f"{path / CONFIG_FILE}: unknown family {family!r} (known: "
             f"{sorted(registry.FAMILIES)})"

@@ -9,7 +9,8 @@ without importing torch. A family registers itself once::
                     "my recurrent regressor")
 
 ``MyRegressor`` subclasses `iclprobe.models.base.Regressor`; ``MyConfig`` is a frozen
-dataclass with ``n_dims``, ``n_layers``, ``to_dict`` and ``from_dict``.
+dataclass with ``n_dims``, ``n_layers``, ``seed``, ``to_dict``, ``from_dict``,
+``n_parameters`` and ``activation_floats`` (checked by ``register_family``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,18 @@ import importlib
 from typing import Any
 
 from iclprobe.models.config import GPTConfig, LSTMConfig, PQConfig
+
+#: What ``register_family`` checks of a config class: fields, then methods.
+CONFIG_FIELDS = ("n_dims", "n_layers", "seed")
+CONFIG_METHODS = {
+    "to_dict": "config.json is written from it (models.config._ConfigMixin has it)",
+    "from_dict": "checkpoints are loaded with it (models.config._ConfigMixin has it)",
+    "n_parameters": "n_parameters() -> int: the weights' count, checked before a checkpoint "
+                    "loads or a model is built",
+    "activation_floats": "activation_floats(batch_size, n_points) -> int: floats a training "
+                         "step keeps, checked before training",
+}
+POSITIONS = ("all", "last")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,30 +45,120 @@ class Family:
     runs: tuple[str, ...] = ()  # learner runs its models add to align (claimed_learners)
 
     def model_class(self) -> Any:
-        """The model class (imported on first use)."""
-        if isinstance(self.model, str):
+        """The model class, imported and checked (`check_model_class`) on first use."""
+        if not isinstance(self.model, str):
+            return self.model
+        if self.model not in _IMPORTED:
             module, _, cls = self.model.partition(":")
-            return getattr(importlib.import_module(module), cls)
-        return self.model
+            try:
+                found = getattr(importlib.import_module(module), cls)
+            except (ImportError, AttributeError) as err:
+                raise ValueError(f"model family {self.name!r}: cannot import its model class "
+                                 f"{self.model!r} ({err})") from err
+            check_model_class(self.name, found)
+            _IMPORTED[self.model] = found
+        return _IMPORTED[self.model]
 
 
 FAMILIES: dict[str, Family] = {}
+_IMPORTED: dict[str, type] = {}  # "module:Class" -> the class, checked
 
 
 def register_family(name: str, config: Any, model: str | type, summary: str,
                     runs: tuple[str, ...] = ()) -> Family:
     """Register a model family under ``name`` (re-registering a name replaces it).
 
-    ``runs``: the names of the learner runs its models add to an alignment (the keys of
-    their ``claimed_learners``), so that ``AlignConfig(algorithms=...)`` accepts them.
+    What the family must provide is checked here: the config class's fields
+    (`CONFIG_FIELDS`) and methods (`CONFIG_METHODS`); a model class given as a class is
+    checked now, one given as ``"module:Class"`` when first imported (`check_model_class`).
+    The model class learns its registry name (its ``family`` attribute).
+
+    Args:
+        name: the family's name (``config.json``'s ``family``, ``--family``).
+        config: the frozen config dataclass (a class).
+        model: the model class, or ``"module:Class"`` to import it on first use.
+        summary: one line for ``iclprobe train --help``.
+        runs: the names of the learner runs its models add to an alignment (the keys of
+            their ``claimed_learners``), so that ``AlignConfig(algorithms=...)`` accepts them.
+
+    Raises:
+        TypeError, ValueError: naming what is missing or malformed.
     """
-    if not dataclasses.is_dataclass(config):
-        raise TypeError(f"config must be a dataclass, got {config!r}")
-    family = Family(name, config, model, summary, tuple(runs))
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty string, got {name!r}")
+    _check_config_class(name, config)
+    if isinstance(model, str):
+        module, sep, cls = model.partition(":")
+        if not (module and sep and cls.isidentifier()):
+            raise ValueError(f"model family {name!r}: model must be a class or "
+                             f"'module:Class', got {model!r}")
+        _IMPORTED.pop(model, None)
+    else:
+        check_model_class(name, model)
+    if not isinstance(summary, str):
+        raise TypeError(f"model family {name!r}: summary must be a string, got {summary!r}")
+    runs = (runs,) if isinstance(runs, str) else tuple(runs)
+    if not all(isinstance(r, str) and r for r in runs):
+        raise TypeError(f"model family {name!r}: runs must be names (strings), got {runs!r}")
+    family = Family(name, config, model, summary, runs)
     FAMILIES[name] = family
-    if not isinstance(model, str):
-        setattr(model, "family", name)  # noqa: B010 - the class learns its registry name
     return family
+
+
+def _check_config_class(name: str, config: Any) -> None:
+    """Refuse a config class without what checkpoints, training and the CLI use."""
+    if not (isinstance(config, type) and dataclasses.is_dataclass(config)):
+        raise TypeError(f"model family {name!r}: config must be a dataclass class, "
+                        f"got {config!r}")
+    if not config.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+        raise TypeError(f"model family {name!r}: {config.__name__} must be a frozen "
+                        "dataclass (@dataclasses.dataclass(frozen=True))")
+    fields = {f.name for f in dataclasses.fields(config)}
+    missing = [f for f in CONFIG_FIELDS if f not in fields]
+    if missing:
+        raise TypeError(f"model family {name!r}: {config.__name__} has no field(s) {missing} "
+                        f"(every config has {list(CONFIG_FIELDS)})")
+    absent = [m for m in CONFIG_METHODS if not callable(getattr(config, m, None))]
+    if absent:
+        raise TypeError(f"model family {name!r}: {config.__name__} lacks method(s) {absent}: "
+                        + "; ".join(f"{m}: {CONFIG_METHODS[m]}" for m in absent))
+
+
+def check_model_class(name: str, cls: Any) -> None:
+    """Refuse a model class that is not a complete `Regressor`; give it its ``family``.
+
+    Checks that it subclasses ``iclprobe.models.base.Regressor``, implements every abstract
+    method, and has well-formed class attributes (``default_positions``,
+    ``exact_layer_readout``, ``curriculum``, ``head_hook``, ``block_output_hooks``). A
+    class without a ``family`` of its own gets ``name``.
+    """
+    from iclprobe.models.base import Regressor  # a model class exists: torch is imported
+
+    if not (isinstance(cls, type) and issubclass(cls, Regressor)):
+        raise TypeError(f"model family {name!r}: the model must be a subclass of "
+                        f"iclprobe.models.base.Regressor, got {cls!r}")
+    abstract = sorted(getattr(cls, "__abstractmethods__", ()))
+    if abstract:
+        raise TypeError(f"model family {name!r}: {cls.__name__} does not implement "
+                        f"{abstract} (abstract in Regressor)")
+    if cls.default_positions not in POSITIONS:
+        raise ValueError(f"model family {name!r}: {cls.__name__}.default_positions must be "
+                         f"one of {POSITIONS}, got {cls.default_positions!r}")
+    for flag in ("exact_layer_readout", "curriculum"):
+        if not isinstance(getattr(cls, flag), bool):
+            raise TypeError(f"model family {name!r}: {cls.__name__}.{flag} must be a bool, "
+                            f"got {getattr(cls, flag)!r}")
+    head = cls.head_hook
+    if head is not None and not (isinstance(head, tuple) and len(head) == 2
+                                 and isinstance(head[0], str) and isinstance(head[1], int)):
+        raise TypeError(f"model family {name!r}: {cls.__name__}.head_hook must be None or "
+                        f"(hook name, head axis), got {head!r}")
+    hooks = cls.block_output_hooks
+    if not (isinstance(hooks, tuple) and all(isinstance(h, str) and h for h in hooks)):
+        raise TypeError(f"model family {name!r}: {cls.__name__}.block_output_hooks must be a "
+                        f"tuple of hook names under blocks.{{l}}., got {hooks!r}")
+    if not cls.__dict__.get("family"):  # a class of another family keeps its own name
+        cls.family = name
 
 
 def get_family(name: str) -> Family:
@@ -66,11 +169,20 @@ def get_family(name: str) -> Family:
 
 
 def family_of(model: Any) -> str:
-    """The registry name of ``model``'s family (its class's ``family`` attribute)."""
-    name = getattr(type(model), "family", "")
+    """The registry name of ``model``'s family.
+
+    Its class's ``family`` attribute, or, for a class registered as ``"module:Class"`` and
+    imported directly rather than through the registry, the family registered with its path.
+    """
+    cls = type(model)
+    name = cls.__dict__.get("family", "")  # its own, not a registered parent's
+    if name not in FAMILIES:
+        path = f"{cls.__module__}:{cls.__qualname__}"
+        name = next((f.name for f in FAMILIES.values() if f.model in (path, cls)),
+                    getattr(cls, "family", ""))
     if name not in FAMILIES or not isinstance(model, FAMILIES[name].model_class()):
         raise TypeError(f"model must be a registered iclprobe model family, got "
-                        f"{type(model).__name__} (registered: {sorted(FAMILIES)})")
+                        f"{cls.__name__} (registered: {sorted(FAMILIES)})")
     return name
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from iclprobe import algorithms, models, tasks
-from iclprobe.algorithms.base import LEARNER_INFO, LEARNERS
+from iclprobe.algorithms.base import LEARNERS
 from iclprobe.alignment import AlignConfig, align, write_report
 from iclprobe.alignment.metrics import METRIC_INFO, register_metric
 from iclprobe.alignment.protocols import get_protocol
@@ -31,7 +31,6 @@ def heavy_ball():
 
     yield "heavy_ball_test"
     LEARNERS.pop("heavy_ball_test")
-    LEARNER_INFO.pop("heavy_ball_test")
 
 
 @pytest.fixture

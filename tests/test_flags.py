@@ -14,6 +14,7 @@ from iclprobe.alignment.config import DEFAULT_METRICS, AlignConfig
 from iclprobe.cli import build_parser, main
 from iclprobe.cli_commands import _align_config, _train_setup
 from iclprobe.cli_flags import MODEL_FROM_TASK, TASK_FIELDS, align_flags, given, train_flags
+from iclprobe.models.config import _ConfigMixin
 from iclprobe.models.registry import FAMILIES, register_family
 from iclprobe.training.config import TrainConfig
 
@@ -128,11 +129,18 @@ def test_given_flags_are_the_values_typed():
 
 
 @dataclasses.dataclass(frozen=True)
-class TinyConfig:
+class TinyConfig(_ConfigMixin):
     n_dims: int = option(help="covariate dimension d")
     n_layers: int = option(2, "mixing layers")
     width: float = option(0.5, "mixing width")
     kind: str = option("a", "mixing kind", choices=("a", "b"))
+    seed: int = option(0, "initialization seed")
+
+    def n_parameters(self) -> int:
+        return self.n_layers * self.n_dims
+
+    def activation_floats(self, batch_size: int, n_points: int) -> int:
+        return batch_size * n_points
 
 
 def test_a_newly_registered_family_gets_its_flags(monkeypatch, tmp_path, capsys):

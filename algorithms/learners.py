@@ -50,7 +50,7 @@ from iclprobe.algorithms.prefix import (
     safe_inverse,
 )
 
-LrSpec = float | str
+LrSpec = float | str | Tensor
 GD_LOG_GRID = tuple(2**i for i in range(13))  # 2^0 … 2^12, Fu et al.'s grid
 #: Newton–Schulz initial scalings: name -> (numerator, norm of S Sᵀ).
 NEWTON_ALPHAS = {"frobenius": (1.0, "fro"), "2/frobenius": (2.0, "fro"),
@@ -80,6 +80,8 @@ def _lr(lr: LrSpec, stats: PrefixStats, c: Tensor, name: str = "lr") -> Tensor |
     A number (times s_x²), or "max": 1 / λ_max of the per-prefix Hessian c_t S_t (0 where
     S_t = 0).
     """
+    if isinstance(lr, Tensor):  # one η_t per prefix, [pos] -> [pos, 1]
+        return _per_prefix(lr, stats.counts.numel(), name, 2)[:, None] * stats.x_scale**2
     if lr == "max":
         return safe_inverse(c * stats.eigvals[..., -1:])
     if isinstance(lr, str):
@@ -199,11 +201,12 @@ def _gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None, lr: LrSpec, normali
     k_steps = check_steps(steps)
     stats = _stats(xs, ys, stats)
     c = _scale(stats, normalize)
-    hyper: dict[str, Any] = {"lr": lr, "normalize": normalize}
+    hyper: dict[str, Any] = {"lr": lr.tolist() if isinstance(lr, Tensor) else lr,
+                             "normalize": normalize}
     lr_scale = check_positive(lr_scale, "lr_scale")
     if lr_scale != 1.0:
         hyper["lr_scale"] = lr_scale
-    if lr == "tuned":
+    if isinstance(lr, str) and lr == "tuned":
         if lr_scale != 1.0:
             raise ValueError(f"lr_scale={lr_scale} applies to a number or 'max', not to "
                              "lr='tuned'")
@@ -222,8 +225,10 @@ def _gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None, lr: LrSpec, normali
             return ((1.0 - r * c * block.eigvals) ** k
                     for r, k in zip(scaled_rates, k_steps.tolist()))
     else:
-        checked = [] if lr == "max" else [(lr, float(_lr(lr, stats, c)) * lr_scale)]
-        factor = (1.0 if lr == "max" else lr_factor) * lr_scale  # "max": that of M ∇R already
+        per_prefix = isinstance(lr, Tensor)
+        is_max = not per_prefix and lr == "max"
+        checked = [] if is_max or per_prefix else [(lr, float(_lr(lr, stats, c)) * lr_scale)]
+        factor = (1.0 if is_max else lr_factor) * lr_scale  # "max": that of M ∇R already
 
         def decays(block: PrefixStats) -> Iterable[Tensor]:
             x = _lr(lr, block, c) * factor * c * block.eigvals  # η c λ
@@ -248,7 +253,8 @@ def gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrSpec = 
     """Gradient descent from w = 0 (closed form per eigenvalue).
 
     Args:
-        lr: a number; "max" (1/λ_max of each prefix's Hessian); or "tuned": per step count,
+        lr: a number; "max" (1/λ_max of each prefix's Hessian); a tensor ``[pos]`` of one
+            step size per prefix (0: no step there); or "tuned": per step count,
             the best of ``grid`` (multipliers of 1/median λ_max) on ``tune_on = (xs, ys)``,
             or, without it, on the second half of the given batch. The values land in
             ``hyper["lr"]``. A number at or above 2/max(c·λ_max), the stability bound of
@@ -283,8 +289,9 @@ def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     ``alpha``: "frobenius" = 1/‖SSᵀ‖_F (the default), "2/frobenius" = 2/‖SSᵀ‖_F (what Fu
     et al.'s evaluation code uses), "spectral" = 1/‖SSᵀ‖₂, a number, or a tensor ``[pos]``
     of one α_t per prefix t (e.g. a/t², what a linear-attention Newton network computes;
-    ``hyper["alpha"]`` then holds the list); ``alpha_scale`` multiplies any of them
-    (``alpha="frobenius", alpha_scale=0.5``: 0.5/‖SSᵀ‖_F). The paper's own
+    ``hyper["alpha"]`` then holds the list; 0 at a prefix: no step there);
+    ``alpha_scale`` multiplies any of them (``alpha="frobenius", alpha_scale=0.5``:
+    0.5/‖SSᵀ‖_F). The paper's own
     α = 2/‖SSᵀ‖₂ ("2/spectral") lies exactly on the divergence boundary: in the top
     eigendirection ``1 − λ m_k`` goes −1, 1, 1, … and never converges (in floating point,
     round-off ε grows as 2^k ε and lets it escape after ~30-50 steps). 2/‖SSᵀ‖_F converges
@@ -334,15 +341,25 @@ def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
                   (stats.x_scale, stats.y_scale), unstable)
 
 
+def _per_prefix(value: Tensor, n_points: int, name: str, power: int) -> Tensor:
+    """A hyperparameter given per prefix t, ``[pos]``, checked, as float64.
+
+    Prefixes with value 0 take no step (their iterates stay at the start): a model valid
+    only at some positions is matched there alone.
+    """
+    if value.shape != (n_points,) or value.is_complex() or value.dtype == torch.bool:
+        raise ValueError(f"{name} as a tensor must be real with shape ({n_points},), one value "
+                         f"per prefix, got {value.dtype} of shape {tuple(value.shape)}")
+    v = value.detach().to(torch.float64)
+    if not bool((torch.isfinite(v) & (v >= 0)).all()) or not bool((v > 0).any()):
+        raise ValueError(f"{name} must be finite and >= 0 at every prefix (> 0 somewhere), "
+                         f"got {v.tolist()}")
+    return v
+
+
 def _per_prefix_alpha(alpha: Tensor, n_points: int, x_scale: float) -> Tensor:
     """Newton's α_t as a float64 ``[pos]`` tensor on the scaled data (α scales as x⁻⁴)."""
-    if alpha.shape != (n_points,) or alpha.is_complex() or alpha.dtype == torch.bool:
-        raise ValueError(f"alpha as a tensor must be real with shape ({n_points},), one α_t per "
-                         f"prefix, got {alpha.dtype} of shape {tuple(alpha.shape)}")
-    a = alpha.detach().to(torch.float64)
-    if not bool((torch.isfinite(a) & (a > 0)).all()):
-        raise ValueError(f"alpha must be finite and > 0 at every prefix, got {a.tolist()}")
-    return a * x_scale**4
+    return _per_prefix(alpha, n_points, "alpha", 4) * x_scale**4
 
 
 def _matrix_sqrt(precond: Tensor, n_dims: int, batch: int) -> Tensor:
@@ -396,7 +413,8 @@ def pgd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     check_regression(xs, ys)
     root = _matrix_sqrt(precond, xs.shape[-1], xs.shape[0])
     x64 = xs.to(torch.float64)
-    a = _identity_multiple(precond.to(torch.float64)) if lr != "tuned" else None
+    a = _identity_multiple(precond.to(torch.float64)) \
+        if not (isinstance(lr, str) and lr == "tuned") else None
     if a is not None:
         it = _gd(x64, ys.to(torch.float64), steps, lr, normalize, weights, stats, None, None,
                  name="pgd", dtype=out_dtype(xs), lr_factor=a)

@@ -30,6 +30,7 @@ from iclprobe.alignment.family import (
     layer_weight_fn,
     needs_probes,
 )
+from iclprobe.alignment.fitted import fitted_pairs
 from iclprobe.alignment.matching import Match, match_steps
 from iclprobe.alignment.metrics import METRIC_INFO
 from iclprobe.alignment.protocols import Protocol, RunSpec
@@ -75,6 +76,8 @@ class AlignResult:
     meaningless: str | None = None  # set when no alignment means anything for this model
     probes_info: dict[str, Any] | None = None
     timings: dict[str, float] = dataclasses.field(default_factory=dict)  # seconds per stage
+    fitted: dict[str, C.PairVerdict] = dataclasses.field(default_factory=dict)  # metric ->
+    #   Newton vs GD with step sizes fitted (alignment.fitted), the view verdicts come from
 
     @property
     def step_runs(self) -> list[str]:
@@ -114,6 +117,7 @@ class AlignResult:
             "table": {m: self.table(m) for m in self.comparisons},
             "comparisons": {m: c.to_dict() for m, c in self.comparisons.items()},
             "separation": self.separation.to_dict() if self.separation else None,
+            "fitted": {m: dataclasses.asdict(p) for m, p in self.fitted.items()},
             "similarities": {r: {m: s.to_dict() for m, s in by.items()}
                              for r, by in self.similarities.items()},
             "matches": {r: {m: x.to_dict() for m, x in by.items()}
@@ -359,6 +363,12 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
         meaningless = (f"the model does not solve this task (last layer's normalized error "
                        f"{last_error:.3f} vs the zero predictor's {zero_error:.3f}): its "
                        "layers cannot be aligned with a learner")
+    fitted: dict[str, C.PairVerdict] = {}
+    if cfg.fitted and {"newton", "gd"} <= set(iterates):
+        with timings.stage("fitted step sizes"):
+            fitted, _ = fitted_pairs(layer_preds, layer_weights, batch.xs.double(), ys64, stats,
+                                     window, protocol.weight_t_min, list(cfg.metrics), over,
+                                     live, predicts, cfg.n_boot, cfg.confidence, cfg.seed)
     separation = None
     if cfg.separation and positions == "all" and {"newton", "gd"} <= set(iterates):
         with timings.stage("separation views"):
@@ -375,7 +385,7 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
         learner_error_by_t=_learner_curves(iterates, live_by, ys64, d), probe_r2=[],
         run_labels=labels, similarities=sims, matches=matches, comparisons=comparisons,
         separation=separation, notes=notes, live=live, meaningless=meaningless,
-        timings=timings)
+        timings=timings, fitted=fitted)
 
 
 def _learner_curves(iterates: dict[str, algorithms.Iterates], matches: dict[str, Match],

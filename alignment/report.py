@@ -99,6 +99,10 @@ def _model_section(out: Path, res: AlignResult, slug: str) -> list[str]:
             md += [f"Calibration, {pair.a} vs {pair.b}:", "",
                    markdown_table(*T.calibration_rows(res, pair)), "", f"**{pair.sentence}**",
                    ""]
+        if metric in res.fitted:
+            md += [T.FITTED_TITLE[0].upper() + T.FITTED_TITLE[1:] + ":", "",
+                   markdown_table(*T.fitted_rows(res, metric)), "",
+                   f"**{res.fitted[metric].sentence}**", ""]
         md += ["Step growth over live layers:", ""]
         md += [f"- {g}" for g in T.growth_lines(res, metric)] + [""]
         png = plots.learner_comparison(res, metric, out / f"learners_{slug}_{metric}.png")

@@ -205,9 +205,32 @@ def text_table(result: AlignResult, metric: str = "error_cosine") -> str:
                   "at each layer's matched steps"]
         lines += aligned(*calibration_rows(result, pair), right=False)
         lines.append(pair.sentence)
+    if metric in result.fitted:
+        lines += ["", FITTED_TITLE]
+        lines += aligned(*fitted_rows(result, metric), right=False)
+        lines.append(result.fitted[metric].sentence)
     lines += ["", "step growth over live layers:"] + ["  " + g for g in growth_lines(result, metric)]
     lines += [f"note: {n}" for n in result.notes]
     return "\n".join(lines)
+
+
+FITTED_TITLE = ("verdict, step sizes fitted: Newton and GD each matched over 10 step-size "
+                "variants x 25 steps (the view with no false attribution on "
+                "bench/known_answers.py)")
+
+
+def fitted_rows(result: AlignResult, metric: str) -> tuple[list[str], list[list[str]]]:
+    """Per layer of the fitted view: Newton − GD, the learners' resemblance, the verdict.
+
+    The resemblance columns are each learner's best imitation of the other's matched column.
+    """
+    pair = result.fitted[metric]
+    cal = pair.calibration
+    header = ["layer", "newton − gd", "gd imitates newton's", "newton imitates gd's", "verdict"]
+    body = [[str(layer), _ci(pair.difference, layer), f"{cal.a_by_b[layer]:.3f}",
+             f"{cal.b_by_a[layer]:.3f}", pair.verdicts[layer]]
+            for layer in range(len(pair.verdicts))]
+    return header, body
 
 
 def headline_lines(results: Sequence[AlignResult], metric: str = "error_cosine",

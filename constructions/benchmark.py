@@ -34,10 +34,27 @@ PROTOCOLS = ("iclprobe", "fu2024")
 DATA = ("isotropic", "ill-conditioned")
 READOUTS = ("exact", "probe")
 METRICS = ("error_cosine", "weight_cosine")
-#: Oracles: multiples of each protocol's rule; constructions: of their stability bound.
-ORACLE_MULTIPLIERS = (0.5, 1.0, 2.0)
-CONSTRUCTION_FRACTIONS = (0.3, 0.6, 0.9)
-N_DIMS, N_POINTS, N_LAYERS = 5, 21, 8
+N_LAYERS = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """The data and step sizes of a slice of the grid."""
+
+    n_dims: int
+    n_points: int
+    seed: int  # of the evaluation data (and of the oracles' rotations)
+    condition_number: float  # κ of the ill-conditioned evaluation data
+    oracle_multipliers: tuple[float, ...]  # of each protocol's rule
+    construction_fractions: tuple[float, ...]  # of the stability bound on the batch
+
+
+#: The slice views are chosen on, and a held-out one they are judged on as well (other
+#: seed, d, n, κ and step multipliers).
+SETTINGS = {
+    "main": Setting(5, 21, 0, 100.0, (0.5, 1.0, 2.0), (0.3, 0.6, 0.9)),
+    "held-out": Setting(4, 17, 7, 50.0, (0.7, 1.5), (0.45, 0.75)),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +66,7 @@ class Cell:
     data: str
     readout: str
     multiplier: float  # of the protocol's rule (oracles) or of the stability bound
+    setting: str = "main"  # a key of SETTINGS
 
     @property
     def truth(self) -> str:
@@ -62,8 +80,8 @@ class CellResult:
 
     cell: Cell
     diverges: bool
-    counts: dict[str, dict[str, int]]  # metric -> {"true", "false", "none"}
-    verdicts: dict[str, list[str]]  # metric -> the Newton-vs-GD verdict per layer
+    counts: dict[str, dict[str, int]]  # "VIEW METRIC" -> {"true", "false", "none"}
+    verdicts: dict[str, list[str]]  # "VIEW METRIC" -> the Newton-vs-GD verdict per layer
     hyper: dict[str, Any]
 
     def to_dict(self) -> dict[str, Any]:
@@ -75,13 +93,15 @@ class CellResult:
 
 def grid(kinds: tuple[str, ...] = KINDS, protocols: tuple[str, ...] = PROTOCOLS,
          data: tuple[str, ...] = DATA, readouts: tuple[str, ...] = READOUTS,
-         multipliers: tuple[float, ...] | None = None) -> Iterator[Cell]:
+         multipliers: tuple[float, ...] | None = None, setting: str = "main"
+         ) -> Iterator[Cell]:
     """Every cell of the benchmark (or of the slice the arguments choose)."""
+    spec = SETTINGS[setting]
     for kind, protocol, d, readout in itertools.product(kinds, protocols, data, readouts):
-        mults = multipliers or (ORACLE_MULTIPLIERS if "oracle" in kind
-                                else CONSTRUCTION_FRACTIONS)
+        mults = multipliers or (spec.oracle_multipliers if "oracle" in kind
+                                else spec.construction_fractions)
         for m in mults:
-            yield Cell(kind, protocol, d, readout, m)
+            yield Cell(kind, protocol, d, readout, m, setting)
 
 
 def _oracle_hyper(truth: str, protocol: str, m: float) -> dict[str, Any]:
@@ -138,14 +158,17 @@ def _evaluation_batch(task: tasks.RegressionTask, cfg: AlignConfig) -> tasks.Reg
 
 def build(cell: Cell, cfg: AlignConfig) -> tuple[Regressor, dict[str, Any], bool, AlignConfig]:
     """The model, its hyperparameters, whether it diverges, and the cell's AlignConfig."""
-    task = tasks.RegressionTask(n_dims=N_DIMS, n_points=N_POINTS)
-    cfg = dataclasses.replace(cfg, protocol=cell.protocol, data=cell.data)
+    spec = SETTINGS[cell.setting]
+    d = spec.n_dims
+    task = tasks.RegressionTask(n_dims=d, n_points=spec.n_points)
+    cfg = dataclasses.replace(cfg, protocol=cell.protocol, data=cell.data, seed=spec.seed,
+                              condition_number=spec.condition_number)
     exact = cell.readout == "exact"
     if "oracle" in cell.kind:
         hyper = _oracle_hyper(cell.truth, cell.protocol, cell.multiplier)
         steps = (lambda layer: 3 * layer) if cell.truth == "gd" else (lambda layer: layer)
-        model = oracle(cell.truth, N_DIMS, N_LAYERS, steps, task=task, exact_readout=exact,
-                       **hyper)
+        model = oracle(cell.truth, d, N_LAYERS, steps, task=task, exact_readout=exact,
+                       seed=spec.seed, **hyper)
         cfg = dataclasses.replace(cfg, positions="all")
         batch = _evaluation_batch(task, cfg)
         t_min = 1 if cell.protocol == "iclprobe" else 0
@@ -155,9 +178,9 @@ def build(cell: Cell, cfg: AlignConfig) -> tuple[Regressor, dict[str, Any], bool
     batch = _evaluation_batch(task, cfg)
     value = cell.multiplier * _stability_bound(cell.kind, batch.xs, positions)
     if cell.kind == "gd construction":
-        pq, hyper = gd_transformer(N_DIMS, N_LAYERS, lr=value), {"lr": value}
+        pq, hyper = gd_transformer(d, N_LAYERS, lr=value), {"lr": value}
     else:
-        pq, hyper = newton_transformer(N_DIMS, N_LAYERS + 4, a=value), {"a": value}
+        pq, hyper = newton_transformer(d, N_LAYERS + 4, a=value), {"a": value}
     pq.task = task
     pq.exact_layer_readout = exact  # type: ignore[misc]
     return pq, hyper, False, cfg
@@ -170,14 +193,16 @@ def run_cell(cell: Cell, cfg: AlignConfig) -> CellResult:
         return CellResult(cell, True, {}, {}, hyper)
     res = align(model, cell_cfg)
     other = "newton" if cell.truth == "gd" else "gd"
+    views = {f"protocol {metric}": next(p for p in table.pairs if {p.a, p.b} == {"newton", "gd"})
+             for metric, table in res.comparisons.items()}
+    views.update({f"fitted {metric}": pair for metric, pair in res.fitted.items()})
     counts, verdicts = {}, {}
-    for metric, table in res.comparisons.items():
-        pair = next(p for p in table.pairs if {p.a, p.b} == {"newton", "gd"})
+    for view, pair in views.items():
         live = [v for v in pair.verdicts if v not in ("computes nothing", "matches no learner")]
-        counts[metric] = {"true": live.count(f"prefers {cell.truth}"),
-                          "false": live.count(f"prefers {other}"),
-                          "none": sum(not v.startswith("prefers") for v in live)}
-        verdicts[metric] = list(pair.verdicts)
+        counts[view] = {"true": live.count(f"prefers {cell.truth}"),
+                        "false": live.count(f"prefers {other}"),
+                        "none": sum(not v.startswith("prefers") for v in live)}
+        verdicts[view] = list(pair.verdicts)
     return CellResult(cell, False, counts, verdicts, hyper)
 
 
@@ -187,14 +212,19 @@ def bench_config(n_sequences: int = 256, n_boot: int = 100) -> AlignConfig:
                        metrics=METRICS, separation=False)
 
 
-def totals(results: list[CellResult]) -> dict[str, int]:
-    """Counts over every counted cell, and the cells that diverge."""
+VIEWS = ("protocol", "fitted")
+
+
+def totals(results: list[CellResult], view: str | None = None) -> dict[str, int]:
+    """Counts over every counted cell (of one view: "protocol", "fitted"), and divergences."""
     out = {"true": 0, "false": 0, "none": 0, "diverges": 0}
     for r in results:
         if r.diverges:
             out["diverges"] += 1
             continue
-        for counts in r.counts.values():
+        for name, counts in r.counts.items():
+            if view is not None and not name.startswith(view + " "):
+                continue
             for key, value in counts.items():
                 out[key] += value
     return out

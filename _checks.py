@@ -1,9 +1,11 @@
 """Config fields and their validators, and checks of sizes against memory (no heavy imports).
 
 `option` declares a config field with its command-line help (the CLI's flags are generated
-from it). Each field validator names ``Owner.field``, the value and what is allowed. A value of the
-wrong type (a string, a bool for a number) is a TypeError; a number out of range, NaN or
-infinite is a ValueError.
+from it). Each field validator raises a `ConfigError` that carries the config and field
+(the CLI maps them to the flag the user typed) and names ``Owner.field``, the value and what
+is allowed. A `ConfigError` is a ValueError and a TypeError both: a value of the wrong type
+(a string, a bool for a number) and a number out of range, NaN or infinite are the same
+kind of mistake, and callers catching either keep working.
 
 Memory: sizes that cannot fit are refused before anything is allocated. The estimate
 comes from the config alone (`GPTConfig.n_parameters`, ...): float32 weights and, for
@@ -21,6 +23,22 @@ from typing import Any
 
 #: Seeds go to ``torch.manual_seed``, which takes 64-bit values; iclprobe's are 0 .. 2^63-1.
 SEED_LIMIT = 2**63
+
+
+class ConfigError(ValueError, TypeError):
+    """A bad value of one config field: ``owner`` (the config class's name) and ``field``.
+
+    The message names ``owner.field``, the value and what is allowed; the CLI prefixes the
+    flag of ``field`` (`iclprobe.cli`), never parsing the message.
+    """
+
+    def __init__(self, owner: str, field: str, message: str):
+        super().__init__(message)
+        self.owner = owner
+        self.field = field
+
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable (DDP workers, multiprocessing)
+        return (type(self), (self.owner, self.field, str(self)))
 
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *,
@@ -45,7 +63,8 @@ def option(default: Any = dataclasses.MISSING, help: str = "", *,
 def check_choice(owner: str, name: str, value: Any, choices: tuple[Any, ...]) -> Any:
     """One of ``choices``."""
     if value not in choices:
-        raise ValueError(f"{owner}.{name} must be one of {choices}, got {value!r}")
+        raise ConfigError(owner, name, f"{owner}.{name} must be one of {choices}, "
+                          f"got {value!r}")
     return value
 
 
@@ -64,9 +83,9 @@ def check_int(owner: str, name: str, value: Any, low: int = 1, high: int | None 
     allowed = ("a positive integer" if low == 1 and high is None else
                f"an integer >= {low}" if high is None else f"an integer in [{low}, {high})")
     if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{owner}.{name} must be {allowed}, got {value!r}")
+        raise ConfigError(owner, name, f"{owner}.{name} must be {allowed}, got {value!r}")
     if value < low or (high is not None and value >= high):
-        raise ValueError(f"{owner}.{name} must be {allowed}, got {value!r}")
+        raise ConfigError(owner, name, f"{owner}.{name} must be {allowed}, got {value!r}")
     return value
 
 
@@ -75,22 +94,25 @@ def check_real(owner: str, name: str, value: Any, low: float, high: float = math
     """A finite int or float (not a bool) in the interval from ``low`` to ``high``."""
     allowed = f"a number {_interval(low, high, low_open, high_open)}"
     if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise TypeError(f"{owner}.{name} must be {allowed}, got {value!r}")
+        raise ConfigError(owner, name, f"{owner}.{name} must be {allowed}, got {value!r}")
     if not math.isfinite(value):
-        raise ValueError(f"{owner}.{name} must be {allowed}, got {value!r} (not finite)")
+        raise ConfigError(owner, name,
+                          f"{owner}.{name} must be {allowed}, got {value!r} (not finite)")
     below = value <= low if low_open else value < low
     above = value >= high if high_open else value > high
     if below or above:
-        raise ValueError(f"{owner}.{name} must be {allowed}, got {value!r}")
+        raise ConfigError(owner, name, f"{owner}.{name} must be {allowed}, got {value!r}")
     return float(value)
 
 
 def check_seed(owner: str, name: str, value: Any) -> int:
     """A seed for ``torch.manual_seed``: an integer in [0, 2^63)."""
     if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{owner}.{name} must be an integer seed in [0, 2**63), got {value!r}")
+        raise ConfigError(owner, name,
+                          f"{owner}.{name} must be an integer seed in [0, 2**63), got {value!r}")
     if not 0 <= value < SEED_LIMIT:
-        raise ValueError(f"{owner}.{name} must be an integer seed in [0, 2**63), got {value!r}")
+        raise ConfigError(owner, name,
+                          f"{owner}.{name} must be an integer seed in [0, 2**63), got {value!r}")
     return value
 
 

@@ -1,16 +1,22 @@
 """The ``iclprobe`` command line.
 
 Heavy imports (torch, TransformerLens) happen inside the command handlers, so that
-``iclprobe --help`` answers at once. Errors print one line and exit with status 2.
+``iclprobe --help`` answers at once. Errors print one line: bad input (a bad flag, a config
+field's `ConfigError`, an error the library raises on purpose) exits with status 2, an
+unexpected exception (a bug) with status 1 and a hint to rerun with ``--debug``, which
+shows its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
+import linecache
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from iclprobe._checks import ConfigError
 
 Handler = Callable[[argparse.Namespace], int]
 CHECKPOINT_HELP = ("a checkpoint or `iclprobe train` run directory, a Garg/Fu run directory, "
@@ -54,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_cmd_models)
     _add_train(sub)
     _add_analysis(sub)
+    for p in [parser, *sub.choices.values()]:  # before or after the command
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show the traceback of an unexpected error")
     return parser
 
 
@@ -190,20 +199,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     (`iclprobe.plugins`), so their learners, metrics and families are among its choices and
     flags; ``iclprobe --help`` and ``iclprobe models`` load none.
     """
-    if _command_of(sys.argv[1:] if argv is None else argv) in PLUGIN_COMMANDS:
+    words = list(sys.argv[1:] if argv is None else argv)
+    if _command_of(words) in PLUGIN_COMMANDS:
         from iclprobe.plugins import load_plugins
 
         load_plugins()
     parser = build_parser()
-    args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # for the report's "Produced by"
+    args = parser.parse_args(words)
+    args.argv = words  # for the report's "Produced by"
     handler: Handler = args.handler
     try:
         return handler(args)
-    except (UsageError, ValueError, TypeError, OSError) as err:  # OSError: unwritable --out, ...
-        message = _name_flags(str(err), _subparser(parser, args.command))
-        print(f"iclprobe {args.command}: error: {message}", file=sys.stderr)
-        return 2
+    except Exception as err:  # noqa: BLE001 - every error ends as one line (or --debug)
+        if getattr(args, "debug", False):
+            raise
+        if isinstance(err, (UsageError, OSError)) or (
+                isinstance(err, (ValueError, TypeError)) and raised_on_purpose(err)):
+            from iclprobe._checks import ConfigError  # torch-free
+
+            flag = flag_of(err, _subparser(parser, args.command)) \
+                if isinstance(err, ConfigError) else None
+            print(f"iclprobe {args.command}: error: {flag + ': ' if flag else ''}{err}",
+                  file=sys.stderr)  # OSError: unwritable --out, ...
+            return 2
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        print(f"iclprobe {args.command}: internal error: {type(err).__name__}: {first} (a bug, "
+              "not your input: rerun with --debug for the traceback)", file=sys.stderr)
+        return 1
+
+
+def raised_on_purpose(err: BaseException) -> bool:
+    """Whether ``err`` came from a ``raise`` statement (iclprobe's checks of its input).
+
+    An error that Python raises inside an operation (``None + 1``, a missing key) is a bug,
+    whatever its type; one that the code raises on purpose, after checking what it was
+    given, is bad input. Judged by the innermost frame's source line (no source: on purpose).
+    """
+    tb = err.__traceback__
+    if tb is None:
+        return True
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    line = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno).strip()
+    return not line or line.startswith("raise")
 
 
 def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser | None:
@@ -213,24 +251,22 @@ def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.Argume
     return None
 
 
-def _name_flags(message: str, sub: argparse.ArgumentParser | None) -> str:
-    """``AlignConfig.n_sequences must ...`` -> ``--n-sequences: AlignConfig.n_sequences must ...``.
+def flag_of(err: ConfigError, sub: argparse.ArgumentParser | None) -> str | None:
+    """The flag of the field a `ConfigError` names, where the command has that flag.
 
-    Only where the command has that flag: errors from a config speak of its fields, the
-    user typed flags (the task's and every registered family's seed have their own names).
+    Errors from a config speak of its fields, the user typed flags: the task's and every
+    registered family's ``seed`` have their own names (``--task-seed``, ``--model-seed``).
     """
-    match = re.search(r"\b([A-Z]\w*)\.([a-z_]+)\b", message)
-    if sub is None or match is None:
-        return message
+    if sub is None:
+        return None
     from iclprobe.cli_flags import MODEL_RENAME, TASK_RENAME
     from iclprobe.models.registry import FAMILIES  # torch-free
 
-    owner, field = match.groups()
     model_configs = {family.config.__name__ for family in FAMILIES.values()}
-    rename = TASK_RENAME if owner == "RegressionTask" else \
-        MODEL_RENAME if owner in model_configs else {}
-    flag = "--" + rename.get(field, field).replace("_", "-")
-    return f"{flag}: {message}" if flag in sub._option_string_actions else message
+    rename = TASK_RENAME if err.owner == "RegressionTask" else \
+        MODEL_RENAME if err.owner in model_configs else {}
+    flag = "--" + rename.get(err.field, err.field).replace("_", "-")
+    return flag if flag in sub._option_string_actions else None
 
 
 if __name__ == "__main__":  # pragma: no cover

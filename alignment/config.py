@@ -5,7 +5,14 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from iclprobe._checks import check_choice, check_int, check_real, check_seed, option
+from iclprobe._checks import (
+    ConfigError,
+    check_choice,
+    check_int,
+    check_real,
+    check_seed,
+    option,
+)
 
 if TYPE_CHECKING:
     from iclprobe.alignment.protocols import Protocol
@@ -90,7 +97,8 @@ class AlignConfig:
         check_real(_OWNER, "confidence", self.confidence, 0.0, 1.0, low_open=True,
                    high_open=True)
         if not isinstance(self.separation, bool):
-            raise TypeError(f"{_OWNER}.separation must be a bool, got {self.separation!r}")
+            raise ConfigError(_OWNER, "separation", f"{_OWNER}.separation must be a bool, "
+                              f"got {self.separation!r}")
         check_seed(_OWNER, "seed", self.seed)
 
     def queries_for(self, n_dims: int) -> int:
@@ -107,14 +115,15 @@ class AlignConfig:
         try:
             protocol = get_protocol(self.protocol)
         except ValueError as err:
-            raise ValueError(f"AlignConfig.{err}") from None
+            raise ConfigError(_OWNER, "protocol", f"{_OWNER}.{err}") from None
         for name in ("algorithms", "metrics"):
             value = getattr(self, name)
             if value is None and name == "algorithms":
                 continue
             if (isinstance(value, str) or not isinstance(value, (tuple, list))
                     or not all(isinstance(v, str) for v in value)):
-                raise TypeError(f"{_OWNER}.{name} must be a tuple of names, got {value!r}")
+                raise ConfigError(_OWNER, name, f"{_OWNER}.{name} must be a tuple of names, "
+                                  f"got {value!r}")
             object.__setattr__(self, name, tuple(value))
         if self.algorithms is not None:
             # runs a registered family adds (PQ: GD preconditioned by its own A_l, ...);
@@ -125,13 +134,13 @@ class AlignConfig:
             if unknown or not self.algorithms:
                 choices = (list(protocol.runs) if protocol.explicit_runs is not None
                            else sorted(algorithms.LEARNERS))
-                raise ValueError(f"{_OWNER}.algorithms {unknown or list(self.algorithms)} are "
-                                 f"not in protocol {self.protocol!r}; choose from "
-                                 f"{choices + family_runs}")
+                raise ConfigError(_OWNER, "algorithms", f"{_OWNER}.algorithms "
+                                  f"{unknown or list(self.algorithms)} are not in protocol "
+                                  f"{self.protocol!r}; choose from {choices + family_runs}")
         bad = [m for m in self.metrics if m not in METRIC_INFO]
         if bad or not self.metrics:
-            raise ValueError(f"{_OWNER}.metrics must be among {list(METRIC_INFO)}, got "
-                             f"{list(self.metrics)}")
+            raise ConfigError(_OWNER, "metrics", f"{_OWNER}.metrics must be among "
+                              f"{list(METRIC_INFO)}, got {list(self.metrics)}")
 
     @property
     def protocol_spec(self) -> Protocol:

@@ -10,7 +10,14 @@ import dataclasses
 import logging
 from typing import Any, TypeVar
 
-from iclprobe._checks import check_choice, check_int, check_real, check_seed, option
+from iclprobe._checks import (
+    ConfigError,
+    check_choice,
+    check_int,
+    check_real,
+    check_seed,
+    option,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -97,15 +104,15 @@ class GPTConfig(_TokenLayout, _ConfigMixin):
         if self.d_mlp is not None:
             _check_positive(self, "d_mlp")
         if self.d_model % self.n_heads:
-            raise ValueError(
-                f"GPTConfig.d_model={self.d_model} must be divisible by n_heads={self.n_heads}"
-            )
+            raise ConfigError("GPTConfig", "d_model", f"GPTConfig.d_model={self.d_model} must "
+                              f"be divisible by n_heads={self.n_heads}")
         _check_choice(self, "attention", ATTENTIONS)
         _check_choice(self, "layout", LAYOUTS)
         check_seed("GPTConfig", "seed", self.seed)
         _check_real(self, "ln_eps", 0.0, low_open=True)
         if not isinstance(self.final_norm, bool):
-            raise TypeError(f"GPTConfig.final_norm must be a bool, got {self.final_norm!r}")
+            raise ConfigError("GPTConfig", "final_norm", f"GPTConfig.final_norm must be a bool, "
+                              f"got {self.final_norm!r}")
 
     # Attributes TransformerLens's ActivationCache reads from ``model.cfg``.
     @property
@@ -159,15 +166,18 @@ class PQConfig(_ConfigMixin):
         _check_positive(self, "n_dims", "n_layers", "n_heads")
         _check_choice(self, "kernel", KERNELS)
         if not isinstance(self.sparse, bool):
-            raise TypeError(f"PQConfig.sparse must be a bool, got {self.sparse!r}")
+            raise ConfigError("PQConfig", "sparse", f"PQConfig.sparse must be a bool, got "
+                              f"{self.sparse!r}")
         _check_real(self, "init_std", 0.0)
         check_seed("PQConfig", "seed", self.seed)
         if not isinstance(self.n_state, int) or isinstance(self.n_state, bool) \
                 or self.n_state < 0:
-            raise ValueError(f"PQConfig.n_state must be an integer >= 0, got {self.n_state!r}")
+            raise ConfigError("PQConfig", "n_state", f"PQConfig.n_state must be an integer "
+                              f">= 0, got {self.n_state!r}")
         if self.n_state and self.sparse:
-            raise ValueError(f"PQConfig.n_state={self.n_state} needs a dense model "
-                             "(sparse=False): Eq. 8's sparsity has no state channels")
+            raise ConfigError("PQConfig", "n_state", f"PQConfig.n_state={self.n_state} needs a "
+                              "dense model (sparse=False): Eq. 8's sparsity has no state "
+                              "channels")
 
     @property
     def d_model(self) -> int:

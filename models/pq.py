@@ -24,6 +24,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
+from iclprobe._checks import ConfigError
 from iclprobe.models.base import ModuleList, Regressor
 from iclprobe.models.config import PQConfig
 from iclprobe.models.pq_layers import PQBlock, sparse_pq
@@ -141,11 +142,13 @@ class PQTransformer(Regressor):
     def check_train_config(self, train_cfg: Any) -> None:
         """``project_sparse`` is for a dense model only."""
         if train_cfg.project_sparse and self.cfg.sparse:
-            raise ValueError("TrainConfig.project_sparse needs a dense PQ model (PQConfig."
-                             "sparse=False); this one is sparse by construction")
+            raise ConfigError("TrainConfig", "project_sparse", "TrainConfig.project_sparse "
+                              "needs a dense PQ model (PQConfig.sparse=False); this one is "
+                              "sparse by construction")
         if train_cfg.project_sparse and self.cfg.n_state:
-            raise ValueError(f"TrainConfig.project_sparse: Eq. 8's structure has no state "
-                             f"channels (PQConfig.n_state={self.cfg.n_state})")
+            raise ConfigError("TrainConfig", "project_sparse", "TrainConfig.project_sparse: "
+                              "Eq. 8's structure has no state channels (PQConfig.n_state="
+                              f"{self.cfg.n_state})")
 
     def trainable_parameters(self, train_cfg: Any) -> list[nn.Parameter]:
         """With ``zero_b`` on a sparse model, B is left out (held at 0, L-BFGS stays consistent)."""

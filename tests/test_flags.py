@@ -156,15 +156,14 @@ def test_a_newly_registered_family_gets_its_flags(monkeypatch, tmp_path, capsys)
     assert main(["train", "--out", str(tmp_path / "r"), "--width", "0.25"]) == 2
     assert "not applicable to --family gpt: --width" in capsys.readouterr().err
     # its config's errors name the flag the user typed, its seed as --model-seed
-    from iclprobe.cli import _name_flags, _subparser
+    from iclprobe._checks import ConfigError
+    from iclprobe.cli import _subparser, flag_of
 
     train = _subparser(build_parser(), "train")
-    assert _name_flags("TinyConfig.width must be > 0", train) == \
-        "--width: TinyConfig.width must be > 0"
-    assert _name_flags("TinyConfig.seed must be an integer seed", train) == \
-        "--model-seed: TinyConfig.seed must be an integer seed"
-    assert _name_flags("Other.width must be > 0", train) == "--width: Other.width must be > 0"
-    assert _name_flags("TinyConfig.nothing must be > 0", train) == "TinyConfig.nothing must be > 0"
+    assert flag_of(ConfigError("TinyConfig", "width", "must be > 0"), train) == "--width"
+    assert flag_of(ConfigError("TinyConfig", "seed", "bad seed"), train) == "--model-seed"
+    assert flag_of(ConfigError("Other", "width", "must be > 0"), train) == "--width"
+    assert flag_of(ConfigError("TinyConfig", "nothing", "must be > 0"), train) is None
 
 
 @pytest.mark.parametrize(

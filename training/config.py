@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from iclprobe._checks import check_int, check_real, option
+from iclprobe._checks import ConfigError, check_int, check_real, option
 from iclprobe.models.config import _check_choice, _ConfigMixin
 
 OPTIMIZERS = ("adam", "adamw", "sgd", "lbfgs")
@@ -81,19 +81,20 @@ class TrainConfig(_ConfigMixin):
             isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1
             for b in self.betas)
         if not betas_ok:  # NaN and inf fail the comparison
-            raise ValueError(f"{name}.betas must be two numbers in [0, 1), got {self.betas!r}")
+            raise ConfigError(name, "betas", f"{name}.betas must be two numbers in [0, 1), got "
+                                             f"{self.betas!r}")
         object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
         for field in ("curriculum_dims", "curriculum_points"):
             value = getattr(self, field)
             if not isinstance(value, (tuple, list)) or len(value) != 2:
-                raise TypeError(f"{name}.{field} must be (start, increment), positive "
-                                f"integers, got {value!r}")
+                raise ConfigError(name, field, f"{name}.{field} must be (start, increment), "
+                                  f"positive integers, got {value!r}")
             for v in value:
                 check_int(name, field, v)
             object.__setattr__(self, field, tuple(value))
         if self.warmup_steps and self.schedule != "cosine":
-            raise ValueError(f"{name}.warmup_steps applies to schedule='cosine' only, "
-                             f"not {self.schedule!r}")
+            raise ConfigError(name, "warmup_steps", f"{name}.warmup_steps applies to "
+                              f"schedule='cosine' only, not {self.schedule!r}")
 
     def lr_factor(self, step: int) -> float:
         """Multiplier of ``lr`` at ``step`` under the schedule."""

@@ -21,6 +21,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from iclprobe._checks import ConfigError
 from iclprobe.algorithms.prefix import ols_predictions
 from iclprobe.models.base import Regressor
 from iclprobe.models.checkpoint import RUN_CHECKPOINT
@@ -94,22 +95,28 @@ def check_setup(model: Regressor, task: RegressionTask, cfg: TrainConfig) -> Non
     family = type(model).__name__
     if cfg.curriculum_every:
         if not model.curriculum:
-            raise ValueError(f"TrainConfig.curriculum_every does not apply to {family}")
+            raise ConfigError("TrainConfig", "curriculum_every", "TrainConfig.curriculum_every "
+                              f"does not apply to {family}")
         if cfg.curriculum_dims[0] > task.n_dims or cfg.curriculum_points[0] > task.n_points:
-            raise ValueError(f"TrainConfig.curriculum_dims/points start {cfg.curriculum_dims[0]}/"
-                             f"{cfg.curriculum_points[0]} exceeds the task's "
-                             f"{task.n_dims}/{task.n_points}")
+            field = "curriculum_dims" if cfg.curriculum_dims[0] > task.n_dims else \
+                "curriculum_points"
+            raise ConfigError("TrainConfig", field, "TrainConfig.curriculum_dims/points start "
+                              f"{cfg.curriculum_dims[0]}/{cfg.curriculum_points[0]} exceeds "
+                              f"the task's {task.n_dims}/{task.n_points}")
     defaults = TrainConfig()
     for field in FAMILY_TRAIN_OPTIONS:
         if getattr(cfg, field) != getattr(defaults, field) and \
                 field not in model.train_options():
-            raise ValueError(f"TrainConfig.{field} does not apply to {family}")
+            raise ConfigError("TrainConfig", field, f"TrainConfig.{field} does not apply to "
+                              f"{family}")
     model.check_train_config(cfg)
     if cfg.optimizer == "lbfgs" and cfg.resample_every != 0:
-        raise ValueError("TrainConfig.optimizer='lbfgs' trains on one fixed dataset: set "
-                         f"resample_every=0, got {cfg.resample_every}")
+        raise ConfigError("TrainConfig", "resample_every", "TrainConfig.optimizer='lbfgs' "
+                          "trains on one fixed dataset: set "
+                          f"resample_every=0, got {cfg.resample_every}")
     if cfg.device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("TrainConfig.device='cuda' but no CUDA device is available")
+        raise ConfigError("TrainConfig", "device", "TrainConfig.device='cuda' but no CUDA "
+                          "device is available")
 
 
 def make_optimizer(params: list[nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:

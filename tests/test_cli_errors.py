@@ -1,0 +1,100 @@
+"""How the CLI reports errors: bad input, a bad config field, a bug.
+
+Bad input is a one-line usage error with exit status 2; a config's error carries its field
+(`ConfigError`), which the CLI maps to the flag the user typed without reading the message;
+an unexpected exception is one line with a hint to rerun with ``--debug``, which shows its
+traceback.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from iclprobe import algorithms, models, tasks
+from iclprobe._checks import ConfigError
+from iclprobe.alignment import AlignConfig
+from iclprobe.cli import _subparser, build_parser, flag_of, main
+from iclprobe.training import TrainConfig
+
+
+def test_a_config_error_carries_its_config_and_field():
+    with pytest.raises(ConfigError, match="AlignConfig.n_sequences must be an integer >= 2, "
+                                          "got 1") as err:
+        AlignConfig(n_sequences=1)
+    assert (err.value.owner, err.value.field) == ("AlignConfig", "n_sequences")
+    assert isinstance(err.value, ValueError) and isinstance(err.value, TypeError)
+    with pytest.raises(ConfigError) as err:
+        TrainConfig(warmup_steps=3)
+    assert err.value.field == "warmup_steps"
+    with pytest.raises(ConfigError) as err:
+        models.GPTConfig(n_dims=2, n_positions=4, d_model=6, n_heads=4)
+    assert (err.value.owner, err.value.field) == ("GPTConfig", "d_model")
+
+
+def test_the_flag_comes_from_the_field_not_the_message():
+    parser = build_parser()
+    train = _subparser(parser, "train")
+    assert flag_of(ConfigError("TrainConfig", "lr", "anything at all"), train) == "--lr"
+    assert flag_of(ConfigError("GPTConfig", "seed", "x"), train) == "--model-seed"
+    assert flag_of(ConfigError("RegressionTask", "seed", "x"), train) == "--task-seed"
+    assert flag_of(ConfigError("TrainConfig", "seed", "x"), train) == "--seed"
+    assert flag_of(ConfigError("GPTConfig", "no_such_field", "x"), train) is None
+
+
+def test_a_bad_field_is_a_usage_error_naming_its_flag(tmp_path, capsys):
+    assert main(["train", "--out", str(tmp_path / "r"), "--lr", "-1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "iclprobe train: error: --lr: TrainConfig.lr must be a number > 0, got -1.0"
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    model = models.PQTransformer.from_matrices(A=[0.3 * torch.eye(3)] * 2)
+    return model.save(tmp_path / "pq", task=tasks.RegressionTask(n_dims=3, n_points=7))
+
+
+@pytest.fixture
+def learners():
+    """Two learners: one refuses its input on purpose, one has a bug."""
+
+    @algorithms.register("refuses_test", steps=(1,))
+    def refuses_test(xs, ys, steps=None, weights=True):
+        raise ValueError("refuses_test: these data are not for me")
+
+    @algorithms.register("buggy_test", steps=(1,))
+    def buggy_test(xs, ys, steps=None, weights=True):
+        return {"preds": xs}["iterates"]  # a KeyError: a bug, not the user's input
+
+    yield
+    algorithms.LEARNERS.pop("refuses_test")
+    algorithms.LEARNERS.pop("buggy_test")
+
+
+def test_bad_input_and_a_bug_read_differently(checkpoint, learners, capsys):
+    argv = ["align", str(checkpoint), "--n-sequences", "16", "--algorithms"]
+    assert main([*argv, "refuses_test"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "iclprobe align: error: refuses_test: these data are not for me"
+    assert main([*argv, "buggy_test"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith("iclprobe align: internal error: KeyError: 'iterates'")
+    assert err.endswith("(a bug, not your input: rerun with --debug for the traceback)")
+    with pytest.raises(KeyError, match="iterates"):
+        main([*argv, "buggy_test", "--debug"])
+    with pytest.raises(KeyError, match="iterates"):
+        main(["--debug", *argv, "buggy_test"])
+
+
+def test_an_accidental_type_error_is_a_bug_not_a_usage_error(checkpoint, capsys):
+    @algorithms.register("typo_test", steps=(1,))
+    def typo_test(xs, ys, steps=None, weights=True):
+        return xs + None  # TypeError raised by an operation, not by a `raise`
+
+    try:
+        assert main(["align", str(checkpoint), "--n-sequences", "16", "--algorithms",
+                     "typo_test"]) == 1
+    finally:
+        algorithms.LEARNERS.pop("typo_test")
+    assert "internal error: TypeError: unsupported operand" in capsys.readouterr().err

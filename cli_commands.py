@@ -266,7 +266,13 @@ def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int = 1000,
     from iclprobe import models, probes
     from iclprobe.alignment.pipeline import AlignConfig, align
     from iclprobe.alignment.report import write_report
-    from iclprobe.alignment.tables import aligned, comparison_rows, headline_lines, text_table
+    from iclprobe.alignment.tables import (
+        aligned,
+        comparison_rows,
+        fitted_lines,
+        headline_lines,
+        text_table,
+    )
     from iclprobe.storage import atomic_directory, check_output
 
     check_output(out, "report", overwrite)
@@ -294,6 +300,9 @@ def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int = 1000,
     print("Fu et al.'s headline (Newton closer than GD) at the last layer: gpt-softmax "
           "under both protocols, every transformer under iclprobe's:")
     print("\n".join(headline_lines(gpt + paired)), end="\n\n")
+    print("the verdict, step sizes fitted (Newton and GD with equal flexibility; no false "
+          "attribution on bench/known_answers.py):")
+    print("\n".join(fitted_lines(gpt + paired + [recurrent])), end="\n\n")
     print("softmax vs linear attention, paired layout: best Newton step per layer")
     print("\n".join(aligned(*comparison_rows(paired), right=False)), end="\n\n")
     print(f"transformer vs its recurrent baseline ({DEMO_RECURRENT}) on the same task: best "

@@ -219,6 +219,16 @@ FITTED_TITLE = ("verdict, step sizes fitted: Newton and GD each matched over 10 
                 "bench/known_answers.py)")
 
 
+def fitted_lines(results: Sequence[AlignResult], metric: str = "error_cosine") -> list[str]:
+    """Per model, the verdict sentence of the fitted view (or why there is none)."""
+    lines = []
+    for res in results:
+        pair = res.fitted.get(metric)
+        lines.append(f"{res.name} [{res.protocol['name']}]: " + (
+            pair.sentence if pair is not None else "no fitted view (needs newton and gd)"))
+    return lines
+
+
 def fitted_rows(result: AlignResult, metric: str) -> tuple[list[str], list[list[str]]]:
     """Per layer of the fitted view: Newton − GD, the learners' resemblance, the verdict.
 

@@ -44,17 +44,18 @@ def main(argv: list[str] | None = None) -> int:
     cells = [cell for name in settings for cell in B.grid(setting=name)]
     results = [B.run_cell(cell, cfg) for cell in tqdm(cells, desc="cells")]
     header = ["setting", "model", "protocol", "data", "readout", "mult", "view", "true",
-              "false", "none"]
+              "false", "none", "separable", "true@sep"]
     rows = []
     for r in results:
         c = r.cell
         base = [c.setting, c.kind, c.protocol, c.data, c.readout, f"{c.multiplier:g}"]
         if r.diverges:
-            rows.append(base + ["both", "diverges", "", ""])
+            rows.append(base + ["all", "diverges", "", "", "", ""])
             continue
         for view, counts in r.counts.items():
             rows.append(base + [view, str(counts["true"]), str(counts["false"]),
-                                str(counts["none"])])
+                                str(counts["none"]), str(counts.get("separable", "")),
+                                str(counts.get("true_separable", ""))])
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
     for row in [header, *rows]:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths)))
@@ -62,20 +63,28 @@ def main(argv: list[str] | None = None) -> int:
                for name in settings for view in B.VIEWS}
     print(f"sizes: {cfg.n_sequences} sequences, {cfg.n_boot} bootstrap resamples")
     for key, tot in by_view.items():
+        share = tot["true_separable"] / tot["separable"] if tot["separable"] else float("nan")
+        sep = (f"; separable layers {tot['separable']}, true preferred at "
+               f"{tot['true_separable']} ({share:.0%})") if key.endswith("fitted") else ""
         print(f"{key} view, live layers: true preferred {tot['true']}, false attributions "
               f"{tot['false']}, no attribution {tot['none']}; cells that diverge "
-              f"(not counted) {tot['diverges']}")
+              f"(not counted) {tot['diverges']}{sep}")
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "known_answers.json").write_text(json.dumps(
             {"totals": by_view, "cells": [r.to_dict() for r in results]}, indent=1))
         with open(args.out / "known_answers.csv", "w", newline="") as fh:
             csv.writer(fh).writerows([header, *rows])
-    false = sum(tot["false"] for key, tot in by_view.items() if key.endswith(" fitted"))
-    if false:
-        print(f"FAIL: {false} false attributions in the fitted view (target 0)")
+    fitted = [tot for key, tot in by_view.items() if key.endswith(" fitted")]
+    false = sum(tot["false"] for tot in fitted)
+    short = [tot for tot in fitted
+             if tot["separable"] and tot["true_separable"] < 0.8 * tot["separable"]]
+    if false or short:
+        print(f"FAIL: fitted view: {false} false attributions (target 0); true learner "
+              f"preferred at < 80% of the separable live layers in {len(short)} setting(s)")
         return 1
-    print("PASS: no false attribution in the fitted view")
+    print("PASS: fitted view: no false attribution, true learner preferred at >= 80% of the "
+          "separable live layers in every setting")
     return 0
 
 

@@ -22,6 +22,7 @@ import torch
 
 from iclprobe import tasks
 from iclprobe.algorithms.prefix import prefix_stats
+from iclprobe.alignment.comparison import PairVerdict
 from iclprobe.alignment.pipeline import AlignConfig, align, evaluation_task
 from iclprobe.constructions.oracle import oracle
 from iclprobe.constructions.pq import gd_transformer, newton_transformer
@@ -198,12 +199,30 @@ def run_cell(cell: Cell, cfg: AlignConfig) -> CellResult:
     views.update({f"fitted {metric}": pair for metric, pair in res.fitted.items()})
     counts, verdicts = {}, {}
     for view, pair in views.items():
-        live = [v for v in pair.verdicts if v not in ("computes nothing", "matches no learner")]
-        counts[view] = {"true": live.count(f"prefers {cell.truth}"),
-                        "false": live.count(f"prefers {other}"),
-                        "none": sum(not v.startswith("prefers") for v in live)}
+        live = [i for i, v in enumerate(pair.verdicts)
+                if v not in ("computes nothing", "matches no learner")]
+        said = [pair.verdicts[i] for i in live]
+        counts[view] = {"true": said.count(f"prefers {cell.truth}"),
+                        "false": said.count(f"prefers {other}"),
+                        "none": sum(not v.startswith("prefers") for v in said)}
+        if view.startswith("fitted"):
+            sep = [i for i in live if separable(pair, cell.truth, i)]
+            counts[view]["separable"] = len(sep)
+            counts[view]["true_separable"] = sum(
+                pair.verdicts[i] == f"prefers {cell.truth}" for i in sep)
         verdicts[view] = list(pair.verdicts)
     return CellResult(cell, False, counts, verdicts, hyper)
+
+
+def separable(pair: PairVerdict, truth: str, layer: int) -> bool:
+    """Whether the learners alone can tell the true learner's iterate from the other's.
+
+    The other learner's best match (over its whole fitted family) to the true learner's
+    matched column falls short of 1 by more than the width of the Newton − GD interval.
+    """
+    cal, diff = pair.calibration, pair.difference
+    rival = cal.a_by_b[layer] if truth == pair.a else cal.b_by_a[layer]
+    return 1.0 - rival > diff.upper[layer] - diff.lower[layer]
 
 
 def bench_config(n_sequences: int = 256, n_boot: int = 100) -> AlignConfig:
@@ -217,7 +236,8 @@ VIEWS = ("protocol", "fitted")
 
 def totals(results: list[CellResult], view: str | None = None) -> dict[str, int]:
     """Counts over every counted cell (of one view: "protocol", "fitted"), and divergences."""
-    out = {"true": 0, "false": 0, "none": 0, "diverges": 0}
+    out = {"true": 0, "false": 0, "none": 0, "diverges": 0, "separable": 0,
+           "true_separable": 0}
     for r in results:
         if r.diverges:
             out["diverges"] += 1

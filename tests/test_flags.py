@@ -87,7 +87,7 @@ def test_every_train_and_align_field_has_a_flag_showing_its_default():
     for name, family in FAMILIES.items():
         check_shown_default("train", ["train", "--out", "x", "--family", name], family.config,
                             name, {"seed": "model_seed"})
-    assert len(dataclasses.fields(AlignConfig)) == len(align_flags()) == 21
+    assert len(dataclasses.fields(AlignConfig)) == len(align_flags()) == 22
 
 
 def test_task_table_matches_the_task_dataclass():

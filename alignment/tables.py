@@ -214,7 +214,7 @@ def text_table(result: AlignResult, metric: str = "error_cosine") -> str:
     return "\n".join(lines)
 
 
-FITTED_TITLE = ("verdict, step sizes fitted: Newton and GD each matched over 10 step-size "
+FITTED_TITLE = ("verdict, step sizes fitted: Newton and GD each matched over 16 step-size "
                 "variants x 25 steps (the view with no false attribution on "
                 "bench/known_answers.py)")
 

@@ -4,7 +4,12 @@ Every directory iclprobe writes holds a marker file (``.iclprobe``: what kind of
 is and which files iclprobe put there). A writer never deletes or moves anything it did not
 create: it refuses a path that is a file or a non-empty directory without the marker, and
 replaces one with the marker only when asked (``overwrite=True``, ``--overwrite``) and only
-if the directory holds nothing but iclprobe's own files.
+if the directory holds nothing but the files its own marker lists (another iclprobe output
+put inside it, a run or probes, is not the writer's to delete).
+
+A temporary directory is marked as a writer's own (its process and host) when it is made;
+the next writer of the same path removes those that a dead writer left (killed mid-write),
+and nothing else.
 """
 
 from __future__ import annotations
@@ -14,14 +19,18 @@ import ctypes
 import ctypes.util
 import functools
 import json
+import logging
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+logger = logging.getLogger(__name__)
 MARKER = ".iclprobe"
+WRITING = "writing"  # the key of a temporary directory's marker: who is writing it
 CACHE_ENV = "ICLPROBE_CACHE"
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
@@ -60,11 +69,16 @@ def write_marker(directory: str | os.PathLike[str], kind: str,
     write_text_atomic(directory / MARKER, json.dumps({"kind": kind, "files": sorted(files)}))
 
 
-def foreign_entries(directory: Path, marker: dict[str, Any], own: tuple[str, ...] = ()) -> list[str]:
-    """Entries of ``directory`` that iclprobe did not write (not listed, not marked)."""
+def foreign_entries(directory: Path, marker: dict[str, Any], own: tuple[str, ...] = (),
+                    nested: bool = False) -> list[str]:
+    """Entries of ``directory`` that its marker does not list (nor ``own``).
+
+    ``nested=True`` also passes subdirectories holding iclprobe output of their own (a
+    run's probes): for a caller that keeps them, never for one that deletes the tree.
+    """
     listed = {MARKER, *own, *(f for f in marker.get("files", []) if isinstance(f, str))}
     return sorted(p.name for p in directory.iterdir() if p.name not in listed and not (
-        p.is_dir() and not p.is_symlink() and read_marker(p) is not None))
+        nested and p.is_dir() and not p.is_symlink() and read_marker(p) is not None))
 
 
 def check_target(path: str | os.PathLike[str], kind: str, ignore: tuple[str, ...] = ()
@@ -122,8 +136,8 @@ def check_output(path: str | os.PathLike[str], kind: str, overwrite: bool = Fals
     foreign = foreign_entries(path, marker, own)
     if foreign:
         raise OutputExistsError(f"{path} also holds files that iclprobe did not write "
-                                f"({', '.join(foreign[:5])}): move them away or choose "
-                                "another path")
+                                f"({', '.join(foreign[:5])}) as this {kind}: move them "
+                                "away or choose another path")
     return path
 
 
@@ -164,20 +178,84 @@ def atomic_directory(path: str | os.PathLike[str], kind: str,
     """
     path = check_output(path, kind, overwrite)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_abandoned(path)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
+        _mark_temporary(tmp, kind)
         yield tmp
-        write_marker(tmp, kind)
         _settle(tmp)
+        write_marker(tmp, kind)  # replaces the temporary marker, just before the rename
         if not path.exists():
             os.rename(tmp, path)
         else:
             check_output(path, kind, overwrite)  # it may have changed while we wrote
-            _swap_in(tmp, path)
+            _swap_in(tmp, path, kind)
         _fsync_dir(path.parent)
     finally:
         if tmp.exists():
-            shutil.rmtree(tmp)
+            _remove_marked_last(tmp)
+
+
+def _mark_temporary(directory: Path, kind: str) -> None:
+    """Mark ``directory`` as this process's work in progress (see `remove_abandoned`)."""
+    writer = {"pid": os.getpid(), "host": socket.gethostname()}
+    write_text_atomic(directory / MARKER, json.dumps({"kind": kind, "files": [],
+                                                      WRITING: writer}))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists but is not ours to signal
+        return True
+    return True
+
+
+def remove_abandoned(path: str | os.PathLike[str]) -> list[Path]:
+    """Remove the temporary siblings of ``path`` that a dead iclprobe writer left.
+
+    Only directories named as `atomic_directory` names them (``.NAME.tmp-*``,
+    ``.NAME.old-*``) whose marker says a process of this host was writing them and that
+    process is gone; a directory of the user's with such a name, or one a live writer
+    holds, is left alone. Returns what was removed.
+    """
+    path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    removed = []
+    for entry in path.parent.iterdir():
+        if not entry.name.startswith((f".{path.name}.tmp-", f".{path.name}.old-")) or \
+                entry.is_symlink() or not entry.is_dir():
+            continue
+        writer = (read_marker(entry) or {}).get(WRITING)
+        if not isinstance(writer, dict) or writer.get("host") != socket.gethostname():
+            continue
+        pid = writer.get("pid")
+        if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or _alive(pid):
+            continue
+        _remove_marked_last(entry)
+        removed.append(entry)
+    if removed:
+        logger.info("removed %d temporary director%s that an interrupted writer left: %s",
+                    len(removed), "y" if len(removed) == 1 else "ies",
+                    ", ".join(str(p) for p in removed[:5]))
+    return removed
+
+
+def _remove_marked_last(directory: Path) -> None:
+    """Delete a directory of ours, its marker last: a deletion cut short stays marked."""
+    for entry in directory.iterdir():
+        if entry.name == MARKER:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    with contextlib.suppress(FileNotFoundError):
+        (directory / MARKER).unlink()
+    directory.rmdir()
 
 
 def _settle(tmp: Path) -> None:
@@ -195,16 +273,22 @@ def _settle(tmp: Path) -> None:
                 os.fsync(fh.fileno())
 
 
-def _swap_in(tmp: Path, path: Path) -> None:
-    """Put ``tmp`` at ``path`` and delete the directory it replaces (checked to be ours)."""
+def _swap_in(tmp: Path, path: Path, kind: str) -> None:
+    """Put ``tmp`` at ``path`` and delete the directory it replaces (checked to be ours).
+
+    The replaced directory is marked temporary before it is deleted, so that a deletion
+    cut short is finished by the next writer.
+    """
     if _exchange(tmp, path):
-        shutil.rmtree(tmp)  # now holds the previous output
+        _mark_temporary(tmp, kind)  # tmp now holds the previous output
+        _remove_marked_last(tmp)
         return
     old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
     os.rmdir(old)
     os.rename(path, old)
     os.rename(tmp, path)
-    shutil.rmtree(old)
+    _mark_temporary(old, kind)  # only now: until the rename above it was the only copy
+    _remove_marked_last(old)
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:

@@ -35,6 +35,7 @@ from iclprobe.storage import (
     check_target,
     foreign_entries,
     read_marker,
+    remove_abandoned,
     torch_load_tensors,
     write_marker,
     write_text_atomic,
@@ -76,6 +77,7 @@ def open_run(out: Path, resume: bool, overwrite: bool = False) -> IO[str]:
     out.mkdir(parents=True, exist_ok=True)
     lock = _lock(out)
     try:
+        remove_abandoned(checkpoint)  # what a trainer killed mid-checkpoint left
         if resume:
             if read_marker(checkpoint) is None:  # written before checkpoints were marked
                 write_marker(checkpoint, "checkpoint")
@@ -109,7 +111,8 @@ def _start_fresh(out: Path, overwrite: bool) -> None:
         if not overwrite:
             raise OutputExistsError(f"{out} already holds a run: resume it (--resume), "
                                     "replace it (--overwrite) or choose another out")
-        foreign = foreign_entries(out, read_marker(out) or {}, RUN_FILES)
+        # the run's probes (RUN/probes) stay: only the checkpoint is replaced
+        foreign = foreign_entries(out, read_marker(out) or {}, RUN_FILES, nested=True)
         if foreign:
             raise OutputExistsError(f"{out} also holds files that iclprobe did not write "
                                     f"({', '.join(foreign[:5])}): cannot replace the run")

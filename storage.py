@@ -51,10 +51,23 @@ def normal_mode(directory: bool) -> int:
     return (0o777 if directory else 0o666) & ~mask
 
 
+def parse_json(text: str) -> Any:
+    """``json.loads``, where nesting too deep for the parser is a ValueError as bad JSON is.
+
+    Python's parser recurses once per ``[`` or ``{``: ``"[" * 100000`` would otherwise end
+    in a RecursionError traceback.
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply to be read (thousands of levels of [ or {)") \
+            from None
+
+
 def read_marker(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The marker of a directory iclprobe wrote, or None (no marker, or not one of ours)."""
     try:
-        data = json.loads((Path(directory) / MARKER).read_text())
+        data = parse_json((Path(directory) / MARKER).read_text())
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and isinstance(data.get("kind"), str) else None

@@ -23,7 +23,7 @@ from torch import nn
 from iclprobe._checks import check_fits, sizes
 from iclprobe._shipped import PRETRAINED_DIR, shipped_models
 from iclprobe.models import registry
-from iclprobe.storage import CheckpointError, atomic_directory
+from iclprobe.storage import CheckpointError, atomic_directory, parse_json
 from iclprobe.tasks import RegressionTask
 
 if TYPE_CHECKING:
@@ -74,8 +74,8 @@ def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError(f"{path}: file is missing")
     try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        data = parse_json(path.read_text())
+    except ValueError as err:  # bad JSON, bad UTF-8, nested too deeply
         raise CheckpointError(f"{path}: not valid JSON ({err})") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a JSON object, got {type(data).__name__}")
@@ -147,11 +147,16 @@ def check_weights_match(cfg: Any, weights: Path) -> None:
             stored = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
     except (SafetensorError, OSError, ValueError) as err:
         raise CheckpointError(f"{weights}: truncated or corrupt weights ({err})") from None
+    refuse_oversized(cfg, stored, weights.parent / CONFIG_FILE, weights.name, sizes(cfg))
+
+
+def refuse_oversized(cfg: Any, stored: int, config_file: Path, weights_name: str,
+                     described: str) -> None:
+    """Refuse a config of far more parameters than the ``stored`` ones (see above)."""
     if cfg.n_parameters() > 2 * stored + 2**20:
         raise CheckpointError(
-            f"{weights.parent / CONFIG_FILE}: the config describes a model of "
-            f"{cfg.n_parameters():,} parameters ({sizes(cfg)}), but {weights.name} "
-            f"holds {stored:,}"
+            f"{config_file}: the config describes a model of {cfg.n_parameters():,} "
+            f"parameters ({described}), but {weights_name} holds {stored:,}"
         )
 
 
@@ -219,8 +224,12 @@ def _load_native(path: Path) -> Regressor:
         )
     config_cls = registry.FAMILIES[family].config
     model_cls = registry.FAMILIES[family].model_class()
+    fields = meta.get("config", {})
+    if not isinstance(fields, dict):
+        raise CheckpointError(f"{path / CONFIG_FILE}: 'config' must be a JSON object of "
+                              f"{config_cls.__name__}'s fields, got a {type(fields).__name__}")
     try:
-        cfg = config_cls.from_dict(meta.get("config", {}))
+        cfg = config_cls.from_dict(fields)
     except (TypeError, ValueError) as err:
         raise CheckpointError(f"{path / CONFIG_FILE}: invalid config ({err})") from None
     weights = path / WEIGHTS_FILE

@@ -71,6 +71,9 @@ class _ConfigMixin:
     @classmethod
     def from_dict(cls: type[C], data: dict[str, Any]) -> C:
         """Build from a dict, dropping unknown keys with a warning."""
+        if not isinstance(data, dict):
+            raise TypeError(f"{cls.__name__}.from_dict takes a dict of fields, got a "
+                            f"{type(data).__name__} ({str(data)[:60]!r})")
         fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         unknown = sorted(set(data) - fields)
         if unknown:

@@ -22,7 +22,8 @@ import yaml
 from einops import rearrange
 from torch import Tensor
 
-from iclprobe.models.checkpoint import load_state_into
+from iclprobe._checks import check_fits
+from iclprobe.models.checkpoint import load_state_into, refuse_oversized
 from iclprobe.models.config import GPTConfig
 from iclprobe.models.gpt import GPTRegressor
 from iclprobe.storage import CheckpointError, torch_load_tensors
@@ -32,6 +33,7 @@ logger = logging.getLogger(__name__)
 
 # HF buffers and the unused token embedding, present in some or all of their files.
 _IGNORED = re.compile(r"^_backbone\.(wte\.weight|h\.\d+\.attn\.(bias|masked_bias))$")
+SIZE_FIELDS = ("n_dims", "n_positions", "n_embd", "n_layer", "n_head")
 
 
 def _read_config(path: Path) -> dict[str, Any]:
@@ -42,21 +44,41 @@ def _read_config(path: Path) -> dict[str, Any]:
         cfg = yaml.safe_load(cfg_path.read_text())
     except yaml.YAMLError as err:
         raise CheckpointError(f"{cfg_path}: invalid YAML ({err})") from None
+    except RecursionError:
+        raise CheckpointError(f"{cfg_path}: invalid YAML (nested too deeply to be read)") \
+            from None
     model = cfg.get("model") if isinstance(cfg, dict) else None
     if not isinstance(model, dict):
         raise CheckpointError(f"{cfg_path}: no 'model:' section")
     if model.get("family", "gpt2") != "gpt2":
         raise CheckpointError(f"{cfg_path}: model family {model.get('family')!r} is not gpt2")
-    missing = [k for k in ("n_dims", "n_positions", "n_embd", "n_layer", "n_head") if k not in model]
+    missing = [k for k in SIZE_FIELDS if k not in model]
     if missing:
         raise CheckpointError(f"{cfg_path}: model section lacks {missing}")
+    for key in SIZE_FIELDS:
+        _positive_int(model[key], f"model.{key}", cfg_path)
     return cfg
 
 
-def _task_from(cfg: dict[str, Any], n_dims: int, n_positions: int) -> RegressionTask:
-    training = cfg.get("training") or {}
-    points = ((training.get("curriculum") or {}).get("points") or {}).get("end", n_positions)
-    return RegressionTask(n_dims=n_dims, n_points=int(points))
+def _positive_int(value: Any, field: str, cfg_path: Path) -> int:
+    """``value`` if it is a positive integer (YAML's ``3``, not ``"3"``, ``3.0`` or ``true``)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise CheckpointError(f"{cfg_path}: {field} must be a positive integer, got "
+                              f"{str(value)[:60] if not isinstance(value, str) else repr(value)}")
+    return value
+
+
+def _task_from(cfg: dict[str, Any], n_dims: int, n_positions: int, cfg_path: Path
+               ) -> RegressionTask:
+    node = cfg.get("training")  # training.curriculum.points.end, where given
+    for key in ("curriculum", "points"):
+        node = node.get(key) if isinstance(node, dict) else None
+    points = node.get("end", n_positions) if isinstance(node, dict) else n_positions
+    points = _positive_int(points, "training.curriculum.points.end", cfg_path)
+    try:
+        return RegressionTask(n_dims=n_dims, n_points=points)
+    except ValueError as err:
+        raise CheckpointError(f"{cfg_path}: {err}") from None
 
 
 def convert_garg_state(state: dict[str, Tensor], cfg: GPTConfig) -> dict[str, Tensor]:
@@ -160,7 +182,13 @@ def load_garg_run(path: str | Path) -> GPTRegressor:
                         final_norm=not truncated)
     except ValueError as err:
         raise CheckpointError(f"{path / 'config.yaml'}: {err}") from None
+    # before building: a config.yaml edited to n_layer: 1000000 would take minutes, then
+    # exhaust memory (as for native checkpoints, `check_weights_match`)
+    stored = sum(v.numel() for v in state.values() if isinstance(v, Tensor))
+    described = ", ".join(f"{k}={m[k]}" for k in SIZE_FIELDS)
+    refuse_oversized(cfg, stored, path / "config.yaml", "state.pt", described)
+    check_fits(cfg, f"loading {path}")
     model = GPTRegressor(cfg)
     load_state_into(model, convert_garg_state(state, cfg), path / "state.pt")
-    model.task = _task_from(cfg_yaml, cfg.n_dims, cfg.n_positions)
+    model.task = _task_from(cfg_yaml, cfg.n_dims, cfg.n_positions, path / "config.yaml")
     return model

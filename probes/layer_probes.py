@@ -27,7 +27,7 @@ from torch import Tensor
 from iclprobe.hooks.residuals import collect_residuals
 from iclprobe.models.regressor import Regressor, check_model, readout_residual
 from iclprobe.probes.ridge import ridge_gcv
-from iclprobe.storage import atomic_directory
+from iclprobe.storage import atomic_directory, parse_json
 from iclprobe.tasks import RegressionTask, as_generator
 
 TARGETS = ("y", "model")
@@ -312,7 +312,7 @@ def _read_meta(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: file is missing")
     try:
-        meta = json.loads(path.read_text())
+        meta = parse_json(path.read_text())
     except (ValueError, UnicodeDecodeError) as err:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
     if not isinstance(meta, dict) or meta.get("format_version") != PROBE_FORMAT_VERSION:

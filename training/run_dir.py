@@ -34,6 +34,7 @@ from iclprobe.storage import (
     check_output,
     check_target,
     foreign_entries,
+    parse_json,
     read_marker,
     remove_abandoned,
     torch_load_tensors,
@@ -143,7 +144,7 @@ def read_train_config(out: str | os.PathLike[str]) -> TrainConfig:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no checkpoint to resume from")
     try:
-        return TrainConfig.from_dict(json.loads(path.read_text()))
+        return TrainConfig.from_dict(parse_json(path.read_text()))
     except (ValueError, TypeError, AttributeError) as err:
         raise CheckpointError(f"{path}: not a valid training config ({err})") from None
 
@@ -201,7 +202,7 @@ def trim_metrics(path: Path, step: int) -> None:
         if not line.strip():
             continue
         try:
-            row_step = json.loads(line)["step"]
+            row_step = parse_json(line)["step"]
             if not isinstance(row_step, int):
                 raise TypeError(row_step)
         except (ValueError, KeyError, TypeError):

@@ -76,7 +76,8 @@ def _add_train(sub: Any) -> None:
         "--nproc_per_node=K -m iclprobe train ...` for DistributedDataParallel. Note: linear "
         "attention does not learn the interleaved layout (it cannot copy a label onto its x "
         "token); use --layout paired with --attention linear.")
-    p.add_argument("--out", required=True, help="run directory (metrics.jsonl, checkpoint/)")
+    p.add_argument("--out", required=True, type=_out_path,
+                   help="run directory (metrics.jsonl, checkpoint/)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out (model, task and recipe from its checkpoint)")
     p.add_argument("--overwrite", action="store_true",
@@ -110,6 +111,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _out_path(text: str) -> str:
+    """An output directory: not empty (``--out ""`` would otherwise mean no output at all)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a directory path, got {text!r}")
+    return text
+
+
 def _seed(text: str) -> int:
     try:
         value = int(text)
@@ -126,7 +134,8 @@ def _align_options(p: argparse.ArgumentParser) -> None:
     add_flags(p.add_argument_group("alignment (AlignConfig)"), align_flags())
     p.add_argument("--refit-probes", action="store_true",
                    help="fit new layer probes even where saved ones fit the model and data")
-    p.add_argument("--out", help="write a report folder (report.md, PNGs, CSVs, JSON) here")
+    p.add_argument("--out", type=_out_path,
+                   help="write a report folder (report.md, PNGs, CSVs, JSON) here")
     _overwrite_flag(p, "a report")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
 
@@ -162,8 +171,8 @@ def _add_analysis(sub: Any) -> None:
                    help="seed as `align --seed`: a later align with this seed uses these "
                    "probes (default: 0)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help=DEVICE_HELP)
-    p.add_argument("--out", help="directory for the probes (default: CHECKPOINT/probes; for "
-                   "a shipped model, the user cache, $ICLPROBE_CACHE overrides)")
+    p.add_argument("--out", type=_out_path, help="directory for the probes (default: "
+                   "CHECKPOINT/probes; for a shipped model, the user cache, $ICLPROBE_CACHE overrides)")
     _overwrite_flag(p, "probes")
     p.set_defaults(handler=_lazy("cmd_probe"))
     p = sub.add_parser("demo", help="the whole pipeline on the shipped models",
@@ -171,7 +180,7 @@ def _add_analysis(sub: Any) -> None:
                        "gpt-softmax-paired with gpt-linear-paired and gpt-softmax with its "
                        "recurrent baseline (lstm), align the PQ models where they were "
                        "trained and analyse their preconditioners; writes a report folder.")
-    p.add_argument("--out", default="iclprobe-report", help="report folder "
+    p.add_argument("--out", default="iclprobe-report", type=_out_path, help="report folder "
                    "(default: ./iclprobe-report)")
     _overwrite_flag(p, "a report")
     p.add_argument("--n-sequences", type=_positive_int, default=512,
@@ -226,6 +235,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"iclprobe {args.command}: internal error: {type(err).__name__}: {first} (a bug, "
               "not your input: rerun with --debug for the traceback)", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # train answers its own (how to resume)
+        print(f"iclprobe {args.command}: interrupted; nothing was written (an output folder "
+              "is swapped in whole or not at all)", file=sys.stderr)
+        return 130
 
 
 def raised_on_purpose(err: BaseException) -> bool:

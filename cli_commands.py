@@ -27,7 +27,18 @@ def _align_config(args: argparse.Namespace) -> Any:
     from iclprobe.alignment.config import AlignConfig
     from iclprobe.cli_flags import align_flags, given
 
-    return AlignConfig(**given(args, align_flags()))
+    fields = given(args, align_flags())
+    cfg = AlignConfig(**fields)
+    if "condition_number" in fields and cfg.data != "ill-conditioned":
+        if not cfg.separation:
+            raise UsageError(f"--condition-number {cfg.condition_number:g} applies to --data "
+                             f"ill-conditioned (the data here: {cfg.data}) and to the "
+                             "separation views, which --no-separation turns off")
+        print(f"note: --condition-number {cfg.condition_number:g} sets only the κ of the "
+              f"separation views' ill-conditioned data; the evaluation data are --data "
+              f"{cfg.data}'s (pass --data ill-conditioned to evaluate on κ = "
+              f"{cfg.condition_number:g})", file=sys.stderr)
+    return cfg
 
 
 def _check_device(device: str) -> None:
@@ -209,11 +220,11 @@ def cmd_align(args: argparse.Namespace) -> int:
     checkpoints = [args.checkpoint] if hasattr(args, "checkpoint") else args.checkpoints
     cfg = _align_config(args)
     _check_device(cfg.device)
-    if args.out:
+    if args.out is not None:
         check_output(args.out, "report", args.overwrite)  # before the work, not after
     results, records = align_checkpoints(checkpoints, cfg, refit_probes=args.refit_probes,
                                          n_probe_given=hasattr(args, "n_probe_sequences"))
-    if args.out:
+    if args.out is not None:
         from iclprobe.alignment.report import write_report  # matplotlib: only for a report
 
         command = "iclprobe " + " ".join(args.argv)
@@ -230,7 +241,7 @@ def cmd_align(args: argparse.Namespace) -> int:
     if len(results) > 1:
         print("best Newton step per layer (* = the models differ, † = not above zero)")
         print("\n".join(aligned(*comparison_rows(results), right=False)))
-    if args.out:
+    if args.out is not None:
         print(f"report: {Path(args.out) / 'report.md'}")
     return 0
 
@@ -244,9 +255,11 @@ def cmd_probe(args: argparse.Namespace) -> int:
     model = models.load(args.checkpoint, device=args.device)
     if model.task is None:
         raise ValueError(f"{args.checkpoint} has no task.json to draw probe data from")
-    out = Path(args.out) if args.out else probes_dir(args.checkpoint)
+    out = Path(args.out) if args.out is not None else probes_dir(args.checkpoint)
     check_output(out, "probes", args.overwrite)  # before the work, not after
     # Seeded as `align --seed SEED` fits its probes, so that align uses these.
+    print(f"{args.checkpoint}: fitting probes on {args.n_sequences} sequences of its task "
+          f"(seed {args.seed})", file=sys.stderr)
     lp = probes.LayerProbes().fit(model, n_sequences=args.n_sequences, generator=args.seed + 1)
     lp.save(out, overwrite=args.overwrite)
     print("layer  alpha      held-out R²  normalized error")

@@ -175,6 +175,12 @@ def align(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
         n_weight = min(n_weight, cfg.n_sequences // cfg.probe_folds)  # within one fold
     sub = slice(0, n_weight)
     extra, notes = family_runs(model, batch)
+    if n_weight < cfg.n_weight_sequences and any(METRIC_INFO[m].on == "weights"
+                                                 for m in cfg.metrics):
+        notes.append(f"induced weights on {n_weight} sequences, not n_weight_sequences="
+                     f"{cfg.n_weight_sequences} (--n-weight-sequences): at most n_sequences"
+                     + (" / probe_folds (within one fold)" if n_weight < cfg.n_sequences
+                        else ""))
     _check_algorithms(cfg, extra, name)  # before the forward work
     timings = Timings()
     with timings.stage("layer predictions (forward pass, probes)"):

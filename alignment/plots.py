@@ -175,6 +175,19 @@ def matched_steps(matches: Sequence[tuple[str, Match]], path: Path) -> Path:
     return _save(fig, path)
 
 
+def _interval_bars(ax: Any, xs: list[float], lower: list[float], upper: list[float],
+                   color: str, cap: bool) -> None:
+    """Each bootstrap interval drawn from its bounds.
+
+    Not as error bars around the estimate: a best-over-steps estimate can lie outside its
+    own interval (the best step is re-picked in every replicate), and matplotlib refuses
+    the negative error that would take.
+    """
+    ax.vlines(xs, lower, upper, colors=color, lw=1)
+    if cap:
+        ax.plot(xs + xs, list(lower) + list(upper), "_", color=color, ms=5)
+
+
 def learner_comparison(result: Any, metric: str, path: Path) -> Path:
     """Per layer: each learner's best similarity with CI; paired differences with CI."""
     comp = result.comparisons[metric]
@@ -185,9 +198,7 @@ def learner_comparison(result: Any, metric: str, path: Path) -> Path:
         color = LEARNER_STYLE.get(run, ("gray", "-"))[0]
         xs = [x - 0.4 + (i + 0.5) * offset for x in layers]
         iv = score.score
-        err = [[v - lo for v, lo in zip(iv.value, iv.lower)],
-               [hi - v for v, hi in zip(iv.value, iv.upper)]]
-        left.errorbar(xs, iv.value, yerr=err, fmt="none", ecolor=color, elinewidth=1)
+        _interval_bars(left, xs, iv.lower, iv.upper, color, cap=False)
         for x, v, ok in zip(xs, iv.value, comp.live):
             left.plot(x, v, MARKERS[i % len(MARKERS)], color=color,
                       mfc=color if ok else "none")
@@ -200,10 +211,8 @@ def learner_comparison(result: Any, metric: str, path: Path) -> Path:
     for i, pair in enumerate(comp.pairs):
         iv = pair.difference
         xs = [x + (i - (len(comp.pairs) - 1) / 2) * 0.15 for x in layers]
-        err = [[v - lo for v, lo in zip(iv.value, iv.lower)],
-               [hi - v for v, hi in zip(iv.value, iv.upper)]]
         color = f"C{i}"
-        right.errorbar(xs, iv.value, yerr=err, fmt="none", capsize=2, ecolor=color)
+        _interval_bars(right, xs, iv.lower, iv.upper, color, cap=True)
         for x, v, ok in zip(xs, iv.value, comp.live):
             right.plot(x, v, MARKERS[i % len(MARKERS)], ms=5, color=color,
                        mfc=color if ok else "none")

@@ -95,8 +95,15 @@ def matched_csv(result: AlignResult, metric: str) -> tuple[list[str], list[list[
 
 
 def _pm(iv: Interval, layer: int) -> str:
-    half = (iv.upper[layer] - iv.lower[layer]) / 2
-    return f"{iv.value[layer]:.3f}±{half:.3f}"
+    """``value±half`` of the interval, or the bounds where the value lies outside them.
+
+    A best-over-steps estimate need not lie inside its own bootstrap interval (the best
+    step is re-picked in every replicate); ``±`` would then claim an interval around it.
+    """
+    value, lo, hi = iv.value[layer], iv.lower[layer], iv.upper[layer]
+    if lo <= value <= hi:
+        return f"{value:.3f}±{(hi - lo) / 2:.3f}"
+    return f"{value:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
 def learner_rows(result: AlignResult, metric: str, compact: bool = False

@@ -2,6 +2,9 @@
 
 ``iterates(name, xs, ys, steps, **hyper)`` looks a learner up in one registry; each is also
 a function here. Adding a learner is one function and one ``@register`` line.
+
+The learners are references, not differentiable: xs and ys that require gradients are
+read detached, and the iterates carry no gradient.
 """
 
 from iclprobe.algorithms import learners as _learners  # noqa: F401  (registers learners)

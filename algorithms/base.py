@@ -268,18 +268,36 @@ def out_dtype(xs: Tensor) -> torch.dtype:
     return xs.dtype if xs.is_floating_point() else torch.float32
 
 
+#: An iterate whose squared error exceeds this multiple of the zero predictor's has diverged.
+GROWTH_LIMIT = 1e3
+
+
+def fixed_number(value: Any) -> bool:
+    """Whether a hyperparameter is one number (then `finish` checks the iterates' growth).
+
+    Not a rule ("max", "tuned") nor one value per prefix: such learners may be read at one
+    position only (a model trained at the last position), where the others grow freely.
+    """
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def finish(name: str, steps: Tensor, preds: Tensor, weights: Tensor | None,
            hyper: dict[str, Any], dtype: torch.dtype, scale: tuple[float, float] = (1.0, 1.0),
            unstable: Callable[[], str | None] | None = None,
-           map_weights: Callable[[Tensor], Tensor] | None = None) -> Iterates:
+           map_weights: Callable[[Tensor], Tensor] | None = None,
+           ys: Tensor | None = None) -> Iterates:
     """`Iterates` in the data's units and in ``dtype``, refusing results that are not finite.
 
     Args:
         preds, weights: float64 results on the data divided by ``scale = (s_x, s_y)``:
             predictions are multiplied back by s_y, weights by s_y / s_x.
-        unstable: called only when a result is not finite; says why (e.g. "lr=… is above
-            the largest stable lr …") or returns None when the hyperparameters are stable.
+        unstable: called when a result is not finite, or (given ``ys``) when a step's
+            squared error exceeds `GROWTH_LIMIT` times the zero predictor's; says why
+            (e.g. "lr=… diverges … the largest stable lr …") or returns None when the
+            hyperparameters are stable.
         map_weights: applied to the weights in the data's units (pgd's change of basis).
+        ys: the targets ``[batch, pos]``, for the growth check: a diverging learner is
+            refused before it overflows (``1e105`` against ``|y| ≤ 1e3`` is no answer).
     """
     sx, sy = scale
     if sy != 1.0:
@@ -297,7 +315,31 @@ def finish(name: str, steps: Tensor, preds: Tensor, weights: Tensor | None,
         if not bool(torch.isfinite(cast).all()):
             raise ValueError(_not_finite(name, label, t, dtype, unstable))
         out.append(cast)
+    if ys is not None and unstable is not None:
+        _check_growth(name, steps, preds, ys, unstable)
     return Iterates(steps, out[0], out[1], hyper, name)  # type: ignore[arg-type]
+
+
+def _check_growth(name: str, steps: Tensor, preds: Tensor, ys: Tensor,
+                  unstable: Callable[[], str | None]) -> None:
+    """Refuse iterates far worse than predicting 0 when the hyperparameters are unstable.
+
+    Over every sequence and position: a fixed rate beyond the bound of the shortest
+    prefixes (t = 1: S_1/1 has the largest top eigenvalue) blows up there first. A learner
+    meant to be read at some positions only takes one value per prefix (not checked).
+    """
+    y = ys.detach().to(device=preds.device, dtype=torch.float64)
+    zero = y.pow(2).mean()
+    if not zero > 0:
+        return
+    ratio = (preds.double() - y).pow(2).mean((1, 2)) / zero  # [step]
+    worst = int(ratio.argmax())
+    if ratio[worst] > GROWTH_LIMIT:
+        why = unstable()
+        if why is not None:
+            raise ValueError(f"{name}: {why} (after {int(steps[worst])} steps the squared "
+                             f"error is {ratio[worst].item():.3g} times the zero "
+                             "predictor's)")
 
 
 def _not_finite(name: str, label: str, t: Tensor, dtype: torch.dtype,

@@ -34,6 +34,7 @@ from iclprobe.algorithms.base import (
     check_steps,
     collect,
     finish,
+    fixed_number,
     log2,
     out_dtype,
     register,
@@ -98,8 +99,8 @@ def _above_bound(name: str, rates: list[tuple[Any, float]], bound: float, stats:
     for given, rate in rates:
         if rate >= bound:
             largest = scaled_number(bound, -power * log2(stats.x_scale))
-            return (f"{name}={given!r} diverges on these data (the iterates overflow): the "
-                    f"largest stable {name} here is {formula} = {largest}")
+            return (f"{name}={given!r} diverges on these data (the iterates grow without "
+                    f"bound): the largest stable {name} here is {formula} = {largest}")
     return None
 
 
@@ -240,7 +241,8 @@ def _gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None, lr: LrSpec, normali
                             "2/max(c·λ_max)")
 
     return finish(name, k_steps, preds, w, hyper, dtype or out_dtype(xs),
-                  (stats.x_scale, stats.y_scale), unstable, map_weights)
+                  (stats.x_scale, stats.y_scale), unstable, map_weights,
+                  ys=ys if fixed_number(lr) else None)
 
 
 @register("gd", label="GD", steps=GD_LOG_GRID, step_scale="log2",
@@ -315,8 +317,8 @@ def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
                      ).max(0).values
             if bool((worst >= 2).any()):
                 t = int(worst.argmax())
-                return (f"alpha[{t}] diverges on these data (the iterates overflow): α_t must "
-                        f"stay below 2/max(λ_max²) of prefix t")
+                return (f"alpha[{t}] diverges on these data (the iterates grow without "
+                        f"bound): α_t must stay below 2/max(λ_max²) of prefix t")
             return None
         top = stats.eigvals[..., -1].max().item()
         bound = 2.0 / top**2 if top > 0 else math.inf
@@ -338,7 +340,7 @@ def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     if alpha_scale != 1.0:
         recorded["alpha_scale"] = alpha_scale
     return finish("newton", k_steps, preds, w, recorded, out_dtype(xs),
-                  (stats.x_scale, stats.y_scale), unstable)
+                  (stats.x_scale, stats.y_scale), unstable, ys=ys if a is not None else None)
 
 
 def _per_prefix(value: Tensor, n_points: int, name: str, power: int) -> Tensor:

@@ -96,9 +96,13 @@ def power_of_two_scale(t: Tensor) -> float:
 
 
 def scaled(xs: Tensor, ys: Tensor) -> tuple[Tensor, Tensor, float, float]:
-    """``(xs / s_x, ys / s_y, s_x, s_y)`` in float64, the scales from `power_of_two_scale`."""
+    """``(xs / s_x, ys / s_y, s_x, s_y)`` in float64, the scales from `power_of_two_scale`.
+
+    Detached: the learners are references, computed in place where it saves memory, and
+    not differentiable (their results carry no gradient to ``xs`` or ``ys``).
+    """
     check_regression(xs, ys)
-    x, y = xs.to(torch.float64), ys.to(torch.float64)
+    x, y = xs.detach().to(torch.float64), ys.detach().to(torch.float64)
     sx, sy = power_of_two_scale(x), power_of_two_scale(y)
     return (x / sx if sx != 1.0 else x), (y / sy if sy != 1.0 else y), sx, sy
 

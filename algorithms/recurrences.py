@@ -19,6 +19,7 @@ from iclprobe.algorithms.base import (
     Iterates,
     check_steps,
     finish,
+    fixed_number,
     out_dtype,
     register,
 )
@@ -96,7 +97,7 @@ def momentum(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrS
     preds, w = by_blocks(stats, run)
     return finish("momentum", k_steps, preds, w,
                   {"lr": lr, "beta": beta, "normalize": normalize}, out_dtype(xs),
-                  (stats.x_scale, stats.y_scale), unstable)
+                  (stats.x_scale, stats.y_scale), unstable, ys=ys if fixed_number(lr) else None)
 
 
 def _cg_block(stats: PrefixStats, k_steps: Tensor, want_weights: bool

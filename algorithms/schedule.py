@@ -51,7 +51,7 @@ def pgd_schedule(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     if int(k_steps.max()) > mats.shape[0]:
         raise ValueError(f"steps go up to {int(k_steps.max())}, but only {mats.shape[0]} "
                          "preconditioners were given")
-    x, y = xs.to(torch.float64), ys.to(torch.float64)
+    x, y = xs.detach().to(torch.float64), ys.detach().to(torch.float64)
     gram = exclusive_cumsum(x[..., :, None] * x[..., None, :])  # [batch, pos, d, d]
     xty = exclusive_cumsum(x * y[..., None])  # [batch, pos, d]
     counts = torch.arange(n, dtype=torch.float64, device=xs.device)

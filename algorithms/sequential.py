@@ -18,6 +18,7 @@ from iclprobe.algorithms.base import (
     check_positive,
     check_steps,
     finish,
+    fixed_number,
     log2,
     out_dtype,
     register,
@@ -132,13 +133,14 @@ def online_gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
         if lr == "normalized" or top == 0 or rate < 2.0 / top:
             return None
         largest = scaled_number(2.0 / top, -2 * log2(sx))
-        return (f"lr={lr!r} diverges on these data (the iterates overflow): the largest "
-                f"stable lr here is 2/max‖x_j‖² = {largest}")
+        return (f"lr={lr!r} diverges on these data (the iterates grow without bound): the "
+                f"largest stable lr here is 2/max‖x_j‖² = {largest}")
 
     preds = torch.stack([rowdot(passes[k], x) for k in k_steps.tolist()])
     ws = passes[k_steps] if weights else None
     hyper = {"lr": lr, "init": init if isinstance(init, str) else "given"}
-    return finish("online_gd", k_steps, preds, ws, hyper, out_dtype(xs), (sx, sy), unstable)
+    return finish("online_gd", k_steps, preds, ws, hyper, out_dtype(xs), (sx, sy), unstable,
+                  ys=ys if fixed_number(lr) else None)
 
 
 @register("gd_plus_plus", label="GD++", steps=range(1, 9), align_hyper={"lr": 0.1, "gamma": 0.01})
@@ -174,14 +176,15 @@ def gd_plus_plus(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr:
         h = h - eta * (s0 @ ct_g[..., None])[..., 0]
         c = (eye - gam * inv_t[..., None] * (c @ s0 @ c.transpose(-1, -2))) @ c
         saved[k] = w.clone()
-    x = xs.to(torch.float64) / sx if sx != 1.0 else xs.to(torch.float64)
+    x = xs.detach().to(torch.float64)
+    x = x / sx if sx != 1.0 else x
     preds, ws = _record(k_steps, saved, x, weights)
 
     def unstable() -> str | None:
-        top = (inv_t * stats.eigvals[..., -1]).max().item()
+        top = (inv_t[:, 0] * stats.eigvals[..., -1]).max().item()  # inv_t: [pos, 1]
         bound = scaled_number(2.0 / top, -2 * log2(sx)) if top > 0 else "inf"
-        return (f"lr={lr!r}, gamma={gamma!r} make the iterates overflow on these data: lower "
+        return (f"lr={lr!r}, gamma={gamma!r} make the iterates diverge on these data: lower "
                 f"them (the GD step alone is stable for lr < 2/max(λ_max(S_t)/t) = {bound})")
 
     return finish("gd_plus_plus", k_steps, preds, ws, {"lr": lr, "gamma": gamma},
-                  out_dtype(xs), (sx, stats.y_scale), unstable)
+                  out_dtype(xs), (sx, stats.y_scale), unstable, ys=ys)

@@ -61,7 +61,8 @@ def test_newton_construction_is_newton_with_alpha_a_over_t_squared(a):
 def test_newton_alpha_per_prefix_is_that_prefix_alone():
     _, b = batch(n=9, d=4)
     xs, ys = b.xs.double(), b.ys.double()
-    alpha = torch.linspace(0.001, 0.01, 9, dtype=torch.float64)
+    # below each prefix's bound 2/max λ_max² (a fixed alpha above it is refused as diverging)
+    alpha = torch.linspace(0.001, 0.003, 9, dtype=torch.float64)
     full = algorithms.iterates("newton", xs, ys, steps=range(5), alpha=alpha)
     for t in (3, 6, 8):
         alone = algorithms.iterates("newton", xs[:, :t + 1], ys[:, :t + 1], steps=range(5),

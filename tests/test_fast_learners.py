@@ -115,7 +115,7 @@ def pgd_loop(xs, ys, m, lr, steps):
     return torch.from_numpy(out)
 
 
-@pytest.mark.parametrize("precond_scale", [1.0, 2.5])
+@pytest.mark.parametrize("precond_scale", [1.0, 0.5])  # 2.5 x lr 0.1 diverges (refused)
 @pytest.mark.parametrize("lr", [0.1, "max"])
 def test_pgd_on_a_multiple_of_the_identity_is_gd_on_shared_stats(precond_scale, lr):
     xs, ys = linear_data(n=8, d=3)

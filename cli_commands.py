@@ -188,16 +188,18 @@ def align_checkpoints(checkpoints: list[str], cfg: Any, refit_probes: bool = Fal
     """
     from iclprobe import models
     from iclprobe.alignment.family import needs_probes
+    from iclprobe.alignment.memory import check_align_fits
     from iclprobe.alignment.pipeline import compare, evaluation_task
 
     loaded = [(c, models.load(c, device=cfg.device)) for c in checkpoints]
     task = evaluation_task(loaded[0][1], cfg)
     req = ProbeRequest(cfg.n_probe_sequences, cfg.seed + 1, n_probe_given, refit_probes)
     names = unique_names(checkpoints)
-    for checkpoint, model in loaded:
+    for (checkpoint, model), name in zip(loaded, names):
         if model.cfg.n_dims != task.n_dims:
             raise ValueError(f"{checkpoint} has n_dims={model.cfg.n_dims}, but the data has "
                              f"d={task.n_dims}: compare models of one dimension")
+        check_align_fits(model, task, cfg, needs_probes(model), name)  # before fitting probes
     lps, records = [], {}
     for (checkpoint, model), name in zip(loaded, names):
         lp = None

@@ -32,6 +32,7 @@ from iclprobe.alignment.family import (
 )
 from iclprobe.alignment.fitted import fitted_pairs
 from iclprobe.alignment.matching import Match, match_steps
+from iclprobe.alignment.memory import check_align_fits
 from iclprobe.alignment.metrics import METRIC_INFO
 from iclprobe.alignment.protocols import Protocol, RunSpec
 from iclprobe.alignment.runs import run_spec
@@ -168,6 +169,7 @@ def align(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
     cfg = cfg or AlignConfig()
     model = model.to(cfg.device).eval()
     task = eval_task or evaluation_task(model, cfg)
+    check_align_fits(model, task, cfg, needs_probes(model), name)  # before allocating
     positions = trained_positions(model) if cfg.positions == "auto" else cfg.positions
     batch = task.sample(cfg.n_sequences, generator=torch.Generator().manual_seed(cfg.seed))
     n_weight = min(cfg.n_weight_sequences, cfg.n_sequences)

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from iclprobe._checks import check_seed
 from iclprobe.algorithms.base import Iterates
 from iclprobe.alignment import metrics as M
 
@@ -134,6 +135,28 @@ def interval(boot: Tensor, confidence: float) -> tuple[Tensor, Tensor]:
     return lower, upper
 
 
+def _check_defined(metric: str, learner: str, layers: Tensor, other: Tensor, ys: Tensor,
+                   t_min: int, t_max: int | None) -> None:
+    """Refuse a cosine table that is undefined everywhere (all-zero data, say).
+
+    A cosine with a zero vector counts as 0 (the zero predictor's reference): right for one
+    step or one layer, but when the learner's vectors (or every layer's) are 0 on every
+    sequence, every entry of the table would be that convention and none a measurement.
+    """
+    if metric not in ("error_cosine", "weight_cosine"):
+        return
+    t_max = M.check_window(t_min, t_max, ys.shape[-1])
+    window = slice(t_min, t_max + 1)
+    for who, values in (("the learner " + learner, other), ("the layers", layers)):
+        vectors = (values - ys)[..., window] if metric == "error_cosine" else \
+            values[..., window, :]
+        if not bool((vectors != 0).any()):
+            what = "residuals (prediction − y)" if metric == "error_cosine" else "weights"
+            raise ValueError(f"similarity: the {metric.replace('_', ' ')} is undefined: the "
+                             f"{what} of {who} are 0 on every sequence and position t = "
+                             f"{t_min}..{t_max} (all-zero data?)")
+
+
 def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
                metric: str = "error_cosine", t_min: int = 1, n_boot: int = 200,
                confidence: float = 0.95, seed: int = 0, chunk: int = 64,
@@ -162,8 +185,11 @@ def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
                          f"{over!r} with metric {metric!r}")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    if not isinstance(n_boot, int) or n_boot < 2:
+    if not isinstance(n_boot, int) or isinstance(n_boot, bool) or n_boot < 2:
         raise ValueError(f"n_boot must be an integer >= 2, got {n_boot!r}")
+    if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
+        raise ValueError(f"chunk must be a positive integer, got {chunk!r}")
+    check_seed("similarity", "seed", seed)
     other = iterates.weights if info.on == "weights" else iterates.preds
     if other is None:
         raise ValueError(f"metric {metric!r} needs the learner's weights: "
@@ -175,11 +201,15 @@ def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
     if ys.shape != iterates.preds.shape[1:]:
         raise ValueError(f"ys must have shape {tuple(iterates.preds.shape[1:])}, "
                          f"got {tuple(ys.shape)}")
+    if ys.ndim != 2 or ys.shape[0] == 0:
+        raise ValueError(f"similarity needs at least one sequence: ys has shape "
+                         f"{tuple(ys.shape)} [batch, pos]")
     for what, tensor in (("layer values", layer_values), (f"{iterates.name} iterates", other),
                          ("ys", ys)):
         if not bool(torch.isfinite(tensor).all()):
             raise ValueError(f"similarity: the {what} are not finite (found NaN or Inf)")
     a, ys64 = layer_values.to(torch.float64)[:, None], ys.to(torch.float64)
+    _check_defined(metric, iterates.name, a[:, 0], other.to(torch.float64), ys64, t_min, t_max)
     batch = ys.shape[0]
     weights = bootstrap_weights(batch, n_boot, seed)
     values, boots = [], []

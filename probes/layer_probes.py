@@ -15,6 +15,7 @@ import dataclasses
 import datetime
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
+from iclprobe._checks import check_bytes, check_int, check_real
 from iclprobe.hooks.residuals import collect_residuals
 from iclprobe.models.regressor import Regressor, check_model, readout_residual
 from iclprobe.probes.ridge import ridge_gcv
@@ -34,15 +36,31 @@ TARGETS = ("y", "model")
 SOLVERS = ("ridge", "adam")
 PROBE_FORMAT_VERSION = 1
 PROBES_WEIGHTS, PROBES_META = "probes.safetensors", "probes.json"
+#: Residuals and targets beyond this magnitude are refused: their squares, summed over
+#: rows, would overflow float64 (1e150² = 1e300).
+MAX_MAGNITUDE = 1e150
 
 
 def model_hash(model: Regressor) -> str:
-    """SHA-256 of the model's parameters and buffers (names, shapes and bytes)."""
+    """SHA-256 of what makes the model this model: probes saved for one load for no other.
+
+    Hashed: the class's qualified name, its config (``cfg.to_dict()``, where it has one),
+    and every parameter and buffer (persistent or not) with its name, shape, dtype and
+    bytes; so two models without parameters differ by class or config, and a learned
+    scalar (a 0-dim parameter) hashes as any tensor does.
+    """
     h = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        t = tensor.detach().cpu().contiguous()
-        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    cls = type(model)
+    h.update(f"class:{cls.__module__}.{cls.__qualname__}\n".encode())
+    to_dict = getattr(getattr(model, "cfg", None), "to_dict", None)
+    if callable(to_dict):
+        h.update(f"config:{json.dumps(to_dict(), sort_keys=True, default=repr)}\n".encode())
+    for kind, named in (("parameter", model.named_parameters()),
+                        ("buffer", model.named_buffers())):
+        for name, tensor in sorted(named, key=lambda item: item[0]):
+            t = tensor.detach().cpu().contiguous().reshape(-1)  # a 0-dim tensor views as 1
+            h.update(f"{kind}:{name}:{tuple(tensor.shape)}:{t.dtype}\n".encode())
+            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()
 
 
@@ -108,8 +126,15 @@ class LayerProbes:
             raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
         if solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
-        if alpha != "gcv" and not (isinstance(alpha, (int, float)) and alpha >= 0):
-            raise ValueError(f"alpha must be 'gcv' or a number >= 0, got {alpha!r}")
+        if alpha != "gcv" and not (isinstance(alpha, (int, float)) and not isinstance(
+                alpha, bool) and math.isfinite(alpha) and alpha >= 0):
+            raise ValueError(f"alpha must be 'gcv' or a finite number >= 0, got {alpha!r}"
+                             + (" (an infinite α fits every probe to 0)" if alpha == math.inf
+                                else ""))
+        if solver == "adam":  # what the closed form does not use is not checked for it
+            check_int("LayerProbes", "max_steps", max_steps)
+            check_int("LayerProbes", "batch_rows", batch_rows)
+            check_real("LayerProbes", "lr", lr, 0.0, low_open=True)
         self.alpha, self.alphas, self.target, self.t_min = alpha, alphas, target, t_min
         self.solver, self.lr, self.max_steps, self.batch_rows = solver, lr, max_steps, batch_rows
         self.model: Regressor | None = None
@@ -127,6 +152,13 @@ class LayerProbes:
         task = task if task is not None else getattr(model, "task", None)
         if not isinstance(task, RegressionTask):
             raise ValueError("task is required: the model has no task attached")
+        for name, value in (("n_sequences", n_sequences), ("n_heldout", n_heldout),
+                            ("batch_size", batch_size)):
+            check_int("LayerProbes.fit", name, value)
+        layers, width = model.cfg.n_layers + 1, model.cfg.d_model
+        check_bytes((n_sequences + n_heldout) * task.n_points * (layers * width + task.n_dims + 1)
+                    * 4, f"fitting probes on n_sequences={n_sequences} and n_heldout="
+                    f"{n_heldout} sequences ({layers} layers of width {width})")
         if isinstance(n_sequences, int) and isinstance(self.t_min, int) and \
                 0 <= self.t_min < task.n_points:  # before any work
             check_rows(n_sequences * (task.n_points - self.t_min), model.cfg.d_model,
@@ -160,9 +192,11 @@ class LayerProbes:
 
     def fit_residuals(self, resid: Tensor, targets: Tensor) -> LayerProbes:
         """Fit on collected residuals ``[L+1, B, n, d_model]`` and targets ``[B, n]``."""
+        _check_tensors(resid=resid, targets=targets)
         if resid.ndim != 4 or targets.shape != resid.shape[1:3]:
             raise ValueError(f"resid must be [layer, B, n, d_model] and targets [B, n]; got "
                              f"{tuple(resid.shape)} and {tuple(targets.shape)}")
+        _check_finite_inputs(resid=resid, targets=targets)
         if not isinstance(self.t_min, int) or not 0 <= self.t_min < resid.shape[2]:
             raise ValueError(f"t_min must be in [0, {resid.shape[2] - 1}], got {self.t_min!r}")
         x = resid[:, :, self.t_min:].flatten(1, 2)  # [layer, rows, d_model]
@@ -208,6 +242,7 @@ class LayerProbes:
     def apply(self, resid: Tensor) -> Tensor:
         """Probe predictions from residuals ``[L+1, ..., d_model]`` → ``[L+1, ...]``."""
         self._check_fitted()
+        _check_tensors(resid=resid)
         if resid.shape[0] != self.n_layers_ or resid.shape[-1] != self.coef_.shape[-1]:
             raise ValueError(f"resid must be [{self.n_layers_}, ..., {self.coef_.shape[-1]}], "
                              f"got {tuple(resid.shape)}")
@@ -223,12 +258,14 @@ class LayerProbes:
     def predict(self, xs: Tensor, ys: Tensor, batch_size: int = 256) -> Tensor:
         """Every layer's prediction ``[L+1, B, n]``."""
         self._check_fitted()
+        _check_batch(xs=xs, ys=ys)
         return self.apply(collect_residuals(self._model_or_raise(), xs, ys,
                                             batch_size=batch_size))
 
     def predict_queries(self, xs: Tensor, ys: Tensor, queries: Tensor) -> Tensor:
         """Every layer's prediction at each query, ``[L+1, B, n, T]`` (for induced weights)."""
         self._check_fitted()
+        _check_batch(xs=xs, ys=ys, queries=queries)
         with torch.no_grad():
             return self._model_or_raise().query_residuals(xs, ys, queries, reduce=self.apply)
 
@@ -300,6 +337,39 @@ def _seed_of(generator: torch.Generator | int) -> int | None:
     seed = generator.initial_seed()
     fresh = torch.Generator(generator.device).manual_seed(seed)
     return seed if torch.equal(generator.get_state(), fresh.get_state()) else None
+
+
+def _check_tensors(**tensors: Any) -> None:
+    """TypeError unless each argument is a real torch tensor (numpy arrays included)."""
+    for name, t in tensors.items():
+        if not isinstance(t, Tensor) or t.is_complex() or t.dtype == torch.bool:
+            what = type(t).__name__ if not isinstance(t, Tensor) else f"a {t.dtype} tensor"
+            raise TypeError(f"{name} must be a real torch tensor, got {what}"
+                            + (": convert with torch.as_tensor" if not isinstance(t, Tensor)
+                               else ""))
+
+
+def _check_finite_inputs(**tensors: Tensor) -> None:
+    """ValueError for NaN or infinite values, and for magnitudes whose squares overflow."""
+    for name, t in tensors.items():
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{name} must be finite: found {int((~torch.isfinite(t)).sum())} "
+                             "NaN or infinite value(s)")
+        largest = t.abs().max().item() if t.numel() else 0.0
+        if largest > MAX_MAGNITUDE:
+            raise ValueError(f"{name} reaches {largest:.3g}: the ridge fit squares it beyond "
+                             f"float64's range (values up to {MAX_MAGNITUDE:.0e} are fitted); "
+                             "rescale it")
+
+
+def _check_batch(**tensors: Any) -> None:
+    """Real, finite tensors of at least one sequence."""
+    _check_tensors(**tensors)
+    for name, t in tensors.items():
+        if t.ndim == 0 or t.shape[0] == 0:
+            raise ValueError(f"{name} must hold at least one sequence, got shape "
+                             f"{tuple(t.shape)}")
+    _check_finite_inputs(**{k: v for k, v in tensors.items()})
 
 
 def _check_finite(tensors: dict[str, Tensor], what: str) -> None:

@@ -251,6 +251,7 @@ def cmd_align(args: argparse.Namespace) -> int:
 def cmd_probe(args: argparse.Namespace) -> int:
     """``iclprobe probe``: fit and save the layer probes of a checkpoint."""
     from iclprobe import models, probes
+    from iclprobe.probes.layer_probes import check_fit_fits
     from iclprobe.storage import check_output
 
     _check_device(args.device)
@@ -259,6 +260,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.checkpoint} has no task.json to draw probe data from")
     out = Path(args.out) if args.out is not None else probes_dir(args.checkpoint)
     check_output(out, "probes", args.overwrite)  # before the work, not after
+    check_fit_fits(model, model.task, args.n_sequences, 500)
     # Seeded as `align --seed SEED` fits its probes, so that align uses these.
     print(f"{args.checkpoint}: fitting probes on {args.n_sequences} sequences of its task "
           f"(seed {args.seed})", file=sys.stderr)

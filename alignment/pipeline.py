@@ -129,13 +129,21 @@ class AlignResult:
 def evaluation_task(model: Regressor, cfg: AlignConfig) -> RegressionTask:
     """The data `align` evaluates on: the model's task, or isotropic/ill-conditioned."""
     task = getattr(model, "task", None)
-    if task is None:
-        raise ValueError("the checkpoint has no task.json: pass --data isotropic or "
-                         "ill-conditioned")
     if cfg.data == "task":
+        if task is None:
+            raise ValueError("the checkpoint has no task.json: pass --data isotropic or "
+                             "ill-conditioned")
         return task
-    return RegressionTask(n_dims=task.n_dims, n_points=task.n_points, cov=cfg.data,
-                          condition_number=cfg.condition_number)
+    if task is None:  # a taskless model (Ahn et al.'s bare allparam): its context length
+        from iclprobe.models.ahn import DEFAULT_N_CONTEXT
+
+        n_points = getattr(model.cfg, "n_positions", None) or DEFAULT_N_CONTEXT + 1
+        logger.warning("the model has no task: evaluating on %d points (%s)", n_points,
+                       "its n_positions" if hasattr(model.cfg, "n_positions") else
+                       f"Ahn et al.'s N = {DEFAULT_N_CONTEXT} examples and a query")
+    return RegressionTask(n_dims=model.cfg.n_dims,
+                          n_points=task.n_points if task is not None else n_points,
+                          cov=cfg.data, condition_number=cfg.condition_number)
 
 
 def trained_positions(model: Regressor) -> str:

@@ -75,6 +75,20 @@ def readout_predictions(model: Regressor, xs: Tensor, ys: Tensor,
     return readout_residual(model, collect_residuals(model, xs, ys, batch_size=batch_size))
 
 
+def check_fit_fits(model: Regressor, task: RegressionTask, n_sequences: int,
+                   n_heldout: int) -> None:
+    """Refuse, before any draw, a `LayerProbes.fit` whose residuals cannot fit in memory.
+
+    Every layer's residual stream on every sequence is held at once (float32).
+    """
+    check_int("LayerProbes.fit", "n_sequences", n_sequences)
+    check_int("LayerProbes.fit", "n_heldout", n_heldout)
+    layers, width = model.cfg.n_layers + 1, model.cfg.d_model
+    check_bytes((n_sequences + n_heldout) * task.n_points * (layers * width + task.n_dims + 1)
+                * 4, f"fitting probes on n_sequences={n_sequences} and n_heldout={n_heldout} "
+                f"sequences ({layers} layers of width {width})")
+
+
 def check_rows(n_rows: int, width: int, where: str, per_sequence: int) -> None:
     """Refuse fits with no more rows than features + intercept (a probe would interpolate)."""
     if n_rows <= width + 1:
@@ -152,13 +166,8 @@ class LayerProbes:
         task = task if task is not None else getattr(model, "task", None)
         if not isinstance(task, RegressionTask):
             raise ValueError("task is required: the model has no task attached")
-        for name, value in (("n_sequences", n_sequences), ("n_heldout", n_heldout),
-                            ("batch_size", batch_size)):
-            check_int("LayerProbes.fit", name, value)
-        layers, width = model.cfg.n_layers + 1, model.cfg.d_model
-        check_bytes((n_sequences + n_heldout) * task.n_points * (layers * width + task.n_dims + 1)
-                    * 4, f"fitting probes on n_sequences={n_sequences} and n_heldout="
-                    f"{n_heldout} sequences ({layers} layers of width {width})")
+        check_int("LayerProbes.fit", "batch_size", batch_size)
+        check_fit_fits(model, task, n_sequences, n_heldout)
         if isinstance(n_sequences, int) and isinstance(self.t_min, int) and \
                 0 <= self.t_min < task.n_points:  # before any work
             check_rows(n_sequences * (task.n_points - self.t_min), model.cfg.d_model,

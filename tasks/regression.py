@@ -287,7 +287,7 @@ class RegressionTask:
         text = path.read_text() if path is not None else str(text_or_path)
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as err:
+        except (json.JSONDecodeError, RecursionError) as err:  # RecursionError: nested too deep
             where = f" in {path}" if path is not None else ""
             raise ValueError(f"invalid task JSON{where}: {err}") from None
         return cls.from_dict(data)

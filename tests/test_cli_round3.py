@@ -104,3 +104,31 @@ def test_a_report_is_drawn_when_an_estimate_lies_outside_its_interval(tmp_path, 
     assert outside, "no estimate outside its interval: the case is not exercised"
     # in the terminal's learner table too: by its bounds, not as value ± half-width
     assert re.search(r"-?\d\.\d{3} \[-?\d\.\d{3}, -?\d\.\d{3}\] @\d", capsys.readouterr().out)
+
+
+def test_a_taskless_ahn_file_aligns_on_the_data_asked_for(tmp_path, capsys, caplog):
+    import torch
+
+    allparam = 0.1 * torch.randn(2, 1, 2, 3, 3, generator=torch.Generator().manual_seed(0))
+    torch.save(allparam, tmp_path / "ahn.pt")
+    fast = ["--n-sequences", "32", "--n-boot", "10", "--algorithms", "gd", "--json"]
+    assert main(["align", str(tmp_path / "ahn.pt"), *fast]) == 2
+    one_line_error(capsys, "no task.json", "--data isotropic")
+    assert main(["align", str(tmp_path / "ahn.pt"), *fast, "--data", "isotropic"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["ahn.pt"]["task"]["n_points"] == 21
+    assert "no task: evaluating on 21 points (Ahn et al.'s N = 20" in caplog.text
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["align", "CKPT", "--n-sequences", "1000000000"], "--n-sequences: AlignConfig.n_sequences"),
+    (["compare", "CKPT", "CKPT", "--n-boot", "1000000000"], "--n-boot: AlignConfig.n_boot"),
+    (["align", "CKPT", "--n-queries", "1000000000", "--metric", "weight_cosine"],
+     "--n-queries: AlignConfig.n_queries"),
+    (["probe", "CKPT", "--n-sequences", "1000000000"], "n_sequences=1000000000"),
+    (["align", "CKPT", "--probe-fit", "fresh", "--n-probe-sequences", "1000000000"],
+     "n_sequences=1000000000")])
+def test_huge_counts_are_refused_before_allocating(ckpt, capsys, argv, says):
+    argv = [str(ckpt) if a == "CKPT" else a for a in argv]
+    assert main(argv) == 2
+    one_line_error(capsys, says, "GiB of memory")

@@ -98,6 +98,13 @@ def test_a_garg_config_with_a_bad_value_names_the_file_and_field(tmp_path, capsy
     one_line_error(capsys, str(path / "config.yaml"), f"model.{field}")
 
 
+def test_deeply_nested_task_json_text_is_a_value_error():
+    from iclprobe.tasks import RegressionTask
+
+    with pytest.raises(ValueError, match="invalid task JSON"):
+        RegressionTask.from_json(DEEP_OBJECT)
+
+
 def test_deeply_nested_garg_yaml_is_one_line(tmp_path, capsys):
     path = _garg_dir(tmp_path / "garg")
     (path / "config.yaml").write_text("model: " + DEEP_LIST)

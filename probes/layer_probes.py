@@ -401,4 +401,11 @@ def _read_meta(path: Path) -> dict[str, Any]:
                if k not in meta]
     if missing:
         raise ValueError(f"{path}: missing keys {missing}")
+    wrong = [k for k, ok in (("model_hash", isinstance(meta["model_hash"], str)),
+                             ("target", meta["target"] in TARGETS),
+                             ("solver", meta["solver"] in SOLVERS),
+                             ("t_min", isinstance(meta["t_min"], int)),
+                             ("n_dims", isinstance(meta["n_dims"], int))) if not ok]
+    if wrong:
+        raise ValueError(f"{path}: invalid {', '.join(f'{k}={meta[k]!r:.40}' for k in wrong)}")
     return meta

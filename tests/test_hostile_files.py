@@ -110,3 +110,19 @@ def test_deeply_nested_garg_yaml_is_one_line(tmp_path, capsys):
     (path / "config.yaml").write_text("model: " + DEEP_LIST)
     assert main(["align", str(path), *FAST]) == 2
     one_line_error(capsys, str(path / "config.yaml"), "nested too deeply")
+
+
+@pytest.mark.parametrize("edit", [lambda meta: DEEP_LIST, lambda meta: json.dumps(
+    {**meta, "model_hash": 12}), lambda meta: json.dumps({**meta, "target": ["y"]})])
+def test_a_hostile_probes_json_is_a_value_error_naming_it(tmp_path, edit):
+    from helpers import tiny_gpt
+
+    from iclprobe import probes, tasks
+
+    model = tiny_gpt()
+    probes.LayerProbes().fit(model, tasks.RegressionTask(n_dims=3, n_points=8), n_sequences=64,
+                             n_heldout=8).save(tmp_path / "p")
+    meta = json.loads((tmp_path / "p" / "probes.json").read_text())
+    (tmp_path / "p" / "probes.json").write_text(edit(meta))
+    with pytest.raises(ValueError, match="probes.json: (not valid JSON|invalid)"):
+        probes.LayerProbes.load(tmp_path / "p", model)

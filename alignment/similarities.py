@@ -139,22 +139,26 @@ def _check_defined(metric: str, learner: str, layers: Tensor, other: Tensor, ys:
                    t_min: int, t_max: int | None) -> None:
     """Refuse a cosine table that is undefined everywhere (all-zero data, say).
 
-    A cosine with a zero vector counts as 0 (the zero predictor's reference): right for one
-    step or one layer, but when the learner's vectors (or every layer's) are 0 on every
-    sequence, every entry of the table would be that convention and none a measurement.
+    A cosine with a zero vector counts as 0 (the zero predictor's reference, a learner's
+    step 0 by weight cosine): right for one step or one layer, but not when every entry
+    would be that convention and none a measurement: the error cosine when the learner's
+    residuals (or every layer's) are 0 on every sequence, the weight cosine when every y
+    is 0 (every learner's weights are then 0).
     """
     if metric not in ("error_cosine", "weight_cosine"):
         return
     t_max = M.check_window(t_min, t_max, ys.shape[-1])
     window = slice(t_min, t_max + 1)
+    at = f"on every sequence and position t = {t_min}..{t_max} (all-zero data?)"
+    if metric == "weight_cosine":
+        if not bool((ys[..., window] != 0).any()):
+            raise ValueError(f"similarity: the weight cosine is undefined: every y is 0 {at}, "
+                             "so every learner's weights are 0")
+        return
     for who, values in (("the learner " + learner, other), ("the layers", layers)):
-        vectors = (values - ys)[..., window] if metric == "error_cosine" else \
-            values[..., window, :]
-        if not bool((vectors != 0).any()):
-            what = "residuals (prediction − y)" if metric == "error_cosine" else "weights"
-            raise ValueError(f"similarity: the {metric.replace('_', ' ')} is undefined: the "
-                             f"{what} of {who} are 0 on every sequence and position t = "
-                             f"{t_min}..{t_max} (all-zero data?)")
+        if not bool(((values - ys)[..., window] != 0).any()):
+            raise ValueError(f"similarity: the error cosine is undefined: the residuals "
+                             f"(prediction − y) of {who} are 0 {at}")
 
 
 def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,

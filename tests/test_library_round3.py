@@ -205,3 +205,16 @@ def test_similarity_of_an_empty_batch_is_named():
     empty = algorithms.Iterates(torch.tensor([0, 1]), torch.zeros(2, 0, 8), None, {}, "gd")
     with pytest.raises(ValueError, match=r"at least one sequence.*\(0, 8\)"):
         similarity(torch.zeros(2, 0, 8), empty, batch.ys[:0])
+
+
+def test_similarity_by_weight_cosine_on_all_zero_ys_is_undefined():
+    zero = tasks.RegressionBatch(xs=torch.randn(8, 6, 3), ys=torch.zeros(8, 6),
+                                 ws=torch.zeros(8, 3), cov=torch.eye(3))
+    it = algorithms.iterates("gd", zero.xs, zero.ys, steps=[0, 1, 2])
+    with pytest.raises(ValueError, match="weight cosine is undefined: every y is 0"):
+        similarity(torch.randn(2, 8, 6, 3), it, zero.ys, "weight_cosine")
+    step0 = algorithms.Iterates(it.steps[:1], it.preds[:1], it.weights[:1], {}, "gd")
+    batch = TASK.sample(8, generator=0)  # one all-zero column (step 0) is a measurement: 0
+    real = algorithms.iterates("gd", batch.xs, batch.ys, steps=[0])
+    assert similarity(torch.randn(2, 8, 8, 3), real, batch.ys, "weight_cosine").values.eq(0).all()
+    assert step0.weights.eq(0).all()

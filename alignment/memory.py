@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from iclprobe._checks import check_bytes
+from iclprobe._checks import ConfigError, check_bytes
 from iclprobe.alignment.metrics import METRIC_INFO
 
 if TYPE_CHECKING:
@@ -57,4 +57,8 @@ def check_align_fits(model: Any, task: Any, cfg: AlignConfig, residuals: bool,
     need = align_bytes(model, task, cfg, residuals)
     field = max(need, key=lambda k: need[k])
     value = cfg.queries_for(task.n_dims) if field == "n_queries" else getattr(cfg, field)
-    check_bytes(sum(need.values()), f"AlignConfig.{field}={value}: aligning {name}", available)
+    try:
+        check_bytes(sum(need.values()), f"AlignConfig.{field}={value}: aligning {name}",
+                    available)
+    except ValueError as err:  # a ConfigError: the CLI names the field's flag
+        raise ConfigError("AlignConfig", field, str(err)) from None

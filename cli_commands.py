@@ -251,7 +251,7 @@ def cmd_align(args: argparse.Namespace) -> int:
 def cmd_probe(args: argparse.Namespace) -> int:
     """``iclprobe probe``: fit and save the layer probes of a checkpoint."""
     from iclprobe import models, probes
-    from iclprobe.probes.layer_probes import check_fit_fits
+    from iclprobe.probes.inputs import check_fit_fits
     from iclprobe.storage import check_output
 
     _check_device(args.device)

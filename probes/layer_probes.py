@@ -25,9 +25,10 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from iclprobe._checks import check_bytes, check_int, check_real
+from iclprobe._checks import check_int, check_real
 from iclprobe.hooks.residuals import collect_residuals
 from iclprobe.models.regressor import Regressor, check_model, readout_residual
+from iclprobe.probes.inputs import check_batch, check_finite_inputs, check_fit_fits, check_tensors
 from iclprobe.probes.ridge import ridge_gcv
 from iclprobe.storage import atomic_directory, parse_json
 from iclprobe.tasks import RegressionTask, as_generator
@@ -36,11 +37,6 @@ TARGETS = ("y", "model")
 SOLVERS = ("ridge", "adam")
 PROBE_FORMAT_VERSION = 1
 PROBES_WEIGHTS, PROBES_META = "probes.safetensors", "probes.json"
-#: Residuals and targets beyond this magnitude are refused: their squares, summed over
-#: rows, would overflow float64 (1e150² = 1e300).
-MAX_MAGNITUDE = 1e150
-
-
 def model_hash(model: Regressor) -> str:
     """SHA-256 of what makes the model this model: probes saved for one load for no other.
 
@@ -73,20 +69,6 @@ def readout_predictions(model: Regressor, xs: Tensor, ys: Tensor,
     PQ: ``−Z[query, d]`` of each layer.
     """
     return readout_residual(model, collect_residuals(model, xs, ys, batch_size=batch_size))
-
-
-def check_fit_fits(model: Regressor, task: RegressionTask, n_sequences: int,
-                   n_heldout: int) -> None:
-    """Refuse, before any draw, a `LayerProbes.fit` whose residuals cannot fit in memory.
-
-    Every layer's residual stream on every sequence is held at once (float32).
-    """
-    check_int("LayerProbes.fit", "n_sequences", n_sequences)
-    check_int("LayerProbes.fit", "n_heldout", n_heldout)
-    layers, width = model.cfg.n_layers + 1, model.cfg.d_model
-    check_bytes((n_sequences + n_heldout) * task.n_points * (layers * width + task.n_dims + 1)
-                * 4, f"fitting probes on n_sequences={n_sequences} and n_heldout={n_heldout} "
-                f"sequences ({layers} layers of width {width})")
 
 
 def check_rows(n_rows: int, width: int, where: str, per_sequence: int) -> None:
@@ -201,11 +183,11 @@ class LayerProbes:
 
     def fit_residuals(self, resid: Tensor, targets: Tensor) -> LayerProbes:
         """Fit on collected residuals ``[L+1, B, n, d_model]`` and targets ``[B, n]``."""
-        _check_tensors(resid=resid, targets=targets)
+        check_tensors(resid=resid, targets=targets)
         if resid.ndim != 4 or targets.shape != resid.shape[1:3]:
             raise ValueError(f"resid must be [layer, B, n, d_model] and targets [B, n]; got "
                              f"{tuple(resid.shape)} and {tuple(targets.shape)}")
-        _check_finite_inputs(resid=resid, targets=targets)
+        check_finite_inputs(resid=resid, targets=targets)
         if not isinstance(self.t_min, int) or not 0 <= self.t_min < resid.shape[2]:
             raise ValueError(f"t_min must be in [0, {resid.shape[2] - 1}], got {self.t_min!r}")
         x = resid[:, :, self.t_min:].flatten(1, 2)  # [layer, rows, d_model]
@@ -251,7 +233,7 @@ class LayerProbes:
     def apply(self, resid: Tensor) -> Tensor:
         """Probe predictions from residuals ``[L+1, ..., d_model]`` → ``[L+1, ...]``."""
         self._check_fitted()
-        _check_tensors(resid=resid)
+        check_tensors(resid=resid)
         if resid.shape[0] != self.n_layers_ or resid.shape[-1] != self.coef_.shape[-1]:
             raise ValueError(f"resid must be [{self.n_layers_}, ..., {self.coef_.shape[-1]}], "
                              f"got {tuple(resid.shape)}")
@@ -267,14 +249,14 @@ class LayerProbes:
     def predict(self, xs: Tensor, ys: Tensor, batch_size: int = 256) -> Tensor:
         """Every layer's prediction ``[L+1, B, n]``."""
         self._check_fitted()
-        _check_batch(xs=xs, ys=ys)
+        check_batch(xs=xs, ys=ys)
         return self.apply(collect_residuals(self._model_or_raise(), xs, ys,
                                             batch_size=batch_size))
 
     def predict_queries(self, xs: Tensor, ys: Tensor, queries: Tensor) -> Tensor:
         """Every layer's prediction at each query, ``[L+1, B, n, T]`` (for induced weights)."""
         self._check_fitted()
-        _check_batch(xs=xs, ys=ys, queries=queries)
+        check_batch(xs=xs, ys=ys, queries=queries)
         with torch.no_grad():
             return self._model_or_raise().query_residuals(xs, ys, queries, reduce=self.apply)
 
@@ -346,39 +328,6 @@ def _seed_of(generator: torch.Generator | int) -> int | None:
     seed = generator.initial_seed()
     fresh = torch.Generator(generator.device).manual_seed(seed)
     return seed if torch.equal(generator.get_state(), fresh.get_state()) else None
-
-
-def _check_tensors(**tensors: Any) -> None:
-    """TypeError unless each argument is a real torch tensor (numpy arrays included)."""
-    for name, t in tensors.items():
-        if not isinstance(t, Tensor) or t.is_complex() or t.dtype == torch.bool:
-            what = type(t).__name__ if not isinstance(t, Tensor) else f"a {t.dtype} tensor"
-            raise TypeError(f"{name} must be a real torch tensor, got {what}"
-                            + (": convert with torch.as_tensor" if not isinstance(t, Tensor)
-                               else ""))
-
-
-def _check_finite_inputs(**tensors: Tensor) -> None:
-    """ValueError for NaN or infinite values, and for magnitudes whose squares overflow."""
-    for name, t in tensors.items():
-        if not bool(torch.isfinite(t).all()):
-            raise ValueError(f"{name} must be finite: found {int((~torch.isfinite(t)).sum())} "
-                             "NaN or infinite value(s)")
-        largest = t.abs().max().item() if t.numel() else 0.0
-        if largest > MAX_MAGNITUDE:
-            raise ValueError(f"{name} reaches {largest:.3g}: the ridge fit squares it beyond "
-                             f"float64's range (values up to {MAX_MAGNITUDE:.0e} are fitted); "
-                             "rescale it")
-
-
-def _check_batch(**tensors: Any) -> None:
-    """Real, finite tensors of at least one sequence."""
-    _check_tensors(**tensors)
-    for name, t in tensors.items():
-        if t.ndim == 0 or t.shape[0] == 0:
-            raise ValueError(f"{name} must hold at least one sequence, got shape "
-                             f"{tuple(t.shape)}")
-    _check_finite_inputs(**{k: v for k, v in tensors.items()})
 
 
 def _check_finite(tensors: dict[str, Tensor], what: str) -> None:

@@ -134,16 +134,18 @@ def evaluation_task(model: Regressor, cfg: AlignConfig) -> RegressionTask:
             raise ValueError("the checkpoint has no task.json: pass --data isotropic or "
                              "ill-conditioned")
         return task
-    if task is None:  # a taskless model (Ahn et al.'s bare allparam): its context length
+    if task is not None:
+        n_dims, n_points = task.n_dims, task.n_points
+    else:  # a taskless model (Ahn et al.'s bare allparam): its context length
         from iclprobe.models.ahn import DEFAULT_N_CONTEXT
 
+        n_dims = model.cfg.n_dims
         n_points = getattr(model.cfg, "n_positions", None) or DEFAULT_N_CONTEXT + 1
         logger.warning("the model has no task: evaluating on %d points (%s)", n_points,
                        "its n_positions" if hasattr(model.cfg, "n_positions") else
                        f"Ahn et al.'s N = {DEFAULT_N_CONTEXT} examples and a query")
-    return RegressionTask(n_dims=model.cfg.n_dims,
-                          n_points=task.n_points if task is not None else n_points,
-                          cov=cfg.data, condition_number=cfg.condition_number)
+    return RegressionTask(n_dims=n_dims, n_points=n_points, cov=cfg.data,
+                          condition_number=cfg.condition_number)
 
 
 def trained_positions(model: Regressor) -> str:

@@ -4,23 +4,27 @@
 
 Each is built by its constructor in ``iclprobe.constructions.pq.SHIPPED`` with the task
 d = 5, n = 21, isotropic, and saved with a one-line summary and its error curve (2,000
-sequences of seed 12345, as the trained models' curves).
+sequences of seed 12345, as the trained models' curves: ``train_pretrained.error_curve``).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 from pathlib import Path
 
 import torch
+from train_pretrained import error_curve, write_curve_files  # the sibling script
 
 from iclprobe import models, tasks
 from iclprobe.constructions.pq import SHIPPED
 from iclprobe.models.checkpoint import PRETRAINED_DIR
 from iclprobe.storage import write_text_atomic
+
+
+def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
 def main() -> None:
@@ -31,22 +35,16 @@ def main() -> None:
     for name, (summary, build) in SHIPPED.items():
         model = build()
         dest = args.dest / name
-        models.save(model, dest, task=task, overwrite=True)
-        batch = task.sample(2000, generator=torch.Generator().manual_seed(12345))
-        with torch.no_grad():
-            curve = ((model(batch.xs, batch.ys) - batch.ys).pow(2).mean(0) / task.n_dims)
-        curve_list = curve.tolist()
+        if not dest.exists():
+            models.save(model, dest, task=task)
+        elif not _same_weights(models.load(dest), model):
+            raise SystemExit(f"{dest} holds other weights than {name}'s constructor: move it "
+                             "away to export it anew")
+        curve = error_curve(model, task)
         meta = json.loads((dest / "config.json").read_text())
-        meta["summary"] = f"{summary}; normalized error {curve_list[-1]:.4f} at t = 20"
+        meta["summary"] = f"{summary}; normalized error {curve[-1]:.4f} at t = 20"
         write_text_atomic(dest / "config.json", json.dumps(meta, indent=2))
-        write_text_atomic(dest / "error_curve.json", json.dumps(
-            {"normalized_error_by_t": curve_list, "worst_normalized_error": curve_list[-1],
-             "worst_over": "t = 20", "steps": 0}, indent=2))
-        rows = io.StringIO()
-        writer = csv.writer(rows)
-        writer.writerow(["t", "normalized_error"])
-        writer.writerows(enumerate(curve_list))
-        write_text_atomic(dest / "error_curve.csv", rows.getvalue())
+        write_curve_files(dest, curve, curve[-1], "t = 20", 0)
         print(f"{name}: {meta['summary']} -> {dest}")
 
 

@@ -209,6 +209,13 @@ def write_curve(spec: Spec, model: torch.nn.Module, curve: list[float], steps: i
     meta = json.loads((dest / "config.json").read_text())
     meta.update(summary=summary, trained_steps=steps, training_minutes=minutes)
     write_text_atomic(dest / "config.json", json.dumps(meta, indent=2))
+    write_curve_files(dest, curve, worst, where, steps)
+    print(f"{spec.name}: {summary} ({minutes} min of training) -> {dest}")
+
+
+def write_curve_files(dest: Path, curve: list[float], worst: float, where: str,
+                      steps: int) -> None:
+    """error_curve.json and error_curve.csv, atomically."""
     metrics = {"normalized_error_by_t": curve, "worst_normalized_error": worst,
                "worst_over": where, "steps": steps}
     write_text_atomic(dest / "error_curve.json", json.dumps(metrics, indent=2))
@@ -217,7 +224,6 @@ def write_curve(spec: Spec, model: torch.nn.Module, curve: list[float], steps: i
     writer.writerow(["t", "normalized_error"])
     writer.writerows(enumerate(curve))
     write_text_atomic(dest / "error_curve.csv", rows.getvalue())
-    print(f"{spec.name}: {summary} ({minutes} min of training) -> {dest}")
 
 
 def main() -> None:

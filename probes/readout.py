@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Any
 
 import numpy as np
 import torch
@@ -43,6 +44,7 @@ class ReadoutProbe(RegressorMixin, BaseEstimator):
             raise ValueError(f"alpha must be a number >= 0, got {alpha!r}")
         if not math.isfinite(alpha):  # Ridge refuses it too; α = inf would predict the mean
             raise ValueError(f"alpha must be a number >= 0, got {alpha!r} (not finite)")
+        X, y = _detached(X), _detached(y)
         X, y = validate_data(self, X, y, y_numeric=True, multi_output=True, dtype=np.float64)
         targets = y[:, None] if y.ndim == 1 else y
         xt = torch.tensor(X).expand(targets.shape[1], -1, -1)
@@ -60,5 +62,10 @@ class ReadoutProbe(RegressorMixin, BaseEstimator):
     def predict(self, X):  # noqa: N803
         """Predictions for ``X [n_samples, n_features]``."""
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
+        X = validate_data(self, _detached(X), reset=False, dtype=np.float64)
         return X @ np.asarray(self.coef_).T + self.intercept_
+
+
+def _detached(a: Any) -> Any:
+    """A torch tensor as numpy reads it (a tensor that requires grad would be refused)."""
+    return a.detach().cpu() if isinstance(a, torch.Tensor) else a

@@ -218,3 +218,13 @@ def test_similarity_by_weight_cosine_on_all_zero_ys_is_undefined():
     real = algorithms.iterates("gd", batch.xs, batch.ys, steps=[0])
     assert similarity(torch.randn(2, 8, 8, 3), real, batch.ys, "weight_cosine").values.eq(0).all()
     assert step0.weights.eq(0).all()
+
+
+def test_readout_probe_takes_tensors_that_require_grad():
+    x = torch.randn(50, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    y = x @ torch.tensor([1.0, -2.0, 0.5, 0.0], dtype=torch.float64)
+    plain = probes.ReadoutProbe(alpha=0.1).fit(x, y)
+    grad = probes.ReadoutProbe(alpha=0.1).fit(x.clone().requires_grad_(True),
+                                              y.clone().requires_grad_(True))
+    np.testing.assert_array_equal(grad.coef_, plain.coef_)
+    np.testing.assert_array_equal(grad.predict(x.clone().requires_grad_(True)), plain.predict(x))

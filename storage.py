@@ -257,6 +257,30 @@ def remove_abandoned(path: str | os.PathLike[str]) -> list[Path]:
     return removed
 
 
+def remove_abandoned_files(directory: str | os.PathLike[str], names: tuple[str, ...]
+                           ) -> list[Path]:
+    """Remove `write_text_atomic`'s temporary files of ``names`` whose writer is dead.
+
+    Such a file is named ``.NAME.tmp-PID@HOST.XXXXXXXX`` after the process writing it; it
+    is removed when that process is one of this host's and gone. For a directory one
+    writer holds at a time (a locked run), where a user's file is never named so.
+    """
+    removed = []
+    for entry in Path(directory).iterdir():
+        for name in names:
+            prefix = f".{name}.tmp-"
+            if not entry.name.startswith(prefix) or entry.is_symlink() or not entry.is_file():
+                continue
+            pid, _, host = entry.name[len(prefix):].rpartition(".")[0].partition("@")
+            if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
+                entry.unlink()
+                removed.append(entry)
+    if removed:
+        logger.info("removed %d temporary file(s) that an interrupted writer left: %s",
+                    len(removed), ", ".join(str(p) for p in removed[:5]))
+    return removed
+
+
 def _remove_marked_last(directory: Path) -> None:
     """Delete a directory of ours, its marker last: a deletion cut short stays marked."""
     for entry in directory.iterdir():
@@ -314,7 +338,9 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
         mode = path.stat().st_mode & 0o7777
     except FileNotFoundError:
         mode = normal_mode(directory=False)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    # named for its writer (pid and host), so that `remove_abandoned_files` can tell it
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}@{socket.gethostname()}.",
+                               dir=path.parent)
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)

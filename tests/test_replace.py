@@ -111,3 +111,29 @@ def test_resume_removes_the_checkpoint_temporaries_of_a_killed_trainer(tmp_path)
     assert _temporaries(run, "checkpoint") == []
     assert sorted(p.name for p in run.iterdir()) == [".iclprobe", ".iclprobe.lock",
                                                      "checkpoint", "metrics.jsonl"]
+
+
+KILLED_LOGGER = textwrap.dedent("""
+    import os, signal, sys
+    from iclprobe import storage
+    os.replace = lambda *args: os.kill(os.getpid(), signal.SIGKILL)  # killed mid-write
+    storage.write_text_atomic(sys.argv[1], "")
+""")
+
+
+def test_resume_removes_the_log_temporaries_of_a_killed_trainer_and_nothing_else(tmp_path):
+    run = tmp_path / "run"
+    argv = ["train", "--out", str(run), "--n-dims", "3", "--n-points", "8", "--n-layers", "1",
+            "--d-model", "8", "--n-heads", "1", "--batch-size", "8"]
+    assert main([*argv, "--steps", "2"]) == 0
+    for name in ("metrics.jsonl", ".iclprobe"):
+        proc = subprocess.run([sys.executable, "-c", KILLED_LOGGER, str(run / name)],
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        assert proc.returncode == -signal.SIGKILL
+    left = sorted(p.name for p in run.iterdir() if ".tmp-" in p.name)
+    assert len(left) == 2 and all(f"@{os.uname().nodename}." in n for n in left), left
+    (run / ".metrics.jsonl.tmp-mine").write_text("the user's")
+    assert main([*argv[:3], "--resume", "--steps", "3"]) == 0
+    assert sorted(p.name for p in run.iterdir()) == [".iclprobe", ".iclprobe.lock",
+                                                     ".metrics.jsonl.tmp-mine", "checkpoint",
+                                                     "metrics.jsonl"]

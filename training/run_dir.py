@@ -29,6 +29,7 @@ from iclprobe.models.checkpoint import (
 )
 from iclprobe.models.regressor import Regressor
 from iclprobe.storage import (
+    MARKER,
     OutputExistsError,
     atomic_directory,
     check_output,
@@ -37,6 +38,7 @@ from iclprobe.storage import (
     parse_json,
     read_marker,
     remove_abandoned,
+    remove_abandoned_files,
     torch_load_tensors,
     write_marker,
     write_text_atomic,
@@ -79,6 +81,7 @@ def open_run(out: Path, resume: bool, overwrite: bool = False) -> IO[str]:
     lock = _lock(out)
     try:
         remove_abandoned(checkpoint)  # what a trainer killed mid-checkpoint left
+        remove_abandoned_files(out, (METRICS_FILE, MARKER))  # or mid-log, mid-marker
         if resume:
             if read_marker(checkpoint) is None:  # written before checkpoints were marked
                 write_marker(checkpoint, "checkpoint")

@@ -5,15 +5,15 @@ A protocol runs each learner at one step-size rule (GD at 1/λ_max or 0.01, Newt
 algorithm at another step size then sits between its own learner's columns and can sit
 nearer to another learner's: the known-answer benchmark (``bench/known_answers.py``)
 counts such false attributions. The fitted view gives both learners the same
-flexibility — 16 step-size variants × 25 step counts each — and compares their best
+flexibility — 10 step-size variants × 25 step counts each — and compares their best
 matches:
 
 - GD: per-prefix rules ``m/λ_max(S_t/t)`` and fixed steps ``η = m/max λ_max(S̄)`` (the
-  largest over the evaluation window), m = 2^(j/2) from 1/8 to √2, on the mean loss;
+  largest over the evaluation window), m ∈ {1/8, 1/4, 1/2, 1, 3/2}, on the mean loss;
   steps 0, 1, 2, 3, 4, 6, 8, 11, …, 4096 (powers of √2, rounded);
-- Newton–Schulz: ``α = m/‖SSᵀ‖_F`` per prefix, m = 2^(j/2) from 2^(-5/2) to 2 (each rule
-  up to its own stability bound: 2/λ_max is GD's boundary, 2/‖SSᵀ‖_F converges at
-  rank ≥ 2), and fixed ``α_t = (m/max λ_max(S̄)²)/t²`` with GD's m; steps 0…24.
+- Newton–Schulz: ``α = m/‖SSᵀ‖_F`` per prefix, m ∈ {1/8, 1/4, 1/2, 1, 2} (each rule up to
+  its own stability bound: 2/λ_max is GD's boundary, 2/‖SSᵀ‖_F converges at rank ≥ 2), and
+  fixed ``α_t = (m/max λ_max(S̄)²)/t²`` with GD's m; steps 0…24.
 
 Fixed steps act inside the evaluation window only (0 elsewhere: a model valid only at its
 trained length is matched there). Intervals, paired differences, calibration and verdicts
@@ -35,11 +35,8 @@ from iclprobe.alignment.metrics import METRIC_INFO
 from iclprobe.alignment.runs import concat_iterates
 from iclprobe.alignment.similarities import Similarity, similarity
 
-#: Multiples of each rule, spaced by √2 (a model between two is within 2^(1/4) of one):
-#: up to 1.41 for GD (2/λ_max is on its boundary), up to 2 for Newton (2/‖SSᵀ‖_F converges
-#: at rank >= 2); the fixed steps take GD's multiples.
-GD_SCALES = tuple(round(2 ** (j / 2), 4) for j in range(-6, 2))
-NEWTON_SCALES = tuple(round(2 ** (j / 2), 4) for j in range(-5, 3))
+GD_SCALES = (0.125, 0.25, 0.5, 1.0, 1.5)  # 2 / λ_max is on the boundary
+NEWTON_SCALES = (0.125, 0.25, 0.5, 1.0, 2.0)  # 2 / ‖SSᵀ‖_F converges (rank >= 2)
 GD_STEPS = tuple(sorted({0} | {round(2 ** (j / 2)) for j in range(25)}))
 NEWTON_STEPS = tuple(range(25))
 LEARNERS = ("newton", "gd")

@@ -221,8 +221,8 @@ def text_table(result: AlignResult, metric: str = "error_cosine") -> str:
     return "\n".join(lines)
 
 
-FITTED_TITLE = ("verdict, step sizes fitted: Newton and GD each matched over 16 step-size "
-                "variants x 25 steps (the view with no false attribution on "
+FITTED_TITLE = ("verdict, step sizes fitted: Newton and GD each matched over 10 step-size "
+                "variants x 25 steps (the view with the fewest false attributions on "
                 "bench/known_answers.py)")
 
 

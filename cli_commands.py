@@ -317,8 +317,8 @@ def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int = 1000,
     print("Fu et al.'s headline (Newton closer than GD) at the last layer: gpt-softmax "
           "under both protocols, every transformer under iclprobe's:")
     print("\n".join(headline_lines(gpt + paired)), end="\n\n")
-    print("the verdict, step sizes fitted (Newton and GD with equal flexibility; no false "
-          "attribution on bench/known_answers.py):")
+    print("the verdict, step sizes fitted (Newton and GD with equal flexibility; the view "
+          "with the fewest false attributions on bench/known_answers.py):")
     print("\n".join(fitted_lines(gpt + paired + [recurrent])), end="\n\n")
     print("softmax vs linear attention, paired layout: best Newton step per layer")
     print("\n".join(aligned(*comparison_rows(paired), right=False)), end="\n\n")

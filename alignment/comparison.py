@@ -147,22 +147,31 @@ def calibrate(it_a: Iterates, it_b: Iterates, ys: Tensor, sim_a: Similarity,
     """The learners' resemblance at each layer's matched steps, on the same data and view.
 
     ``it_a``, ``it_b`` and ``ys`` are on the sequences the tables were computed on (for a
-    weight metric: with weights).
+    weight metric: with weights). Only the matched columns are compared with every column
+    of the other learner (A's matched columns read as layers against every B column, every
+    A column against B's matched columns): the full [K_a, K_b] table is not needed, which
+    matters for the fitted view's hundreds of columns.
     """
-    values = it_a.weights if metric_info(sim_a.metric).on == "weights" else it_a.preds
+    on_w = metric_info(sim_a.metric).on == "weights"
+    values = it_a.weights if on_w else it_a.preds
     if values is None:
         raise ValueError(f"calibration by {sim_a.metric} needs {it_a.name}'s weights")
-    table = similarity(values, it_b, ys, sim_a.metric, t_min=sim_a.t_min, t_max=sim_a.t_max,
-                       over=sim_a.over, n_boot=2)
     sign = 1.0 if sim_a.higher_is_better else -1.0
-    score = sign * table.values  # [K_a, K_b]
-    a_cols, b_cols = list(cols_a), list(cols_b)
+    kw: dict[str, Any] = {"t_min": sim_a.t_min, "t_max": sim_a.t_max, "over": sim_a.over,
+                          "n_boot": 2}
+    ua, ub = sorted(set(cols_a)), sorted(set(cols_b))
+    a_rows = sign * similarity(values[torch.tensor(ua)], it_b, ys, sim_a.metric, **kw).values
+    b_sub = Iterates(it_b.steps[ub], it_b.preds[ub],
+                     it_b.weights[ub] if it_b.weights is not None else None, {}, it_b.name)
+    b_cols = sign * similarity(values, b_sub, ys, sim_a.metric, **kw).values  # [K_a, |ub|]
+    a_best = [a_rows[ua.index(c)] for c in cols_a]
+    b_best = [b_cols[:, ub.index(c)] for c in cols_b]
     return Calibration(
         sim_a.learner, sim_b.learner, sim_a.metric,
-        [float(sign * score[c].max()) for c in a_cols],
-        [sim_b.column_label(int(score[c].argmax())) for c in a_cols],
-        [float(sign * score[:, c].max()) for c in b_cols],
-        [sim_a.column_label(int(score[:, c].argmax())) for c in b_cols])
+        [float(sign * row.max()) for row in a_best],
+        [sim_b.column_label(int(row.argmax())) for row in a_best],
+        [float(sign * col.max()) for col in b_best],
+        [sim_a.column_label(int(col.argmax())) for col in b_best])
 
 
 def verdicts(score_a: LearnerScore, score_b: LearnerScore, diff: Interval, cal: Calibration,

@@ -111,8 +111,8 @@ def fitted_pairs(layer_preds: Tensor, layer_weights: Tensor | None, xs: Tensor, 
         best = {k: (sign * s.values).argmax(1).tolist() for k, s in by.items()}
         scores = {k: C.learner_score(by[k], best[k]) for k in LEARNERS}
         diff = C.difference(by["newton"], by["gd"])
-        cal = _calibrate((its_w if on_w else its)["newton"], (its_w if on_w else its)["gd"],
-                         ys_m, by["newton"], by["gd"], best["newton"], best["gd"])
+        cal = C.calibrate((its_w if on_w else its)["newton"], (its_w if on_w else its)["gd"],
+                          ys_m, by["newton"], by["gd"], best["newton"], best["gd"])
         labels = C.verdicts(scores["newton"], scores["gd"], diff, cal, live,
                             by["newton"].higher_is_better, predicts)
         sentence = C.sentence(labels, "newton", "gd", metric).replace(
@@ -121,40 +121,3 @@ def fitted_pairs(layer_preds: Tensor, layer_weights: Tensor | None, xs: Tensor, 
         sims[metric] = by
     return pairs, sims
 
-
-def _columns(it: algorithms.Iterates, cols: list[int], on_weights: bool) -> Tensor:
-    """The predictions (or weights) of columns ``cols``, as the rows of a layer table."""
-    values = it.weights if on_weights else it.preds
-    assert values is not None
-    return values[torch.tensor(cols)]
-
-
-def _calibrate(it_a: algorithms.Iterates, it_b: algorithms.Iterates, ys: Tensor,
-               sim_a: Similarity, sim_b: Similarity, cols_a: list[int], cols_b: list[int]
-               ) -> C.Calibration:
-    """`comparison.calibrate` computed for the matched columns only.
-
-    Each learner has hundreds of columns here: the full [K_a, K_b] table would be most of
-    the view's cost.
-    """
-    on_w = METRIC_INFO[sim_a.metric].on == "weights"
-    sign = 1.0 if sim_a.higher_is_better else -1.0
-    kw: dict[str, Any] = {"t_min": sim_a.t_min, "t_max": sim_a.t_max, "over": sim_a.over,
-                          "n_boot": 2}
-    ua, ub = sorted(set(cols_a)), sorted(set(cols_b))
-    # rows: A's matched columns read as layers, against every B column (and the reverse
-    # orientation, every A column as a layer against B's matched columns)
-    a_rows = sign * similarity(_columns(it_a, ua, on_w), it_b, ys, sim_a.metric, **kw).values
-    b_sub = algorithms.Iterates(it_b.steps[ub], it_b.preds[ub],
-                                it_b.weights[ub] if it_b.weights is not None else None,
-                                {}, it_b.name)
-    b_cols = sign * similarity(_columns(it_a, list(range(it_a.steps.numel())), on_w), b_sub,
-                               ys, sim_a.metric, **kw).values
-    a_best = [a_rows[ua.index(c)] for c in cols_a]
-    b_best = [b_cols[:, ub.index(c)] for c in cols_b]
-    return C.Calibration(
-        sim_a.learner, sim_b.learner, sim_a.metric,
-        [float(sign * row.max()) for row in a_best],
-        [sim_b.column_label(int(row.argmax())) for row in a_best],
-        [float(sign * col.max()) for col in b_best],
-        [sim_a.column_label(int(col.argmax())) for col in b_best])

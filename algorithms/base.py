@@ -60,6 +60,9 @@ class LearnerInfo:
     matched steps grow exponentially). ``align_hyper``: the hyperparameters ``align`` passes
     (``precond="inverse_cov"`` stands for Σ⁻¹ of the evaluation data). ``align``: whether
     ``align`` runs it by default. ``order``: its place in tables (lower first).
+    ``compare_with``: the learners ``align`` compares it with when both ran (a paired
+    difference and a verdict per layer); a registration without it is compared with Newton
+    and GD, the library's reference pair.
     """
 
     name: str
@@ -70,6 +73,7 @@ class LearnerInfo:
     align_hyper: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     align: bool = False
     order: int = 100
+    compare_with: tuple[str, ...] = ()
 
 
 #: The learner registry, name -> `LearnerInfo` (``register`` adds one).
@@ -79,7 +83,8 @@ LEARNERS: dict[str, LearnerInfo] = {}
 def register(name: str, *, label: str | None = None,
              steps: Iterable[int] | str | None = None, step_scale: str = "linear",
              align_hyper: Mapping[str, Any] | None = None, align: bool = False,
-             order: int = 100) -> Callable[[Learner], Learner]:
+             order: int = 100, compare_with: Iterable[str] | None = None
+             ) -> Callable[[Learner], Learner]:
     """Add a learner to the registry under ``name``, with what ``align`` needs of it.
 
     One decorator is all a new learner needs to appear in ``align``'s tables, JSON, CSVs,
@@ -109,14 +114,33 @@ def register(name: str, *, label: str | None = None,
     if isinstance(order, bool) or not isinstance(order, int):
         raise TypeError(f"order must be an integer, got {order!r}")
     hyper = dict(align_hyper or {})
+    rivals = _check_rivals(name, compare_with)
 
     def wrap(fn: Learner) -> Learner:
         _check_learner(name, fn, grid, hyper)
         LEARNERS[name] = LearnerInfo(name, fn, label or name, grid, step_scale, hyper, align,
-                                     order)
+                                     order, rivals)
         return fn
 
     return wrap
+
+
+#: Whom a learner registered without ``compare_with`` is compared with.
+REFERENCE_PAIR = ("newton", "gd")
+
+
+def _check_rivals(name: str, compare_with: Iterable[str] | None) -> tuple[str, ...]:
+    """``compare_with`` as a tuple of learner names (default: Newton and GD, not itself)."""
+    if compare_with is None:
+        return tuple(r for r in REFERENCE_PAIR if r != name)
+    if isinstance(compare_with, str) or not all(isinstance(r, str) and r
+                                                for r in compare_with):
+        raise TypeError(f"learner {name!r}: compare_with must be a sequence of learner "
+                        f"names, got {compare_with!r}")
+    rivals = tuple(compare_with)
+    if name in rivals:
+        raise ValueError(f"learner {name!r}: compare_with names the learner itself")
+    return rivals
 
 
 def _check_grid(name: str, steps: Iterable[int] | str | None) -> tuple[int, ...] | str | None:

@@ -246,7 +246,7 @@ def _gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None, lr: LrSpec, normali
 
 
 @register("gd", label="GD", steps=GD_LOG_GRID, step_scale="log2",
-          align_hyper={"lr": "max", "normalize": True}, align=True, order=1)
+          align_hyper={"lr": "max", "normalize": True}, align=True, order=1, compare_with=())
 def gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrSpec = 0.1,
        normalize: bool = True, weights: bool = True,
        stats: PrefixStats | None = None,
@@ -279,7 +279,7 @@ def _named_alpha(alpha: str, lam: Tensor) -> Tensor:
 
 
 @register("newton", label="Newton", steps=range(25), align_hyper={"alpha": "frobenius"},
-          align=True, order=0)
+          align=True, order=0, compare_with=("gd", "online_gd"))
 def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
            alpha: float | str | Tensor = "frobenius", weights: bool = True,
            stats: PrefixStats | None = None, alpha_scale: float = 1.0) -> Iterates:
@@ -396,7 +396,7 @@ def _identity_multiple(m: Tensor) -> float | None:
 
 @register("pgd", label="GD preconditioned by Σ⁻¹", steps=GD_LOG_GRID, step_scale="log2",
           align_hyper={"precond": "inverse_cov", "lr": "max", "normalize": True}, align=True,
-          order=3)
+          order=3, compare_with=())
 def pgd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
         precond: Tensor | None = None, lr: LrSpec = 1.0, normalize: bool = True,
         weights: bool = True, stats: PrefixStats | None = None) -> Iterates:
@@ -430,7 +430,7 @@ def pgd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     return it
 
 
-@register("ols", label="OLS", align=True, order=5)
+@register("ols", label="OLS", align=True, order=5, compare_with=())
 def ols(xs: Tensor, ys: Tensor, weights: bool = True,
         stats: PrefixStats | None = None) -> Iterates:
     """Min-norm least squares ``S_t⁺ Xᵀy`` at every prefix (also for t < d)."""
@@ -440,7 +440,7 @@ def ols(xs: Tensor, ys: Tensor, weights: bool = True,
                   (stats.x_scale, stats.y_scale))
 
 
-@register("ridge", label="ridge", align_hyper={"lam": 1.0})
+@register("ridge", label="ridge", align_hyper={"lam": 1.0}, compare_with=())
 def ridge(xs: Tensor, ys: Tensor, lam: float = 1.0, weights: bool = True,
           stats: PrefixStats | None = None) -> Iterates:
     """Ridge ``(S_t + λ I)⁻¹ Xᵀy``: minimizes ‖y − Xw‖² + λ‖w‖² (scikit-learn's alpha)."""

@@ -65,7 +65,7 @@ def _run_recurrence(stats: PrefixStats, k_steps: Tensor, state: State,
 
 
 @register("momentum", label="heavy-ball momentum", steps=GD_LOG_GRID, step_scale="log2",
-          align_hyper={"lr": "max", "beta": 0.9})
+          align_hyper={"lr": "max", "beta": 0.9}, compare_with=())
 def momentum(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrSpec = 0.1,
              beta: float = 0.9, normalize: bool = True, weights: bool = True,
              stats: PrefixStats | None = None) -> Iterates:
@@ -127,7 +127,7 @@ def _cg_block(stats: PrefixStats, k_steps: Tensor, want_weights: bool
     return _run_recurrence(stats, k_steps, start, advance, lambda s: s[0], want_weights)
 
 
-@register("cg", label="CG", steps="cg", align=True, order=4)
+@register("cg", label="CG", steps="cg", align=True, order=4, compare_with=())
 def cg(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
        weights: bool = True,
        stats: PrefixStats | None = None) -> Iterates:

@@ -32,7 +32,8 @@ def _check_preconds(preconds: Tensor | None, n_dims: int, batch: int) -> Tensor:
     return preconds.to(torch.float64)
 
 
-@register("pgd_schedule", label="GD with a preconditioner per step", steps="layers")
+@register("pgd_schedule", label="GD with a preconditioner per step", steps="layers",
+          compare_with=())
 def pgd_schedule(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
                  preconds: Tensor | None = None, normalize: bool = True,
                  weights: bool = True) -> Iterates:

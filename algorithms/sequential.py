@@ -101,7 +101,7 @@ def _passes(x: Tensor, y: Tensor, eta: Tensor, start: Tensor, k_max: int) -> Ten
 
 
 @register("online_gd", label="online GD", steps=range(1, 9), step_scale="log2",
-          align_hyper={"lr": "normalized", "init": "zero"}, align=True, order=2)
+          align_hyper={"lr": "normalized", "init": "zero"}, align=True, order=2, compare_with=())
 def online_gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
               lr: float | str = "normalized", weights: bool = True,
               init: str | Tensor = "zero",
@@ -143,7 +143,8 @@ def online_gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
                   ys=ys if fixed_number(lr) else None)
 
 
-@register("gd_plus_plus", label="GD++", steps=range(1, 9), align_hyper={"lr": 0.1, "gamma": 0.01})
+@register("gd_plus_plus", label="GD++", steps=range(1, 9), align_hyper={"lr": 0.1, "gamma": 0.01},
+          compare_with=())
 def gd_plus_plus(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: float = 0.1,
                  gamma: float = 0.01, weights: bool = True) -> Iterates:
     """GD++ (von Oswald et al.): a GD step, then the covariates map ``x <- (I − γ S/t) x``.

@@ -228,3 +228,34 @@ def sentence(labels: Sequence[str], a: str, b: str, metric: str) -> str:
             noun = "layer" if len(layers) == 1 else "layers"
             parts.append(f"{words[kind]} at {noun} {layer_ranges(layers)}")
     return f"{a} vs {b} by {metric_info(metric).label}: " + "; ".join(parts) + "."
+
+
+def combined(pairs: Sequence[PairVerdict]) -> tuple[list[str], list[str]]:
+    """One verdict per layer from several metrics' verdicts on the same pair, and its source.
+
+    ``prefers X`` where some metric prefers X and none prefers or leans to the other;
+    ``leans X`` where the metrics lean to X only; ``indistinguishable`` where no metric
+    separates the learners, and where they point to different learners; the liveness
+    labels where every metric has one. The source names the metrics that said it.
+    """
+    if not pairs:
+        return [], []
+    out, source = [], []
+    for layer in range(len(pairs[0].verdicts)):
+        said = {p.metric: p.verdicts[layer] for p in pairs}
+        sides = {v.split(" ", 1)[1] for v in said.values()
+                 if v.startswith(("prefers ", "leans "))}
+        dead = [v for v in said.values() if v in ("computes nothing", "matches no learner")]
+        if len(dead) == len(said):
+            out.append(dead[0])
+            source.append("")
+        elif len(sides) == 1:
+            side = sides.pop()
+            strength = "prefers" if f"prefers {side}" in said.values() else "leans"
+            out.append(f"{strength} {side}")
+            source.append(", ".join(metric_info(m).label for m, v in said.items()
+                                    if v == f"{strength} {side}"))
+        else:
+            out.append("indistinguishable")
+            source.append("the metrics disagree" if sides else "")
+    return out, source

@@ -9,12 +9,13 @@ fitted on fresh sequences. A family may claim learners beyond the protocol's
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from iclprobe import probes
+from iclprobe.algorithms.base import REFERENCE_PAIR
 from iclprobe.alignment.protocols import RunSpec
 from iclprobe.hooks.residuals import collect_residuals
 from iclprobe.models.regressor import Regressor
@@ -76,14 +77,17 @@ def layer_weight_fn(model: Regressor, layer_probes: probes.LayerProbes | None
 
 
 def family_runs(model: Regressor, batch: RegressionBatch
-                ) -> tuple[dict[str, tuple[RunSpec, dict[str, Any]]], list[str]]:
-    """Learners the model's family claims it runs (`Regressor.claimed_learners`), and notes."""
+                ) -> tuple[dict[str, RunSpec], list[str]]:
+    """Learners the model's family claims it runs (`Regressor.claimed_learners`), and notes.
+
+    Each claim is a dict with ``learner``, and optionally ``label``, ``steps``, ``hyper``
+    (tensors allowed) and ``compare_with`` (default: Newton and GD).
+    """
     claimed, notes = model.claimed_learners(batch)
     runs = {}
     for key, spec in claimed.items():
-        hyper = dict(spec.get("hyper", {}))
-        tensors = {k: v for k, v in hyper.items() if isinstance(v, Tensor)}
-        plain = {k: v for k, v in hyper.items() if k not in tensors}
-        runs[key] = (RunSpec(spec["learner"], spec.get("label", key), spec.get("steps"), plain),
-                     tensors)
+        rivals = tuple(spec.get("compare_with", REFERENCE_PAIR))
+        runs[key] = RunSpec(spec["learner"], spec.get("label", key), spec.get("steps"),
+                            dict(spec.get("hyper", {})),
+                            compare_with=tuple(r for r in rivals if r != key))
     return runs, list(notes)

@@ -34,19 +34,17 @@ from iclprobe.alignment.fitted import fitted_pairs
 from iclprobe.alignment.matching import Match, match_steps
 from iclprobe.alignment.memory import check_align_fits
 from iclprobe.alignment.metrics import METRIC_INFO
-from iclprobe.alignment.protocols import Protocol, RunSpec
+from iclprobe.alignment.protocols import Protocol, RunSpec, verdict_pairs
 from iclprobe.alignment.runs import run_spec
 from iclprobe.alignment.separation import Separation, separation_views
 from iclprobe.alignment.similarities import Similarity, similarity
+from iclprobe.alignment.spectral import SpectralOrder
 from iclprobe.alignment.timing import Timings
 from iclprobe.models.regressor import Regressor
 from iclprobe.tasks import RegressionBatch, RegressionTask
 
 logger = logging.getLogger(__name__)
 
-#: Learner pairs whose difference and verdict are reported, when both were run.
-PAIRS = (("newton", "gd"), ("newton", "online_gd"), ("pgd_inv_cov", "gd"),
-         ("pgd_inv_cov", "newton"))
 #: A layer "predicts" when its normalized error is below this share of the zero predictor's.
 PREDICTS_BELOW = 0.9
 
@@ -79,6 +77,21 @@ class AlignResult:
     timings: dict[str, float] = dataclasses.field(default_factory=dict)  # seconds per stage
     fitted: dict[str, C.PairVerdict] = dataclasses.field(default_factory=dict)  # metric ->
     #   Newton vs GD with step sizes fitted (alignment.fitted), the view verdicts come from
+    spectral: SpectralOrder | None = None  # each layer's filter order (alignment.spectral)
+
+    @property
+    def verdict(self) -> list[str]:
+        """Newton vs GD per layer: the fitted view's metrics combined (`comparison.combined`).
+
+        The view the known-answer benchmark holds to 0 false attributions; empty where
+        the fitted view was not run (``AlignConfig(fitted=False)``, or Newton or GD absent).
+        """
+        return C.combined(list(self.fitted.values()))[0]
+
+    @property
+    def verdict_source(self) -> list[str]:
+        """Per layer, the metrics behind `verdict` (or why it cannot tell)."""
+        return C.combined(list(self.fitted.values()))[1]
 
     @property
     def step_runs(self) -> list[str]:
@@ -119,6 +132,9 @@ class AlignResult:
             "comparisons": {m: c.to_dict() for m, c in self.comparisons.items()},
             "separation": self.separation.to_dict() if self.separation else None,
             "fitted": {m: dataclasses.asdict(p) for m, p in self.fitted.items()},
+            "spectral": self.spectral.to_dict() if self.spectral else None,
+            "verdict": {"view": "fitted step sizes, metrics combined", "layers": self.verdict,
+                        "source": self.verdict_source},
             "similarities": {r: {m: s.to_dict() for m, s in by.items()}
                              for r, by in self.similarities.items()},
             "matches": {r: {m: x.to_dict() for m, x in by.items()}
@@ -209,9 +225,16 @@ def align(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
                                              cov=cov, generator=cfg.seed).double()
     result = align_layers(layer_preds, batch, cfg, layer_weights=layer_w, name=name,
                           positions=positions, extra_runs=extra, notes=notes, task=task,
-                          timings=timings)
+                          timings=timings, probe_t_min=probe_rows(model, layer_probes))
     result.readout, result.probe_r2 = readout, probe_r2
     return result
+
+
+def probe_rows(model: Regressor, layer_probes: probes.LayerProbes | None) -> int | None:
+    """The first position the model's layer probes were fitted on; None: an exact readout."""
+    if not needs_probes(model):
+        return None
+    return int(getattr(layer_probes, "t_min", 1)) if layer_probes is not None else 1
 
 
 def _check_algorithms(cfg: AlignConfig, extra_runs: dict[str, Any], name: str) -> list[str]:
@@ -261,10 +284,11 @@ def compare(models: Sequence[Regressor], cfg: AlignConfig | None = None,
 def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig | None = None,
                  layer_weights: Tensor | None = None, name: str = "model",
                  positions: str = "all",
-                 extra_runs: dict[str, tuple[RunSpec, dict[str, Any]]] | None = None,
+                 extra_runs: dict[str, RunSpec] | None = None,
                  notes: list[str] | None = None,
                  task: RegressionTask | None = None,
-                 timings: Timings | None = None) -> AlignResult:
+                 timings: Timings | None = None,
+                 probe_t_min: int | None = None) -> AlignResult:
     """Align per-layer predictions of any model with the protocol's learners.
 
     Args:
@@ -274,10 +298,13 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
         layer_weights: ``[L+1, B', n, d]`` induced weights of the layers on the first B'
             sequences (needed for the weight metrics, e.g. ``weight_cosine``).
         positions: "all" (every prefix) or "last" (the last position only).
-        extra_runs: learners beyond the protocol's, ``key -> (RunSpec, extra kwargs)``.
+        extra_runs: learners beyond the protocol's, ``key -> RunSpec`` (a family's claims).
         notes: lines to carry into the result.
         task: the task ``batch`` came from (recorded; default: dims and points only).
         timings: where to add the seconds of each stage (`AlignResult.timings`).
+        probe_t_min: the layer predictions were read by linear probes fitted on the
+            positions ``t >= probe_t_min`` (None: an exact readout); the fitted view then
+            reads the learners the same way (`alignment.fitted.probe_read`).
     """
     timings = timings if timings is not None else Timings()
     cfg = cfg or AlignConfig()
@@ -316,7 +343,7 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
     extra_runs = extra_runs or {}
     chosen = cfg.algorithms or [*extra_runs, *protocol.runs]
     unavailable = _check_algorithms(cfg, extra_runs, name)
-    runs = {k: extra_runs[k] if k in extra_runs else (protocol.run(k), {})
+    runs = {k: extra_runs[k] if k in extra_runs else protocol.run(k)
             for k in chosen if k not in unavailable}
     sims: dict[str, dict[str, Similarity]] = {}
     matches: dict[str, dict[str, Match]] = {}
@@ -324,14 +351,14 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
     iterates_w: dict[str, algorithms.Iterates] = {}  # with weights, on the weight subset
     labels: dict[str, str] = {}
     live_by: dict[str, Match] = {}
-    for key, (spec, extra) in runs.items():
+    for key, spec in runs.items():
         with timings.stage("learners"):
-            it = dataclasses.replace(run_spec(spec, batch, n_layers, False, stats, cfg.seed,
-                                              **extra), name=key)
+            it = dataclasses.replace(run_spec(spec, batch, n_layers, False, stats, cfg.seed),
+                                     name=key)
             _check_finite(f"{key} iterates", it.preds)
             if weights_needed:  # weights only where the weight metrics need them
                 it_w = dataclasses.replace(run_spec(spec, batch, n_layers, True, stats,
-                                                    cfg.seed, sequences=sub, **extra), name=key)
+                                                    cfg.seed, sequences=sub), name=key)
                 assert it_w.weights is not None
                 _check_finite(f"{key} weight iterates", it_w.weights)
                 iterates_w[key] = it_w
@@ -370,7 +397,8 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
     layer_error = err_by_t[:, t_lo:t_hi + 1].mean(-1).tolist()
     predicts = [e < PREDICTS_BELOW * zero_error for e in layer_error]
     with timings.stage("learner table, calibration"):
-        comparisons = {m: _compare(m, sims, matches,
+        pairs = verdict_pairs({k: runs[k] for k in sorted(runs, key=lambda k: k in extra_runs)})
+        comparisons = {m: _compare(m, pairs, sims, matches,
                                    iterates_w if METRIC_INFO[m].on == "weights" else iterates,
                                    ys64[sub] if METRIC_INFO[m].on == "weights" else ys64, live,
                                    predicts)
@@ -382,11 +410,13 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
                        f"{last_error:.3f} vs the zero predictor's {zero_error:.3f}): its "
                        "layers cannot be aligned with a learner")
     fitted: dict[str, C.PairVerdict] = {}
+    spectral = None
     if cfg.fitted and {"newton", "gd"} <= set(iterates):
         with timings.stage("fitted step sizes"):
-            fitted, _ = fitted_pairs(layer_preds, layer_weights, batch.xs.double(), ys64, stats,
-                                     window, protocol.weight_t_min, list(cfg.metrics), over,
-                                     live, predicts, cfg.n_boot, cfg.confidence, cfg.seed)
+            fitted, _, spectral = fitted_pairs(
+                layer_preds, layer_weights, batch.xs.double(), ys64, stats, window,
+                protocol.weight_t_min, list(cfg.metrics), over, live, predicts, cfg.n_boot,
+                cfg.confidence, cfg.seed, probe_t_min)
     separation = None
     if cfg.separation and positions == "all" and {"newton", "gd"} <= set(iterates):
         with timings.stage("separation views"):
@@ -403,7 +433,7 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
         learner_error_by_t=_learner_curves(iterates, live_by, ys64, d), probe_r2=[],
         run_labels=labels, similarities=sims, matches=matches, comparisons=comparisons,
         separation=separation, notes=notes, live=live, meaningless=meaningless,
-        timings=timings, fitted=fitted)
+        timings=timings, fitted=fitted, spectral=spectral)
 
 
 def _learner_curves(iterates: dict[str, algorithms.Iterates], matches: dict[str, Match],
@@ -417,22 +447,20 @@ def _learner_curves(iterates: dict[str, algorithms.Iterates], matches: dict[str,
     return curves
 
 
-def _compare(metric: str, sims: dict[str, dict[str, Similarity]],
+def _compare(metric: str, pairs: list[tuple[str, str]], sims: dict[str, dict[str, Similarity]],
              matches: dict[str, dict[str, Match]], iterates: dict[str, algorithms.Iterates],
              ys: Tensor, live: list[bool], predicts: list[bool]) -> C.LearnerComparison:
     """The learner table for one metric: best scores, paired differences, verdicts."""
     scores = {r: C.learner_score(by[metric], matches[r][metric].best_column)
               for r, by in sims.items()}
-    pairs = []
-    for a, b in PAIRS:
-        if a not in sims or b not in sims:
-            continue
+    verdicts = []
+    for a, b in pairs:
         sa, sb = sims[a][metric], sims[b][metric]
         ma, mb = matches[a][metric], matches[b][metric]
         diff = C.difference(sa, sb)
         cal = C.calibrate(iterates[a], iterates[b], ys, sa, sb, ma.best_column, mb.best_column)
         labels = C.verdicts(scores[a], scores[b], diff, cal, live, sa.higher_is_better,
                             predicts)
-        pairs.append(C.PairVerdict(a, b, metric, diff, cal, labels,
-                                   C.sentence(labels, a, b, metric)))
-    return C.LearnerComparison(metric, scores, pairs, list(live))
+        verdicts.append(C.PairVerdict(a, b, metric, diff, cal, labels,
+                                      C.sentence(labels, a, b, metric)))
+    return C.LearnerComparison(metric, scores, verdicts, list(live))

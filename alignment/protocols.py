@@ -21,17 +21,24 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from torch import Tensor
+
 from iclprobe import algorithms
 from iclprobe.algorithms.learners import GD_LOG_GRID
 
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
-    """One learner as a protocol runs it.
+    """One learner run, from the registry to the verdict: what runs, how, compared with whom.
 
-    ``steps``: a tuple of step counts, or a rule resolved per model: ``"cg"`` (0…d+1),
-    ``"layers"`` (0…L). ``grid``: a hyperparameter whose values become extra columns
-    (each value run at every step count), e.g. Fu et al.'s online-GD step sizes.
+    ``learner``: a registered learner's name; ``hyper``: its hyperparameters (numbers,
+    names, or tensors such as a model's own preconditioners). ``steps``: a tuple of step
+    counts, or a rule resolved per model: ``"cg"`` (0…d+1), ``"layers"`` (0…L). ``grid``: a
+    hyperparameter whose values become extra columns (each value run at every step count),
+    e.g. Fu et al.'s online-GD step sizes. ``compare_with``: the runs this one gets a paired
+    difference and a verdict against, when they ran too. Protocols build them
+    (`registered_run` from a learner's registration), and so do model families
+    (`Regressor.claimed_learners`).
     """
 
     learner: str
@@ -39,6 +46,7 @@ class RunSpec:
     steps: tuple[int, ...] | str | None = None
     hyper: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     grid: tuple[str, tuple[Any, ...]] | None = None
+    compare_with: tuple[str, ...] = ()
 
     def resolve_steps(self, n_dims: int, n_layers: int) -> list[int] | None:
         """The step counts for a model with ``n_layers`` on ``n_dims``-dimensional data."""
@@ -54,8 +62,10 @@ class RunSpec:
         """JSON-ready description."""
         return {"learner": self.learner, "label": self.label,
                 "steps": list(self.steps) if isinstance(self.steps, tuple) else self.steps,
-                "hyper": dict(self.hyper),
-                "grid": {self.grid[0]: list(self.grid[1])} if self.grid else None}
+                "hyper": {k: f"tensor of shape {list(v.shape)}" if isinstance(v, Tensor) else v
+                          for k, v in self.hyper.items()},
+                "grid": {self.grid[0]: list(self.grid[1])} if self.grid else None,
+                "compare_with": list(self.compare_with)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,10 +115,25 @@ class Protocol:
                 "runs": {key: spec.to_dict() for key, spec in self.runs.items()}}
 
 
+def verdict_pairs(runs: Mapping[str, RunSpec]) -> list[tuple[str, str]]:
+    """The pairs ``(a, b)`` that get a paired difference and a verdict.
+
+    Each run's ``compare_with`` among the runs present, in run order, each unordered pair
+    once.
+    """
+    pairs: list[tuple[str, str]] = []
+    for key, spec in runs.items():
+        for other in spec.compare_with:
+            if other in runs and other != key and {key, other} not in map(set, pairs):
+                pairs.append((key, other))
+    return pairs
+
+
 def registered_run(name: str) -> RunSpec:
     """Learner ``name`` as its registration says ``align`` should run it."""
     info = algorithms.learner_info(name)
-    return RunSpec(info.name, info.label, info.steps, dict(info.align_hyper))
+    return RunSpec(info.name, info.label, info.steps, dict(info.align_hyper),
+                   compare_with=info.compare_with)
 
 
 ICLPROBE = Protocol(
@@ -126,7 +151,8 @@ FU2024 = Protocol(
             "2/‖SSᵀ‖_F with steps 1..23, online GD one pass from U[0,1)^d with steps "
             "0.01..0.05, error cosine over t = 0..n-1, first maximum",
     explicit_runs={
-        "newton": RunSpec("newton", "Newton", tuple(range(1, 24)), {"alpha": "2/frobenius"}),
+        "newton": RunSpec("newton", "Newton", tuple(range(1, 24)), {"alpha": "2/frobenius"},
+                          compare_with=("gd", "online_gd")),
         "gd": RunSpec("gd", "GD", GD_LOG_GRID, {"lr": 0.01, "normalize": False}),
         "online_gd": RunSpec("online_gd", "online GD", (1,), {"init": "uniform"},
                              grid=("lr", (0.01, 0.02, 0.03, 0.04, 0.05))),

@@ -41,7 +41,7 @@ def concat_iterates(parts: list[algorithms.Iterates], key: str,
 
 def run_spec(spec: RunSpec, batch: RegressionBatch, n_layers: int, weights: bool,
              stats: algorithms.PrefixStats | None = None, seed: int = 0,
-             sequences: slice | None = None, **extra: Any) -> algorithms.Iterates:
+             sequences: slice | None = None) -> algorithms.Iterates:
     """The iterates of ``spec`` on ``batch`` (float64), with shared ``stats`` if it takes them.
 
     ``sequences``: run on these sequences of ``batch`` only (their iterates equal those rows
@@ -50,8 +50,7 @@ def run_spec(spec: RunSpec, batch: RegressionBatch, n_layers: int, weights: bool
     rows = sequences or slice(None)
     fn = algorithms.learner_info(spec.learner).fn
     params = inspect.signature(fn).parameters
-    kw: dict[str, Any] = {**_resolve_hyper(dict(spec.hyper), batch), **extra,
-                          "weights": weights}
+    kw: dict[str, Any] = {**_resolve_hyper(dict(spec.hyper), batch), "weights": weights}
     init_uniform = "generator" in params and kw.get("init") == "uniform"
     if init_uniform:  # one start per (sequence, prefix) of the whole batch, then the rows
         shape = (batch.xs.shape[0], batch.xs.shape[1], batch.xs.shape[2])

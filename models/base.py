@@ -145,8 +145,9 @@ class Regressor(HookedRootModule, metaclass=abc.ABCMeta):
     def claimed_learners(self, batch: Any) -> tuple[dict[str, dict[str, Any]], list[str]]:
         """Learners this model is claimed to run beyond the protocol's, and notes.
 
-        ``{key: {"learner", "label", "steps", "hyper"}}`` (see ``alignment.RunSpec``); the
-        default is none.
+        ``{key: {"learner", "label", "steps", "hyper", "compare_with"}}`` (see
+        ``alignment.RunSpec``; ``compare_with`` defaults to Newton and GD: the learners the
+        claim gets a verdict against); the default is none.
         """
         return {}, []
 

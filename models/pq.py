@@ -192,14 +192,16 @@ class PQTransformer(Regressor):
                          f"max |B| {b_max:.3g}); read it as a reference")
         runs = {"pgd_own": {"learner": "pgd_schedule", "steps": "layers",
                             "label": "GD preconditioned by the model's own A_l",
-                            "hyper": {"normalize": True, "preconds": a_own}}}
+                            "hyper": {"normalize": True, "preconds": a_own},
+                            "compare_with": ("gd", "newton")}}
         if batch.cov.ndim == 2:
             inv = torch.linalg.inv(batch.cov.to(torch.float64))
             scale = (a_own * inv).sum((-1, -2)) / (inv * inv).sum()
             runs["pgd_inv_cov"] = {"learner": "pgd_schedule", "steps": "layers",
                                    "label": "GD preconditioned by a_l Σ⁻¹ (a_l fitted to A_l)",
                                    "hyper": {"normalize": True,
-                                             "preconds": scale[:, None, None] * inv}}
+                                             "preconds": scale[:, None, None] * inv},
+                                   "compare_with": ("gd", "newton")}
         else:
             notes.append("pgd_inv_cov: skipped, Σ differs per sequence in this data")
         return runs, notes

@@ -105,3 +105,39 @@ def test_a_metric_registered_outside_is_a_metric_like_the_others(error_l1, tmp_p
     assert (tmp_path / "r" / f"learners_gd3_{error_l1}.csv").is_file()
     with pytest.raises(ValueError, match="metrics must be among"):
         AlignConfig(metrics=("error_l2_unknown",))
+
+
+def test_a_registered_learner_gets_verdicts_against_newton_and_gd(heavy_ball):
+    # registered without compare_with: compared with the reference pair, Newton and GD
+    assert LEARNERS[heavy_ball].compare_with == ("newton", "gd")
+    cfg = AlignConfig(n_sequences=64, n_boot=20, separation=False, fitted=False,
+                      metrics=("error_cosine",), algorithms=(heavy_ball, "newton", "gd"))
+    res = align(pq_gd_model(), cfg, name="gd3")
+    table = res.comparisons["error_cosine"]
+    pairs = {(p.a, p.b): p for p in table.pairs}
+    assert set(pairs) == {("newton", "gd"), (heavy_ball, "newton"), (heavy_ball, "gd")}
+    hb_gd = pairs[(heavy_ball, "gd")]
+    best = {k: res.similarities[k]["error_cosine"].values.max(1).values for k in (heavy_ball, "gd")}
+    torch.testing.assert_close(torch.tensor(hb_gd.difference.value, dtype=torch.float64),
+                               best[heavy_ball] - best["gd"])
+    assert len(hb_gd.verdicts) == res.n_layers + 1
+    # a family's claims are compared too: the PQ model's own preconditioned GD
+    claims = align(pq_gd_model(), AlignConfig(n_sequences=64, n_boot=20, separation=False,
+                                              fitted=False, metrics=("error_cosine",)))
+    assert [(p.a, p.b) for p in claims.comparisons["error_cosine"].pairs][:2] == [
+        ("newton", "gd"), ("newton", "online_gd")]
+    assert {("pgd_own", "gd"), ("pgd_own", "newton")} <= {
+        (p.a, p.b) for p in claims.comparisons["error_cosine"].pairs}
+
+
+def test_verdict_pairs_come_from_each_runs_compare_with():
+    from iclprobe.alignment.protocols import RunSpec, verdict_pairs
+
+    runs = {"newton": RunSpec("newton", "Newton", compare_with=("gd", "online_gd")),
+            "gd": RunSpec("gd", "GD", compare_with=("newton",)),  # the same pair, once
+            "mine": RunSpec("gd", "mine", compare_with=("gd", "absent"))}
+    assert verdict_pairs(runs) == [("newton", "gd"), ("mine", "gd")]
+    with pytest.raises(TypeError, match="compare_with must be a sequence of learner names"):
+        algorithms.register("bad_rivals", compare_with="gd")
+    with pytest.raises(ValueError, match="compare_with names the learner itself"):
+        algorithms.register("selfish", compare_with=("selfish",))

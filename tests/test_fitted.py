@@ -1,0 +1,95 @@
+"""The fitted view: Newton and GD over their step sizes, and layers read as probes read them."""
+
+import numpy as np
+import pytest
+import torch
+
+from iclprobe import algorithms, tasks
+from iclprobe.algorithms.prefix import prefix_stats
+from iclprobe.alignment import AlignConfig, align_layers
+from iclprobe.alignment.fitted import GD_STEPS, NEWTON_STEPS, reread, variants
+
+
+def _batch(sequences=96, seed=0, n_dims=4, n_points=14):
+    task = tasks.RegressionTask(n_dims=n_dims, n_points=n_points)
+    return task.sample(sequences, generator=torch.Generator().manual_seed(seed))
+
+
+def test_reread_is_least_squares_on_the_prediction_the_query_and_1():
+    g = torch.Generator().manual_seed(0)
+    xs = torch.randn(7, 9, 3, generator=g, dtype=torch.float64)
+    ys = torch.randn(7, 9, generator=g, dtype=torch.float64)
+    preds = torch.randn(4, 7, 9, generator=g, dtype=torch.float64)
+    weights = torch.randn(4, 2, 9, 3, generator=g, dtype=torch.float64)
+    read, read_w = reread(preds, weights, xs, ys, (2, 8))
+    for k in range(4):  # numpy's lstsq on the rows t = 2..8, applied at every position
+        feats = np.concatenate([preds[k, :, 2:].reshape(-1, 1), xs[:, 2:].reshape(-1, 3),
+                                np.ones((49, 1))], 1)
+        coef, *_ = np.linalg.lstsq(feats, ys[:, 2:].reshape(-1).numpy(), rcond=None)
+        every = np.concatenate([preds[k].reshape(-1, 1), xs.reshape(-1, 3), np.ones((63, 1))],
+                               1) @ coef
+        np.testing.assert_allclose(read[k].reshape(-1).numpy(), every, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(read_w[k].numpy(), coef[0] * weights[k].numpy() + coef[1:4],
+                                   rtol=1e-9, atol=1e-9)
+    # predictions related by an affine map with x_t read the same
+    moved = 2.5 * preds + torch.einsum("d,bnd->bn", torch.tensor([0.3, -1.0, 2.0],
+                                                                 dtype=torch.float64), xs) + 0.7
+    torch.testing.assert_close(reread(moved, None, xs, ys, (2, 8))[0], read, rtol=1e-8,
+                               atol=1e-8)
+
+
+def test_both_learners_get_the_same_flexibility_and_stay_stable():
+    b = _batch()
+    xs, ys = b.xs.double(), b.ys.double()
+    stats = prefix_stats(xs, ys)
+    window = (1, 13)
+    gd, newton = variants("gd", stats, window), variants("newton", stats, window)
+    assert len(gd) == len(newton) == 15 and len(GD_STEPS) == len(NEWTON_STEPS) == 25
+    lam = stats.eigvals[:, 1:, -1]  # λ_max(S_t), t >= 1
+    t = stats.counts[1:]
+    for label, hyper in gd:  # every GD variant inside its stability bound, η c λ_max < 2
+        lr = hyper["lr"]
+        rate = hyper.get("lr_scale", 1.0) * torch.ones_like(lam) if lr == "max" else \
+            lr[1:] * lam / (t if hyper["normalize"] else 1.0)
+        assert float(rate.max()) <= 1.5 + 1e-9, label
+    for label, hyper in newton:  # and Newton's, α λ_max² < 2 (2/‖SSᵀ‖_F: < 2 at rank >= 2)
+        alpha = hyper["alpha"]
+        if isinstance(alpha, str):
+            fro = stats.eigvals[:, 1:].pow(4).sum(-1).sqrt()
+            rate = hyper["alpha_scale"] * lam.pow(2) / fro
+        else:
+            rate = alpha[1:] * lam.pow(2)
+        assert float(rate[:, 3:].max()) < 2.0, label  # rank >= 2 from t = 4 (d = 4)
+
+
+@pytest.mark.parametrize("truth", ["gd", "newton"])
+def test_a_learner_off_every_protocol_grid_is_attributed_to_itself(truth):
+    # GD at a fixed step 0.07 on the mean loss (0.6 of its bound here), Newton at
+    # α = 0.6/‖SSᵀ‖_F: neither is a column of either protocol, nor a fitted variant
+    b = _batch(seed=1)
+    xs, ys = b.xs.double(), b.ys.double()
+    if truth == "gd":
+        it = algorithms.gd(xs, ys, steps=[1, 2, 4, 6], lr=0.07)
+    else:
+        it = algorithms.newton(xs, ys, steps=[1, 2, 3, 4], alpha="frobenius", alpha_scale=0.6)
+    layers = torch.cat([torch.zeros_like(it.preds[:1]), it.preds])
+    weights = torch.cat([torch.zeros_like(it.weights[:1]), it.weights])
+    res = align_layers(layers, b, AlignConfig(n_boot=30, separation=False), layer_weights=weights)
+    for metric, pair in res.fitted.items():
+        assert pair.verdicts[1:] == [f"prefers {truth}"] * 4, (metric, pair.verdicts)
+
+
+def test_a_probed_layer_is_compared_with_learners_read_the_same_way():
+    # a probe reads a GD layer as a·ŷ + bᵀx + c: against raw iterates it matches no GD step
+    # as well as a rescaled one; read the same way, it is GD's again
+    b = _batch(seed=2)
+    xs, ys = b.xs.double(), b.ys.double()
+    it = algorithms.gd(xs, ys, steps=[1, 2, 3], lr="max")
+    shift = torch.einsum("d,bnd->bn", torch.tensor([0.05, -0.02, 0.0, 0.03],
+                                                   dtype=torch.float64), xs)
+    layers = torch.cat([torch.zeros_like(it.preds[:1]), 1.6 * it.preds + shift + 0.01])
+    cfg = AlignConfig(n_boot=30, separation=False, metrics=("error_cosine",))
+    probed = align_layers(layers, b, cfg, probe_t_min=1).fitted["error_cosine"]
+    raw = align_layers(layers, b, cfg).fitted["error_cosine"]
+    assert probed.verdicts[1:] == ["prefers gd"] * 3
+    assert raw.verdicts[1:] != ["prefers gd"] * 3  # what the re-read repairs

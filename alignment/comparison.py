@@ -142,6 +142,20 @@ def difference(sim_a: Similarity, sim_b: Similarity) -> Interval:
     return Interval((best_a - best_b).tolist(), lower, upper)
 
 
+def imitation(values: Tensor, other: Iterates, ys: Tensor, metric: str, **kw: Any
+              ) -> tuple[list[float], list[int]]:
+    """How well ``other``'s best column imitates each of ``values`` (rows read as layers).
+
+    The learners' resemblance, computed once for every use: calibration (a learner's
+    matched steps against the other learner) and the separation views. Returns the best
+    similarity per row and the column that reaches it.
+    """
+    sim = similarity(values, other, ys, metric, n_boot=2, **kw)
+    sign = 1.0 if sim.higher_is_better else -1.0
+    best = (sign * sim.values).argmax(1)
+    return sim.values.gather(1, best[:, None])[:, 0].tolist(), best.tolist()
+
+
 def calibrate(it_a: Iterates, it_b: Iterates, ys: Tensor, sim_a: Similarity,
               sim_b: Similarity, cols_a: Sequence[int], cols_b: Sequence[int]) -> Calibration:
     """The learners' resemblance at each layer's matched steps, on the same data and view.
@@ -157,19 +171,18 @@ def calibrate(it_a: Iterates, it_b: Iterates, ys: Tensor, sim_a: Similarity,
     if values is None:
         raise ValueError(f"calibration by {sim_a.metric} needs {it_a.name}'s weights")
     sign = 1.0 if sim_a.higher_is_better else -1.0
-    kw: dict[str, Any] = {"t_min": sim_a.t_min, "t_max": sim_a.t_max, "over": sim_a.over,
-                          "n_boot": 2}
+    kw: dict[str, Any] = {"t_min": sim_a.t_min, "t_max": sim_a.t_max, "over": sim_a.over}
     ua, ub = sorted(set(cols_a)), sorted(set(cols_b))
-    a_rows = sign * similarity(values[torch.tensor(ua)], it_b, ys, sim_a.metric, **kw).values
+    a_value, a_col = imitation(values[torch.tensor(ua)], it_b, ys, sim_a.metric, **kw)
     b_sub = Iterates(it_b.steps[ub], it_b.preds[ub],
                      it_b.weights[ub] if it_b.weights is not None else None, {}, it_b.name)
-    b_cols = sign * similarity(values, b_sub, ys, sim_a.metric, **kw).values  # [K_a, |ub|]
-    a_best = [a_rows[ua.index(c)] for c in cols_a]
+    b_cols = sign * similarity(values, b_sub, ys, sim_a.metric, n_boot=2,
+                               **kw).values  # [K_a, |ub|]: every A column as a layer
     b_best = [b_cols[:, ub.index(c)] for c in cols_b]
     return Calibration(
         sim_a.learner, sim_b.learner, sim_a.metric,
-        [float(sign * row.max()) for row in a_best],
-        [sim_b.column_label(int(row.argmax())) for row in a_best],
+        [a_value[ua.index(c)] for c in cols_a],
+        [sim_b.column_label(a_col[ua.index(c)]) for c in cols_a],
         [float(sign * col.max()) for col in b_best],
         [sim_a.column_label(int(col.argmax())) for col in b_best])
 

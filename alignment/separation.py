@@ -19,10 +19,10 @@ import torch
 from torch import Tensor
 
 from iclprobe import algorithms
+from iclprobe.alignment.comparison import imitation
 from iclprobe.alignment.metrics import metric_info
 from iclprobe.alignment.protocols import Protocol
 from iclprobe.alignment.runs import run_spec
-from iclprobe.alignment.similarities import similarity
 from iclprobe.tasks import RegressionBatch, RegressionTask
 
 NEWTON_PROBE_STEPS = (3, 6, 9, 12, 15, 18)
@@ -60,9 +60,8 @@ def _best_gd(newton: algorithms.Iterates, gd: algorithms.Iterates, ys: Tensor, c
              metric: str, t_min: int, t_max: int | None) -> tuple[list[int], list[float]]:
     values = newton.weights if metric_info(metric).on == "weights" else newton.preds
     assert values is not None
-    table = similarity(values[cols], gd, ys, metric, t_min=t_min, t_max=t_max, n_boot=2)
-    best = table.values.argmax(1)
-    return [int(gd.steps[int(i)]) for i in best], table.values.max(1).values.tolist()
+    res, best = imitation(values[cols], gd, ys, metric, t_min=t_min, t_max=t_max)
+    return [int(gd.steps[i]) for i in best], res
 
 
 def separation_views(d: int, n: int, protocol: Protocol,

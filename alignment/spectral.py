@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from iclprobe.algorithms.prefix import PrefixStats
-from iclprobe.alignment.similarities import bootstrap_weights, interval
+from iclprobe.alignment.similarities import bootstrap_weights
 
 PHI_RANGE = (0.02, 0.6)  # −log(1 − φ) within 1.53× of φ: the small-step regime
 TIE_RTOL = 1e-6
@@ -52,7 +52,7 @@ class SpectralOrder:
     upper: list[float | None]
     directions: list[int]  # (sequence, prefix, eigenspace) triples that entered the fit
     reference: dict[str, list[float | None]]  # learner -> the order of its best fitted match
-    reading: list[str]  # "gd-like", "newton-like", "cannot tell", "no usable directions"
+    reading: list[str]  # "gd-like", "newton-like", "cannot tell", "too few usable directions"
     t_min: int  # prefixes t >= t_min entered (S full rank with a margin)
 
     def to_dict(self) -> dict[str, Any]:
@@ -120,7 +120,8 @@ def spectral_order(weights: Tensor, stats: PrefixStats, t_min: int, t_max: int,
     """The filter order per leading index (e.g. layer): ``(p, lower, upper, directions)``.
 
     ``weights``: ``[..., B, n, d]``; the interval resamples sequences (the bootstrap of
-    the similarity tables, same seed). p is NaN where fewer than two directions qualify.
+    the similarity tables, same seed). p is NaN where fewer than two directions qualify,
+    the interval where fewer than 90% of the resamples hold any.
     """
     uz, uu, count = _sums(*filter_factors(weights, stats), t_min, t_max)
     boot = bootstrap_weights(uz.shape[-1], n_boot, seed)  # [boot, B]
@@ -128,8 +129,13 @@ def spectral_order(weights: Tensor, stats: PrefixStats, t_min: int, t_max: int,
     p = torch.where(den > 0, uz.sum(-1) / torch.where(den > 0, den, 1.0), torch.nan)
     bden = uu @ boot.T
     bp = torch.where(bden > 0, (uz @ boot.T) / torch.where(bden > 0, bden, 1.0), torch.nan)
-    lower, upper = interval(bp, confidence)
-    return p, lower, upper, count.sum(-1)
+    # a resample can miss the few sequences with usable directions: the interval is over
+    # the resamples that have some, and undefined unless 90% of them do
+    q = torch.tensor([(1 - confidence) / 2, (1 + confidence) / 2], dtype=torch.float64)
+    lower, upper = torch.nanquantile(bp, q, dim=-1)
+    enough = torch.isfinite(bp).double().mean(-1) >= 0.9
+    nan = torch.full_like(lower, torch.nan)
+    return p, torch.where(enough, lower, nan), torch.where(enough, upper, nan), count.sum(-1)
 
 
 def reading(lower: float, upper: float, reference: dict[str, float]) -> str:
@@ -139,8 +145,8 @@ def reading(lower: float, upper: float, reference: dict[str, float]) -> str:
     within a quarter of the gap between X's order and the nearest other's, and X is the
     only such learner; else "cannot tell".
     """
-    if not (lower == lower and upper == upper):  # NaN: no usable directions
-        return "no usable directions"
+    if not (lower == lower and upper == upper):  # NaN: too few usable directions
+        return "too few usable directions"
     near = []
     for name, p in reference.items():
         others = [q for k, q in reference.items() if k != name]
@@ -166,7 +172,8 @@ def spectral_view(layer_weights: Tensor, learner_weights: dict[str, Tensor],
     if t_min > window[1]:
         n = layer_weights.shape[0]
         return SpectralOrder([None] * n, [None] * n, [None] * n, [0] * n, {}, [
-            f"no usable directions: the window ends before t = d + 2 = {d + 2}"] * n, t_min)
+            f"too few usable directions: the window ends before t = d + 2 = {d + 2}"] * n,
+            t_min)
     p, lo, hi, count = spectral_order(layer_weights, stats, t_min, window[1], n_boot,
                                       confidence, seed)
     ref = {k: spectral_order(w, stats, t_min, window[1], 2, confidence, seed)[0]

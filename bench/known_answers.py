@@ -30,12 +30,30 @@ import io
 import json
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+import torch
 from tqdm import tqdm
 
+from iclprobe.alignment.config import AlignConfig
 from iclprobe.constructions import benchmark as B
 from iclprobe.storage import write_text_atomic
+
+
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def run_cells(cells: list[B.Cell], cfg: AlignConfig, jobs: int) -> list[B.CellResult]:
+    """Every cell's result, in the cells' order (seeded: the same in any process)."""
+    if jobs == 1:
+        return [B.run_cell(cell, cfg) for cell in tqdm(cells, desc="cells")]
+    with ProcessPoolExecutor(jobs, initializer=_one_thread) as pool:
+        futures = [pool.submit(B.run_cell, cell, cfg) for cell in cells]
+        for _ in tqdm(as_completed(futures), total=len(futures), desc="cells"):
+            pass
+        return [f.result() for f in futures]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,12 +64,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--setting", choices=[*B.SETTINGS, "all"], default="all",
                         help="main: the slice views are chosen on; held-out, fresh: other "
                              "seed, d, n, κ and step multipliers (fresh: used for no choice)")
+    parser.add_argument("--jobs", type=int, default=2,
+                        help="worker processes, one torch thread each (cells are independent)")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be >= 1, got {args.jobs}")
     cfg = B.bench_config(args.n_sequences, args.n_boot)
     settings = list(B.SETTINGS) if args.setting == "all" else [args.setting]
     started = time.perf_counter()
     cells = [cell for name in settings for cell in B.grid(setting=name)]
-    results = [B.run_cell(cell, cfg) for cell in tqdm(cells, desc="cells")]
+    results = run_cells(cells, cfg, args.jobs)
     header = ["setting", "model", "protocol", "data", "readout", "mult", "view", "true",
               "false", "none", "separable", "true@sep"]
     rows = []

@@ -88,7 +88,7 @@ def test_the_reading_names_the_learner_whose_order_the_interval_holds():
     assert reading(1.0, 1.2, orders) == "gd-like"
     assert reading(1.2, 1.9, orders) == "cannot tell"  # holds neither...
     assert reading(1.0, 2.1, orders) == "cannot tell"  # ...or both
-    assert reading(float("nan"), float("nan"), orders) == "no usable directions"
+    assert reading(float("nan"), float("nan"), orders) == "too few usable directions"
 
 
 def test_align_reports_the_order_of_gd_and_newton_layers():

@@ -240,6 +240,8 @@ def cmd_align(args: argparse.Namespace) -> int:
             print(text_table(res, metric), end="\n\n")
             if res.meaningless:
                 break
+        if res.verdict_sentence and not res.meaningless:
+            print(res.verdict_sentence, end="\n\n")
     if len(results) > 1:
         print("best Newton step per layer (* = the models differ, † = not above zero)")
         print("\n".join(aligned(*comparison_rows(results), right=False)))

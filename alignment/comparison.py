@@ -223,8 +223,11 @@ def layer_ranges(layers: Sequence[int]) -> str:
     return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in spans)
 
 
-def sentence(labels: Sequence[str], a: str, b: str, metric: str) -> str:
-    """The verdicts in words, grouped by kind, as strong as the intervals allow."""
+def sentence(labels: Sequence[str], a: str, b: str, metric: str | None) -> str:
+    """The verdicts in words, grouped by kind, as strong as the intervals allow.
+
+    ``metric`` None: the verdict of the metrics combined (`combined`).
+    """
     order = [f"prefers {a}", f"prefers {b}", f"leans {a}", f"leans {b}", "indistinguishable",
              "matches no learner", "computes nothing"]
     words = {f"prefers {a}": f"prefers {a}", f"prefers {b}": f"prefers {b}",
@@ -240,7 +243,9 @@ def sentence(labels: Sequence[str], a: str, b: str, metric: str) -> str:
         if layers:
             noun = "layer" if len(layers) == 1 else "layers"
             parts.append(f"{words[kind]} at {noun} {layer_ranges(layers)}")
-    return f"{a} vs {b} by {metric_info(metric).label}: " + "; ".join(parts) + "."
+    head = f"{a} vs {b} by {metric_info(metric).label}" if metric is not None else \
+        f"{a} vs {b}, the verdict (step sizes fitted, metrics combined)"
+    return head + ": " + "; ".join(parts) + "."
 
 
 def combined(pairs: Sequence[PairVerdict]) -> tuple[list[str], list[str]]:

@@ -89,6 +89,12 @@ class AlignResult:
         return C.combined(list(self.fitted.values()))[0]
 
     @property
+    def verdict_sentence(self) -> str:
+        """`verdict` in words (empty where the fitted view was not run)."""
+        labels = self.verdict
+        return C.sentence(labels, "newton", "gd", None) if labels else ""
+
+    @property
     def verdict_source(self) -> list[str]:
         """Per layer, the metrics behind `verdict` (or why it cannot tell)."""
         return C.combined(list(self.fitted.values()))[1]

@@ -216,7 +216,7 @@ def align_checkpoints(checkpoints: list[str], cfg: Any, refit_probes: bool = Fal
 
 def cmd_align(args: argparse.Namespace) -> int:
     """``iclprobe align`` and ``iclprobe compare``."""
-    from iclprobe.alignment.tables import aligned, comparison_rows, text_table
+    from iclprobe.alignment.tables import aligned, comparison_rows, spectral_lines, text_table
     from iclprobe.storage import atomic_directory, check_output
 
     checkpoints = [args.checkpoint] if hasattr(args, "checkpoint") else args.checkpoints
@@ -241,6 +241,7 @@ def cmd_align(args: argparse.Namespace) -> int:
             if res.meaningless:
                 break
         if res.verdict_sentence and not res.meaningless:
+            print("\n".join(spectral_lines(res)), end="\n\n" if res.spectral else "")
             print(res.verdict_sentence, end="\n\n")
     if len(results) > 1:
         print("best Newton step per layer (* = the models differ, † = not above zero)")

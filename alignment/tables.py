@@ -291,3 +291,26 @@ def comparison_rows(results: Sequence[AlignResult], metric: str = "error_cosine"
         m = r.matches.get(learner, {}).get(metric)
         fits.append("-" if m is None or m.fit is None else m.fit.describe())
     return header, body + [fits]
+
+
+def spectral_lines(result: AlignResult) -> list[str]:
+    """The spectral view per live layer: filter order, interval, reading, learners' orders."""
+    spec = result.spectral
+    if spec is None:
+        return []
+
+    def show(x: float | None) -> str:
+        return "—" if x is None else f"{x:.2f}"
+
+    header = ["layer", "order p", "95% interval", *(f"{k}'s p" for k in spec.reference),
+              "reads as"]
+    body = [[str(i), show(p), f"[{show(lo)}, {show(hi)}]",
+             *(show(v[i]) for v in spec.reference.values()), r]
+            for i, (p, lo, hi, r) in enumerate(zip(spec.order, spec.lower, spec.upper,
+                                                   spec.reading))
+            if r != "computes nothing"]
+    title = [f"spectral view, t >= {spec.t_min}: the order p of each layer's filter, "
+             "−log(1 − φ) ∝ λ^p (GD 1,",
+             "Newton 2 at small steps), beside each learner's best fitted match; not a "
+             "ground of the verdict"]
+    return [*title, *aligned(header, body, right=False)] if body else [*title, "no live layer"]

@@ -108,3 +108,22 @@ def test_align_reports_the_order_of_gd_and_newton_layers():
         target = 2.0 if truth == "newton" else 1.0
         assert all(abs(p - target) < 0.25 for p in spec.order[1:])
         assert "spectral" in res.to_dict() and res.to_dict()["spectral"]["t_min"] == 6
+
+
+def test_the_spectral_lines_show_each_live_layers_order():
+    from iclprobe.alignment.tables import spectral_lines
+
+    batch = tasks.RegressionTask(n_dims=4, n_points=16).sample(
+        64, generator=torch.Generator().manual_seed(4))
+    it = algorithms.newton(batch.xs.double(), batch.ys.double(), steps=[1, 2])
+    layers = torch.cat([torch.zeros_like(it.preds[:1]), it.preds])
+    weights = torch.cat([torch.zeros_like(it.weights[:1]), it.weights])
+    res = align_layers(layers, batch, AlignConfig(n_boot=20, separation=False),
+                       layer_weights=weights)
+    lines = spectral_lines(res)
+    rows = [line.split() for line in lines[3:]]
+    assert [r[0] for r in rows] == ["1", "2"]  # layer 0 computes nothing
+    for r in rows:
+        assert float(r[1]) == pytest.approx(res.spectral.order[int(r[0])], abs=0.005)
+        assert r[-1] == res.spectral.reading[int(r[0])] == "newton-like"
+    assert all(len(line) <= 100 for line in lines)

@@ -13,7 +13,7 @@ from iclprobe.alignment.pipeline import AlignConfig, align
 from iclprobe.cli import main
 from iclprobe.models.checkpoint import PRETRAINED_DIR
 
-GPTS = ["gpt-softmax", "gpt-softmax-paired", "gpt-linear-paired"]
+GPTS = ["gpt-softmax", "gpt-softmax-paired", "gpt-linear-paired", "gpt-softmax-ill"]
 PQS = ["pq-rotated-3layer", "pq-isotropic-1layer"]
 OTHERS = ["lstm"]  # tested in test_lstm.py
 KNOWN = ["ka-gd-pq", "ka-newton-pq"]  # constructions (tested in test_constructions.py)

@@ -10,8 +10,9 @@ optionally its readout. A complete, runnable walk-through is in ``docs/adapters.
 Adapters are not registered as a model family and cannot be saved as iclprobe
 checkpoints: save your own module your own way, and adapt it again after loading.
 
-Axis legend: ``batch``, ``pos`` (examples n), ``tok`` (the model's tokens), ``query``
-(T extra query points per prefix), ``layer``, ``d_model``, ``n_dims``.
+Axis legend: ``batch``, ``pos`` (examples n), ``tok`` (the model's tokens), ``prefix`` and
+``row`` (hooks laid out per prefix, ``resid_layout="prefix"``), ``query`` (T extra query
+points per prefix), ``layer``, ``d_model``, ``n_dims``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from iclprobe._checks import check_int
+from iclprobe.models import adapter_rows
 from iclprobe.models._tl import HookedRootModule, HookPoint
 from iclprobe.models.adapter_hooks import (
     check_inputs_arg,
@@ -57,8 +59,11 @@ class AdapterConfig:
     layout: str | None = None  # token layout the adapter builds ("interleaved" | "paired")
     readout_stride: int = 1  # the readout of example t is token readout_offset + stride * t
     readout_offset: int = 0
+    resid_layout: str = "tokens"  # hooks [batch, tok, d_model] | "prefix": [batch, prefix, row, d_model]
+    query_row: int = -1  # "prefix": example t is row query_row of prefix t
 
     def __post_init__(self) -> None:
+        adapter_rows.check_layout(self.resid_layout, self.query_row, None)
         for name in ("n_dims", "n_layers", "d_model", "readout_stride"):
             check_int("HookedAdapter", name, getattr(self, name))
         check_int("HookedAdapter", "readout_offset", self.readout_offset, low=0)
@@ -81,17 +86,23 @@ class HookedAdapter(TokenLayoutMixin, Regressor):
             of block l - 1, before any final norm): a hook name of a TransformerLens
             ``HookedRootModule`` (default: ``blocks.0.hook_resid_pre``, then
             ``blocks.{l}.hook_resid_post``), or the path of a submodule whose output is the
-            residual ``[batch, tok, d_model]`` (or a tuple starting with it), e.g. ``h.3``
-            of a Hugging Face ``GPT2Model``. Each must run once per forward pass.
+            residual (or a tuple starting with it), e.g. ``h.3`` of a Hugging Face
+            ``GPT2Model``. Each must run once per forward pass.
+        resid_layout: the residuals' shape. "tokens" (default): ``[batch, tok, d_model]``,
+            read at ``positions``. "prefix": ``[batch, prefix, row, d_model]``, one forward
+            computing every prefix t's rows (as iclprobe's `PQTransformer` does), example
+            t read at row ``query_row`` of prefix t.
+        query_row: with ``resid_layout="prefix"``, the row of each prefix block that holds
+            its query (default -1: the last row, a PQ model's).
         inputs: None: ``module(xs, ys)``. "interleaved" or "paired": `GPTRegressor`'s token
             layouts, through ``read_in`` if given, passed positionally or as keyword
             ``input_name``. A callable ``(xs, ys) ->`` a tensor or tuple (positional
             arguments) or a dict (keyword arguments).
         read_in: with a layout, applied to its tokens (e.g. Garg et al.'s ``_read_in``).
         input_name: with a layout, the keyword for its tokens (e.g. ``"inputs_embeds"``).
-        positions: the token of example t's readout in the residuals: "interleaved"
-            (2t), "paired" (t) or ``(stride, offset)`` (offset + stride t). Default:
-            ``inputs`` when it names a layout.
+        positions: with ``resid_layout="tokens"``, the token of example t's readout:
+            "interleaved" (2t), "paired" (t) or ``(stride, offset)`` (offset + stride t).
+            Default: ``inputs`` when it names a layout.
         readout: a module or callable ``[..., d_model] -> [...]`` (a trailing axis of size
             1 is dropped); predictions are the readout of layer L. "probe": none — layers
             are read by fitted probes, ``model(xs, ys)`` returns the module's own output,
@@ -115,14 +126,17 @@ class HookedAdapter(TokenLayoutMixin, Regressor):
         positions: str | tuple[int, int] | None = None,
         readout: str | Callable[[Tensor], Tensor] = "probe", n_positions: int | None = None,
         task: Any = None, query_chunk_tokens: int = QUERY_CHUNK_TOKENS,
-        exact_readout: bool = False,
+        exact_readout: bool = False, resid_layout: str = "tokens", query_row: int = -1,
     ):
         super().__init__()
         if not isinstance(module, nn.Module):
             raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
         layout = check_inputs_arg(inputs, read_in, input_name)
-        stride, offset = readout_stride(positions, layout)
-        self.cfg = AdapterConfig(n_dims, n_layers, d_model, n_positions, layout, stride, offset)
+        adapter_rows.check_layout(resid_layout, query_row, positions)
+        stride, offset = readout_stride(positions, layout) if resid_layout == "tokens" \
+            else (1, 0)
+        self.cfg = AdapterConfig(n_dims, n_layers, d_model, n_positions, layout, stride, offset,
+                                 resid_layout, query_row)
         self.model = module
         self.read_in = read_in  # a Module is registered (moved by .to, hashed by probes)
         self._inputs, self._input_name = inputs, input_name
@@ -274,29 +288,27 @@ class HookedAdapter(TokenLayoutMixin, Regressor):
                              "callable on residuals> for predictions")
         return self._readout
 
-    # ------------------------------------------------------------------ readout positions
+    # ------------------------------------------------------------------ readout rows
     def readout_positions(self, n_points: int) -> Tensor:
         """Token index of each example's readout: ``offset + stride * t``, ``[pos]``."""
+        if self.cfg.resid_layout == "prefix":
+            raise ValueError("readout_positions: with resid_layout='prefix' example t is row "
+                             f"query_row={self.cfg.query_row} of prefix t, not a token")
         device = next(itertools.chain(self.parameters(), self.buffers()), torch.empty(0)).device
         return self.cfg.readout_offset + self.cfg.readout_stride * torch.arange(
             n_points, device=device)
 
     def n_points_of(self, activation: Tensor) -> int:
-        """Examples in a ``[batch, tok, d_model]`` hook tensor."""
-        stride = self.cfg.readout_stride
-        return (activation.shape[1] - self.cfg.readout_offset + stride - 1) // stride
+        """Examples in a hook tensor (``[batch, tok, d_model]`` or per prefix)."""
+        return adapter_rows.n_points_of(self.cfg, activation)
 
     def readout_rows(self, activation: Tensor, n_points: int) -> Tensor:
-        """A residual ``[batch, tok, d_model]`` at the readout tokens: ``[batch, pos, d_model]``."""
-        need = self.cfg.readout_offset + self.cfg.readout_stride * (n_points - 1) + 1
-        if (not isinstance(activation, Tensor) or activation.ndim != 3
-                or activation.shape[-1] != self.cfg.d_model or activation.shape[1] < need):
-            shape = tuple(activation.shape) if isinstance(activation, Tensor) else \
-                type(activation).__name__
-            raise ValueError(f"a residual hook gave {shape}, but {n_points} examples need "
-                             f"[batch, >= {need} tokens, d_model={self.cfg.d_model}]: check "
-                             "resid_hooks, d_model and positions")
-        return super().readout_rows(activation, n_points)
+        """A residual hook's tensor at the readout rows: ``[batch, pos, d_model]``."""
+        return adapter_rows.readout_rows(self.cfg, activation, n_points)
+
+    def set_readout_rows(self, activation: Tensor, rows: Tensor) -> Tensor:
+        """A copy of the hook's tensor with ``rows`` written into the readout rows."""
+        return adapter_rows.set_readout_rows(self.cfg, activation, rows)
 
     def check_points(self, n_points: int, what: str = "xs") -> None:
         """At most ``n_positions`` examples, when given."""
@@ -316,7 +328,8 @@ class HookedAdapter(TokenLayoutMixin, Regressor):
         """Predict each query ``queries[:, t, j]`` from the t examples before position t.
 
         By substitution: the query takes ``xs[:, t]``'s place in the prefix of t + 1
-        examples (its label zeroed), and the readout is read at position t.
+        examples (its label zeroed), and the readout is read at position t (with
+        ``resid_layout="prefix"``: at the query row of prefix t).
         """
         self._require_readout()
         return self._over_queries(xs, ys, queries, [self.cfg.n_layers],
@@ -346,7 +359,7 @@ class HookedAdapter(TokenLayoutMixin, Regressor):
                                   queries[:, t, :, None]], dim=2).flatten(0, 1)
             prefix_y = torch.cat([ys[:, None, :t].expand(b, n_q, t),
                                   ys.new_zeros(b, n_q, 1)], dim=2).flatten(0, 1)
-            tokens = self.cfg.readout_offset + self.cfg.readout_stride * (t + 1)
+            tokens = adapter_rows.tokens_per_sequence(self.cfg, t + 1)
             chunk = max(1, self.query_chunk_tokens // tokens)
             rows = [self._rows_at(prefix_x[s:s + chunk], prefix_y[s:s + chunk], t, layers)
                     for s in range(0, b * n_q, chunk)]

@@ -401,6 +401,11 @@ def _train_setup(args: argparse.Namespace) -> tuple[Regressor, Any, Any]:
     task = tasks.RegressionTask(**{"n_dims": 8, "n_points": 24, **given(args, flags["task"])})
     model_kw = given(args, flags["model"])
     family = registry.get_family(getattr(args, "family", "gpt"))
+    if not family.trainable:
+        trainable = sorted(name for name, f in registry.FAMILIES.items() if f.trainable)
+        raise UsageError(f"--family {family.name} cannot be trained: its models are built, "
+                         f"not trained ({family.summary}); trainable families: "
+                         f"{', '.join(trainable)}")
     fields = {f.name for f in dataclasses.fields(family.config)}
     for name, task_field in MODEL_FROM_TASK.items():
         if name in fields:

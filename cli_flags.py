@@ -206,13 +206,13 @@ MODEL_FROM_TASK = {"n_dims": "n_dims", "n_positions": "n_points"}
 
 
 def train_flags() -> dict[str, list[Flag]]:
-    """The flags of ``iclprobe train`` by group: task, model (every family's), training."""
+    """The flags of ``iclprobe train`` by group: task, model (trainable families), training."""
     from iclprobe.models.registry import FAMILIES  # torch-free
     from iclprobe.training.config import TrainConfig
 
     return {"task": table_flags(TASK_FIELDS, TASK_RENAME),
-            "model": merged_flags({n: f.config for n, f in FAMILIES.items()}, MODEL_RENAME,
-                                  skip=("n_dims",)),
+            "model": merged_flags({n: f.config for n, f in FAMILIES.items() if f.trainable},
+                                  MODEL_RENAME, skip=("n_dims",)),
             "training": config_flags(TrainConfig)}
 
 

@@ -8,13 +8,16 @@ random rotation R of ``[x_t, ŷ_l(t), tanh(W x_t + c)]`` — the prediction is l
 decodable but mixed with the query and with distractor channels, not alone in one
 coordinate. The exact readout undoes R and reads ŷ.
 
+Oracles are a registered model family (``"oracle"``, config `OracleConfig`): saved and
+loaded like any checkpoint, with no weights (R, W and c are rebuilt from the seed). A few
+ship by name (`SHIPPED`, listed by ``iclprobe models``).
+
 Axis legend: ``layer`` (L + 1), ``batch``, ``pos`` (t), ``query`` (T), ``d_model``
 (D = d + 1 + n_noise).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,57 +25,11 @@ import torch
 from torch import Tensor, nn
 
 from iclprobe import algorithms
-from iclprobe._checks import check_int, check_seed
+from iclprobe._checks import check_int
 from iclprobe.models._tl import HookPoint
 from iclprobe.models.base import ModuleList, Regressor
+from iclprobe.models.config import OracleConfig
 from iclprobe.tasks.covariance import random_orthogonal
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class OracleConfig:
-    """What an oracle runs and how its residual stream is laid out."""
-
-    n_dims: int  # covariate dimension d
-    learner: str  # a registered learner (algorithms.LEARNERS)
-    steps: tuple[int, ...]  # the learner's step at layer l = 0..L (L = len(steps) - 1)
-    hyper: dict[str, Any] = dataclasses.field(default_factory=dict)  # its hyperparameters
-    n_noise: int = 8  # distractor channels tanh(W x + c)
-    seed: int = 0  # fixes R, W and c
-
-    attn_only = True
-    normalization_type = None
-    positional_embedding_type = "none"
-    device = None
-
-    def __post_init__(self) -> None:
-        check_int("OracleConfig", "n_dims", self.n_dims)
-        check_int("OracleConfig", "n_noise", self.n_noise, low=0)
-        check_seed("OracleConfig", "seed", self.seed)
-        if self.learner not in algorithms.LEARNERS:
-            raise ValueError(f"OracleConfig.learner must be a registered learner "
-                             f"{sorted(algorithms.LEARNERS)}, got {self.learner!r}")
-        steps = tuple(self.steps)
-        if len(steps) < 2 or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
-                                     for s in steps):
-            raise ValueError(f"OracleConfig.steps must hold at least 2 integers >= 0 (layer 0 "
-                             f"and one more), got {self.steps!r}")
-        object.__setattr__(self, "steps", steps)
-
-    @property
-    def n_layers(self) -> int:
-        """Layers beyond the embedding."""
-        return len(self.steps) - 1
-
-    @property
-    def d_model(self) -> int:
-        """Residual width d + 1 + n_noise."""
-        return self.n_dims + 1 + self.n_noise
-
-    def to_dict(self) -> dict[str, Any]:
-        """The fields (tensors among the hyperparameters as lists)."""
-        hyper = {k: v.tolist() if isinstance(v, Tensor) else v for k, v in self.hyper.items()}
-        return {"n_dims": self.n_dims, "learner": self.learner, "steps": list(self.steps),
-                "hyper": hyper, "n_noise": self.n_noise, "seed": self.seed}
 
 
 class _OracleLayer(nn.Module):
@@ -86,30 +43,35 @@ class LearnerOracle(Regressor):
     """Layer l outputs ``cfg.learner``'s step ``cfg.steps[l]`` (see the module docstring).
 
     Args:
-        cfg: the `OracleConfig`.
-        exact_readout: read layers exactly (undo R, take ŷ) in `iclprobe.alignment.align`;
-            False makes align fit ridge probes on the mixed residuals, as for a GPT.
+        cfg: the `OracleConfig` (``cfg.exact_readout``: `iclprobe.alignment.align` reads
+            layers exactly, undoing R; False makes it fit ridge probes on the mixed
+            residuals, as for a GPT).
         task: the `iclprobe.tasks.RegressionTask` align evaluates on by default.
     """
 
+    family = "oracle"
     default_positions = "all"
     curriculum = False
     rotation: Tensor  # [d_model, d_model], orthogonal: resid = R feats
     noise_w: Tensor  # [n_noise, n_dims]
     noise_c: Tensor  # [n_noise]
 
-    def __init__(self, cfg: OracleConfig, exact_readout: bool = True, task: Any = None):
+    def __init__(self, cfg: OracleConfig, task: Any = None):
         super().__init__()
         if not isinstance(cfg, OracleConfig):
             raise TypeError(f"cfg must be an OracleConfig, got {type(cfg).__name__}")
         self.cfg = cfg
-        self.exact_layer_readout = bool(exact_readout)  # type: ignore[misc]
+        self.exact_layer_readout = cfg.exact_readout  # type: ignore[misc]
         self.task = task
         gen = torch.Generator().manual_seed(cfg.seed)
         d, m = cfg.n_dims, cfg.n_noise
-        self.register_buffer("rotation", random_orthogonal(cfg.d_model, gen).float())
-        self.register_buffer("noise_w", torch.randn(m, d, generator=gen).float())
-        self.register_buffer("noise_c", torch.randn(m, generator=gen).float())
+        # not persistent: a checkpoint holds no weights, the seed rebuilds them
+        self.register_buffer("rotation", random_orthogonal(cfg.d_model, gen).float(),
+                             persistent=False)
+        self.register_buffer("noise_w", torch.randn(m, d, generator=gen).float(),
+                             persistent=False)
+        self.register_buffer("noise_c", torch.randn(m, generator=gen).float(),
+                             persistent=False)
         self.blocks: ModuleList[_OracleLayer] = ModuleList(
             _OracleLayer() for _ in range(cfg.n_layers))
         self.setup()
@@ -118,8 +80,10 @@ class LearnerOracle(Regressor):
     def iterates(self, xs: Tensor, ys: Tensor, weights: bool = False) -> algorithms.Iterates:
         """The learner's iterates at ``cfg.steps`` (float64), one per layer in layer order."""
         grid = sorted(set(self.cfg.steps))
+        hyper = {k: torch.tensor(v, dtype=torch.float64) if isinstance(v, list) else v
+                 for k, v in self.cfg.hyper.items()}  # lists: a per-prefix α, a matrix
         it = algorithms.iterates(self.cfg.learner, xs.double(), ys.double(), steps=grid,
-                                 weights=weights, **self.cfg.hyper)
+                                 weights=weights, **hyper)
         cols = torch.tensor([grid.index(s) for s in self.cfg.steps])
         if it.preds.shape[0] == 1 and len(grid) > 1:  # a closed form (ols, ridge): no steps
             cols = torch.zeros_like(cols)
@@ -197,9 +161,23 @@ def oracle(learner: str, n_dims: int, n_layers: int,
     if len(steps) != n_layers + 1:
         raise ValueError(f"oracle: step_of_layer gives {len(steps)} steps, expected "
                          f"n_layers + 1 = {n_layers + 1}")
-    cfg = OracleConfig(n_dims=n_dims, learner=learner, steps=tuple(steps), hyper=hyper,
-                       n_noise=n_noise, seed=seed)
-    return LearnerOracle(cfg, exact_readout=exact_readout, task=task)
+    cfg = OracleConfig(n_dims=n_dims, n_layers=n_layers, learner=learner, steps=tuple(steps),
+                       hyper=hyper, n_noise=n_noise, seed=seed, exact_readout=exact_readout)
+    return LearnerOracle(cfg, task=task)
 
 
-__all__ = ["LearnerOracle", "OracleConfig", "oracle"]
+#: The oracles shipped by name (`iclprobe models`): a one-line summary and a builder each.
+SHIPPED = {
+    "ka-newton-oracle": ("known answer: oracle, 12 layers: layer l is iterative Newton step l, "
+                         "alpha = 1/||SS^T||_F (the library's default), behind a rotation with "
+                         "8 distractor channels",
+                         lambda: oracle("newton", 5, 12, alpha="frobenius")),
+    "ka-gd-oracle": ("known answer: oracle, 8 layers: layer l is GD step 3l, lr = 1/lambda_max "
+                     "(S/t) per prefix (the iclprobe protocol's rule), behind a rotation with "
+                     "8 distractor channels",
+                     lambda: oracle("gd", 5, 8, lambda layer: 3 * layer, lr="max",
+                                    normalize=True)),
+}
+
+
+__all__ = ["SHIPPED", "LearnerOracle", "OracleConfig", "oracle"]

@@ -1,7 +1,8 @@
 """Checkpoints: save/load of iclprobe models, and import of Garg/Fu run directories.
 
 A checkpoint is a directory holding ``config.json`` (format version, family, config),
-``model.safetensors`` and ``task.json`` (the task the model was trained on). Directories
+``model.safetensors`` (empty, or absent, for a model without weights: an oracle) and
+``task.json`` (the task the model was trained on). Directories
 are replaced atomically. Nothing here unpickles arbitrary objects: foreign ``state.pt``
 files go through ``torch.load(..., weights_only=True)``.
 """
@@ -205,6 +206,24 @@ def load(path_or_name: str | os.PathLike[str], device: str | torch.device = "cpu
     return model.to(device).eval()
 
 
+def _read_weights(cfg: Any, weights: Path) -> dict[str, torch.Tensor]:
+    """The tensors of ``weights``, checked against ``cfg``; none for a weightless config.
+
+    A model without weights (``cfg.n_parameters() == 0``: an oracle, rebuilt from its
+    seed) may have no weights file, or an empty one.
+    """
+    if not weights.is_file():
+        if cfg.n_parameters() == 0:
+            return {}
+        raise CheckpointError(f"{weights}: file is missing")
+    check_weights_match(cfg, weights)
+    check_fits(cfg, f"loading {weights.parent}")
+    try:
+        return load_file(str(weights))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(f"{weights}: truncated or corrupt weights ({err})") from None
+
+
 def _load_native(path: Path) -> Regressor:
     meta = _read_json(path / CONFIG_FILE)
     version = meta.get("format_version")
@@ -233,14 +252,7 @@ def _load_native(path: Path) -> Regressor:
     except (TypeError, ValueError) as err:
         raise CheckpointError(f"{path / CONFIG_FILE}: invalid config ({err})") from None
     weights = path / WEIGHTS_FILE
-    if not weights.is_file():
-        raise CheckpointError(f"{weights}: file is missing")
-    check_weights_match(cfg, weights)
-    check_fits(cfg, f"loading {path}")
-    try:
-        state = load_file(str(weights))
-    except (SafetensorError, OSError, ValueError) as err:
-        raise CheckpointError(f"{weights}: truncated or corrupt weights ({err})") from None
+    state = _read_weights(cfg, weights)
     model = model_cls(cfg)
     load_state_into(model, state, weights)
     recipe = path / TRAIN_CONFIG_FILE  # when known

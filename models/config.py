@@ -1,4 +1,4 @@
-"""Frozen configuration dataclasses for the model families.
+"""Frozen configuration dataclasses for the model families (GPT, PQ, LSTM, oracle).
 
 ``to_dict``/``from_dict`` round-trip through ``config.json``; ``from_dict`` drops unknown
 keys with a warning, so checkpoints written by a newer iclprobe still load.
@@ -7,7 +7,10 @@ keys with a warning, so checkpoints written by a newer iclprobe still load.
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import json
 import logging
+import math
 from typing import Any, TypeVar
 
 from iclprobe._checks import (
@@ -234,6 +237,110 @@ class LSTMConfig(_TokenLayout, _ConfigMixin):
 
     # Attributes TransformerLens's ActivationCache reads from ``model.cfg``.
     attn_only = False
+    normalization_type = None
+    positional_embedding_type = "none"
+    device = None
+
+
+def _json_value(value: Any, where: str) -> Any:
+    """``value`` as a JSON value (a tensor or tuple as nested lists), or a ConfigError."""
+    if hasattr(value, "tolist") and callable(value.tolist):  # a tensor or array
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v, where) for v in value]
+    if value is None or isinstance(value, (bool, str, int)):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return value
+    raise ConfigError("OracleConfig", "hyper", f"OracleConfig.hyper[{where!r}] must be a JSON "
+                      "value (a finite number, string, bool, None or a list of them), got "
+                      f"{value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class OracleConfig(_ConfigMixin):
+    """Configuration of `iclprobe.constructions.LearnerOracle` (a known-answer model).
+
+    Layer l is ``learner``'s step ``steps[l]``. Not trained: ``iclprobe train`` refuses the
+    family, and its fields have no flags.
+
+    ``hyper``: the learner's hyperparameters as JSON values, so that ``config.json`` holds
+    them: numbers, strings (``lr="max"``, ``alpha="frobenius"``), booleans, and lists of
+    numbers, which the learner receives as float64 tensors (a per-prefix α, a
+    preconditioner); a tensor given here is stored as its list.
+    """
+
+    n_dims: int = option(help="covariate dimension d")
+    n_layers: int = option(help="layers beyond the embedding (L; steps has L + 1 entries)")
+    learner: str = option(help="a registered learner (iclprobe.algorithms.LEARNERS)")
+    steps: tuple[int, ...] | None = option(None, "the learner's step at layer l = 0..L "
+                                           "(default: step l at layer l)")
+    hyper: dict[str, Any] = dataclasses.field(default_factory=dict)  # JSON values
+    n_noise: int = option(8, "distractor channels tanh(W x + c) in the residual")
+    seed: int = option(0, "seed of the rotation R and the distractors W, c")
+    exact_readout: bool = option(True, "align reads layers exactly (undo R); False: probes")
+
+    def __post_init__(self) -> None:
+        check_int("OracleConfig", "n_dims", self.n_dims)
+        check_int("OracleConfig", "n_layers", self.n_layers)
+        check_int("OracleConfig", "n_noise", self.n_noise, low=0)
+        check_seed("OracleConfig", "seed", self.seed)
+        if not isinstance(self.exact_readout, bool):
+            raise ConfigError("OracleConfig", "exact_readout", f"OracleConfig.exact_readout "
+                              f"must be a bool, got {self.exact_readout!r}")
+        object.__setattr__(self, "steps", self._checked_steps())
+        object.__setattr__(self, "hyper", self._checked_hyper())
+
+    def _checked_steps(self) -> tuple[int, ...]:
+        if self.steps is None:
+            return tuple(range(self.n_layers + 1))
+        steps = tuple(self.steps) if isinstance(self.steps, (list, tuple)) else None
+        ok = steps is not None and len(steps) == self.n_layers + 1 and all(
+            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in steps)
+        if not ok or steps is None:
+            raise ConfigError("OracleConfig", "steps", f"OracleConfig.steps must be "
+                              f"n_layers + 1 = {self.n_layers + 1} integers >= 0 (the step at "
+                              f"layer 0..{self.n_layers}) or None, got {self.steps!r}")
+        return steps
+
+    def _checked_hyper(self) -> dict[str, Any]:
+        """The hyperparameters as JSON values, each one the learner takes."""
+        from iclprobe import algorithms  # the learner registry (imports torch)
+
+        if self.learner not in algorithms.LEARNERS:
+            raise ConfigError("OracleConfig", "learner", f"OracleConfig.learner must be a "
+                              f"registered learner {sorted(algorithms.LEARNERS)}, got "
+                              f"{self.learner!r}")
+        if not isinstance(self.hyper, dict) or not all(isinstance(k, str) for k in self.hyper):
+            raise ConfigError("OracleConfig", "hyper", f"OracleConfig.hyper must be a dict of "
+                              f"the learner's hyperparameters by name, got {self.hyper!r}")
+        params = inspect.signature(algorithms.LEARNERS[self.learner].fn).parameters
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            accepted = [p for p in params if p not in ("xs", "ys", "steps", "weights")]
+            unknown = sorted(set(self.hyper) - set(accepted))
+            if unknown:
+                raise ConfigError("OracleConfig", "hyper", f"OracleConfig.hyper: {unknown} "
+                                  f"are not hyperparameters of {self.learner!r} (accepted: "
+                                  f"{accepted})")
+        return {k: _json_value(v, k) for k, v in self.hyper.items()}
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self.to_dict(), sort_keys=True))
+
+    @property
+    def d_model(self) -> int:
+        """Residual width d + 1 + n_noise."""
+        return self.n_dims + 1 + self.n_noise
+
+    def n_parameters(self) -> int:
+        """None: an oracle's rotation and distractors are rebuilt from ``seed``."""
+        return 0
+
+    def activation_floats(self, batch_size: int, n_points: int) -> int:
+        """The residuals of one forward pass (an oracle is never trained)."""
+        return batch_size * n_points * self.d_model * (self.n_layers + 1)
+
+    attn_only = True
     normalization_type = None
     positional_embedding_type = "none"
     device = None

@@ -10,7 +10,9 @@ without importing torch. A family registers itself once::
 
 ``MyRegressor`` subclasses `iclprobe.models.base.Regressor`; ``MyConfig`` is a frozen
 dataclass with ``n_dims``, ``n_layers``, ``seed``, ``to_dict``, ``from_dict``,
-``n_parameters`` and ``activation_floats`` (checked by ``register_family``).
+``n_parameters`` and ``activation_floats`` (checked by ``register_family``). A family of
+models that are built, not trained (``trainable=False``: the known-answer oracles) is
+refused by ``iclprobe train``, and its config fields get no flags.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import dataclasses
 import importlib
 from typing import Any
 
-from iclprobe.models.config import GPTConfig, LSTMConfig, PQConfig
+from iclprobe.models.config import GPTConfig, LSTMConfig, OracleConfig, PQConfig
 
 #: What ``register_family`` checks of a config class: fields, then methods.
 CONFIG_FIELDS = ("n_dims", "n_layers", "seed")
@@ -43,6 +45,7 @@ class Family:
     model: str | type  # "module:Class", imported on first use, or the class itself
     summary: str
     runs: tuple[str, ...] = ()  # learner runs its models add to align (claimed_learners)
+    trainable: bool = True  # False: built, not trained (iclprobe train refuses it)
 
     def model_class(self) -> Any:
         """The model class, imported and checked (`check_model_class`) on first use."""
@@ -65,7 +68,7 @@ _IMPORTED: dict[str, type] = {}  # "module:Class" -> the class, checked
 
 
 def register_family(name: str, config: Any, model: str | type, summary: str,
-                    runs: tuple[str, ...] = ()) -> Family:
+                    runs: tuple[str, ...] = (), trainable: bool = True) -> Family:
     """Register a model family under ``name`` (re-registering a name replaces it).
 
     What the family must provide is checked here: the config class's fields
@@ -80,6 +83,8 @@ def register_family(name: str, config: Any, model: str | type, summary: str,
         summary: one line for ``iclprobe train --help``.
         runs: the names of the learner runs its models add to an alignment (the keys of
             their ``claimed_learners``), so that ``AlignConfig(algorithms=...)`` accepts them.
+        trainable: False for models that are built, not trained: ``iclprobe train``
+            refuses the family and its config's fields get no flags.
 
     Raises:
         TypeError, ValueError: naming what is missing or malformed.
@@ -100,7 +105,9 @@ def register_family(name: str, config: Any, model: str | type, summary: str,
     runs = (runs,) if isinstance(runs, str) else tuple(runs)
     if not all(isinstance(r, str) and r for r in runs):
         raise TypeError(f"model family {name!r}: runs must be names (strings), got {runs!r}")
-    family = Family(name, config, model, summary, runs)
+    if not isinstance(trainable, bool):
+        raise TypeError(f"model family {name!r}: trainable must be a bool, got {trainable!r}")
+    family = Family(name, config, model, summary, runs, trainable)
     FAMILIES[name] = family
     return family
 
@@ -193,3 +200,6 @@ register_family("pq", PQConfig, "iclprobe.models.pq:PQTransformer",
                 runs=("pgd_own", "pgd_inv_cov"))
 register_family("lstm", LSTMConfig, "iclprobe.models.lstm:LSTMRegressor",
                 "LSTM regressor: the recurrent baseline on the same tokens")
+register_family("oracle", OracleConfig, "iclprobe.constructions.oracle:LearnerOracle",
+                "known-answer oracle: a registered learner's iterates as layers, behind a "
+                "rotation (iclprobe.constructions.oracle)", trainable=False)

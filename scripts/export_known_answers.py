@@ -2,9 +2,11 @@
 
     python scripts/export_known_answers.py [--dest models/pretrained]
 
-Each is built by its constructor in ``iclprobe.constructions.pq.SHIPPED`` with the task
-d = 5, n = 21, isotropic, and saved with a one-line summary and its error curve (2,000
-sequences of seed 12345, as the trained models' curves: ``train_pretrained.error_curve``).
+Each is built by its constructor in ``iclprobe.constructions.SHIPPED`` (the PQ
+constructions and the oracles) with the task d = 5, n = 21, isotropic, and saved with a
+one-line summary and its error curve (2,000 sequences of seed 12345, as the trained models'
+curves: ``train_pretrained.error_curve``). An oracle has no weights: its checkpoint's
+``model.safetensors`` is empty (its rotation and distractors are rebuilt from its seed).
 """
 
 from __future__ import annotations
@@ -17,14 +19,16 @@ import torch
 from train_pretrained import error_curve, write_curve_files  # the sibling script
 
 from iclprobe import models, tasks
-from iclprobe.constructions.pq import SHIPPED
+from iclprobe.constructions import SHIPPED
 from iclprobe.models.checkpoint import PRETRAINED_DIR
 from iclprobe.storage import write_text_atomic
 
 
-def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+def _same_model(a: models.Regressor, b: models.Regressor) -> bool:
+    """The same class, config and weights (an oracle's weights are empty)."""
     sa, sb = a.state_dict(), b.state_dict()
-    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+    return (type(a) is type(b) and a.cfg == b.cfg and sa.keys() == sb.keys()
+            and all(torch.equal(sa[k], sb[k]) for k in sa))
 
 
 def main() -> None:
@@ -37,8 +41,8 @@ def main() -> None:
         dest = args.dest / name
         if not dest.exists():
             models.save(model, dest, task=task)
-        elif not _same_weights(models.load(dest), model):
-            raise SystemExit(f"{dest} holds other weights than {name}'s constructor: move it "
+        elif not _same_model(models.load(dest), model):
+            raise SystemExit(f"{dest} holds another model than {name}'s constructor: move it "
                              "away to export it anew")
         curve = error_curve(model, task)
         meta = json.loads((dest / "config.json").read_text())

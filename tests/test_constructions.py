@@ -236,3 +236,98 @@ def test_a_model_valid_only_at_its_trained_length_is_aligned_there():
                                                        algorithms=("newton", "gd")))
     assert any("not finite" in note for note in res.notes)
     assert all(torch.isfinite(torch.tensor(res.layer_error)))
+
+
+# ---------------------------------------------------------------------- oracles as a family
+@pytest.mark.parametrize("name, learner, steps, hyper", [
+    ("ka-newton-oracle", "newton", range(13), {}),  # the library's default alpha
+    ("ka-gd-oracle", "gd", range(0, 25, 3), {"lr": "max", "normalize": True}),
+])
+def test_a_shipped_oracle_loads_as_its_learners_iterates(name, learner, steps, hyper):
+    from iclprobe import models
+
+    model = models.load(name)
+    assert type(model).__name__ == "LearnerOracle" and model.exact_layer_readout
+    assert not model.state_dict() and not list(model.parameters())  # rebuilt from its seed
+    b = model.task.sample(16, generator=3)
+    it = algorithms.iterates(learner, b.xs.double(), b.ys.double(), steps=list(steps),
+                             **hyper)
+    got = layer_preds(model, b)
+    assert got.shape == it.preds.shape
+    torch.testing.assert_close(got, it.preds, rtol=0, atol=1e-5 * float(it.preds.abs().max()))
+    # read by probes too, the prediction is decodable: the mixed residual's least squares
+    resid = hooks.collect_residuals(model, b.xs, b.ys).double()[-1].flatten(0, 1)
+    feats = torch.cat([resid, torch.ones(len(resid), 1, dtype=torch.float64)], -1)
+    fit = torch.linalg.lstsq(feats, it.preds[-1].flatten()[:, None]).solution
+    torch.testing.assert_close((feats @ fit)[:, 0], it.preds[-1].flatten(), rtol=0, atol=1e-4)
+
+
+def test_iclprobe_models_lists_the_shipped_known_answers(capsys):
+    from iclprobe.cli import main
+    from iclprobe.constructions import SHIPPED
+
+    assert main(["models"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert set(SHIPPED) == {"ka-gd-pq", "ka-newton-pq", "ka-gd-oracle", "ka-newton-oracle"}
+    for name, (summary, _) in SHIPPED.items():
+        assert summary in lines[name], name  # its summary, then its documented error
+
+
+def test_an_oracle_round_trips_through_a_checkpoint(tmp_path):
+    from iclprobe import models
+    from iclprobe.constructions import LearnerOracle
+    from iclprobe.probes.layer_probes import model_hash
+
+    task, b = batch(n=9, d=4)
+    alpha = newton_transformer_alpha(2e-3, 9)  # a tensor hyperparameter: stored as a list
+    model = oracle("newton", 4, 3, [0, 2, 4, 6], n_noise=3, seed=5, exact_readout=False,
+                   task=task, alpha=alpha)
+    model.save(tmp_path / "o")
+    loaded = models.load(tmp_path / "o")
+    assert isinstance(loaded, LearnerOracle) and loaded.cfg == model.cfg
+    assert loaded.cfg.hyper["alpha"] == alpha.tolist() and not loaded.exact_layer_readout
+    assert model_hash(loaded) == model_hash(model)
+    assert model_hash(loaded) != model_hash(oracle("newton", 4, 3, [0, 2, 4, 6], n_noise=3,
+                                                   seed=6, alpha=alpha))
+    want = algorithms.iterates("newton", b.xs.double(), b.ys.double(), steps=[0, 2, 4, 6],
+                               alpha=alpha)
+    torch.testing.assert_close(layer_preds(loaded, b), want.preds, rtol=0, atol=1e-6)
+    (tmp_path / "o" / "model.safetensors").unlink()  # no weights file: nothing to load
+    torch.testing.assert_close(models.load(tmp_path / "o")(b.xs, b.ys), model(b.xs, b.ys))
+
+
+def test_oracle_configs_are_checked():
+    from iclprobe.constructions import OracleConfig
+
+    with pytest.raises(ValueError, match=r"OracleConfig.learner must be a registered learner "
+                                         r"\[.*\], got 'gdd'"):
+        OracleConfig(n_dims=3, n_layers=2, learner="gdd")
+    with pytest.raises(ValueError, match=r"\['alpah'\] are not hyperparameters of 'newton'"):
+        OracleConfig(n_dims=3, n_layers=2, learner="newton", hyper={"alpah": 1.0})
+    with pytest.raises(ValueError, match=r"steps must be n_layers \+ 1 = 3 integers >= 0"):
+        OracleConfig(n_dims=3, n_layers=2, learner="gd", steps=(0, 1))
+    with pytest.raises(ValueError, match=r"hyper\['lr'\] must be a JSON value"):
+        OracleConfig(n_dims=3, n_layers=2, learner="gd", hyper={"lr": float("inf")})
+    cfg = OracleConfig(n_dims=3, n_layers=2, learner="gd", hyper={"lr": 0.1})
+    assert cfg.steps == (0, 1, 2) and cfg.n_parameters() == 0
+    assert OracleConfig.from_dict(cfg.to_dict()) == cfg and len({cfg, OracleConfig(
+        n_dims=3, n_layers=2, learner="gd", hyper={"lr": 0.1})}) == 1
+
+
+def test_the_cli_aligns_a_shipped_oracle_and_refuses_to_train_one(tmp_path, capsys):
+    import json
+
+    from iclprobe.cli import main
+
+    assert main(["align", "ka-newton-oracle", "--n-sequences", "32", "--n-boot", "10",
+                 "--algorithms", "newton,gd", "--metrics", "weight_cosine", "--n-weight-sequences",
+                 "8", "--no-separation", "--no-fitted", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)["ka-newton-oracle"]
+    assert result["readout"].startswith("the exact readout")
+    rows = result["table"]["weight_cosine"]
+    assert [row["newton_step"] for row in rows] == list(range(13))  # layer l: Newton step l
+    assert main(["train", "--out", str(tmp_path / "run"), "--family", "oracle"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(
+        "iclprobe train: error: --family oracle cannot be trained: its models are built")
+    assert not (tmp_path / "run").exists()

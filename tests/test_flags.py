@@ -21,6 +21,11 @@ from iclprobe.training.config import TrainConfig
 MISSING = dataclasses.MISSING
 
 
+def trainable():
+    """The families ``iclprobe train`` builds (an oracle is built in Python, never trained)."""
+    return {name: family for name, family in FAMILIES.items() if family.trainable}
+
+
 def actions(command):
     (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     return {a.dest: a for a in sub.choices[command]._actions}
@@ -73,8 +78,8 @@ def check_shown_default(command, prefix, cls, owner="", rename=None):
         if field.default is None:
             assert "(default: " in action.help, (field.name, action.help)  # says what None is
             continue
-        owners = [n for n, f in FAMILIES.items()
-                  if field.name in {g.name for g in dataclasses.fields(f.config)}]
+        owners = [n for n, f in FAMILIES.items() if f.trainable
+                  and field.name in {g.name for g in dataclasses.fields(f.config)}]
         owners = owners if owner else [owner]
         text = shown_defaults(action.help, owners)[owner]
         value = parse([*prefix, *typed(action.option_strings[0], text)])[dest]
@@ -84,7 +89,7 @@ def check_shown_default(command, prefix, cls, owner="", rename=None):
 def test_every_train_and_align_field_has_a_flag_showing_its_default():
     check_shown_default("train", ["train", "--out", "x"], TrainConfig)
     check_shown_default("align", ["align", "ckpt"], AlignConfig)
-    for name, family in FAMILIES.items():
+    for name, family in trainable().items():
         check_shown_default("train", ["train", "--out", "x", "--family", name], family.config,
                             name, {"seed": "model_seed"})
     assert len(dataclasses.fields(AlignConfig)) == len(align_flags()) == 22
@@ -101,7 +106,7 @@ def test_task_table_matches_the_task_dataclass():
 
 def test_absent_flags_give_the_dataclass_defaults(tmp_path):
     assert _align_config(build_parser().parse_args(["align", "ckpt"])) == AlignConfig()
-    for name, family in FAMILIES.items():
+    for name, family in trainable().items():
         args = build_parser().parse_args(["train", "--out", str(tmp_path), "--family", name])
         model, task, cfg = _train_setup(args)
         assert cfg == TrainConfig()

@@ -16,7 +16,8 @@ from iclprobe.models.checkpoint import PRETRAINED_DIR
 GPTS = ["gpt-softmax", "gpt-softmax-paired", "gpt-linear-paired", "gpt-softmax-ill"]
 PQS = ["pq-rotated-3layer", "pq-isotropic-1layer"]
 OTHERS = ["lstm"]  # tested in test_lstm.py
-KNOWN = ["ka-gd-pq", "ka-newton-pq"]  # constructions (tested in test_constructions.py)
+KNOWN = ["ka-gd-pq", "ka-newton-pq", "ka-gd-oracle", "ka-newton-oracle"]  # known answers
+# (constructions and oracles, tested in test_constructions.py)
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -45,10 +46,11 @@ def test_every_model_ships_small_and_is_listed(capsys):
 
 @pytest.mark.parametrize("name", KNOWN)
 def test_a_shipped_known_answer_model_is_its_construction(name):
-    from iclprobe.constructions.pq import SHIPPED
+    from iclprobe.constructions import SHIPPED
 
     shipped, built = models.load(name), SHIPPED[name][1]()
-    assert shipped.cfg == built.cfg
+    assert type(shipped) is type(built) and shipped.cfg == built.cfg
+    assert shipped.state_dict().keys() == built.state_dict().keys()
     for (key, a), (_, b) in zip(shipped.state_dict().items(), built.state_dict().items()):
         assert torch.equal(a, b), key
 

@@ -215,8 +215,11 @@ def test_a_familys_registered_runs_are_the_runs_its_models_claim():
     from iclprobe.models.registry import FAMILIES
 
     batch = tasks.RegressionTask(n_dims=3, n_points=8).sample(8, generator=0)
+    from iclprobe.constructions import oracle
+
     made = {"gpt": tiny_gpt(), "pq": models.PQTransformer.from_matrices(A=[0.3 * torch.eye(3)]),
-            "lstm": models.LSTMRegressor(models.LSTMConfig(n_dims=3, n_positions=8))}
+            "lstm": models.LSTMRegressor(models.LSTMConfig(n_dims=3, n_positions=8)),
+            "oracle": oracle("gd", 3, 2, lr="max")}
     assert set(made) == set(FAMILIES)
     for name, model in made.items():
         runs, _ = model.claimed_learners(batch)

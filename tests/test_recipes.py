@@ -166,4 +166,4 @@ def test_an_installed_plugin_reaches_the_cli_in_a_subprocess(ext, run):
     printed = json.loads("\n".join(lines[1:end]))["tiny"]
     assert list(printed["similarities"]) == ["heavy_ball"]
     assert list(printed["similarities"]["heavy_ball"]) == ["error_l1"]
-    assert "{gpt,lstm,pq,tinymean}" in "".join(lines[end:]).replace(" ", "")
+    assert "{gpt,lstm,oracle,pq,tinymean}" in "".join(lines[end:]).replace(" ", "")

@@ -96,7 +96,7 @@ def test_models_lists_names_without_importing_torch():
                          check=True).stdout.splitlines()
     assert out[-1] == "0 False False"
     names = [line.split()[0] for line in out[:-1]]
-    assert names == ["gpt-linear-paired", "gpt-softmax", "gpt-softmax-paired", "ka-gd-oracle",
-                     "ka-gd-pq", "ka-newton-oracle", "ka-newton-pq", "lstm",
+    assert names == ["gpt-linear-paired", "gpt-softmax", "gpt-softmax-ill", "gpt-softmax-paired",
+                     "ka-gd-oracle", "ka-gd-pq", "ka-newton-oracle", "ka-newton-pq", "lstm",
                      "pq-isotropic-1layer", "pq-rotated-3layer"]
     assert "softmax attention, interleaved layout" in out[1]

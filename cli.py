@@ -138,6 +138,8 @@ def _align_options(p: argparse.ArgumentParser) -> None:
                    help="write a report folder (report.md, PNGs, CSVs, JSON) here")
     _overwrite_flag(p, "a report")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    p.add_argument("--verbose", action="store_true", help="print the full tables (every learner "
+                   "with intervals, ties, calibration) instead of one screen per model")
 
 
 def _overwrite_flag(p: argparse.ArgumentParser, what: str) -> None:

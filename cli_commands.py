@@ -216,6 +216,7 @@ def align_checkpoints(checkpoints: list[str], cfg: Any, refit_probes: bool = Fal
 
 def cmd_align(args: argparse.Namespace) -> int:
     """``iclprobe align`` and ``iclprobe compare``."""
+    from iclprobe.alignment.screen import screen
     from iclprobe.alignment.tables import aligned, comparison_rows, spectral_lines, text_table
     from iclprobe.storage import atomic_directory, check_output
 
@@ -231,11 +232,15 @@ def cmd_align(args: argparse.Namespace) -> int:
 
         command = "iclprobe " + " ".join(args.argv)
         with atomic_directory(args.out, "report", args.overwrite) as tmp:
-            write_report(tmp, results, title=f"iclprobe {args.command}", command=command)
+            write_report(tmp, results, title=f"iclprobe {args.command}", command=command,
+                         side_by_side=[[r.name for r in results]] if len(results) > 1 else [])
     if args.json:
         print(json.dumps({r.name: {**r.to_dict(), "probes": records[r.name]} for r in results}))
         return 0
     for res in results:
+        if not args.verbose:
+            print(screen(res), end="\n\n")
+            continue
         for metric in cfg.metrics:
             print(text_table(res, metric), end="\n\n")
             if res.meaningless:
@@ -286,13 +291,8 @@ def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int = 1000,
     from iclprobe import models, probes
     from iclprobe.alignment.pipeline import AlignConfig, align
     from iclprobe.alignment.report import write_report
-    from iclprobe.alignment.tables import (
-        aligned,
-        comparison_rows,
-        fitted_lines,
-        headline_lines,
-        text_table,
-    )
+    from iclprobe.alignment.screen import screen
+    from iclprobe.alignment.tables import aligned, comparison_rows, fitted_lines, headline_lines
     from iclprobe.storage import atomic_directory, check_output
 
     check_output(out, "report", overwrite)
@@ -314,9 +314,9 @@ def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int = 1000,
     with atomic_directory(out, "report", overwrite) as tmp:
         write_report(tmp, gpt + paired + [recurrent] + pq_aligned, pq,
                      title="iclprobe demo: which algorithm does each layer run?",
-                     command="iclprobe demo")
+                     command="iclprobe demo", side_by_side=[list(DEMO_MODELS[1:])])
     report = Path(out) / "report.md"
-    print(text_table(gpt[0]), end="\n\n")
+    print(screen(gpt[0]), end="\n\n")
     print("Fu et al.'s headline (Newton closer than GD) at the last layer: gpt-softmax "
           "under both protocols, every transformer under iclprobe's:")
     print("\n".join(headline_lines(gpt + paired)), end="\n\n")
@@ -330,7 +330,7 @@ def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int = 1000,
     print("\n".join(aligned(*comparison_rows([gpt[0], recurrent], learner="online_gd"),
                            right=False)))
     print("\n".join(headline_lines([gpt[0], recurrent], b="online_gd")), end="\n\n")
-    print(text_table(pq_aligned[0]), end="\n\n")
+    print(screen(pq_aligned[0]), end="\n\n")
     for name, analysis in pq:
         dists = ", ".join(f"{d:.3f}" for d in analysis.dist_to_inv_cov)
         print(f"{name}: distance of A_l to Σ⁻¹ per layer: {dists}; scales a_l "

@@ -75,23 +75,52 @@ def read_marker(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
 
 def write_marker(directory: str | os.PathLike[str], kind: str,
                  files: list[str] | None = None) -> None:
-    """Mark ``directory`` as iclprobe's ``kind`` output holding ``files`` (default: all)."""
+    """Mark ``directory`` as iclprobe's ``kind`` output holding ``files`` (default: all).
+
+    The default lists every entry, and inside each subdirectory (not a link) every entry
+    as ``sub/name``, so that what is added there later is not taken for iclprobe's.
+    """
     directory = Path(directory)
     if files is None:
-        files = [p.name for p in directory.iterdir() if p.name != MARKER]
+        files = _entries(directory)
     write_text_atomic(directory / MARKER, json.dumps({"kind": kind, "files": sorted(files)}))
+
+
+def _entries(directory: Path, prefix: str = "") -> list[str]:
+    out = []
+    for p in directory.iterdir():
+        if p.name == MARKER and not prefix:
+            continue
+        out.append(prefix + p.name)
+        if p.is_dir() and not p.is_symlink():
+            out += _entries(p, f"{prefix}{p.name}/")
+    return out
 
 
 def foreign_entries(directory: Path, marker: dict[str, Any], own: tuple[str, ...] = (),
                     nested: bool = False) -> list[str]:
     """Entries of ``directory`` that its marker does not list (nor ``own``).
 
-    ``nested=True`` also passes subdirectories holding iclprobe output of their own (a
-    run's probes): for a caller that keeps them, never for one that deletes the tree.
+    Inside a listed subdirectory whose entries the marker lists too (``sub/name``), the
+    entries it does not list are foreign as well (named ``sub/name``); a subdirectory
+    listed alone is the writer's whole. ``nested=True`` also passes subdirectories
+    holding iclprobe output of their own (a run's probes): for a caller that keeps them,
+    never for one that deletes the tree.
     """
     listed = {MARKER, *own, *(f for f in marker.get("files", []) if isinstance(f, str))}
-    return sorted(p.name for p in directory.iterdir() if p.name not in listed and not (
-        nested and p.is_dir() and not p.is_symlink() and read_marker(p) is not None))
+    return sorted(_foreign(directory, listed, "", nested))
+
+
+def _foreign(directory: Path, listed: set[str], prefix: str, nested: bool) -> list[str]:
+    out = []
+    for p in directory.iterdir():
+        name = prefix + p.name
+        if name not in listed:
+            if not (nested and p.is_dir() and not p.is_symlink() and read_marker(p) is not None):
+                out.append(name)
+        elif p.is_dir() and not p.is_symlink() and any(f.startswith(name + "/") for f in listed):
+            out += _foreign(p, listed, name + "/", nested)
+    return out
 
 
 def check_target(path: str | os.PathLike[str], kind: str, ignore: tuple[str, ...] = ()

@@ -23,6 +23,7 @@ from torch import Tensor
 
 from iclprobe import algorithms, probes
 from iclprobe.alignment import comparison as C
+from iclprobe.alignment import display
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.family import (
     family_runs,
@@ -123,6 +124,21 @@ class AlignResult:
                 row[f"{run}_above_zero"] = m.above_zero[layer]
             rows.append(row)
         return rows
+
+    def __repr__(self) -> str:
+        return display.short_repr(self)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """IPython's pretty print: what ``iclprobe align`` prints."""
+        printer.text(repr(self) if cycle else display.screen(self))
+
+    def _repr_html_(self) -> str:
+        """Jupyter's rendering: the per-layer table of matched steps and verdicts."""
+        return display.to_html(self)
+
+    def to_frame(self) -> Any:
+        """A pandas DataFrame, one row per layer (`iclprobe.alignment.display.to_frame`)."""
+        return display.to_frame(self)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (similarity tables included)."""

@@ -1,4 +1,10 @@
-"""The report folder: report.md, summary.json, one CSV per table, PNG plots.
+"""The report folder: report.md and summary.json at the top, a folder per model.
+
+report.md opens with the findings — every model's verdict per layer (the fitted view and
+the protocol's), and models compared on the same data side by side — then has a section
+per model, the comparisons across models, and the glossary last. Each model's CSV tables,
+figures and ``result.json`` lie in its own folder (`report_model`); summary.json holds
+every model's full result and the findings.
 
 `write_report` writes into the folder it is given (callers that replace an old report
 write into a temporary folder and swap it in whole).
@@ -6,27 +12,22 @@ write into a temporary folder and swap it in whole).
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from iclprobe.alignment import plots
 from iclprobe.alignment import tables as T
-from iclprobe.alignment.metrics import metric_info
 from iclprobe.alignment.pipeline import AlignResult
+from iclprobe.alignment.report_model import csv_text, folder_names, markdown_table, model_section
 from iclprobe.alignment.tables import nice_float
 from iclprobe.storage import write_text_atomic
 
 __all__ = ["markdown_table", "write_report"]
 
 GLOSSARY = """\
-How to read the tables:
-
 - **layer**: 0 is the embedded input, l the output of block l.
 - **norm. error**: the layer's mean squared error against the true y, divided by d, over
   the positions in the window (the zero predictor scores about 1 on standard data).
@@ -58,99 +59,80 @@ How to read the tables:
   of the learners chosen matches it better than the zero predictor does.
 """
 
-
-def markdown_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
-    """A GitHub-flavoured markdown table."""
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in body]
-    return "\n".join(out)
-
-
-def _csv(header: Sequence[str], body: Sequence[Sequence[Any]]) -> str:
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(header)
-    writer.writerows(body)
-    return buf.getvalue()
-
-
-def _model_section(out: Path, res: AlignResult, slug: str) -> list[str]:
-    cov = res.task["cov"] if isinstance(res.task["cov"], str) else "given"
-    md = [f"## {res.name}", "",
-          f"Task: d = {res.task['n_dims']}, {res.task['n_points']} points, covariance {cov}. "
-          f"Protocol **{res.protocol['name']}** ({res.protocol['summary']}); positions "
-          f"{T.where(res)}; layers read by {res.readout}.", ""]
-    md += [f"- {n}" for n in res.notes] + ([""] if res.notes else [])
-    if res.meaningless:
-        png = plots.error_curves(res, out / f"error_{slug}.png")
-        return md + [f"**No alignment:** {res.meaningless}.", "",
-                     f"![error curves]({png.name})", ""]
-    for metric in res.comparisons:
-        words = metric_info(metric).label
-        head, rows = T.matched_csv(res, metric)
-        write_text_atomic(out / f"table_{slug}_{metric}.csv", _csv(head, rows))
-        head, rows = T.learner_csv(res, metric)
-        write_text_atomic(out / f"learners_{slug}_{metric}.csv", _csv(head, rows))
-        md += [f"### By {words}", "", f"Best step per layer ([CSV](table_{slug}_{metric}.csv)):",
-               "", markdown_table(*T.matched_rows(res, metric)), "",
-               f"Learner table ([CSV](learners_{slug}_{metric}.csv)):", "",
-               markdown_table(*T.learner_rows(res, metric)), ""]
-        for pair in res.comparisons[metric].pairs:
-            md += [f"Calibration, {pair.a} vs {pair.b}:", "",
-                   markdown_table(*T.calibration_rows(res, pair)), "", f"**{pair.sentence}**",
-                   ""]
-        if metric in res.fitted:
-            md += [T.FITTED_TITLE[0].upper() + T.FITTED_TITLE[1:] + ":", "",
-                   markdown_table(*T.fitted_rows(res, metric)), "",
-                   f"**{res.fitted[metric].sentence}**", ""]
-        md += ["Step growth over live layers:", ""]
-        md += [f"- {g}" for g in T.growth_lines(res, metric)] + [""]
-        png = plots.learner_comparison(res, metric, out / f"learners_{slug}_{metric}.png")
-        md += [f"![learner comparison]({png.name})", "",
-               "Left: each learner's best similarity per layer with its 95% interval; "
-               "right: the paired differences with intervals (0 = indistinguishable). "
-               "Hollow markers: layers not above the zero predictor.", ""]
-        panels = [(res.similarities[run][metric], res.matches[run][metric],
-                   res.run_labels.get(run, run)) for run in res.step_runs]
-        png = plots.similarity_heatmaps(panels, out / f"heatmaps_{slug}_{metric}.png",
-                                        f"{res.name}: {words} with each learner")
-        md += [f"![{metric} heatmaps]({png.name})", "",
-               f"{words.capitalize()} between each layer and each step of "
-               + ", ".join(res.step_runs) + " (one panel each); ★ marks each layer's best "
-               "match, ✕ a best match no better than the zero predictor's.", ""]
-    png = plots.error_curves(res, out / f"error_{slug}.png")
-    md += [f"![error curves]({png.name})", "",
-           "Normalized error against the number of in-context examples t, one curve per "
-           "layer (colour bar), with OLS and each learner at the step that best matches the "
-           "last layer. The dotted vertical line marks t = d, where OLS first interpolates.",
-           ""]
-    if res.separation:
-        md += ["Which views separate Newton from GD (the best similarity any GD step reaches "
-               "with Newton steps " + ", ".join(map(str, res.separation.views[0].newton_steps))
-               + "; lower = better separated):", "",
-               markdown_table(["view", "separation (1 − mean)", "GD's resemblance per step"],
-                              [[v.view, f"{v.separation:.4f}",
-                                ", ".join(f"{x:.3f}" for x in v.resemblance)]
-                               for v in res.separation.views]), ""]
-    for by in res.similarities.values():
-        for metric, sim in by.items():
-            write_text_atomic(out / f"similarity_{slug}_{sim.learner}_{metric}.csv", sim.to_csv())
-    return md
+FINDINGS = ("Newton vs GD at each layer (0 = the embedded input, l = block l's output). The "
+            "**fitted view** matches both learners over their step sizes as well as their steps "
+            "(the view with the fewest false attributions on the known-answer benchmark); the "
+            "**protocol view** matches each at the protocol's step sizes. \"prefers X\": "
+            "attributable to X; \"leans X\": closer to X, but within the learners' own "
+            "resemblance; the glossary at the end says more.")
 
 
 def write_report(out: str | os.PathLike[str], results: Sequence[AlignResult],
                  pq: Sequence[tuple[str, Any]] = (), title: str = "iclprobe report",
-                 command: str = "") -> Path:
-    """Write the report folder and return the path of report.md."""
+                 command: str = "", side_by_side: Sequence[Sequence[str]] = ()) -> Path:
+    """Write the report folder and return the path of report.md.
+
+    Args:
+        out: the folder (created if absent; the caller makes it atomic).
+        results: one per model (unique names).
+        pq: ``(name, PreconditionerAnalysis)`` of PQ transformers.
+        title: report.md's title.
+        command: the command line that made it (quoted in report.md).
+        side_by_side: groups of model names shown layer by layer beside each other (e.g.
+            softmax against linear attention on the same data).
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    by_name = {r.name: r for r in results}
+    unknown = [n for group in side_by_side for n in group if n not in by_name]
+    if unknown:
+        raise ValueError(f"side_by_side names models not among the results: {unknown}; "
+                         f"the results are {list(by_name)}")
+    folders = folder_names([r.name for r in results])
     md = [f"# {title}", ""] + ([f"Produced by `{command}`.", ""] if command else [])
-    md += [GLOSSARY, ""]
-    summary: dict[str, Any] = {"title": title, "command": command, "models": {}, "pq": {}}
-    slugs = [re.sub(r"[^A-Za-z0-9._-]+", "_", r.name) for r in results]
-    for res, slug in zip(results, slugs):
+    md += _findings(results, [[by_name[n] for n in group] for group in side_by_side])
+    summary: dict[str, Any] = {"title": title, "command": command,
+                               "findings": _findings_json(results, folders), "models": {},
+                               "pq": {}}
+    for res, folder in zip(results, folders):
         summary["models"][res.name] = res.to_dict()
-        md += _model_section(out, res, slug)
+        md += model_section(out, res, folder)
+    md += _across_models(out, results)
+    if pq:
+        md += _pq_section(out, pq, summary)
+    md += ["## How to read the tables", "", GLOSSARY]
+    write_text_atomic(out / "summary.json", json.dumps(summary, indent=1))
+    write_text_atomic(out / "report.md", "\n".join(md))
+    return out / "report.md"
+
+
+def _findings(results: Sequence[AlignResult], groups: Sequence[Sequence[AlignResult]]
+              ) -> list[str]:
+    md = ["## Findings", "", FINDINGS, "", markdown_table(*T.findings_rows(results)), ""]
+    for group in groups:
+        md += [f"### Side by side: {', '.join(r.name for r in group)}", "",
+               "The verdict at each layer by error cosine, fitted view / protocol view:", "",
+               markdown_table(*T.side_by_side_rows(group)), ""]
+    return md
+
+
+def _findings_json(results: Sequence[AlignResult], folders: Sequence[str]) -> dict[str, Any]:
+    """Per model: its folder and, per metric, the verdicts per layer of both views."""
+    out: dict[str, Any] = {}
+    for res, folder in zip(results, folders):
+        views: dict[str, Any] = {}
+        for metric in res.comparisons:
+            pair = T.main_pair(res, metric)
+            views[metric] = {
+                "fitted": res.fitted[metric].verdicts if metric in res.fitted else None,
+                "protocol": None if pair is None else
+                {"a": pair.a, "b": pair.b, "verdicts": pair.verdicts}}
+        out[res.name] = {"folder": folder, "meaningless": res.meaningless, "verdicts": views}
+    return out
+
+
+def _across_models(out: Path, results: Sequence[AlignResult]) -> list[str]:
+    md = []
     pairs = [(r.name, r.matches["newton"]["error_cosine"]) for r in results
              if not r.meaningless and "error_cosine" in r.matches.get("newton", {})]
     if pairs:
@@ -162,14 +144,10 @@ def write_report(out: str | os.PathLike[str], results: Sequence[AlignResult],
                ""]
     if len(results) > 1:
         header, body = T.comparison_rows(results)
-        write_text_atomic(out / "comparison_newton.csv", _csv(header, body))
+        write_text_atomic(out / "comparison_newton.csv", csv_text(header, body))
         md += ["Side by side (* marks layers whose best Newton step differs):", "",
                markdown_table(header, body), ""]
-    if pq:
-        md += _pq_section(out, pq, summary)
-    write_text_atomic(out / "summary.json", json.dumps(summary, indent=1))
-    write_text_atomic(out / "report.md", "\n".join(md))
-    return out / "report.md"
+    return md
 
 
 def _pq_section(out: Path, pq: Sequence[tuple[str, Any]], summary: dict[str, Any]) -> list[str]:
@@ -181,7 +159,7 @@ def _pq_section(out: Path, pq: Sequence[tuple[str, Any]], summary: dict[str, Any
             rows.append([name, str(layer + 1), nice_float(ds), nice_float(a), nice_float(di)])
     header = ["model", "layer", "dist(A, Σ⁻¹)", "a_l", "dist(A, I)"]
     write_text_atomic(out / "pq_preconditioners.csv",
-                      _csv(["model", "layer", "dist_to_inv_cov", "scale", "dist_to_identity"],
+                      csv_text(["model", "layer", "dist_to_inv_cov", "scale", "dist_to_identity"],
                            rows))
     png = plots.preconditioner_distances(pq, out / "pq_preconditioners.png")
     md = ["## PQ transformers: the learned preconditioners", "", markdown_table(header, rows),

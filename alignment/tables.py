@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from iclprobe.alignment.comparison import Interval, PairVerdict
+from iclprobe.alignment.matching import Fit
 from iclprobe.alignment.metrics import metric_info
-from iclprobe.alignment.pipeline import AlignResult
+
+if TYPE_CHECKING:
+    from iclprobe.alignment.pipeline import AlignResult
 
 
 def nice_float(x: float) -> str:
@@ -177,16 +180,21 @@ def growth_lines(result: AlignResult, metric: str) -> list[str]:
             continue
         fits = result.matches[run][metric].fits
         lin, log = fits["linear"], fits["log2"]
-        verdict = ""
-        if lin.defined and log.defined:
-            assert lin.r2 is not None and log.r2 is not None
-            if abs(lin.r2 - log.r2) < 0.02:
-                verdict = " → both lines fit about equally"
-            else:
-                verdict = (" → step ∝ layer explains better" if lin.r2 > log.r2 else
-                           " → log₂ step ∝ layer (exponential growth) explains better")
-        lines.append(f"{run}: {lin.describe()}; {log.describe()}{verdict}")
+        verdict = growth_verdict(lin, log)
+        lines.append(f"{run}: {lin.describe()}; {log.describe()}"
+                     + (f" → {verdict}" if verdict else ""))
     return lines
+
+
+def growth_verdict(linear: Fit, log2: Fit) -> str:
+    """Which line explains the matched steps better ("" unless both are defined)."""
+    if not (linear.defined and log2.defined):
+        return ""
+    assert linear.r2 is not None and log2.r2 is not None
+    if abs(linear.r2 - log2.r2) < 0.02:
+        return "both lines fit about equally"
+    return ("step ∝ layer explains better" if linear.r2 > log2.r2 else
+            "log₂ step ∝ layer (exponential growth) explains better")
 
 
 def aligned(header: Sequence[str], body: Sequence[Sequence[str]], right: bool = True) -> list[str]:
@@ -314,3 +322,57 @@ def spectral_lines(result: AlignResult) -> list[str]:
              "Newton 2 at small steps), beside each learner's best fitted match; not a "
              "ground of the verdict"]
     return [*title, *aligned(header, body, right=False)] if body else [*title, "no live layer"]
+MAIN_PAIR = ("newton", "gd")
+
+
+def main_pair(result: AlignResult, metric: str) -> PairVerdict | None:
+    """The protocol's pair shown beside the fitted view: Newton vs GD, else the first."""
+    comp = result.comparisons.get(metric)
+    if comp is None or not comp.pairs:
+        return None
+    return next((p for p in comp.pairs if (p.a, p.b) == MAIN_PAIR), comp.pairs[0])
+
+
+def verdict_runs(labels: Sequence[str]) -> str:
+    """Runs of layers with one verdict: "0–2 computes nothing; 3–8 leans gd"."""
+    runs: list[list[Any]] = []
+    for layer, label in enumerate(labels):
+        if runs and runs[-1][2] == label:
+            runs[-1][1] = layer
+        else:
+            runs.append([layer, layer, label])
+    return "; ".join(f"{a} {label}" if a == b else f"{a}–{b} {label}" for a, b, label in runs)
+
+
+def findings_rows(results: Sequence[AlignResult]) -> tuple[list[str], list[list[str]]]:
+    """Per model and metric: the verdict per layer, fitted view and protocol view."""
+    header = ["model", "protocol", "metric", "fitted view (newton vs gd)", "protocol view"]
+    body = []
+    for res in results:
+        if res.meaningless:
+            body.append([res.name, res.protocol["name"], "", f"no alignment: {res.meaningless}",
+                         ""])
+            continue
+        for metric in res.comparisons:
+            fitted, pair = res.fitted.get(metric), main_pair(res, metric)
+            shown = "" if pair is None or (pair.a, pair.b) == MAIN_PAIR else f"{pair.a} vs {pair.b}: "
+            body.append([res.name, res.protocol["name"], metric_info(metric).label,
+                         verdict_runs(fitted.verdicts) if fitted else "no fitted view",
+                         shown + verdict_runs(pair.verdicts) if pair else "no learner pair"])
+    return header, body
+
+
+def side_by_side_rows(results: Sequence[AlignResult], metric: str = "error_cosine"
+                      ) -> tuple[list[str], list[list[str]]]:
+    """Per layer, each model's verdict: fitted view / protocol view ("-" past its depth)."""
+    header = ["layer"] + [f"{r.name} (fitted / protocol)" for r in results]
+    body = []
+    for layer in range(max(r.n_layers for r in results) + 1):
+        cells = [str(layer)]
+        for res in results:
+            fitted, pair = res.fitted.get(metric), main_pair(res, metric)
+            views = [p.verdicts[layer] for p in (fitted, pair) if p is not None
+                     and layer < len(p.verdicts)]
+            cells.append(" / ".join(views) if views and not res.meaningless else "-")
+        body.append(cells)
+    return header, body

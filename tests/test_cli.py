@@ -31,33 +31,44 @@ def test_align_writes_the_report(tmp_path, capsys):
     model = "gpt-softmax-paired"  # a shipped model that solves its task
     assert main(["align", model, *FAST, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "Newton step" in printed and "report:" in printed
-    assert "learner table" in printed and "newton vs gd by error cosine:" in printed
-    names = {p.name for p in out.iterdir()}
-    assert {"report.md", "summary.json", f"error_{model}.png", "matched_newton_steps.png",
-            f"heatmaps_{model}_error_cosine.png", f"table_{model}_error_cosine.csv",
-            f"learners_{model}_weight_cosine.csv", f"learners_{model}_error_cosine.png",
-            f"similarity_{model}_gd_weight_cosine.csv"} <= names
+    lines = printed.splitlines()
+    assert len(lines) <= 42 and max(map(len, lines)) <= 100  # one screen, and the report line
+    assert "newton vs gd (fitted)" in printed and "report:" in printed
+    assert "newton vs gd by " in printed and "--verbose shows the full tables" in printed
+    assert {p.name for p in out.iterdir()} == {".iclprobe", "report.md", "summary.json",
+                                               "matched_newton_steps.png", model}
+    names = {p.name for p in (out / model).iterdir()}  # the model's files: a folder of its own
+    assert {"error.png", "heatmaps_error_cosine.png", "table_error_cosine.csv", "result.json",
+            "learners_weight_cosine.csv", "learners_error_cosine.png",
+            "similarity_gd_weight_cosine.csv"} <= names
     summary = json.loads((out / "summary.json").read_text())
     result = summary["models"][model]
     assert result["protocol"]["name"] == "iclprobe" and result["positions"] == "all"
     table = result["table"]["error_cosine"]
     assert [row["layer"] for row in table] == list(range(9))
     assert {"newton_step", "newton_sim", "gd_step", "newton_zero_sim"} <= set(table[0])
-    rows = list(csv.reader((out / f"table_{model}_error_cosine.csv").open()))
+    rows = list(csv.reader((out / model / "table_error_cosine.csv").open()))
     assert rows[0][:4] == ["protocol", "layer", "normalized_error", "live"] and len(rows) == 10
     assert rows[1][0] == "iclprobe"
     assert len(set(rows[0])) == len(rows[0])  # unique column names
     steps = rows[0].index("newton_step")
     assert all(r[steps].isdigit() for r in rows[1:])  # numeric, the † lives in "live"
-    learners = list(csv.reader((out / f"learners_{model}_error_cosine.csv").open()))
+    learners = list(csv.reader((out / model / "learners_error_cosine.csv").open()))
     assert len(set(learners[0])) == len(learners[0])
     assert {"newton_minus_gd_lower", "verdict_newton_vs_gd"} <= set(learners[0])
     report = (out / "report.md").read_text()
     for png in (p for p in names if p.endswith(".png")):
-        assert f"]({png})" in report  # every figure is embedded
+        assert f"]({model}/{png})" in report  # every figure is embedded
+    assert "](matched_newton_steps.png)" in report
     assert "Protocol **iclprobe**" in report and "How to read the tables" in report
     assert f"Produced by `iclprobe align {model}" in report
+    assert json.loads((out / model / "result.json").read_text()) == result
+    # the findings first, the glossary last
+    headings = [line for line in report.splitlines() if line.startswith("## ")]
+    assert headings[0] == "## Findings" and headings[1] == f"## {model}"
+    assert headings[-1] == "## How to read the tables"
+    fitted = summary["findings"][model]["verdicts"]["error_cosine"]["fitted"]
+    assert fitted == result["fitted"]["error_cosine"]["verdicts"]
 
 
 def test_align_under_fu_protocol_says_so(capsys):
@@ -130,10 +141,12 @@ def test_demo_writes_the_whole_report(tmp_path, capsys):
     assert main(["demo", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "pq-rotated-3layer: distance of A_l to Σ⁻¹" in printed
-    names = {p.name for p in out.iterdir()}
-    assert {"report.md", "summary.json", "error_gpt-softmax.png", "matched_newton_steps.png",
+    names = {str(p.relative_to(out)) for p in out.rglob("*")}
+    assert {"report.md", "summary.json", "gpt-softmax/error.png", "matched_newton_steps.png",
             "pq_preconditioners.png", "pq_preconditioners.csv", "comparison_newton.csv",
-            "heatmaps_gpt-linear-paired_weight_cosine.png"} <= names
+            "gpt-linear-paired/heatmaps_weight_cosine.png"} <= names
+    top = {p.name for p in out.iterdir() if p.is_file()}
+    assert len(top) <= 8, top  # the rest lies in a folder per model
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["models"]) == {"gpt-softmax", "gpt-softmax-fu2024", "gpt-softmax-paired",
                                       "gpt-linear-paired", "lstm", "pq-rotated-3layer",

@@ -92,7 +92,7 @@ def test_a_capped_weight_subset_is_said(ckpt, capsys):
 def test_a_report_is_drawn_when_an_estimate_lies_outside_its_interval(tmp_path, capsys):
     out = tmp_path / "R"
     assert main(["align", "pq-isotropic-1layer", "--n-sequences", "16", "--n-boot", "5",
-                 "--out", str(out)]) == 0
+                 "--out", str(out), "--verbose"]) == 0
     assert (out / "report.md").is_file()
     summary = json.loads((out / "summary.json").read_text())["models"]["pq-isotropic-1layer"]
     outside = [(run, layer) for comp in summary["comparisons"].values()

@@ -65,15 +65,15 @@ def test_a_learner_registered_outside_appears_everywhere(heavy_ball, tmp_path, c
     report = write_report(tmp_path / "r", [res])
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert heavy_ball in summary["models"]["gd3"]["similarities"]
-    header = next(csv.reader((tmp_path / "r" / "table_gd3_error_cosine.csv").open()))
+    header = next(csv.reader((tmp_path / "r" / "gd3" / "table_error_cosine.csv").open()))
     assert f"{heavy_ball}_step" in header
-    learners = next(csv.reader((tmp_path / "r" / "learners_gd3_error_cosine.csv").open()))
+    learners = next(csv.reader((tmp_path / "r" / "gd3" / "learners_error_cosine.csv").open()))
     assert f"{heavy_ball}_best" in learners
-    assert (tmp_path / "r" / f"similarity_gd3_{heavy_ball}_error_cosine.csv").is_file()
+    assert (tmp_path / "r" / "gd3" / f"similarity_{heavy_ball}_error_cosine.csv").is_file()
     text = report.read_text()
-    assert (tmp_path / "r" / "heatmaps_gd3_error_cosine.png").is_file()
-    assert "](heatmaps_gd3_error_cosine.png)" in text
-    assert heavy_ball in text.split("](heatmaps_gd3_error_cosine.png)")[1].split("\n\n")[1]
+    assert (tmp_path / "r" / "gd3" / "heatmaps_error_cosine.png").is_file()
+    assert "](gd3/heatmaps_error_cosine.png)" in text
+    assert heavy_ball in text.split("](gd3/heatmaps_error_cosine.png)")[1].split("\n\n")[1]
     # and the CLI runs it by name
     model = pq_gd_model()
     model.save(tmp_path / "gd3", task=model.task)
@@ -102,7 +102,7 @@ def test_a_metric_registered_outside_is_a_metric_like_the_others(error_l1, tmp_p
     write_report(tmp_path / "r", [res])
     text = (tmp_path / "r" / "report.md").read_text()
     assert "By mean |prediction difference|" in text
-    assert (tmp_path / "r" / f"learners_gd3_{error_l1}.csv").is_file()
+    assert (tmp_path / "r" / "gd3" / f"learners_{error_l1}.csv").is_file()
     with pytest.raises(ValueError, match="metrics must be among"):
         AlignConfig(metrics=("error_l2_unknown",))
 

@@ -112,8 +112,8 @@ def test_an_interrupted_align_keeps_the_old_report_and_a_new_one_replaces_it_who
     tiny_gpt("softmax", "paired").save(other, task=TASK)
     out = tmp_path / "report"
     assert main(["align", str(ckpt), *FAST, "--out", str(out)]) == 0
-    before = {p: (out / p).read_bytes() for p in listing(out)}
-    assert "error_lin.png" in before
+    before = {p: (out / p).read_bytes() for p in listing(out) if (out / p).is_file()}
+    assert "lin/error.png" in before
     capsys.readouterr()
     assert main(["align", str(other), *FAST, "--out", str(out)]) == 2
     one_line_error(capsys, "already holds iclprobe report output", "--overwrite")
@@ -126,12 +126,12 @@ def test_an_interrupted_align_keeps_the_old_report_and_a_new_one_replaces_it_who
 
     monkeypatch.setattr(report, "write_report", interrupted)
     assert main(["align", str(other), *FAST, "--out", str(out), "--overwrite"]) == 130
-    assert {p: (out / p).read_bytes() for p in listing(out)} == before
+    assert {p: (out / p).read_bytes() for p in listing(out) if (out / p).is_file()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["lin", "report", "soft"]
     monkeypatch.setattr(report, "write_report", real)
     assert main(["align", str(other), *FAST, "--out", str(out), "--overwrite"]) == 0
     names = listing(out)
-    assert "error_soft.png" in names and not any("lin" in n for n in names)  # no mix
+    assert "soft/error.png" in names and not any("lin" in n for n in names)  # no mix
 
 
 def test_compare_of_two_runs_with_one_directory_name_keeps_both(tmp_path, capsys):
@@ -146,8 +146,8 @@ def test_compare_of_two_runs_with_one_directory_name_keeps_both(tmp_path, capsys
     assert main(["compare", *runs, *FAST, "--metric", "error_cosine", "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["models"]) == {"a_run", "b_run"}
-    assert {"error_a_run.png", "error_b_run.png", "table_a_run_error_cosine.csv",
-            "table_b_run_error_cosine.csv"} <= set(listing(out))
+    assert {"a_run/error.png", "b_run/error.png", "a_run/table_error_cosine.csv",
+            "b_run/table_error_cosine.csv", "a_run/result.json"} <= set(listing(out))
     # the two entries are the two models' own results
     a, b = (summary["models"][k]["layer_error"] for k in ("a_run", "b_run"))
     assert a != b

@@ -1,0 +1,320 @@
+"""One screen of answer: what ``iclprobe align`` prints by default.
+
+A short header (model, protocol, data, window, readout); per live layer the matched steps
+of the main learners and the verdicts — the fitted view's first (Newton and GD with their
+step sizes fitted: the view with the fewest false attributions on the known-answer
+benchmark), the protocol's beside it where the width allows; the layers that compute
+nothing in one row; one sentence per learner pair; the step-growth fits.
+
+At most `MAX_LINES` lines of at most `WIDTH` columns for a model of up to `MAX_ROWS` live
+layers. A deeper model collapses runs of consecutive layers with the same verdicts into
+one row ("5–11", steps shown first–last). The full tables are `tables.text_table`'s
+(``--verbose``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from iclprobe.alignment.comparison import PairVerdict, layer_ranges
+from iclprobe.alignment.metrics import metric_info
+from iclprobe.alignment.tables import (
+    MAIN_PAIR,
+    display_runs,
+    growth_verdict,
+    main_pair,
+    nice_float,
+    where,
+)
+
+if TYPE_CHECKING:
+    from iclprobe.alignment.pipeline import AlignResult
+
+WIDTH = 100
+MAX_LINES = 40
+MAX_ROWS = 12  # live rows before runs of layers with the same verdicts collapse
+GROWTH_WORDS = {"both lines fit about equally": "either line", "step ∝ layer explains better":
+                "linear", "log₂ step ∝ layer (exponential growth) explains better": "exponential"}
+DEAD_WORDS = {"computes nothing": "not above the zero predictor",
+              "matches no learner": "predicts, but no learner run beats the zero predictor",
+              "not live": "no learner run beats the zero predictor"}
+
+
+@dataclasses.dataclass(frozen=True)
+class VerdictColumn:
+    """One column of verdicts: a learner pair, by one metric, in one view."""
+
+    view: str  # "fitted" (step sizes fitted) or "protocol" (the protocol's step sizes)
+    metric: str
+    pair: PairVerdict
+
+    @property
+    def group(self) -> str:
+        """The heading over the columns of one view."""
+        return f"{self.pair.a} vs {self.pair.b} ({self.view})"
+
+
+def verdict_columns(result: AlignResult) -> list[VerdictColumn]:
+    """Every verdict column, most trusted first: fitted per metric, then protocol per metric."""
+    fitted = [VerdictColumn("fitted", m, p) for m, p in result.fitted.items()]
+    protocol = [VerdictColumn("protocol", m, p) for m in result.comparisons
+                if (p := main_pair(result, m)) is not None]
+    return fitted + protocol
+
+
+def short_metric(metric: str) -> str:
+    """A metric's label for a column heading ("error cos.")."""
+    return metric_info(metric).label.replace("cosine", "cos.")
+
+
+@dataclasses.dataclass
+class Row:
+    """One row of the layer table: its layers, and cells (live) or a spanning text (dead)."""
+
+    layers: list[int]
+    cells: list[str]
+    span: str | None = None
+
+
+def _first_last(texts: Sequence[str]) -> str:
+    return texts[0] if len(set(texts)) == 1 else f"{texts[0]}–{texts[-1]}"
+
+
+def _steps(result: AlignResult, run: str, layers: Sequence[int]) -> str:
+    """The matched step of ``run`` per metric ("2/3"), first–last over ``layers``; † not live."""
+    parts = []
+    for metric in result.comparisons:
+        m, sim = result.matches[run].get(metric), result.similarities[run].get(metric)
+        if m is None or sim is None:
+            parts.append("-")
+            continue
+        shown = [sim.column_label(m.best_column[i]) + ("" if m.above_zero[i] else "†")
+                 for i in layers]
+        parts.append(_first_last(shown))
+    return "/".join(parts)
+
+
+def layer_rows(result: AlignResult, columns: Sequence[VerdictColumn], collapse: bool
+               ) -> list[Row]:
+    """The table's rows: live layers (runs of equal verdicts when ``collapse``), dead ones merged."""
+    runs = display_runs(result)
+    live = [i for i in range(result.n_layers + 1) if result.live[i]]
+    groups: list[list[int]] = []
+    for layer in live:
+        key = [c.pair.verdicts[layer] for c in columns]
+        if collapse and groups and groups[-1][-1] == layer - 1 and \
+                key == [c.pair.verdicts[groups[-1][0]] for c in columns]:
+            groups[-1].append(layer)
+        else:
+            groups.append([layer])
+    rows = []
+    for layers in groups:
+        cells = [_first_last([nice_float(result.layer_error[i]) for i in layers])]
+        cells += [_steps(result, run, layers) for run in runs]
+        cells += [c.pair.verdicts[layers[0]] for c in columns]
+        rows.append(Row(layers, cells))
+    dead: dict[str, list[int]] = {}
+    pairs = [c.pair for c in columns] or [p for c in result.comparisons.values() for p in c.pairs]
+    for layer in range(result.n_layers + 1):
+        if not result.live[layer]:
+            label = pairs[0].verdicts[layer] if pairs else "not live"
+            dead.setdefault(label, []).append(layer)
+    for label, layers in dead.items():
+        errors = sorted(result.layer_error[i] for i in layers)
+        error = _first_last([nice_float(errors[0]), nice_float(errors[-1])])
+        words = f" ({DEAD_WORDS[label]})" if label in DEAD_WORDS else ""
+        rows.append(Row(layers, [], f"{label}{words}, error {error}"))
+    return sorted(rows, key=lambda r: r.layers[0])
+
+
+def render_table(result: AlignResult, columns: Sequence[VerdictColumn], rows: Sequence[Row]
+                 ) -> list[str]:
+    """Rows under a two-line heading (groups over the columns they span)."""
+    runs = display_runs(result)
+    groups: list[tuple[str, list[str]]] = [("", ["layer", "error"])]
+    if runs:
+        groups.append(("matched step", list(runs)))
+    for col in columns:
+        if groups[-1][0] == col.group:
+            groups[-1][1].append(short_metric(col.metric))
+        else:
+            groups.append((col.group, [short_metric(col.metric)]))
+    heads = [h for _, hs in groups for h in hs]
+    body = [[layer_ranges(r.layers), *r.cells] for r in rows]
+    widths = [max([len(h)] + [len(b[i]) for b in body if i < len(b)]) for i, h in enumerate(heads)]
+    top, k = [], 0
+    for label, hs in groups:  # widen a group's last column until its label fits above it
+        span = sum(widths[k:k + len(hs)]) + 2 * (len(hs) - 1)
+        widths[k + len(hs) - 1] += max(0, len(label) - span)
+        top.append(label.ljust(sum(widths[k:k + len(hs)]) + 2 * (len(hs) - 1)))
+        k += len(hs)
+    lines = ["  ".join(top).rstrip(),
+             "  ".join(h.ljust(w) for h, w in zip(heads, widths)).rstrip()]
+    for row, cells in zip(rows, body):
+        if row.span is not None:
+            cells = [cells[0], row.span]
+        lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths + [0])).rstrip())
+    return lines
+
+
+def layer_table(result: AlignResult) -> tuple[list[str], list[VerdictColumn]]:
+    """The per-layer table within `WIDTH` columns and `MAX_ROWS` live rows, its columns.
+
+    With more than `MAX_ROWS` live layers, runs of layers with the same verdicts collapse.
+    Verdict columns are dropped from the least trusted (the protocol view of the last
+    metric) until the table fits; what still does not fit is cut, with a line saying so.
+    """
+    columns = verdict_columns(result)
+    collapse = sum(result.live) > MAX_ROWS
+    steps_by = "/".join(short_metric(m) for m in result.comparisons)
+    title = wrap([f"per layer: error, matched steps by {steps_by} († = not above the zero "
+                  "predictor), verdicts"])
+    while True:
+        rows = layer_rows(result, columns, collapse)
+        lines = render_table(result, columns, rows)
+        n_live = sum(r.span is None for r in rows)
+        if (max(map(len, lines)) <= WIDTH and n_live <= MAX_ROWS) or len(columns) <= 1:
+            break
+        columns = columns[:-1]
+    cut = [line[:WIDTH - 1] + "…" if len(line) > WIDTH else line for line in lines]
+    if n_live <= MAX_ROWS:
+        return title + cut, columns
+    kept, shown = [], 0
+    for row, line in zip(rows, cut[2:]):
+        shown += row.span is None
+        if shown < MAX_ROWS:
+            kept.append(line)
+    more = f"… {len(rows) - len(kept)} more rows: --verbose shows every layer"
+    return title + cut[:2] + kept + [more], columns
+
+
+def pair_sentence(pairs: Sequence[PairVerdict], live: Sequence[bool], fitted: bool) -> str:
+    """One learner pair's live verdicts over its metrics, in words; metrics that agree merge."""
+    a, b = pairs[0].a, pairs[0].b
+    by_labels: dict[str, list[str]] = {}
+    for pair in pairs:
+        kinds: dict[str, list[int]] = {}
+        for layer, label in enumerate(pair.verdicts):
+            if live[layer]:
+                kinds.setdefault(label, []).append(layer)
+        words = "; ".join(f"{label} at {layer_ranges(layers)}" for label, layers in
+                          sorted(kinds.items(), key=lambda kv: kv[1][0]))
+        by_labels.setdefault(words or "no live layer", []).append(metric_info(pair.metric).label)
+    how = " (step sizes fitted)" if fitted else ""
+    clauses = [f"by {' and '.join(metrics)}: {words}" for words, metrics in by_labels.items()]
+    return f"{a} vs {b}{how} " + "; ".join(clauses) + "."
+
+
+def sentences(result: AlignResult) -> list[str]:
+    """One sentence per learner pair: the fitted view's first, then the protocol's pairs."""
+    out = []
+    if result.fitted:
+        out.append(pair_sentence(list(result.fitted.values()), result.live, True))
+    by_pair: dict[tuple[str, str], list[PairVerdict]] = {}
+    for comp in result.comparisons.values():
+        for pair in comp.pairs:
+            by_pair.setdefault((pair.a, pair.b), []).append(pair)
+    out += [pair_sentence(pairs, result.live, False) for pairs in by_pair.values()]
+    return out
+
+
+LEGEND = {"prefers": "prefers X = closer to X beyond the 95% interval, and closer than the other "
+          "learner comes to X's matched step",
+          "leans": "leans X = closer to X, but the other learner imitates X's matched step as "
+          "well as the layer does",
+          "indistinguishable": "indistinguishable = no difference beyond the 95% interval"}
+VIEWS = {"fitted": "fitted = both learners matched over their step sizes too (the view with the "
+         "fewest false attributions on the known-answer benchmark)",
+         "protocol": "protocol = at the protocol's step sizes"}
+
+
+def legend(result: AlignResult, views: Sequence[str]) -> list[str]:
+    """What the views shown and the verdict words of live layers mean."""
+    pairs = [*result.fitted.values(), *(p for c in result.comparisons.values() for p in c.pairs)]
+    labels = {p.verdicts[i] for p in pairs for i, alive in enumerate(result.live) if alive}
+    used = [text for word, text in LEGEND.items() if any(v.startswith(word) for v in labels)]
+    views = [VIEWS[v] for v in dict.fromkeys(views) if v in VIEWS]
+    return ["; ".join(views) + "." if views else "", "; ".join(used) + "." if used else ""]
+
+
+def growth(result: AlignResult, metric: str) -> list[str]:
+    """Per main learner: the linear and log₂ step-vs-layer fits and the better one.
+
+    Learners without a fit for the same reason share one line.
+    """
+    lines: list[str] = []
+    undefined: dict[str, list[str]] = {}
+    by = short_metric(metric)
+    for run in dict.fromkeys([*MAIN_PAIR, *display_runs(result)]):
+        m = result.matches.get(run, {}).get(metric)
+        if m is None:
+            continue
+        lin, log = m.fits["linear"], m.fits["log2"]
+        if not lin.defined and not log.defined:
+            undefined.setdefault(lin.reason or "", []).append(run)
+            continue
+        fits = [f for f in (lin, log) if f.defined]
+        parts = [f"{'log₂ step' if f.log2 else 'step'} slope {f.slope:.2f} R² {f.r2:.2f}"
+                 for f in fits]
+        verdict = GROWTH_WORDS.get(growth_verdict(lin, log), "")
+        lines.append(f"{run} ({by}, layers {layer_ranges(fits[0].layers)}): " + ", ".join(parts)
+                     + (f" → {verdict}" if verdict else ""))
+    lines += [f"{', '.join(runs)} ({by}): no step-growth fit ({why})"
+              for why, runs in undefined.items()]
+    return lines
+
+
+def header(result: AlignResult) -> list[str]:
+    """Model, protocol, data, window and readout."""
+    task = result.task
+    cov = task.get("cov") if isinstance(task.get("cov"), str) else "given"
+    return [f"{result.name}: protocol {result.protocol['name']}, data d = {task['n_dims']}, "
+            f"{task['n_points']} points, {cov} Σ; {where(result)}",
+            f"layers read by {result.readout}"]
+
+
+def wrap(lines: Sequence[str], indent: str = "  ") -> list[str]:
+    """Each line wrapped to `WIDTH` columns, continuations indented (empty lines dropped)."""
+    out = []
+    for line in lines:
+        out += textwrap.wrap(line, WIDTH, subsequent_indent=indent, break_on_hyphens=False)
+    return out
+
+
+def screen(result: AlignResult) -> str:
+    """What ``iclprobe align`` prints by default for one model (see the module doc).
+
+    Within `MAX_LINES`, the legend, the notes (then counted on the last line), the other
+    metrics' growth lines and the first metric's go first, then the last sentences.
+    """
+    head = wrap(header(result))
+    more = "--verbose shows the full tables: every learner, intervals, ties, calibration"
+    if result.meaningless:
+        return "\n".join(head + wrap([f"no alignment: {result.meaningless}", more]))
+    metrics = list(result.comparisons)
+    table, columns = layer_table(result)
+    parts = {"table": table, "legend": wrap(legend(result, [c.view for c in columns])),
+             "sentences": wrap(sentences(result)),
+             "growth": wrap(growth(result, metrics[0])) if metrics else [],
+             "growth_more": wrap([g for m in metrics[1:] for g in growth(result, m)]),
+             "notes": wrap([f"note: {n}" for n in result.notes])}
+    for drop in ("legend", "notes", "growth_more", "growth", None):
+        paragraphs = [parts["table"], parts["legend"] + parts["sentences"],
+                      parts["growth"] + parts["growth_more"] + parts["notes"]]
+        lines = head + [x for p in paragraphs if p for x in ["", *p]] + ["", more]
+        if len(lines) <= MAX_LINES or drop is None:
+            break
+        if drop == "notes" and parts["notes"]:
+            more += f" (and {len(result.notes)} notes)"
+        parts[drop] = []
+    if len(lines) > MAX_LINES:
+        lines = lines[:MAX_LINES - 2] + ["…", more]
+    return "\n".join(lines)
+
+
+def screens(results: Sequence[AlignResult]) -> str:
+    """`screen` of each model, one after the other."""
+    return "\n\n".join(screen(r) for r in results)

@@ -1,0 +1,302 @@
+"""One screen of answer: what ``iclprobe align`` prints, the report's layout, the notebook."""
+
+import copy
+import dataclasses
+import json
+import re
+import sys
+
+import pytest
+import torch
+
+from iclprobe import algorithms, tasks
+from iclprobe.alignment.config import AlignConfig
+from iclprobe.alignment.pipeline import align_layers
+from iclprobe.alignment.protocols import ICLPROBE
+from iclprobe.alignment.runs import run_spec
+from iclprobe.alignment.screen import MAX_LINES, WIDTH, screen, short_metric
+from iclprobe.alignment.tables import main_pair, text_table
+from iclprobe.cli import main
+
+CFG = AlignConfig(algorithms=("newton", "gd", "online_gd"), n_boot=20, separation=False)
+
+
+def synthetic(plan: str, seed: int = 0):
+    """An aligned model whose layer l is plan[l]: "0" nothing, "n" a Newton step, "g" a GD step.
+
+    The k-th Newton (GD) layer is that learner's k-th column: the matched steps grow.
+    """
+    batch = tasks.RegressionTask(n_dims=4, n_points=10).sample(32, generator=seed)
+    stats = algorithms.prefix_stats(batch.xs.double(), batch.ys.double())
+    its = {k: run_spec(ICLPROBE.run(k), batch, len(plan) - 1, True, stats)
+           for k in ("newton", "gd")}
+    preds, weights, seen = [], [], {"n": 0, "g": 0}
+    for kind in plan:
+        if kind == "0":
+            preds.append(torch.zeros_like(its["newton"].preds[0]))
+            weights.append(torch.zeros_like(its["newton"].weights[0]))
+            continue
+        it = its["newton" if kind == "n" else "gd"]
+        seen[kind] += 1
+        k = min(seen[kind], it.steps.numel() - 1)
+        preds.append(it.preds[k])
+        weights.append(it.weights[k])
+    weights = torch.stack(weights)[:, :8]  # induced weights on a few sequences, as align's
+    return align_layers(torch.stack(preds), batch, CFG, layer_weights=weights)
+
+
+def expand(layers: str) -> list[int]:
+    """ "0–2, 5" -> [0, 1, 2, 5]."""
+    out = []
+    for part in layers.split(", "):
+        lo, _, hi = part.partition("–")
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def parse_table(text: str):
+    """The layer table's columns (group, heading, start) and rows (layers, cells or span)."""
+    lines = text.splitlines()
+    i = next(k for k, line in enumerate(lines) if line.startswith("layer  error"))
+    starts = [m.start() for m in re.finditer(r"(?:^|(?<=  ))(?=\S)", lines[i])]
+    bounds = starts[1:] + [None]
+    groups = {m.start(): m.group(0) for m in re.finditer(r"\S+(?: \S+)*", lines[i - 1])}
+    group, columns = "", []
+    for start, end in zip(starts, bounds):
+        group = groups.get(start, group)
+        columns.append((group, lines[i][start:end].strip()))
+    rows = []
+    for line in lines[i + 1:]:
+        if not line.strip() or line.startswith("… "):
+            break
+        cells = [line[s:e].strip() for s, e in zip(starts, bounds)]
+        span = line[starts[1]:].strip() if not re.match(r"-?\d", cells[1]) else None
+        rows.append((expand(cells[0]), cells, span))
+    return columns, rows
+
+
+def check_screen(res, text: str) -> None:
+    """The budget holds and every cell agrees with the result it shows."""
+    lines = text.splitlines()
+    assert len(lines) <= MAX_LINES and max(map(len, lines)) <= WIDTH
+    columns, rows = parse_table(text)
+    shown = [layer for layers, _, _ in rows for layer in layers]
+    assert sorted(shown) == list(range(res.n_layers + 1))  # every layer, once
+    views = {"fitted": res.fitted, "protocol": {m: main_pair(res, m) for m in res.comparisons}}
+    metric_of = {short_metric(m): m for m in res.comparisons}
+    verdict_columns = [(j, views[g.split("(")[1].rstrip(")")][metric_of[h]])
+                       for j, (g, h) in enumerate(columns) if g.startswith("newton vs gd (")]
+    assert verdict_columns and columns[verdict_columns[0][0]][0] == "newton vs gd (fitted)"
+    for layers, cells, span in rows:
+        if span is not None:  # dead layers: their verdict, as every view gives it
+            assert not any(res.live[layer] for layer in layers)
+            assert {res.fitted["error_cosine"].verdicts[layer] for layer in layers} == \
+                {span.split(" (")[0]}
+            continue
+        assert all(res.live[layer] for layer in layers)
+        for j, pair in verdict_columns:
+            assert {pair.verdicts[layer] for layer in layers} == {cells[j]}
+        if len(layers) == 1:  # the matched steps, per metric
+            layer = layers[0]
+            for j, (g, run) in enumerate(columns):
+                if g == "matched step":
+                    want = [str(res.matches[run][m].best_step[layer])
+                            + ("" if res.matches[run][m].above_zero[layer] else "†")
+                            for m in res.comparisons]
+                    assert cells[j] == "/".join(want)
+
+
+@pytest.fixture(scope="module")
+def shallow():
+    return synthetic("000nnnggg")  # 8 layers
+
+
+def test_a_shallow_model_gets_a_row_per_live_layer_and_both_views(shallow):
+    text = screen(shallow)
+    check_screen(shallow, text)
+    _, rows = parse_table(text)
+    live = [layers for layers, _, span in rows if span is None]
+    assert live == [[layer] for layer in range(3, 9)]
+    assert [layers for layers, _, span in rows if span is not None] == [[0, 1, 2]]
+    assert "newton vs gd (protocol)" in text  # the protocol's verdict fits beside the fitted
+    for pair in ("newton vs gd (step sizes fitted) by ", "newton vs gd by ",
+                 "newton vs online_gd by "):
+        assert pair in text  # one sentence per learner pair
+    assert re.search(r"^newton \(error cos\., layers [\d–, ]+\): step slope", text, re.M)
+    assert text.splitlines()[-1].startswith("--verbose shows the full tables")
+    head = text.splitlines()[0]
+    assert head.startswith("model: protocol iclprobe, data d = 4, 10 points") and "t = 1..9" in head
+
+
+@pytest.fixture(scope="module")
+def deep():
+    return synthetic("000" + "n" * 11 + "g" * 11)  # 24 layers, 21 live
+
+
+def test_a_deep_model_collapses_runs_of_layers_with_the_same_verdicts(deep):
+    text = screen(deep)
+    check_screen(deep, text)
+    _, rows = parse_table(text)
+    live_rows = [layers for layers, _, span in rows if span is None]
+    assert len(live_rows) < 21 and any(len(layers) > 1 for layers in live_rows)
+    verdicts = deep.fitted["error_cosine"].verdicts
+    runs = 1 + sum(verdicts[i] != verdicts[i - 1] for i in range(4, 25))
+    assert len(live_rows) >= runs  # no run merges layers of different verdicts
+
+
+def test_alternating_verdicts_stay_within_the_budget(deep):
+    res = copy.deepcopy(deep)
+    for pair in [*res.fitted.values(), *(p for c in res.comparisons.values() for p in c.pairs)]:
+        pair.verdicts = [v if not res.live[i] else f"prefers {(pair.a, pair.b)[i % 2]}"
+                         for i, v in enumerate(pair.verdicts)]
+    text = screen(res)
+    lines = text.splitlines()
+    assert len(lines) <= MAX_LINES and max(map(len, lines)) <= WIDTH
+    _, rows = parse_table(text)
+    assert [layers for layers, _, span in rows if span is None] == [[i] for i in range(3, 14)]
+    assert "… 11 more rows: --verbose shows every layer" in lines
+    for layers, cells, span in rows:
+        if span is None:
+            assert cells[-1] == res.fitted["error_cosine"].verdicts[layers[0]]
+
+
+def test_a_model_that_solves_nothing_gets_one_line(shallow):
+    res = dataclasses.replace(shallow, meaningless="the model does not solve this task")
+    lines = screen(res).splitlines()
+    assert lines[-2] == "no alignment: the model does not solve this task"
+    assert len(lines) <= 5
+
+
+@pytest.fixture(scope="module")
+def pq_results():
+    from iclprobe.cli_commands import align_checkpoints
+
+    cfg = AlignConfig(n_sequences=32, n_boot=10)
+    return align_checkpoints(["pq-isotropic-1layer"], cfg)
+
+
+def test_align_prints_one_screen_and_verbose_the_full_tables(pq_results, capsys, monkeypatch):
+    results, _ = pq_results
+    argv = ["align", "pq-isotropic-1layer", "--n-sequences", "32", "--n-boot", "10"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert printed.strip() == screen(results[0])  # the library's numbers, on one screen
+    check_screen(results[0], printed)
+    import iclprobe.cli_commands as commands
+
+    monkeypatch.setattr(commands, "align_checkpoints", lambda *a, **k: pq_results)
+    assert main([*argv, "--verbose"]) == 0
+    printed = capsys.readouterr().out
+    for metric in ("error_cosine", "weight_cosine"):
+        assert text_table(results[0], metric) in printed
+    assert "learner table" in printed and "calibration, newton vs gd" in printed
+
+
+# ---------------------------------------------------------------- the report
+def test_the_report_opens_with_the_findings_and_keeps_each_model_in_its_folder(
+        shallow, deep, tmp_path):
+    from iclprobe import storage
+    from iclprobe.alignment.report import write_report
+
+    deep = dataclasses.replace(deep, name="deep one")  # a name that is no folder name
+    with storage.atomic_directory(tmp_path / "r", "report") as tmp:
+        write_report(tmp, [shallow, deep], title="t", side_by_side=[["model", "deep one"]])
+    out = tmp_path / "r"
+    assert {p.name for p in out.iterdir()} == {".iclprobe", "report.md", "summary.json",
+                                               "matched_newton_steps.png",
+                                               "comparison_newton.csv", "model", "deep_one"}
+    assert {"result.json", "table_error_cosine.csv", "heatmaps_weight_cosine.png",
+            "error.png"} <= {p.name for p in (out / "deep_one").iterdir()}
+    report = (out / "report.md").read_text()
+    headings = [line for line in report.splitlines() if line.startswith("## ")]
+    assert headings[:4] == ["## Findings", "## model", "## deep one",
+                            "## Matched Newton step against depth"]
+    assert headings[-1] == "## How to read the tables"
+    findings = report.split("## Findings")[1].split("\n## ")[0]
+    rows = [line.split(" | ") for line in findings.splitlines() if line.startswith("| deep one")]
+    assert [r[2] for r in rows] == ["error cosine", "weight cosine"]
+    for row, metric in zip(rows, ("error_cosine", "weight_cosine")):  # runs of the verdicts
+        fitted = deep.fitted[metric].verdicts
+        runs = row[3].split("; ")
+        assert sum(len(expand(r.split(" ")[0])) for r in runs) == len(fitted)
+        for run in runs:
+            layers, label = run.split(" ", 1)
+            assert {fitted[i] for i in expand(layers)} == {label}
+    side = findings.split("### Side by side: model, deep one")[1]
+    cells = {int(line.split(" | ")[0][2:]): line.split(" | ")[1:] for line in side.splitlines()
+             if re.match(r"\| \d", line)}
+    assert sorted(cells) == list(range(25))
+    assert cells[4][0] == (f"{shallow.fitted['error_cosine'].verdicts[4]} / "
+                           f"{main_pair(shallow, 'error_cosine').verdicts[4]}")
+    assert cells[20][0] == "-"  # past the shallow model's depth
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["findings"]["deep one"]["folder"] == "deep_one"
+    assert summary["findings"]["deep one"]["verdicts"]["weight_cosine"]["fitted"] == \
+        deep.fitted["weight_cosine"].verdicts
+    assert json.loads((out / "deep_one" / "result.json").read_text()) == \
+        summary["models"]["deep one"]
+    # a file the user put inside a model's folder is not the report's to replace
+    (out / "model" / "my notes.txt").write_text("mine")
+    with pytest.raises(storage.OutputExistsError, match=r"model/my notes\.txt"):
+        storage.check_output(out, "report", overwrite=True)
+    (out / "model" / "my notes.txt").unlink()
+    assert storage.check_output(out, "report", overwrite=True) == out
+
+
+def test_report_folder_names_are_safe_and_unique():
+    from iclprobe.alignment.report_model import folder_names
+
+    assert folder_names(["a b", "a_b", "..", ".hidden", "report.md", "", "a b"]) == \
+        ["a_b", "a_b-2", "model-..", "model-.hidden", "model-report.md", "model", "a_b-3"]
+
+
+# ---------------------------------------------------------------- the notebook
+def test_a_result_renders_compactly_in_a_notebook(shallow):
+    res = dataclasses.replace(shallow, name="<m&1>")
+    text = repr(res)
+    assert text.startswith("AlignResult('<m&1>', 8 layers, protocol 'iclprobe'") and len(text) < 300
+    assert "live layers 3–8" in text
+
+    class Printer:
+        def text(self, value):
+            self.value = value
+
+    printer = Printer()
+    res._repr_pretty_(printer, cycle=False)
+    assert printer.value == screen(res)
+    page = res._repr_html_()
+    assert "&lt;m&amp;1&gt;" in page and "<m&1>" not in page  # escaped
+    rows = re.findall(r"<tr>(.*?)</tr>", page.split("<tbody>")[1])
+    assert len(rows) == 1 + 6  # layers 0–2 in one row, then one per live layer
+    for row in rows[1:]:
+        cells = re.findall(r"<td>(.*?)</td>", row)
+        layer = int(cells[0])
+        assert cells[-4:] == [res.fitted["error_cosine"].verdicts[layer],
+                              res.fitted["weight_cosine"].verdicts[layer],
+                              main_pair(res, "error_cosine").verdicts[layer],
+                              main_pair(res, "weight_cosine").verdicts[layer]]
+
+
+def test_a_result_converts_to_a_data_frame(shallow):
+    import pandas as pd  # in the test extra: CI always runs this
+
+    frame = shallow.to_frame()
+    assert isinstance(frame, pd.DataFrame) and frame.index.name == "layer"
+    assert list(frame.index) == list(range(9))
+    assert frame["normalized_error"].tolist() == shallow.layer_error
+    assert frame["live"].tolist() == shallow.live
+    for metric in ("error_cosine", "weight_cosine"):
+        for run in shallow.step_runs:
+            m = shallow.matches[run][metric]
+            assert frame[f"{run}_step_{metric}"].tolist() == m.best_step
+            assert frame[f"{run}_sim_{metric}"].tolist() == m.best_value
+        assert frame[f"verdict_fitted_{metric}"].tolist() == shallow.fitted[metric].verdicts
+        for pair in shallow.comparisons[metric].pairs:
+            assert frame[f"verdict_{pair.a}_vs_{pair.b}_{metric}"].tolist() == pair.verdicts
+    assert frame.attrs["name"] == "model" and frame.attrs["protocol"] == "iclprobe"
+
+
+def test_without_pandas_to_frame_says_how_to_install_it(shallow, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas now fails
+    with pytest.raises(ModuleNotFoundError, match=r"needs pandas.*pip install pandas"):
+        shallow.to_frame()

@@ -11,8 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 from iclprobe.alignment.comparison import layer_ranges
 from iclprobe.alignment.metrics import metric_info
-from iclprobe.alignment.screen import header, layer_rows, screen, sentences, verdict_columns
-from iclprobe.alignment.tables import display_runs, main_pair, verdict_runs
+from iclprobe.alignment.screen import (
+    header,
+    layer_rows,
+    screen,
+    sentences,
+    step_columns,
+    verdict_columns,
+)
+from iclprobe.alignment.tables import main_pair, verdict_runs
 
 if TYPE_CHECKING:
     from iclprobe.alignment.pipeline import AlignResult
@@ -24,16 +31,15 @@ PANDAS_HINT = ("AlignResult.to_frame needs pandas, which is not installed: pip i
 
 
 def short_repr(result: AlignResult) -> str:
-    """One line: the model, its depth, the protocol, the live layers and the fitted verdict."""
+    """One line: the model, its depth, the protocol, the live layers and the verdict."""
     live = [i for i, alive in enumerate(result.live) if alive]
     parts = [f"{result.name!r}", f"{result.n_layers} layers", f"protocol {result.protocol['name']!r}",
              f"metrics {list(result.comparisons)}",
              f"live layers {layer_ranges(live)}" if live else "no live layer"]
     if result.meaningless:
         parts.append("no alignment")
-    elif result.fitted:
-        metric, pair = next(iter(result.fitted.items()))
-        parts.append(f"fitted {pair.a} vs {pair.b} by {metric}: {verdict_runs(pair.verdicts)}")
+    elif result.verdict:
+        parts.append(f"verdict newton vs gd: {verdict_runs(result.verdict)}")
     return f"AlignResult({', '.join(parts)})"
 
 
@@ -43,12 +49,10 @@ def to_html(result: AlignResult) -> str:
     head = "".join(f"<div>{esc(line)}</div>" for line in header(result))
     if result.meaningless:
         return f"<div>{head}<p><b>No alignment:</b> {esc(result.meaningless)}</p></div>"
-    columns = verdict_columns(result)
-    runs = display_runs(result)
+    columns = step_columns(result) + verdict_columns(result)
     steps_by = "/".join(metric_info(m).label for m in result.comparisons)
-    heads = ["layer", "normalized error"] + [f"{r} step ({steps_by})" for r in runs]
-    heads += [f"{c.pair.a} vs {c.pair.b}, {c.view} ({metric_info(c.metric).label})"
-              for c in columns]
+    heads = ["layer", "normalized error"] + [
+        f"{c.head} step ({steps_by})" if not c.view else f"{c.group}: {c.head}" for c in columns]
     rows = []
     for row in layer_rows(result, columns, collapse=False):
         cells = [f"<td>{esc(layer_ranges(row.layers))}</td>"]

@@ -59,12 +59,14 @@ GLOSSARY = """\
   of the learners chosen matches it better than the zero predictor does.
 """
 
-FINDINGS = ("Newton vs GD at each layer (0 = the embedded input, l = block l's output). The "
-            "**fitted view** matches both learners over their step sizes as well as their steps "
-            "(the view with the fewest false attributions on the known-answer benchmark); the "
-            "**protocol view** matches each at the protocol's step sizes. \"prefers X\": "
-            "attributable to X; \"leans X\": closer to X, but within the learners' own "
-            "resemblance; the glossary at the end says more.")
+FINDINGS = ("Newton vs GD at each layer (0 = the embedded input, l = block l's output). "
+            "**The verdict** comes from the fitted view, which matches both learners over "
+            "their step sizes as well as their steps, its metrics combined (no false "
+            "attribution on the known-answer benchmark); the **protocol view** matches each "
+            "learner at the protocol's step sizes, its metrics combined the same way. "
+            "\"prefers X\": attributable to X; \"leans X\": closer to X, but within the "
+            "learners' own resemblance; each model's section has every metric's tables, and "
+            "the glossary at the end says more.")
 
 
 def write_report(out: str | os.PathLike[str], results: Sequence[AlignResult],
@@ -111,7 +113,7 @@ def _findings(results: Sequence[AlignResult], groups: Sequence[Sequence[AlignRes
     md = ["## Findings", "", FINDINGS, "", markdown_table(*T.findings_rows(results)), ""]
     for group in groups:
         md += [f"### Side by side: {', '.join(r.name for r in group)}", "",
-               "The verdict at each layer by error cosine, fitted view / protocol view:", "",
+               "The verdict at each layer / the protocol view's:", "",
                markdown_table(*T.side_by_side_rows(group)), ""]
     return md
 
@@ -127,7 +129,11 @@ def _findings_json(results: Sequence[AlignResult], folders: Sequence[str]) -> di
                 "fitted": res.fitted[metric].verdicts if metric in res.fitted else None,
                 "protocol": None if pair is None else
                 {"a": pair.a, "b": pair.b, "verdicts": pair.verdicts}}
-        out[res.name] = {"folder": folder, "meaningless": res.meaningless, "verdicts": views}
+        proto = T.protocol_verdict(res)
+        out[res.name] = {"folder": folder, "meaningless": res.meaningless,
+                         "verdict": res.verdict, "protocol_view": None if proto is None else
+                         {"a": proto[0], "b": proto[1], "verdicts": proto[2]},
+                         "by_metric": views}
     return out
 
 

@@ -15,8 +15,9 @@ one row ("5–11", steps shown first–last). The full tables are `tables.text_t
 from __future__ import annotations
 
 import dataclasses
+import functools
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from iclprobe.alignment.comparison import PairVerdict, layer_ranges
@@ -44,25 +45,44 @@ DEAD_WORDS = {"computes nothing": "not above the zero predictor",
 
 
 @dataclasses.dataclass(frozen=True)
-class VerdictColumn:
-    """One column of verdicts: a learner pair, by one metric, in one view."""
+class Column:
+    """One column of the layer table."""
 
-    view: str  # "fitted" (step sizes fitted) or "protocol" (the protocol's step sizes)
-    metric: str
-    pair: PairVerdict
-
-    @property
-    def group(self) -> str:
-        """The heading over the columns of one view."""
-        return f"{self.pair.a} vs {self.pair.b} ({self.view})"
+    group: str  # the heading over the columns of one group
+    head: str
+    cell: Callable[[Sequence[int]], str]  # the cell of a row of these layers
+    labels: list[str] | None = None  # a verdict column's labels per layer (rows collapse on)
+    view: str = ""  # "verdict", "fitted", "protocol", "spectral" ("": the matched steps)
 
 
-def verdict_columns(result: AlignResult) -> list[VerdictColumn]:
-    """Every verdict column, most trusted first: fitted per metric, then protocol per metric."""
-    fitted = [VerdictColumn("fitted", m, p) for m, p in result.fitted.items()]
-    protocol = [VerdictColumn("protocol", m, p) for m in result.comparisons
-                if (p := main_pair(result, m)) is not None]
-    return fitted + protocol
+def verdict_columns(result: AlignResult) -> list[Column]:
+    """Newton vs GD per layer, most trusted first.
+
+    The verdict, each metric's fitted view, the spectral view's filter order, each
+    metric's protocol view.
+    """
+    def labelled(group: str, head: str, labels: list[str], view: str) -> Column:
+        return Column(group, head, lambda layers: labels[layers[0]], labels, view)
+
+    a, b = MAIN_PAIR
+    cols = [labelled(f"{a} vs {b}", "verdict", result.verdict, "verdict")] \
+        if result.verdict else []
+    cols += [labelled("fitted view", short_metric(m), p.verdicts, "fitted")
+             for m, p in result.fitted.items()]
+    spec = result.spectral
+    if spec is not None and any(p is not None for p in spec.order):
+        orders = ["—" if p is None or r.startswith("too few") else f"{p:.2f}"
+                  for p, r in zip(spec.order, spec.reading)]  # no order without its interval
+        cols.append(Column("spectral", "order p",
+                           lambda layers: _first_last([orders[i] for i in layers]),
+                           view="spectral"))
+    for metric in result.comparisons:
+        pair = main_pair(result, metric)
+        if pair is not None:
+            group = "protocol view" if (pair.a, pair.b) == MAIN_PAIR else \
+                f"{pair.a} vs {pair.b} (protocol)"
+            cols.append(labelled(group, short_metric(metric), pair.verdicts, "protocol"))
+    return cols
 
 
 def short_metric(metric: str) -> str:
@@ -97,31 +117,36 @@ def _steps(result: AlignResult, run: str, layers: Sequence[int]) -> str:
     return "/".join(parts)
 
 
-def layer_rows(result: AlignResult, columns: Sequence[VerdictColumn], collapse: bool
-               ) -> list[Row]:
+def step_columns(result: AlignResult) -> list[Column]:
+    """The matched steps of the main learners."""
+    return [Column("matched step", run, functools.partial(_steps, result, run))
+            for run in display_runs(result)]
+
+
+def dead_labels(result: AlignResult) -> list[str]:
+    """Per layer, the verdict's word for a layer that is not live."""
+    pairs = [*result.fitted.values(), *(p for c in result.comparisons.values() for p in c.pairs)]
+    return (result.verdict or (pairs[0].verdicts if pairs else [])) or \
+        ["not live"] * (result.n_layers + 1)
+
+
+def layer_rows(result: AlignResult, columns: Sequence[Column], collapse: bool) -> list[Row]:
     """The table's rows: live layers (runs of equal verdicts when ``collapse``), dead ones merged."""
-    runs = display_runs(result)
-    live = [i for i in range(result.n_layers + 1) if result.live[i]]
+    keyed = [c.labels for c in columns if c.labels is not None]
     groups: list[list[int]] = []
-    for layer in live:
-        key = [c.pair.verdicts[layer] for c in columns]
+    for layer in (i for i in range(result.n_layers + 1) if result.live[i]):
         if collapse and groups and groups[-1][-1] == layer - 1 and \
-                key == [c.pair.verdicts[groups[-1][0]] for c in columns]:
+                all(labels[layer] == labels[groups[-1][0]] for labels in keyed):
             groups[-1].append(layer)
         else:
             groups.append([layer])
-    rows = []
-    for layers in groups:
-        cells = [_first_last([nice_float(result.layer_error[i]) for i in layers])]
-        cells += [_steps(result, run, layers) for run in runs]
-        cells += [c.pair.verdicts[layers[0]] for c in columns]
-        rows.append(Row(layers, cells))
+    rows = [Row(layers, [_first_last([nice_float(result.layer_error[i]) for i in layers])]
+                + [c.cell(layers) for c in columns]) for layers in groups]
     dead: dict[str, list[int]] = {}
-    pairs = [c.pair for c in columns] or [p for c in result.comparisons.values() for p in c.pairs]
+    labels = dead_labels(result)
     for layer in range(result.n_layers + 1):
         if not result.live[layer]:
-            label = pairs[0].verdicts[layer] if pairs else "not live"
-            dead.setdefault(label, []).append(layer)
+            dead.setdefault(labels[layer], []).append(layer)
     for label, layers in dead.items():
         errors = sorted(result.layer_error[i] for i in layers)
         error = _first_last([nice_float(errors[0]), nice_float(errors[-1])])
@@ -130,18 +155,14 @@ def layer_rows(result: AlignResult, columns: Sequence[VerdictColumn], collapse: 
     return sorted(rows, key=lambda r: r.layers[0])
 
 
-def render_table(result: AlignResult, columns: Sequence[VerdictColumn], rows: Sequence[Row]
-                 ) -> list[str]:
+def render_table(columns: Sequence[Column], rows: Sequence[Row]) -> list[str]:
     """Rows under a two-line heading (groups over the columns they span)."""
-    runs = display_runs(result)
     groups: list[tuple[str, list[str]]] = [("", ["layer", "error"])]
-    if runs:
-        groups.append(("matched step", list(runs)))
     for col in columns:
         if groups[-1][0] == col.group:
-            groups[-1][1].append(short_metric(col.metric))
+            groups[-1][1].append(col.head)
         else:
-            groups.append((col.group, [short_metric(col.metric)]))
+            groups.append((col.group, [col.head]))
     heads = [h for _, hs in groups for h in hs]
     body = [[layer_ranges(r.layers), *r.cells] for r in rows]
     widths = [max([len(h)] + [len(b[i]) for b in body if i < len(b)]) for i, h in enumerate(heads)]
@@ -160,21 +181,21 @@ def render_table(result: AlignResult, columns: Sequence[VerdictColumn], rows: Se
     return lines
 
 
-def layer_table(result: AlignResult) -> tuple[list[str], list[VerdictColumn]]:
+def layer_table(result: AlignResult) -> tuple[list[str], list[Column]]:
     """The per-layer table within `WIDTH` columns and `MAX_ROWS` live rows, its columns.
 
     With more than `MAX_ROWS` live layers, runs of layers with the same verdicts collapse.
-    Verdict columns are dropped from the least trusted (the protocol view of the last
-    metric) until the table fits; what still does not fit is cut, with a line saying so.
+    Columns are dropped from the least trusted (the protocol view of the last metric)
+    until the table fits; what still does not fit is cut, with a line saying so.
     """
-    columns = verdict_columns(result)
+    steps, columns = step_columns(result), verdict_columns(result)
     collapse = sum(result.live) > MAX_ROWS
     steps_by = "/".join(short_metric(m) for m in result.comparisons)
     title = wrap([f"per layer: error, matched steps by {steps_by} († = not above the zero "
-                  "predictor), verdicts"])
+                  f"predictor) and {' vs '.join(MAIN_PAIR)}: the verdict and its views"])
     while True:
-        rows = layer_rows(result, columns, collapse)
-        lines = render_table(result, columns, rows)
+        rows = layer_rows(result, steps + columns, collapse)
+        lines = render_table(steps + columns, rows)
         n_live = sum(r.span is None for r in rows)
         if (max(map(len, lines)) <= WIDTH and n_live <= MAX_ROWS) or len(columns) <= 1:
             break
@@ -209,8 +230,11 @@ def pair_sentence(pairs: Sequence[PairVerdict], live: Sequence[bool], fitted: bo
 
 
 def sentences(result: AlignResult) -> list[str]:
-    """One sentence per learner pair: the fitted view's first, then the protocol's pairs."""
-    out = []
+    """The verdict in words, then one sentence per learner pair, then the spectral view.
+
+    The pairs: the fitted view's first, then the protocol's.
+    """
+    out = [result.verdict_sentence] if result.verdict_sentence else []
     if result.fitted:
         out.append(pair_sentence(list(result.fitted.values()), result.live, True))
     by_pair: dict[tuple[str, str], list[PairVerdict]] = {}
@@ -218,23 +242,34 @@ def sentences(result: AlignResult) -> list[str]:
         for pair in comp.pairs:
             by_pair.setdefault((pair.a, pair.b), []).append(pair)
     out += [pair_sentence(pairs, result.live, False) for pairs in by_pair.values()]
+    spec = result.spectral
+    if spec is not None:
+        kinds: dict[str, list[int]] = {}
+        for layer, reading in enumerate(spec.reading):
+            if result.live[layer]:
+                kinds.setdefault(reading, []).append(layer)
+        if kinds:
+            out.append(f"spectral view (t >= {spec.t_min}; not a ground of the verdict): "
+                       + "; ".join(f"{r} at {layer_ranges(ls)}" for r, ls in kinds.items())
+                       + ".")
     return out
 
 
-LEGEND = {"prefers": "prefers X = closer to X beyond the 95% interval, and closer than the other "
-          "learner comes to X's matched step",
-          "leans": "leans X = closer to X, but the other learner imitates X's matched step as "
-          "well as the layer does",
-          "indistinguishable": "indistinguishable = no difference beyond the 95% interval"}
-VIEWS = {"fitted": "fitted = both learners matched over their step sizes too (the view with the "
-         "fewest false attributions on the known-answer benchmark)",
-         "protocol": "protocol = at the protocol's step sizes"}
+LEGEND = {"prefers": "prefers X = closer to X beyond the 95% interval, and than the other learner "
+          "comes to X",
+          "leans": "leans X = closer to X, but within the learners' own resemblance",
+          "indistinguishable": "indistinguishable = no difference beyond the interval"}
+VIEWS = {"verdict": "verdict = the fitted view's metrics combined",
+         "fitted": "fitted view = learners matched over their step sizes too",
+         "spectral": "order p = spectral filter order (GD 1, Newton 2)",
+         "protocol": "protocol view = at the protocol's step sizes"}
 
 
 def legend(result: AlignResult, views: Sequence[str]) -> list[str]:
     """What the views shown and the verdict words of live layers mean."""
     pairs = [*result.fitted.values(), *(p for c in result.comparisons.values() for p in c.pairs)]
     labels = {p.verdicts[i] for p in pairs for i, alive in enumerate(result.live) if alive}
+    labels |= {v for v, alive in zip(result.verdict, result.live) if alive}
     used = [text for word, text in LEGEND.items() if any(v.startswith(word) for v in labels)]
     views = [VIEWS[v] for v in dict.fromkeys(views) if v in VIEWS]
     return ["; ".join(views) + "." if views else "", "; ".join(used) + "." if used else ""]
@@ -287,8 +322,9 @@ def wrap(lines: Sequence[str], indent: str = "  ") -> list[str]:
 def screen(result: AlignResult) -> str:
     """What ``iclprobe align`` prints by default for one model (see the module doc).
 
-    Within `MAX_LINES`, the legend, the notes (then counted on the last line), the other
-    metrics' growth lines and the first metric's go first, then the last sentences.
+    Within `MAX_LINES`, the other metrics' growth lines, the legend, the notes (then
+    counted on the last line) and the first metric's growth lines go first, then the last
+    sentences.
     """
     head = wrap(header(result))
     more = "--verbose shows the full tables: every learner, intervals, ties, calibration"
@@ -301,7 +337,7 @@ def screen(result: AlignResult) -> str:
              "growth": wrap(growth(result, metrics[0])) if metrics else [],
              "growth_more": wrap([g for m in metrics[1:] for g in growth(result, m)]),
              "notes": wrap([f"note: {n}" for n in result.notes])}
-    for drop in ("legend", "notes", "growth_more", "growth", None):
+    for drop in ("growth_more", "legend", "notes", "growth", None):
         paragraphs = [parts["table"], parts["legend"] + parts["sentences"],
                       parts["growth"] + parts["growth_more"] + parts["notes"]]
         lines = head + [x for p in paragraphs if p for x in ["", *p]] + ["", more]

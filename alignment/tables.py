@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from iclprobe.alignment.comparison import Interval, PairVerdict
+from iclprobe.alignment.comparison import Interval, PairVerdict, combined
 from iclprobe.alignment.matching import Fit
 from iclprobe.alignment.metrics import metric_info
 
@@ -344,35 +344,42 @@ def verdict_runs(labels: Sequence[str]) -> str:
     return "; ".join(f"{a} {label}" if a == b else f"{a}–{b} {label}" for a, b, label in runs)
 
 
+def protocol_verdict(result: AlignResult) -> tuple[str, str, list[str]] | None:
+    """The protocol view's pair and its verdict per layer (None without a learner pair).
+
+    Its metrics are combined as the verdict's are (`comparison.combined`).
+    """
+    pairs = [p for m in result.comparisons if (p := main_pair(result, m)) is not None]
+    pairs = [p for p in pairs if (p.a, p.b) == (pairs[0].a, pairs[0].b)] if pairs else []
+    return (pairs[0].a, pairs[0].b, combined(pairs)[0]) if pairs else None
+
+
 def findings_rows(results: Sequence[AlignResult]) -> tuple[list[str], list[list[str]]]:
-    """Per model and metric: the verdict per layer, fitted view and protocol view."""
-    header = ["model", "protocol", "metric", "fitted view (newton vs gd)", "protocol view"]
+    """Per model: the verdict per layer (fitted view) and the protocol view's beside it."""
+    header = ["model", "protocol", "the verdict, newton vs gd (fitted view)", "protocol view"]
     body = []
     for res in results:
         if res.meaningless:
-            body.append([res.name, res.protocol["name"], "", f"no alignment: {res.meaningless}",
-                         ""])
+            body.append([res.name, res.protocol["name"], f"no alignment: {res.meaningless}", ""])
             continue
-        for metric in res.comparisons:
-            fitted, pair = res.fitted.get(metric), main_pair(res, metric)
-            shown = "" if pair is None or (pair.a, pair.b) == MAIN_PAIR else f"{pair.a} vs {pair.b}: "
-            body.append([res.name, res.protocol["name"], metric_info(metric).label,
-                         verdict_runs(fitted.verdicts) if fitted else "no fitted view",
-                         shown + verdict_runs(pair.verdicts) if pair else "no learner pair"])
+        proto = protocol_verdict(res)
+        shown = "" if proto is None or proto[:2] == MAIN_PAIR else f"{proto[0]} vs {proto[1]}: "
+        body.append([res.name, res.protocol["name"],
+                     verdict_runs(res.verdict) if res.verdict else "no fitted view",
+                     shown + verdict_runs(proto[2]) if proto else "no learner pair"])
     return header, body
 
 
-def side_by_side_rows(results: Sequence[AlignResult], metric: str = "error_cosine"
-                      ) -> tuple[list[str], list[list[str]]]:
-    """Per layer, each model's verdict: fitted view / protocol view ("-" past its depth)."""
-    header = ["layer"] + [f"{r.name} (fitted / protocol)" for r in results]
+def side_by_side_rows(results: Sequence[AlignResult]) -> tuple[list[str], list[list[str]]]:
+    """Per layer, each model's verdict / protocol view ("-" past its depth)."""
+    header = ["layer"] + [f"{r.name}: verdict / protocol view" for r in results]
     body = []
     for layer in range(max(r.n_layers for r in results) + 1):
         cells = [str(layer)]
         for res in results:
-            fitted, pair = res.fitted.get(metric), main_pair(res, metric)
-            views = [p.verdicts[layer] for p in (fitted, pair) if p is not None
-                     and layer < len(p.verdicts)]
+            proto = protocol_verdict(res)
+            views = [labels[layer] for labels in (res.verdict, proto[2] if proto else [])
+                     if layer < len(labels)]
             cells.append(" / ".join(views) if views and not res.meaningless else "-")
         body.append(cells)
     return header, body

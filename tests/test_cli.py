@@ -33,7 +33,7 @@ def test_align_writes_the_report(tmp_path, capsys):
     printed = capsys.readouterr().out
     lines = printed.splitlines()
     assert len(lines) <= 42 and max(map(len, lines)) <= 100  # one screen, and the report line
-    assert "newton vs gd (fitted)" in printed and "report:" in printed
+    assert "newton vs gd, the verdict" in printed and "report:" in printed
     assert "newton vs gd by " in printed and "--verbose shows the full tables" in printed
     assert {p.name for p in out.iterdir()} == {".iclprobe", "report.md", "summary.json",
                                                "matched_newton_steps.png", model}
@@ -67,7 +67,8 @@ def test_align_writes_the_report(tmp_path, capsys):
     headings = [line for line in report.splitlines() if line.startswith("## ")]
     assert headings[0] == "## Findings" and headings[1] == f"## {model}"
     assert headings[-1] == "## How to read the tables"
-    fitted = summary["findings"][model]["verdicts"]["error_cosine"]["fitted"]
+    assert summary["findings"][model]["verdict"] == result["verdict"]["layers"]
+    fitted = summary["findings"][model]["by_metric"]["error_cosine"]["fitted"]
     assert fitted == result["fitted"]["error_cosine"]["verdicts"]
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from iclprobe import algorithms, tasks
+from iclprobe.alignment import comparison as C
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.pipeline import align_layers
 from iclprobe.alignment.protocols import ICLPROBE
@@ -75,35 +76,69 @@ def parse_table(text: str):
     return columns, rows
 
 
-def check_screen(res, text: str) -> None:
-    """The budget holds and every cell agrees with the result it shows."""
+def expected_labels(res, group: str, head: str):
+    """The result's labels per layer for the table column under ``group`` / ``head``."""
+    metric = {short_metric(m): m for m in res.comparisons}.get(head)
+    if (group, head) == ("newton vs gd", "verdict"):
+        return res.verdict
+    if group == "fitted view":
+        return res.fitted[metric].verdicts
+    if group == "protocol view":
+        return main_pair(res, metric).verdicts
+    return None
+
+
+PRIORITY = ["verdict", "fitted view", "spectral", "protocol view"]
+
+
+def check_screen(res, text: str) -> list[str]:
+    """The budget holds and every cell agrees with the result it shows; the groups shown."""
     lines = text.splitlines()
     assert len(lines) <= MAX_LINES and max(map(len, lines)) <= WIDTH
     columns, rows = parse_table(text)
-    shown = [layer for layers, _, _ in rows for layer in layers]
-    assert sorted(shown) == list(range(res.n_layers + 1))  # every layer, once
-    views = {"fitted": res.fitted, "protocol": {m: main_pair(res, m) for m in res.comparisons}}
-    metric_of = {short_metric(m): m for m in res.comparisons}
-    verdict_columns = [(j, views[g.split("(")[1].rstrip(")")][metric_of[h]])
-                       for j, (g, h) in enumerate(columns) if g.startswith("newton vs gd (")]
-    assert verdict_columns and columns[verdict_columns[0][0]][0] == "newton vs gd (fitted)"
+    shown = sorted(layer for layers, _, _ in rows for layer in layers)
+    cut = [line for line in lines if re.fullmatch(r"… \d+ more rows: --verbose shows every layer",
+                                                  line)]
+    if cut:  # the first rows, and a line saying how many more there are
+        assert len(set(shown)) == len(shown) and shown == list(range(shown[-1] + 1))
+    else:
+        assert shown == list(range(res.n_layers + 1))  # every layer, once
+    groups = list(dict.fromkeys("verdict" if g == "newton vs gd" else g for g, _ in columns
+                                if g not in ("", "matched step")))
+    assert groups and groups == PRIORITY[:len(groups)]  # dropped from the least trusted
     for layers, cells, span in rows:
-        if span is not None:  # dead layers: their verdict, as every view gives it
+        if span is not None:  # dead layers: their verdict's word
             assert not any(res.live[layer] for layer in layers)
-            assert {res.fitted["error_cosine"].verdicts[layer] for layer in layers} == \
-                {span.split(" (")[0]}
+            assert {res.verdict[layer] for layer in layers} == {span.split(" (")[0]}
             continue
         assert all(res.live[layer] for layer in layers)
-        for j, pair in verdict_columns:
-            assert {pair.verdicts[layer] for layer in layers} == {cells[j]}
+        for j, (group, head) in enumerate(columns):
+            labels = expected_labels(res, group, head)
+            if labels is not None:
+                assert {labels[layer] for layer in layers} == {cells[j]}
+            if group == "spectral":
+                orders = [spectral_text(res, i) for i in (layers[0], layers[-1])]
+                assert cells[j] in (orders[0], "–".join(orders))
         if len(layers) == 1:  # the matched steps, per metric
             layer = layers[0]
             for j, (g, run) in enumerate(columns):
                 if g == "matched step":
-                    want = [str(res.matches[run][m].best_step[layer])
-                            + ("" if res.matches[run][m].above_zero[layer] else "†")
-                            for m in res.comparisons]
-                    assert cells[j] == "/".join(want)
+                    assert cells[j] == steps_text(res, run, layer)
+    return groups
+
+
+def spectral_text(res, layer: int) -> str:
+    """The spectral order as shown: "—" where its interval is undefined."""
+    spec = res.spectral
+    usable = spec.order[layer] is not None and not spec.reading[layer].startswith("too few")
+    return f"{spec.order[layer]:.2f}" if usable else "—"
+
+
+def steps_text(res, run: str, layer: int) -> str:
+    """The matched steps of ``run`` by each metric, † where not above the zero predictor."""
+    return "/".join(str(res.matches[run][m].best_step[layer])
+                    + ("" if res.matches[run][m].above_zero[layer] else "†")
+                    for m in res.comparisons)
 
 
 @pytest.fixture(scope="module")
@@ -111,14 +146,14 @@ def shallow():
     return synthetic("000nnnggg")  # 8 layers
 
 
-def test_a_shallow_model_gets_a_row_per_live_layer_and_both_views(shallow):
+def test_a_shallow_model_gets_a_row_per_live_layer_and_its_views(shallow):
     text = screen(shallow)
-    check_screen(shallow, text)
+    assert check_screen(shallow, text)[:2] == ["verdict", "fitted view"]
     _, rows = parse_table(text)
     live = [layers for layers, _, span in rows if span is None]
     assert live == [[layer] for layer in range(3, 9)]
     assert [layers for layers, _, span in rows if span is not None] == [[0, 1, 2]]
-    assert "newton vs gd (protocol)" in text  # the protocol's verdict fits beside the fitted
+    assert shallow.verdict_sentence in " ".join(line.strip() for line in text.splitlines())
     for pair in ("newton vs gd (step sizes fitted) by ", "newton vs gd by ",
                  "newton vs online_gd by "):
         assert pair in text  # one sentence per learner pair
@@ -139,7 +174,7 @@ def test_a_deep_model_collapses_runs_of_layers_with_the_same_verdicts(deep):
     _, rows = parse_table(text)
     live_rows = [layers for layers, _, span in rows if span is None]
     assert len(live_rows) < 21 and any(len(layers) > 1 for layers in live_rows)
-    verdicts = deep.fitted["error_cosine"].verdicts
+    verdicts = deep.verdict
     runs = 1 + sum(verdicts[i] != verdicts[i - 1] for i in range(4, 25))
     assert len(live_rows) >= runs  # no run merges layers of different verdicts
 
@@ -155,9 +190,7 @@ def test_alternating_verdicts_stay_within_the_budget(deep):
     _, rows = parse_table(text)
     assert [layers for layers, _, span in rows if span is None] == [[i] for i in range(3, 14)]
     assert "… 11 more rows: --verbose shows every layer" in lines
-    for layers, cells, span in rows:
-        if span is None:
-            assert cells[-1] == res.fitted["error_cosine"].verdicts[layers[0]]
+    check_screen(res, text)
 
 
 def test_a_model_that_solves_nothing_gets_one_line(shallow):
@@ -214,24 +247,25 @@ def test_the_report_opens_with_the_findings_and_keeps_each_model_in_its_folder(
     assert headings[-1] == "## How to read the tables"
     findings = report.split("## Findings")[1].split("\n## ")[0]
     rows = [line.split(" | ") for line in findings.splitlines() if line.startswith("| deep one")]
-    assert [r[2] for r in rows] == ["error cosine", "weight cosine"]
-    for row, metric in zip(rows, ("error_cosine", "weight_cosine")):  # runs of the verdicts
-        fitted = deep.fitted[metric].verdicts
-        runs = row[3].split("; ")
-        assert sum(len(expand(r.split(" ")[0])) for r in runs) == len(fitted)
+    protocol = C.combined([main_pair(deep, m) for m in deep.comparisons])[0]
+    assert len(rows) == 1
+    for cell, labels in zip(rows[0][2:], (deep.verdict, protocol)):  # runs of the verdicts
+        runs = cell.rstrip(" |").split("; ")
+        assert sum(len(expand(r.split(" ")[0])) for r in runs) == len(labels)
         for run in runs:
             layers, label = run.split(" ", 1)
-            assert {fitted[i] for i in expand(layers)} == {label}
+            assert {labels[i] for i in expand(layers)} == {label}
     side = findings.split("### Side by side: model, deep one")[1]
     cells = {int(line.split(" | ")[0][2:]): line.split(" | ")[1:] for line in side.splitlines()
              if re.match(r"\| \d", line)}
     assert sorted(cells) == list(range(25))
-    assert cells[4][0] == (f"{shallow.fitted['error_cosine'].verdicts[4]} / "
-                           f"{main_pair(shallow, 'error_cosine').verdicts[4]}")
+    shallow_protocol = C.combined([main_pair(shallow, m) for m in shallow.comparisons])[0]
+    assert cells[4][0] == f"{shallow.verdict[4]} / {shallow_protocol[4]}"
     assert cells[20][0] == "-"  # past the shallow model's depth
     summary = json.loads((out / "summary.json").read_text())
     assert summary["findings"]["deep one"]["folder"] == "deep_one"
-    assert summary["findings"]["deep one"]["verdicts"]["weight_cosine"]["fitted"] == \
+    assert summary["findings"]["deep one"]["verdict"] == deep.verdict
+    assert summary["findings"]["deep one"]["by_metric"]["weight_cosine"]["fitted"] == \
         deep.fitted["weight_cosine"].verdicts
     assert json.loads((out / "deep_one" / "result.json").read_text()) == \
         summary["models"]["deep one"]
@@ -271,10 +305,13 @@ def test_a_result_renders_compactly_in_a_notebook(shallow):
     for row in rows[1:]:
         cells = re.findall(r"<td>(.*?)</td>", row)
         layer = int(cells[0])
-        assert cells[-4:] == [res.fitted["error_cosine"].verdicts[layer],
-                              res.fitted["weight_cosine"].verdicts[layer],
-                              main_pair(res, "error_cosine").verdicts[layer],
-                              main_pair(res, "weight_cosine").verdicts[layer]]
+        assert cells[2:] == [steps_text(res, "newton", layer), steps_text(res, "gd", layer),
+                             res.verdict[layer],
+                             res.fitted["error_cosine"].verdicts[layer],
+                             res.fitted["weight_cosine"].verdicts[layer],
+                             spectral_text(res, layer),
+                             main_pair(res, "error_cosine").verdicts[layer],
+                             main_pair(res, "weight_cosine").verdicts[layer]]
 
 
 def test_a_result_converts_to_a_data_frame(shallow):

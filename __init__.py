@@ -16,7 +16,8 @@ Where to start:
 
   - `iclprobe.tasks`: regression tasks and batches (``RegressionTask(...).sample(64)``).
   - `iclprobe.models`: the hooked families `GPTRegressor` and `PQTransformer`,
-    checkpoints (``models.load(path or shipped name)``, ``model.save``) and training.
+    checkpoints (``models.load(path or shipped name)``, ``model.save``).
+  - `iclprobe.training`: ``training.train(model, task, training.TrainConfig(...))``.
   - `iclprobe.hooks`: every layer's residual stream, ablations, patching.
   - `iclprobe.probes`: per-layer readout probes, induced weights, PQ preconditioners.
   - `iclprobe.algorithms`: the reference learners, as iterates over every prefix.
@@ -47,7 +48,7 @@ import importlib
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["algorithms", "alignment", "hooks", "models", "probes", "tasks"]
+__all__ = ["algorithms", "alignment", "hooks", "models", "probes", "tasks", "training"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,25 +1,29 @@
 """Config fields and their validators, and checks of sizes against memory (no heavy imports).
 
-`option` declares a config field with its command-line help (the CLI's flags are generated
-from it). Each field validator raises a `ConfigError` that carries the config and field
-(the CLI maps them to the flag the user typed) and names ``Owner.field``, the value and what
-is allowed. A `ConfigError` is a ValueError and a TypeError both: a value of the wrong type
-(a string, a bool for a number) and a number out of range, NaN or infinite are the same
-kind of mistake, and callers catching either keep working.
+The one home of iclprobe's input checks: every config's ``__post_init__`` and every
+function that checks a count, a number, a choice or a seed uses these. `option` declares a
+config field with its command-line help (the CLI's flags are generated from it);
+`check_fields` applies a validator to fields of a config. Each field validator raises a
+`ConfigError` that carries the config and field (the CLI maps them to the flag the user
+typed) and names ``Owner.field``, the value and what is allowed; `is_int` and `is_number`
+are the type tests behind them (a bool is neither), for checks whose message names a file
+or a context instead. A `ConfigError` is a ValueError and a TypeError both: a value of the
+wrong type (a string, a bool for a number) and a number out of range, NaN or infinite are
+the same kind of mistake, and callers catching either keep working.
 
-Memory: sizes that cannot fit are refused before anything is allocated. The estimate
-comes from the config alone (`GPTConfig.n_parameters`, ...): float32 weights and, for
-training, their gradients and Adam's two moments plus a lower bound on the activations.
-Available memory is psutil's, else ``MemAvailable`` of ``/proc/meminfo``; where neither is
-known the check passes.
+Memory: sizes that cannot fit are refused before anything is allocated (`check_bytes`,
+`check_fits`); what a model holds is measured by `iclprobe.models.size`. Available memory
+is psutil's, else ``MemAvailable`` of ``/proc/meminfo``; where neither is known the check
+passes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 #: Seeds go to ``torch.manual_seed``, which takes 64-bit values; iclprobe's are 0 .. 2^63-1.
 SEED_LIMIT = 2**63
@@ -60,6 +64,34 @@ def option(default: Any = dataclasses.MISSING, help: str = "", *,
                              metadata={"help": help, "choices": choices, **flag})
 
 
+def is_int(value: Any) -> TypeGuard[int]:
+    """An int that is not a bool (``True`` is an int to Python, never a count here)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> TypeGuard[int | float]:
+    """An int or a float that is not a bool (NaN and inf included: finiteness is apart)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_fields(cfg: Any, check: Callable[..., Any], *names: str, **kw: Any) -> None:
+    """``check(Owner, name, cfg.name, **kw)`` for each field ``name`` of the config ``cfg``.
+
+    A config's ``__post_init__`` checks its fields with it, the owner being its class's
+    name: ``check_fields(self, check_int, "n_layers", "d_model")``,
+    ``check_fields(self, check_choice, "layout", choices=LAYOUTS)``.
+    """
+    for name in names:
+        check(type(cfg).__name__, name, getattr(cfg, name), **kw)
+
+
+def check_bool(owner: str, name: str, value: Any) -> bool:
+    """``True`` or ``False`` (not 0 or 1, nor a string)."""
+    if not isinstance(value, bool):
+        raise ConfigError(owner, name, f"{owner}.{name} must be a bool, got {value!r}")
+    return value
+
+
 def check_choice(owner: str, name: str, value: Any, choices: tuple[Any, ...]) -> Any:
     """One of ``choices``."""
     if value not in choices:
@@ -82,7 +114,7 @@ def check_int(owner: str, name: str, value: Any, low: int = 1, high: int | None 
     """An integer (not a bool) with ``low <= value`` (and ``value < high``)."""
     allowed = ("a positive integer" if low == 1 and high is None else
                f"an integer >= {low}" if high is None else f"an integer in [{low}, {high})")
-    if not isinstance(value, int) or isinstance(value, bool):
+    if not is_int(value):
         raise ConfigError(owner, name, f"{owner}.{name} must be {allowed}, got {value!r}")
     if value < low or (high is not None and value >= high):
         raise ConfigError(owner, name, f"{owner}.{name} must be {allowed}, got {value!r}")
@@ -93,7 +125,7 @@ def check_real(owner: str, name: str, value: Any, low: float, high: float = math
                low_open: bool = False, high_open: bool = False) -> float:
     """A finite int or float (not a bool) in the interval from ``low`` to ``high``."""
     allowed = f"a number {_interval(low, high, low_open, high_open)}"
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
+    if not is_number(value):
         raise ConfigError(owner, name, f"{owner}.{name} must be {allowed}, got {value!r}")
     if not math.isfinite(value):
         raise ConfigError(owner, name,
@@ -107,10 +139,7 @@ def check_real(owner: str, name: str, value: Any, low: float, high: float = math
 
 def check_seed(owner: str, name: str, value: Any) -> int:
     """A seed for ``torch.manual_seed``: an integer in [0, 2^63)."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(owner, name,
-                          f"{owner}.{name} must be an integer seed in [0, 2**63), got {value!r}")
-    if not 0 <= value < SEED_LIMIT:
+    if not (is_int(value) and 0 <= value < SEED_LIMIT):
         raise ConfigError(owner, name,
                           f"{owner}.{name} must be an integer seed in [0, 2**63), got {value!r}")
     return value
@@ -142,9 +171,10 @@ def available_memory() -> int | None:
 
 
 def sizes(cfg: Any) -> str:
-    """The size fields of a model config, as text."""
-    names = ("n_dims", "n_positions", "n_layers", "d_model", "n_heads", "d_mlp")
-    return ", ".join(f"{n}={getattr(cfg, n)}" for n in names if n in cfg.__dataclass_fields__)
+    """The integer fields of a model config but its seed, as text (``n_layers=8, ...``)."""
+    ints = (int, "int", "int | None", "Optional[int]")
+    return ", ".join(f"{f.name}={getattr(cfg, f.name)}" for f in dataclasses.fields(cfg)
+                     if f.type in ints and f.name != "seed")
 
 
 def check_bytes(need: int, what: str, available: int | None = None) -> None:
@@ -157,27 +187,19 @@ def check_bytes(need: int, what: str, available: int | None = None) -> None:
                          f"{free / GIB:,.3g} GiB are available")
 
 
-def check_fits(cfg: Any, what: str, copies: int = 2, extra_floats: int = 0,
-               available: int | None = None) -> None:
+def check_fits(n_parameters: int, what: str, described: str, copies: int = 2,
+               extra_floats: int = 0, available: int | None = None) -> None:
     """Raise ValueError when ``copies`` of the weights plus ``extra_floats`` cannot fit.
 
     Args:
-        cfg: a model config (`GPTConfig` or `PQConfig`).
+        n_parameters: the model's weights (`iclprobe.models.size` counts them).
         what: what would be built, for the message ("loading runs/m", "training").
+        described: the config's sizes, for the message (`sizes`).
         copies: float32 copies of the weights held at once (2 when loading: the file's and
             the model's; 4 when training: weights, gradients, Adam's moments).
-        extra_floats: further float32 values (activations).
+        extra_floats: further float32 values (activations, data).
         available: bytes available (default: `available_memory`).
     """
-    need = (copies * cfg.n_parameters() + extra_floats) * FLOAT_BYTES
-    check_bytes(need, f"{what}: a model with {cfg.n_parameters():,} parameters "
-                      f"({sizes(cfg)})", available)
-
-
-def check_training_fits(model_cfg: Any, task: Any, train_cfg: Any,
-                        available: int | None = None) -> None:
-    """`check_fits` for training ``model_cfg`` on ``task`` with ``train_cfg``."""
-    activations = model_cfg.activation_floats(train_cfg.batch_size, task.n_points)
-    data = 2 * train_cfg.batch_size * task.n_points * (task.n_dims + 1) * 2  # float64 draws
-    check_fits(model_cfg, "training", copies=4, extra_floats=activations + data,
-               available=available)
+    need = (copies * n_parameters + extra_floats) * FLOAT_BYTES
+    check_bytes(need, f"{what}: a model with {n_parameters:,} parameters ({described})",
+                available)

@@ -24,10 +24,6 @@ CHECKPOINT_HELP = ("a checkpoint or `iclprobe train` run directory, a Garg/Fu ru
 DEVICE_HELP = "where the model runs (default: cpu)"
 
 
-class UsageError(Exception):
-    """A bad invocation: printed as one line, exit status 2."""
-
-
 def _cmd_models(args: argparse.Namespace) -> int:
     from iclprobe._shipped import shipped_models  # reads config.json files: no torch
 
@@ -119,11 +115,13 @@ def _out_path(text: str) -> str:
 
 
 def _seed(text: str) -> int:
+    from iclprobe._checks import SEED_LIMIT  # torch-free
+
     try:
         value = int(text)
     except ValueError:
         value = None
-    if value is None or not 0 <= value < 2**63:  # the range torch.manual_seed is given here
+    if value is None or not 0 <= value < SEED_LIMIT:  # the range check_seed allows
         raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**63), got {text!r}")
     return value
 
@@ -132,8 +130,6 @@ def _align_options(p: argparse.ArgumentParser) -> None:
     from iclprobe.cli_flags import add_flags, align_flags
 
     add_flags(p.add_argument_group("alignment (AlignConfig)"), align_flags())
-    p.add_argument("--refit-probes", action="store_true",
-                   help="fit new layer probes even where saved ones fit the model and data")
     p.add_argument("--out", type=_out_path,
                    help="write a report folder (report.md, PNGs, CSVs, JSON) here")
     _overwrite_flag(p, "a report")
@@ -187,10 +183,10 @@ def _add_analysis(sub: Any) -> None:
     _overwrite_flag(p, "a report")
     p.add_argument("--n-sequences", type=_positive_int, default=512,
                    help="evaluation sequences per model (default: 512)")
-    p.add_argument("--n-probe-sequences", type=_positive_int, default=1000,
+    p.add_argument("--n-probe-sequences", type=_positive_int, default=None,
                    help="use gpt-softmax's probes saved by `iclprobe probe` only if fitted "
-                   "on this many sequences; otherwise probes are cross-fitted on the "
-                   "evaluation sequences (default: 1000)")
+                   "on this many sequences (default: however many); otherwise probes are "
+                   "cross-fitted on the evaluation sequences")
     p.set_defaults(handler=_lazy("cmd_demo"))
 
 
@@ -224,6 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - every error ends as one line (or --debug)
         if getattr(args, "debug", False):
             raise
+        from iclprobe.cli_commands import UsageError  # stdlib imports only
+
         if isinstance(err, (UsageError, OSError)) or (
                 isinstance(err, (ValueError, TypeError)) and raised_on_purpose(err)):
             from iclprobe._checks import ConfigError  # torch-free

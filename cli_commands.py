@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from iclprobe.cli import UsageError
 
 if TYPE_CHECKING:
     from iclprobe.models.regressor import Regressor
@@ -20,6 +20,10 @@ logger = logging.getLogger(__name__)
 DEMO_MODELS = ("gpt-softmax", "gpt-softmax-paired", "gpt-linear-paired")
 DEMO_PQ = ("pq-rotated-3layer", "pq-isotropic-1layer")
 DEMO_RECURRENT = "lstm"  # the recurrent baseline, on gpt-softmax's task
+
+
+class UsageError(Exception):
+    """A bad invocation: printed as one line, exit status 2 (by `iclprobe.cli.main`)."""
 
 
 def _align_config(args: argparse.Namespace) -> Any:
@@ -49,27 +53,15 @@ def _check_device(device: str) -> None:
                          f"{torch.__version__}; use --device cpu")
 
 
-def _model_dir(checkpoint: str) -> Path:
-    """The directory that stands for a checkpoint: a run directory for ``RUN/checkpoint``."""
-    from iclprobe.models.checkpoint import RUN_CHECKPOINT, resolve
-    from iclprobe.storage import read_marker
-    from iclprobe.training.run_dir import METRICS_FILE
-
-    path = Path(os.path.abspath(resolve(checkpoint)))
-    run = path.parent
-    if path.name == RUN_CHECKPOINT and ((read_marker(run) or {}).get("kind") == "run"
-                                        or (run / METRICS_FILE).is_file()):
-        return run
-    return path
-
-
 def unique_names(checkpoints: list[str]) -> list[str]:
     """One name per checkpoint, for tables, JSON keys and file names.
 
     A checkpoint is named after its directory, parent-qualified (``a_run``) where two share
     a name, and numbered (``run-2``) where that is not enough.
     """
-    dirs = [_model_dir(c) for c in checkpoints]
+    from iclprobe.alignment.probe_source import model_dir
+
+    dirs = [model_dir(c) for c in checkpoints]
     base = [d.name or c for d, c in zip(dirs, checkpoints)]
     names = [f"{d.parent.name}_{n}" if base.count(n) > 1 and d.parent.name else n
              for d, n in zip(dirs, base)]
@@ -81,110 +73,12 @@ def unique_names(checkpoints: list[str]) -> list[str]:
     return out
 
 
-def probes_dir(checkpoint: str) -> Path:
-    """Where ``iclprobe probe`` saves a checkpoint's probes and ``align`` looks for them.
-
-    Next to the checkpoint (``CHECKPOINT/probes``; ``RUN/probes`` for a training run), but
-    for a shipped model in the user cache (``$ICLPROBE_CACHE``, else the platform's), never
-    inside the installed package.
-    """
-    from iclprobe.models.checkpoint import PRETRAINED_DIR
-    from iclprobe.storage import cache_dir
-
-    path = _model_dir(checkpoint)
-    if path.resolve().is_relative_to(PRETRAINED_DIR.resolve()):
-        return cache_dir() / "probes" / path.name
-    if path.is_file():  # an Ahn et al. .pt file
-        return path.with_name(path.name + ".probes")
-    return path / "probes"
-
-
-@dataclasses.dataclass
-class ProbeRequest:
-    """What ``align`` asks of the layer probes it reads out with."""
-
-    n_sequences: int
-    seed: int  # the probe data's seed (align's --seed + 1)
-    n_given: bool = False  # --n-probe-sequences given: saved probes must match it
-    refit: bool = False  # --refit-probes
-
-
-def _probe_mismatch(fit: Any, req: ProbeRequest, task: Any, lp: Any) -> list[str]:
-    """How saved probes differ from what ``req`` asks for (empty: usable)."""
-    from iclprobe import probes
-
-    if not isinstance(fit, dict):
-        return ["they do not record how they were fitted"]
-    default = probes.LayerProbes()
-    why = [f"{k} {getattr(lp, k)!r}, not {getattr(default, k)!r}"
-           for k in ("target", "alpha", "solver", "t_min") if getattr(lp, k) != getattr(default, k)]
-    if req.n_given and fit.get("n_sequences") != req.n_sequences:
-        why.append(f"{fit.get('n_sequences')} sequences, not {req.n_sequences}")
-    if fit.get("seed") != req.seed:
-        why.append(f"seed {fit.get('seed')}, not {req.seed}")
-    if fit.get("task") != json.loads(task.to_json()):
-        why.append("other data than the evaluation task")
-    return why
-
-
-def _probes(model: Any, checkpoint: str, cfg: Any, task: Any, req: ProbeRequest,
-            name: str) -> tuple[Any | None, dict[str, Any]]:
-    """Probes saved for the checkpoint when they fit this model, data and request, else fitted.
-
-    Returns the probes and a record of which were used and how they were fitted; prints
-    that record as one line on stderr.
-    """
-    from iclprobe import probes
-
-    saved, why = probes_dir(checkpoint), ""
-    if req.refit:
-        why = " (--refit-probes)"
-    elif (saved / "probes.json").is_file():
-        try:
-            lp = probes.LayerProbes.load(saved, model)
-        except ValueError as err:
-            print(f"{name}: warning: not using the saved probes: {err}", file=sys.stderr)
-            why = f" (the saved probes in {saved} are unusable)"
-        else:
-            mismatch = _probe_mismatch(getattr(lp, "fit_settings_", None), req, task, lp)
-            if not mismatch:
-                info = _probe_record("saved", saved, lp)
-                print(f"{name}: using the probes saved in {saved} ({_describe(info)}); "
-                      "--refit-probes fits new ones", file=sys.stderr)
-                return lp, info
-            why = f" (the probes saved in {saved} have {'; '.join(mismatch)})"
-    if cfg.probe_fit == "crossfit":  # align fits them on its own evaluation sequences
-        info = {"source": "cross-fitted", "path": None, "folds": cfg.probe_folds,
-                "n_sequences": cfg.n_sequences, "seed": cfg.seed, "target": "y",
-                "alpha": "gcv", "fitted_at": None}
-        print(f"{name}: cross-fitting probes on the {cfg.n_sequences} evaluation sequences "
-              f"({cfg.probe_folds} folds){why}", file=sys.stderr)
-        return None, info
-    lp = probes.LayerProbes().fit(model, task, n_sequences=req.n_sequences, generator=req.seed,
-                                  n_heldout=cfg.n_probe_heldout)
-    info = _probe_record("fitted", None, lp)
-    print(f"{name}: fitted new probes ({_describe(info)}){why}", file=sys.stderr)
-    return lp, info
-
-
-def _probe_record(source: str, path: Path | None, lp: Any) -> dict[str, Any]:
-    fit = getattr(lp, "fit_settings_", None) or {}
-    return {"source": source, "path": str(path) if path else None,
-            "n_sequences": fit.get("n_sequences"), "seed": fit.get("seed"),
-            "target": lp.target, "alpha": lp.alpha, "fitted_at": fit.get("fitted_at")}
-
-
-def _describe(info: dict[str, Any]) -> str:
-    return (f"{info['n_sequences']} sequences, seed {info['seed']}, target {info['target']}, "
-            f"alpha {info['alpha']}, fitted {info['fitted_at']}")
-
-
-def align_checkpoints(checkpoints: list[str], cfg: Any, refit_probes: bool = False,
-                      n_probe_given: bool = True) -> tuple[list[Any], dict[str, Any]]:
+def align_checkpoints(checkpoints: list[str], cfg: Any) -> tuple[list[Any], dict[str, Any]]:
     """Load and align each checkpoint on the same evaluation data.
 
     Returns the results (named uniquely) and, by name, which layer probes each used and
-    how they were fitted.
+    how they were fitted (`resolve_probes`, as `align` itself resolves them; its notes are
+    printed on stderr).
     """
     from iclprobe import models
     from iclprobe.alignment.family import needs_probes
@@ -193,25 +87,33 @@ def align_checkpoints(checkpoints: list[str], cfg: Any, refit_probes: bool = Fal
 
     loaded = [(c, models.load(c, device=cfg.device)) for c in checkpoints]
     task = evaluation_task(loaded[0][1], cfg)
-    req = ProbeRequest(cfg.n_probe_sequences, cfg.seed + 1, n_probe_given, refit_probes)
     names = unique_names(checkpoints)
     for (checkpoint, model), name in zip(loaded, names):
         if model.cfg.n_dims != task.n_dims:
             raise ValueError(f"{checkpoint} has n_dims={model.cfg.n_dims}, but the data has "
                              f"d={task.n_dims}: compare models of one dimension")
         check_align_fits(model, task, cfg, needs_probes(model), name)  # before fitting probes
-    lps, records = [], {}
-    for (checkpoint, model), name in zip(loaded, names):
-        lp = None
-        if needs_probes(model):
-            lp, records[name] = _probes(model, checkpoint, cfg, task, req, name)
-        else:
-            records[name] = {"source": "none: the layers are read exactly"}
-        lps.append(lp)
-    results = compare([m for _, m in loaded], cfg, names, lps, eval_task=task)
-    for res in results:
-        res.probes_info = records[res.name]
-    return results, records
+    with probe_notes():
+        results = compare([m for _, m in loaded], cfg, names, eval_task=task)
+    return results, {res.name: res.probes_info for res in results}
+
+
+@contextlib.contextmanager
+def probe_notes() -> Iterator[None]:
+    """Print on stderr what `resolve_probes` says of each model's probes, as it decides."""
+    log = logging.getLogger("iclprobe.alignment.probe_source")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level, propagate = log.level, log.propagate
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False  # printed here, not again by the root logger's handlers
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+        log.propagate = propagate
 
 
 def cmd_align(args: argparse.Namespace) -> int:
@@ -225,8 +127,7 @@ def cmd_align(args: argparse.Namespace) -> int:
     _check_device(cfg.device)
     if args.out is not None:
         check_output(args.out, "report", args.overwrite)  # before the work, not after
-    results, records = align_checkpoints(checkpoints, cfg, refit_probes=args.refit_probes,
-                                         n_probe_given=hasattr(args, "n_probe_sequences"))
+    results, records = align_checkpoints(checkpoints, cfg)
     if args.out is not None:
         from iclprobe.alignment.report import write_report  # matplotlib: only for a report
 
@@ -259,6 +160,7 @@ def cmd_align(args: argparse.Namespace) -> int:
 def cmd_probe(args: argparse.Namespace) -> int:
     """``iclprobe probe``: fit and save the layer probes of a checkpoint."""
     from iclprobe import models, probes
+    from iclprobe.alignment.probe_source import probes_dir
     from iclprobe.probes.inputs import check_fit_fits
     from iclprobe.storage import check_output
 
@@ -282,7 +184,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int = 1000,
+def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int | None = None,
              overwrite: bool = False) -> Path:
     """The whole pipeline on the shipped models; returns the report path.
 
@@ -298,13 +200,10 @@ def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int = 1000,
     check_output(out, "report", overwrite)
     cfg = AlignConfig(n_sequences=n_sequences, n_probe_sequences=n_probe_sequences)
     model = models.load(DEMO_MODELS[0])
-    req = ProbeRequest(cfg.n_probe_sequences, cfg.seed + 1)
-    probe, record = _probes(model, DEMO_MODELS[0], cfg, model.task, req, DEMO_MODELS[0])
-    gpt = [align(model, cfg, name=DEMO_MODELS[0], layer_probes=probe),
-           align(model, dataclasses.replace(cfg, protocol="fu2024"),
-                 name=f"{DEMO_MODELS[0]}-fu2024", layer_probes=probe)]
-    for res in gpt:
-        res.probes_info = record
+    with probe_notes():
+        gpt = [align(model, cfg, name=DEMO_MODELS[0]),
+               align(model, dataclasses.replace(cfg, protocol="fu2024"),
+                     name=f"{DEMO_MODELS[0]}-fu2024")]  # the same probes: same data, seed
     paired, _ = align_checkpoints(list(DEMO_MODELS[1:]), cfg)
     recurrent = align_checkpoints([DEMO_RECURRENT], cfg)[0][0]
     pq_aligned = [align_checkpoints([name], cfg)[0][0] for name in DEMO_PQ]
@@ -348,20 +247,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     """``iclprobe train``: exit 1 when training diverges, 130 on Ctrl-C."""
-    from iclprobe import models
-    from iclprobe.models.checkpoint import RUN_CHECKPOINT, TRAIN_CONFIG_FILE
+    from iclprobe import training
+    from iclprobe.models.files import RUN_CHECKPOINT, TRAIN_CONFIG_FILE
 
     if args.resume and args.overwrite:
         raise UsageError("--overwrite starts a fresh run: drop --resume, or drop --overwrite")
     try:
         model, task, cfg = _train_setup(args)
-        result = models.train(model, task, cfg, out=args.out, resume=args.resume,
+        result = training.train(model, task, cfg, out=args.out, resume=args.resume,
                               overwrite=args.overwrite)
-    except models.TrainingDiverged as err:
+    except training.TrainingDiverged as err:
         print(f"iclprobe train: error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as err:
-        done = f" after step {err.step}" if isinstance(err, models.TrainingInterrupted) else ""
+        done = f" after step {err.step}" if isinstance(err, training.TrainingInterrupted) else ""
         if (Path(args.out) / RUN_CHECKPOINT / TRAIN_CONFIG_FILE).is_file():
             hint = f"continue with: iclprobe train --out {args.out} --resume"
         else:
@@ -383,10 +282,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _train_setup(args: argparse.Namespace) -> tuple[Regressor, Any, Any]:
     """The model, task and recipe of ``iclprobe train``, fresh or from the run (--resume)."""
-    from iclprobe import models, tasks
-    from iclprobe._checks import check_training_fits
+    from iclprobe import models, tasks, training
     from iclprobe.cli_flags import MODEL_FROM_TASK, given, train_flags
     from iclprobe.models import registry
+    from iclprobe.training.memory import check_training_fits
 
     flags = train_flags()
     train_given = given(args, flags["training"])
@@ -395,7 +294,7 @@ def _train_setup(args: argparse.Namespace) -> tuple[Regressor, Any, Any]:
         if ignored or hasattr(args, "family"):
             raise UsageError(f"--resume takes the model and task from {args.out}; "
                              f"drop {', '.join(ignored) or '--family'}")
-        cfg = dataclasses.replace(models.read_train_config(args.out), **train_given)
+        cfg = dataclasses.replace(training.read_train_config(args.out), **train_given)
         model: Regressor = models.load(args.out)
         return model, model.task, cfg
     task = tasks.RegressionTask(**{"n_dims": 8, "n_points": 24, **given(args, flags["task"])})
@@ -414,7 +313,8 @@ def _train_setup(args: argparse.Namespace) -> tuple[Regressor, Any, Any]:
     if bad:
         raise UsageError(f"not applicable to --family {family.name}: {', '.join(bad)}")
     model_cfg = family.config(**model_kw)
-    cfg = models.TrainConfig(**train_given)
-    check_training_fits(model_cfg, task, cfg)  # before allocating anything
-    model = family.model_class()(model_cfg)
+    cfg = training.TrainConfig(**train_given)
+    model_cls = family.model_class()
+    check_training_fits(model_cls, model_cfg, task, cfg)  # before allocating anything
+    model = model_cls(model_cfg)
     return model, task, cfg

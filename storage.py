@@ -28,6 +28,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from iclprobe._checks import is_int
+
 logger = logging.getLogger(__name__)
 MARKER = ".iclprobe"
 WRITING = "writing"  # the key of a temporary directory's marker: who is writing it
@@ -275,7 +277,7 @@ def remove_abandoned(path: str | os.PathLike[str]) -> list[Path]:
         if not isinstance(writer, dict) or writer.get("host") != socket.gethostname():
             continue
         pid = writer.get("pid")
-        if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or _alive(pid):
+        if not is_int(pid) or pid <= 0 or _alive(pid):
             continue
         _remove_marked_last(entry)
         removed.append(entry)

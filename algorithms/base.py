@@ -17,6 +17,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from iclprobe._checks import is_int, is_number
 from iclprobe.algorithms.prefix import PrefixStats, from_eigenbasis
 
 
@@ -111,7 +112,7 @@ def register(name: str, *, label: str | None = None,
         raise TypeError(f"label must be a string, got {label!r}")
     if not isinstance(align, bool):
         raise TypeError(f"align must be a bool, got {align!r}")
-    if isinstance(order, bool) or not isinstance(order, int):
+    if not is_int(order):
         raise TypeError(f"order must be an integer, got {order!r}")
     hyper = dict(align_hyper or {})
     rivals = _check_rivals(name, compare_with)
@@ -266,7 +267,7 @@ def check_steps(steps: Iterable[int] | None) -> Tensor:
 
 def check_positive(value: Any, name: str, allow_zero: bool = False) -> float:
     """A finite number > 0 (or >= 0)."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = is_number(value) and math.isfinite(value)
     if not ok or value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
@@ -302,7 +303,7 @@ def fixed_number(value: Any) -> bool:
     Not a rule ("max", "tuned") nor one value per prefix: such learners may be read at one
     position only (a model trained at the last position), where the others grow freely.
     """
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return is_number(value)
 
 
 def finish(name: str, steps: Tensor, preds: Tensor, weights: Tensor | None,

@@ -2,7 +2,8 @@
 
 The pipeline is `align` (one model) and `compare` (several on the same data), configured
 by `AlignConfig` and a named `Protocol`; `align_layers` aligns per-layer predictions of any
-model. The parts: `similarity` (layer × step tables with bootstrap bounds), `match_steps`
+model; `resolve_probes` picks the layer probes `align` reads with (saved, cached or fitted
+here). The parts: `similarity` (layer × step tables with bootstrap bounds), `match_steps`
 (best step per layer and step-vs-layer fits), the learner comparison with calibrated
 verdicts, and the report (`write_report`). New metrics join with `register_metric`; new
 learners with ``iclprobe.algorithms.register``.
@@ -35,6 +36,7 @@ _EXPORTS = {
     "align_layers": "iclprobe.alignment.pipeline",
     "compare": "iclprobe.alignment.pipeline",
     "AlignConfig": "iclprobe.alignment.config",
+    "resolve_probes": "iclprobe.alignment.probe_source",
     "PROTOCOLS": "iclprobe.alignment.protocols",
     "Protocol": "iclprobe.alignment.protocols",
     "RunSpec": "iclprobe.alignment.protocols",
@@ -68,6 +70,7 @@ __all__ = [
     "ilwd",
     "match_steps",
     "register_metric",
+    "resolve_probes",
     "similarity",
     "spd",
     "weight_cosine",
@@ -92,6 +95,7 @@ if TYPE_CHECKING:
         weight_cosine,
     )
     from iclprobe.alignment.pipeline import AlignResult, align, align_layers, compare
+    from iclprobe.alignment.probe_source import resolve_probes
     from iclprobe.alignment.protocols import PROTOCOLS, Protocol, RunSpec, get_protocol
     from iclprobe.alignment.report import write_report
     from iclprobe.alignment.similarities import METRICS, Similarity, similarity

@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING
 
 from iclprobe._checks import (
     ConfigError,
+    check_bool,
     check_choice,
+    check_fields,
     check_int,
     check_real,
     check_seed,
@@ -22,8 +24,9 @@ DEFAULT_METRICS = ("error_cosine", "weight_cosine")
 POSITION_CHOICES = ("auto", "all", "last")
 FIT_LAYER_CHOICES = ("live", "all")
 PROBE_FITS = ("crossfit", "fresh")
+FRESH_PROBE_SEQUENCES = 1000  # fresh probes' sequences where n_probe_sequences is not set
 DEVICES = ("cpu", "cuda")
-_OWNER = "AlignConfig"
+_OWNER = "AlignConfig"  # in the messages of the names' checks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,10 +59,12 @@ class AlignConfig:
                             "fitted on the other folds; one forward pass), fresh = on "
                             "--n-probe-sequences fresh sequences", choices=PROBE_FITS)
     probe_folds: int = option(4, "folds of the cross-fitted probes")
-    n_probe_sequences: int = option(1000, "fresh sequences the layer probes are fitted on (the "
-                                    "CLI uses saved probes, from `iclprobe probe`, if they "
-                                    "were fitted on this many, or on any number when this "
-                                    "is not given)")
+    n_probe_sequences: int | None = option(
+        None, "fresh sequences the layer probes are fitted on (default: probes saved by "
+        "`iclprobe probe` are used however many they were fitted on, fresh ones on "
+        f"{FRESH_PROBE_SEQUENCES}); given, saved probes must have been fitted on this many")
+    refit_probes: bool = option(False, "fit new layer probes even where saved ones fit the "
+                                "model and data")
     n_probe_heldout: int = option(256, "fresh sequences the probes' held-out R² is measured on")
     n_weight_sequences: int = option(16, "sequences the induced weights (weight metrics) are "
                                      "measured on (16: the paired weight-cosine difference "
@@ -84,22 +89,23 @@ class AlignConfig:
         for name, allowed in (("data", DATA_CHOICES), ("positions", POSITION_CHOICES),
                               ("fit_layers", FIT_LAYER_CHOICES), ("device", DEVICES),
                               ("probe_fit", PROBE_FITS)):
-            check_choice(_OWNER, name, getattr(self, name), allowed)
-        for name in ("n_sequences", "n_probe_sequences", "n_probe_heldout", "n_weight_sequences",
-                     "n_boot", "probe_folds"):
-            check_int(_OWNER, name, getattr(self, name), low=2)
-        for name in ("t_min", "t_max"):
+            check_fields(self, check_choice, name, choices=allowed)
+        check_fields(self, check_int, "n_sequences", "n_probe_heldout", "n_weight_sequences",
+                     "n_boot", "probe_folds", low=2)
+        for name, low in (("n_probe_sequences", 2), ("t_min", 0), ("t_max", 0),
+                          ("n_queries", 1)):
             if getattr(self, name) is not None:
-                check_int(_OWNER, name, getattr(self, name), low=0)
-        if self.n_queries is not None:
-            check_int(_OWNER, "n_queries", self.n_queries)
-        check_real(_OWNER, "condition_number", self.condition_number, 1.0, MAX_CONDITION)
-        check_real(_OWNER, "confidence", self.confidence, 0.0, 1.0, low_open=True,
-                   high_open=True)
-        if not isinstance(self.separation, bool):
-            raise ConfigError(_OWNER, "separation", f"{_OWNER}.separation must be a bool, "
-                              f"got {self.separation!r}")
-        check_seed(_OWNER, "seed", self.seed)
+                check_fields(self, check_int, name, low=low)
+        check_fields(self, check_real, "condition_number", low=1.0, high=MAX_CONDITION)
+        check_fields(self, check_real, "confidence", low=0.0, high=1.0, low_open=True,
+                     high_open=True)
+        check_fields(self, check_bool, "separation", "fitted", "refit_probes")
+        check_fields(self, check_seed, "seed")
+
+    @property
+    def fresh_probe_sequences(self) -> int:
+        """The sequences freshly fitted probes are fitted on (``n_probe_sequences`` or 1000)."""
+        return self.n_probe_sequences or FRESH_PROBE_SEQUENCES
 
     def queries_for(self, n_dims: int) -> int:
         """Fresh queries per prefix for the induced weights: ``n_queries`` or d + max(2, d // 2)."""

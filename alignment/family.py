@@ -22,7 +22,7 @@ from iclprobe.models.regressor import Regressor
 from iclprobe.tasks import RegressionBatch, RegressionTask
 
 if TYPE_CHECKING:
-    from iclprobe.alignment.pipeline import AlignConfig
+    from iclprobe.alignment.config import AlignConfig
 
 
 def needs_probes(model: Regressor) -> bool:
@@ -36,9 +36,10 @@ def layer_predictions(model: Regressor, task: RegressionTask, batch: RegressionB
                       ) -> tuple[Tensor, str, list[float], probes.LayerProbes | None]:
     """Every layer's prediction ``[L+1, B, n]`` (float64), how it was read, probe R², probes.
 
-    Given ``layer_probes`` read the batch; else probes are cross-fitted on the batch itself
-    (``cfg.probe_fit="crossfit"``: one forward pass, every sequence read by probes fitted on
-    the others) or fitted on fresh sequences (``"fresh"``, seed + 1). The probes returned
+    Given ``layer_probes`` (`resolve_probes` picks them for `align`) read the batch; else
+    probes are cross-fitted on the batch itself (``cfg.probe_fit="crossfit"``: one forward
+    pass, every sequence read by probes fitted on the others) or fitted on fresh sequences
+    (``"fresh"``, seed + 1). The probes returned
     are the ones to read the sequences ``weight_rows`` with (out of sample for them).
     """
     xs, ys = batch.xs.to(cfg.device), batch.ys.to(cfg.device)
@@ -53,12 +54,13 @@ def layer_predictions(model: Regressor, task: RegressionTask, batch: RegressionB
         return (fit.preds, f"ridge probes cross-fitted on the evaluation sequences "
                 f"({cfg.probe_folds} folds: each sequence read by probes fitted on the others)",
                 fit.metrics.r2, fit.probes_excluding(rows))
-    how = "saved ridge probes"
     if layer_probes is None:
         gen = torch.Generator().manual_seed(cfg.seed + 1)
-        layer_probes = probes.LayerProbes().fit(model, task, n_sequences=cfg.n_probe_sequences,
+        layer_probes = probes.LayerProbes().fit(model, task, n_sequences=cfg.fresh_probe_sequences,
                                                 generator=gen, n_heldout=cfg.n_probe_heldout)
-        how = f"ridge probes fitted per layer on {cfg.n_probe_sequences} fresh sequences"
+    fitted_on = (getattr(layer_probes, "fit_settings_", None) or {}).get("n_sequences")
+    how = (f"ridge probes fitted per layer on {fitted_on} fresh sequences" if fitted_on
+           else "given ridge probes")
     r2 = list(layer_probes.metrics_.r2) if hasattr(layer_probes, "metrics_") else []
     preds = layer_probes.predict(xs, ys).double().cpu()
     return preds, how, r2, layer_probes

@@ -17,14 +17,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from iclprobe._checks import is_int
+
 
 def check_window(t_min: int, t_max: int | None, n: int) -> int:
     """Validate the position window ``[t_min, t_max]`` of ``n`` positions; returns t_max."""
-    if not isinstance(t_min, int) or isinstance(t_min, bool) or not 0 <= t_min < n:
+    if not is_int(t_min) or not 0 <= t_min < n:
         raise ValueError(f"t_min must be an integer in [0, {n - 1}], got {t_min!r}")
     if t_max is None:
         return n - 1
-    if not isinstance(t_max, int) or isinstance(t_max, bool) or not t_min <= t_max < n:
+    if not is_int(t_max) or not t_min <= t_max < n:
         raise ValueError(f"t_max must be an integer in [{t_min}, {n - 1}], got {t_max!r}")
     return t_max
 

@@ -35,6 +35,7 @@ from iclprobe.alignment.fitted import fitted_pairs
 from iclprobe.alignment.matching import Match, match_steps
 from iclprobe.alignment.memory import check_align_fits
 from iclprobe.alignment.metrics import METRIC_INFO
+from iclprobe.alignment.probe_source import given_probes, resolve_probes
 from iclprobe.alignment.protocols import Protocol, RunSpec, verdict_pairs
 from iclprobe.alignment.runs import run_spec
 from iclprobe.alignment.separation import Separation, separation_views
@@ -213,11 +214,19 @@ def _check_finite(what: str, tensor: Tensor) -> None:
 def align(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
           layer_probes: probes.LayerProbes | None = None,
           eval_task: RegressionTask | None = None) -> AlignResult:
-    """Align every layer of ``model`` with the reference learners (see the module doc)."""
+    """Align every layer of ``model`` with the reference learners (see the module doc).
+
+    ``layer_probes`` None: the probes are resolved as ``iclprobe align`` resolves them
+    (`resolve_probes`: saved ones that fit, else fitted as ``cfg.probe_fit`` says).
+    """
     cfg = cfg or AlignConfig()
     model = model.to(cfg.device).eval()
     task = eval_task or evaluation_task(model, cfg)
     check_align_fits(model, task, cfg, needs_probes(model), name)  # before allocating
+    if layer_probes is None:
+        layer_probes, probes_info = resolve_probes(model, cfg, task, name)
+    else:
+        probes_info = given_probes(layer_probes)
     positions = trained_positions(model) if cfg.positions == "auto" else cfg.positions
     batch = task.sample(cfg.n_sequences, generator=torch.Generator().manual_seed(cfg.seed))
     n_weight = min(cfg.n_weight_sequences, cfg.n_sequences)
@@ -248,7 +257,7 @@ def align(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
     result = align_layers(layer_preds, batch, cfg, layer_weights=layer_w, name=name,
                           positions=positions, extra_runs=extra, notes=notes, task=task,
                           timings=timings, probe_t_min=probe_rows(model, layer_probes))
-    result.readout, result.probe_r2 = readout, probe_r2
+    result.readout, result.probe_r2, result.probes_info = readout, probe_r2, probes_info
     return result
 
 

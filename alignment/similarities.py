@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from iclprobe._checks import check_seed
+from iclprobe._checks import check_seed, is_int
 from iclprobe.algorithms.base import Iterates
 from iclprobe.alignment import metrics as M
 
@@ -189,9 +189,9 @@ def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
                          f"{over!r} with metric {metric!r}")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    if not isinstance(n_boot, int) or isinstance(n_boot, bool) or n_boot < 2:
+    if not is_int(n_boot) or n_boot < 2:
         raise ValueError(f"n_boot must be an integer >= 2, got {n_boot!r}")
-    if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
+    if not is_int(chunk) or chunk < 1:
         raise ValueError(f"chunk must be a positive integer, got {chunk!r}")
     check_seed("similarity", "seed", seed)
     other = iterates.weights if info.on == "weights" else iterates.preds

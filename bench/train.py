@@ -1,4 +1,4 @@
-"""Training steps/s of `models.train` against a plain loop over Garg's HF construction.
+"""Training steps/s of `training.train` against a plain loop over Garg's HF construction.
 
 Same size on both sides (8 layers x 64 wide, 4 heads, d = 8, 24 points, batch 64, Adam);
 our side includes everything the trainer does per step (seeded data per step, the lr
@@ -17,7 +17,7 @@ import torch
 from common import alternate, median_ratio
 from garg import Garg
 
-from iclprobe import models, tasks
+from iclprobe import models, tasks, training
 
 
 def main() -> None:
@@ -30,7 +30,7 @@ def main() -> None:
     task = tasks.RegressionTask(n_dims=d, n_points=n)
     ours = models.GPTRegressor(models.GPTConfig(n_dims=d, n_positions=n, n_layers=layers,
                                                 d_model=width, n_heads=heads))
-    cfg = models.TrainConfig(steps=args.steps, batch_size=batch, log_every=10**6,
+    cfg = training.TrainConfig(steps=args.steps, batch_size=batch, log_every=10**6,
                              checkpoint_every=0)
     torch.manual_seed(0)
     garg = Garg(d, n, width, layers, heads).train()
@@ -47,7 +47,7 @@ def main() -> None:
             opt.step()
 
     def trainer() -> None:
-        models.train(ours, task, cfg, progress=False)
+        training.train(ours, task, cfg, progress=False)
 
     times = alternate({"plain": plain_loop, "trainer": trainer}, repeats=args.repeats, warmup=1)
     for name, values in times.items():

@@ -2,8 +2,9 @@
 
 Families (`GPTRegressor`, `PQTransformer`, `LSTMRegressor`) subclass `Regressor` and are
 registered in `iclprobe.models.registry`; `load`/`save` read and write checkpoints of any
-of them (and import Garg/Fu run directories and Ahn et al.'s files). Training lives in
-`iclprobe.training`; ``models.train`` and ``models.TrainConfig`` are the same objects.
+of them (and import Garg/Fu run directories and Ahn et al.'s files); `size` measures what a
+model of a config holds, on the meta device. Training lives in `iclprobe.training`, which
+builds on this package (nothing here imports it).
 
 Names are imported on first use, so that the configs and the registry (torch-free) load
 without torch.
@@ -27,18 +28,11 @@ _EXPORTS = {
     "LSTMRegressor": "iclprobe.models.lstm",
     "PQTransformer": "iclprobe.models.pq",
     "load": "iclprobe.models.checkpoint",
-    "save": "iclprobe.models.checkpoint",
+    "save": "iclprobe.models.files",
     "load_ahn": "iclprobe.models.ahn",
     "convert_garg_state": "iclprobe.models.garg",
     "load_garg_run": "iclprobe.models.garg",
     "register_family": "iclprobe.models.registry",
-    "TrainConfig": "iclprobe.training",
-    "TrainResult": "iclprobe.training",
-    "TrainingDiverged": "iclprobe.training",
-    "TrainingInterrupted": "iclprobe.training",
-    "RunBusyError": "iclprobe.training",
-    "read_train_config": "iclprobe.training",
-    "train": "iclprobe.training",
 }
 
 __all__ = [
@@ -52,19 +46,12 @@ __all__ = [
     "PQConfig",
     "PQTransformer",
     "Regressor",
-    "RunBusyError",
-    "TrainConfig",
-    "TrainResult",
-    "TrainingDiverged",
-    "TrainingInterrupted",
     "convert_garg_state",
     "load",
     "load_ahn",
     "load_garg_run",
-    "read_train_config",
     "register_family",
     "save",
-    "train",
 ]
 
 
@@ -75,20 +62,12 @@ if TYPE_CHECKING:
     from iclprobe.models.adapter import HookedAdapter
     from iclprobe.models.ahn import load_ahn
     from iclprobe.models.base import Regressor
-    from iclprobe.models.checkpoint import load, save
+    from iclprobe.models.checkpoint import load
     from iclprobe.models.config import GPTConfig, LSTMConfig, PQConfig
+    from iclprobe.models.files import save
     from iclprobe.models.garg import convert_garg_state, load_garg_run
     from iclprobe.models.gpt import GPTRegressor
     from iclprobe.models.lstm import LSTMRegressor
     from iclprobe.models.pq import PQTransformer
     from iclprobe.models.registry import register_family
     from iclprobe.storage import CheckpointError, OutputExistsError
-    from iclprobe.training import (
-        RunBusyError,
-        TrainConfig,
-        TrainingDiverged,
-        TrainingInterrupted,
-        TrainResult,
-        read_train_config,
-        train,
-    )

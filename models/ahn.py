@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from iclprobe._checks import is_int
 from iclprobe.models.pq import PQTransformer
 from iclprobe.storage import CheckpointError, torch_load_tensors
 from iclprobe.tasks import RegressionTask
@@ -108,7 +109,7 @@ def _as_list(found: Any, path: Path) -> list[Any]:
 def _pick(history: list[Any], index: int, where: str) -> Tensor:
     """History entry ``index``, checked to be an ``allparam`` tensor."""
     n = len(history)
-    if not isinstance(index, int) or isinstance(index, bool) or not -n <= index < n:
+    if not is_int(index) or not -n <= index < n:
         raise ValueError(f"index must be an integer in {-n}..{n - 1} ({where} holds {n} "
                          f"parameter snapshot{'s' * (n != 1)}), got {index!r}")
     allparam = history[index]
@@ -136,7 +137,7 @@ def _task(u: Any, d: Any, n_dims: int, n_context: int | None, where: str) -> Reg
         logger.warning("%s: the file does not record N, the context length; assuming N = %d "
                        "(their notebooks'); pass n_context to set it", where, DEFAULT_N_CONTEXT)
         n_context = DEFAULT_N_CONTEXT
-    if not isinstance(n_context, int) or isinstance(n_context, bool) or n_context <= 0:
+    if not is_int(n_context) or n_context <= 0:
         raise ValueError(f"n_context must be a positive integer, got {n_context!r}")
     u, d = u.detach().cpu().double(), d.detach().cpu().double()
     scale = u @ (torch.diag(d) if d.ndim == 1 else d)  # x = (U D) z

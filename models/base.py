@@ -12,7 +12,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, overload
 import torch
 from torch import Tensor, nn
 
+from iclprobe.models import files
 from iclprobe.models._tl import ActivationCache, HookedRootModule
+
+#: Where a family may say its models were trained (``Regressor.default_positions``).
+POSITIONS = ("all", "last")
 
 M = TypeVar("M", bound=nn.Module)
 
@@ -76,7 +80,38 @@ class Regressor(HookedRootModule, metaclass=abc.ABCMeta):
     block_output_hooks: ClassVar[tuple[str, ...]] = ()
     cfg: Any
     task: Any
-    train_config: dict[str, Any] | None = None
+    train_config: dict[str, Any] | None = None  # the recipe it was trained with, when known
+    checkpoint: Path | None = None  # where `models.load` found it (None: built in Python)
+
+    @classmethod
+    def check_family_class(cls, family: str) -> None:
+        """Refuse a class that is not a complete `Regressor`; give it its ``family`` name.
+
+        `iclprobe.models.registry.register_family` calls it (at once for a class, on first
+        import for ``"module:Class"``): every abstract method implemented, the class
+        attributes well formed. A class without a ``family`` of its own gets ``family``.
+        """
+        where = f"model family {family!r}: {cls.__name__}"
+        abstract = sorted(getattr(cls, "__abstractmethods__", ()))
+        if abstract:
+            raise TypeError(f"{where} does not implement {abstract} (abstract in Regressor)")
+        if cls.default_positions not in POSITIONS:
+            raise ValueError(f"{where}.default_positions must be one of {POSITIONS}, got "
+                             f"{cls.default_positions!r}")
+        for flag in ("exact_layer_readout", "curriculum"):
+            if not isinstance(getattr(cls, flag), bool):
+                raise TypeError(f"{where}.{flag} must be a bool, got {getattr(cls, flag)!r}")
+        head = cls.head_hook
+        if head is not None and not (isinstance(head, tuple) and len(head) == 2
+                                     and isinstance(head[0], str) and isinstance(head[1], int)):
+            raise TypeError(f"{where}.head_hook must be None or (hook name, head axis), got "
+                            f"{head!r}")
+        hooks = cls.block_output_hooks
+        if not (isinstance(hooks, tuple) and all(isinstance(h, str) and h for h in hooks)):
+            raise TypeError(f"{where}.block_output_hooks must be a tuple of hook names under "
+                            f"blocks.{{l}}., got {hooks!r}")
+        if not cls.__dict__.get("family"):  # a class of another family keeps its own name
+            cls.family = family
 
     # ------------------------------------------------------------------ what a family provides
     @abc.abstractmethod
@@ -191,9 +226,7 @@ class Regressor(HookedRootModule, metaclass=abc.ABCMeta):
         ``overwrite=True`` replaces a checkpoint that iclprobe wrote at ``path``; nothing
         else is ever replaced (see `iclprobe.models.save`).
         """
-        from iclprobe.models.checkpoint import save
-
-        return save(self, path, task=task, overwrite=overwrite)
+        return files.save(self, path, task=task, overwrite=overwrite)
 
     def run_with_cache(
         self, *model_args: Any, return_cache_object: bool = True, remove_batch_dim: bool = False,

@@ -15,10 +15,13 @@ from typing import Any, TypeVar
 
 from iclprobe._checks import (
     ConfigError,
+    check_bool,
     check_choice,
+    check_fields,
     check_int,
     check_real,
     check_seed,
+    is_int,
     option,
 )
 
@@ -33,19 +36,6 @@ LAYOUT_HELP = "tokens: interleaved x, y tokens, or paired (x_prev, y_prev, x) to
 SEED_HELP = "initialization seed (the global RNG is untouched)"
 
 C = TypeVar("C", bound="_ConfigMixin")
-
-
-def _check_positive(cfg: Any, *names: str) -> None:
-    for name in names:
-        check_int(type(cfg).__name__, name, getattr(cfg, name))
-
-
-def _check_real(cfg: Any, name: str, low: float, **kw: Any) -> None:
-    check_real(type(cfg).__name__, name, getattr(cfg, name), low, **kw)
-
-
-def _check_choice(cfg: Any, name: str, choices: tuple[str, ...]) -> None:
-    check_choice(type(cfg).__name__, name, getattr(cfg, name), choices)
 
 
 class _TokenLayout:
@@ -106,19 +96,17 @@ class GPTConfig(_TokenLayout, _ConfigMixin):
                               "runs)")
 
     def __post_init__(self) -> None:
-        _check_positive(self, "n_dims", "n_positions", "n_layers", "d_model", "n_heads")
+        check_fields(self, check_int, "n_dims", "n_positions", "n_layers", "d_model", "n_heads")
         if self.d_mlp is not None:
-            _check_positive(self, "d_mlp")
+            check_fields(self, check_int, "d_mlp")
         if self.d_model % self.n_heads:
             raise ConfigError("GPTConfig", "d_model", f"GPTConfig.d_model={self.d_model} must "
                               f"be divisible by n_heads={self.n_heads}")
-        _check_choice(self, "attention", ATTENTIONS)
-        _check_choice(self, "layout", LAYOUTS)
-        check_seed("GPTConfig", "seed", self.seed)
-        _check_real(self, "ln_eps", 0.0, low_open=True)
-        if not isinstance(self.final_norm, bool):
-            raise ConfigError("GPTConfig", "final_norm", f"GPTConfig.final_norm must be a bool, "
-                              f"got {self.final_norm!r}")
+        check_fields(self, check_choice, "attention", choices=ATTENTIONS)
+        check_fields(self, check_choice, "layout", choices=LAYOUTS)
+        check_fields(self, check_seed, "seed")
+        check_fields(self, check_real, "ln_eps", low=0.0, low_open=True)
+        check_fields(self, check_bool, "final_norm")
 
     # Attributes TransformerLens's ActivationCache reads from ``model.cfg``.
     @property
@@ -130,19 +118,6 @@ class GPTConfig(_TokenLayout, _ConfigMixin):
     def d_mlp_resolved(self) -> int:
         """The MLP hidden width in force."""
         return self.d_mlp if self.d_mlp is not None else 4 * self.d_model
-
-    def n_parameters(self) -> int:
-        """Number of weights of the model (all of its state dict), from the config alone."""
-        m, f = self.d_model, self.d_mlp_resolved
-        block = 4 * m * m + 2 * m * f + 9 * m + f  # norms, attention (h d_head = m), MLP
-        return ((self.token_dim + 1) * m + self.n_ctx * m + self.n_layers * block
-                + 2 * m + m + 1)  # read-in, positions, blocks, final norm, read-out
-
-    def activation_floats(self, batch_size: int, n_points: int) -> int:
-        """A lower bound on the activations a training step keeps for backward (floats)."""
-        tok = 2 * n_points if self.layout == "interleaved" else n_points
-        per_layer = tok * (4 * self.d_model + self.d_mlp_resolved) + self.n_heads * tok * tok
-        return batch_size * self.n_layers * per_layer
 
     attn_only = False
     normalization_type = "LN"
@@ -169,17 +144,12 @@ class PQConfig(_ConfigMixin):
                              "(x, s, y) rows of width d + 1 + n_state (dense models only)")
 
     def __post_init__(self) -> None:
-        _check_positive(self, "n_dims", "n_layers", "n_heads")
-        _check_choice(self, "kernel", KERNELS)
-        if not isinstance(self.sparse, bool):
-            raise ConfigError("PQConfig", "sparse", f"PQConfig.sparse must be a bool, got "
-                              f"{self.sparse!r}")
-        _check_real(self, "init_std", 0.0)
-        check_seed("PQConfig", "seed", self.seed)
-        if not isinstance(self.n_state, int) or isinstance(self.n_state, bool) \
-                or self.n_state < 0:
-            raise ConfigError("PQConfig", "n_state", f"PQConfig.n_state must be an integer "
-                              f">= 0, got {self.n_state!r}")
+        check_fields(self, check_int, "n_dims", "n_layers", "n_heads")
+        check_fields(self, check_choice, "kernel", choices=KERNELS)
+        check_fields(self, check_bool, "sparse")
+        check_fields(self, check_real, "init_std", low=0.0)
+        check_fields(self, check_seed, "seed")
+        check_fields(self, check_int, "n_state", low=0)
         if self.n_state and self.sparse:
             raise ConfigError("PQConfig", "n_state", f"PQConfig.n_state={self.n_state} needs a "
                               "dense model (sparse=False): Eq. 8's sparsity has no state "
@@ -189,15 +159,6 @@ class PQConfig(_ConfigMixin):
     def d_model(self) -> int:
         """Width of a token row, d + 1 + n_state."""
         return self.n_dims + 1 + self.n_state
-
-    def n_parameters(self) -> int:
-        """Number of weights of the model (all of its state dict), from the config alone."""
-        side = self.n_dims if self.sparse else self.d_model
-        return 2 * self.n_layers * self.n_heads * side * side
-
-    def activation_floats(self, batch_size: int, n_points: int) -> int:
-        """A lower bound on the activations a training step keeps for backward (floats)."""
-        return batch_size * self.n_layers * n_points * (n_points + 1) * self.d_model
 
     attn_only = True
     normalization_type = None
@@ -221,19 +182,9 @@ class LSTMConfig(_TokenLayout, _ConfigMixin):
     seed: int = option(0, SEED_HELP)
 
     def __post_init__(self) -> None:
-        _check_positive(self, "n_dims", "n_positions", "n_layers", "d_model")
-        _check_choice(self, "layout", LAYOUTS)
-        check_seed("LSTMConfig", "seed", self.seed)
-
-    def n_parameters(self) -> int:
-        """Number of weights of the model (all of its state dict), from the config alone."""
-        m = self.d_model
-        return (self.token_dim + 1) * m + self.n_layers * (8 * m * m + 8 * m) + m + 1
-
-    def activation_floats(self, batch_size: int, n_points: int) -> int:
-        """A lower bound on the activations a training step keeps for backward (floats)."""
-        tok = 2 * n_points if self.layout == "interleaved" else n_points
-        return batch_size * self.n_layers * tok * 6 * self.d_model
+        check_fields(self, check_int, "n_dims", "n_positions", "n_layers", "d_model")
+        check_fields(self, check_choice, "layout", choices=LAYOUTS)
+        check_fields(self, check_seed, "seed")
 
     # Attributes TransformerLens's ActivationCache reads from ``model.cfg``.
     attn_only = False
@@ -281,13 +232,10 @@ class OracleConfig(_ConfigMixin):
     exact_readout: bool = option(True, "align reads layers exactly (undo R); False: probes")
 
     def __post_init__(self) -> None:
-        check_int("OracleConfig", "n_dims", self.n_dims)
-        check_int("OracleConfig", "n_layers", self.n_layers)
-        check_int("OracleConfig", "n_noise", self.n_noise, low=0)
-        check_seed("OracleConfig", "seed", self.seed)
-        if not isinstance(self.exact_readout, bool):
-            raise ConfigError("OracleConfig", "exact_readout", f"OracleConfig.exact_readout "
-                              f"must be a bool, got {self.exact_readout!r}")
+        check_fields(self, check_int, "n_dims", "n_layers")
+        check_fields(self, check_int, "n_noise", low=0)
+        check_fields(self, check_seed, "seed")
+        check_fields(self, check_bool, "exact_readout")
         object.__setattr__(self, "steps", self._checked_steps())
         object.__setattr__(self, "hyper", self._checked_hyper())
 
@@ -296,7 +244,7 @@ class OracleConfig(_ConfigMixin):
             return tuple(range(self.n_layers + 1))
         steps = tuple(self.steps) if isinstance(self.steps, (list, tuple)) else None
         ok = steps is not None and len(steps) == self.n_layers + 1 and all(
-            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in steps)
+            is_int(s) and s >= 0 for s in steps)
         if not ok or steps is None:
             raise ConfigError("OracleConfig", "steps", f"OracleConfig.steps must be "
                               f"n_layers + 1 = {self.n_layers + 1} integers >= 0 (the step at "
@@ -331,14 +279,6 @@ class OracleConfig(_ConfigMixin):
     def d_model(self) -> int:
         """Residual width d + 1 + n_noise."""
         return self.n_dims + 1 + self.n_noise
-
-    def n_parameters(self) -> int:
-        """None: an oracle's rotation and distractors are rebuilt from ``seed``."""
-        return 0
-
-    def activation_floats(self, batch_size: int, n_points: int) -> int:
-        """The residuals of one forward pass (an oracle is never trained)."""
-        return batch_size * n_points * self.d_model * (self.n_layers + 1)
 
     attn_only = True
     normalization_type = None

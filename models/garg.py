@@ -22,10 +22,11 @@ import yaml
 from einops import rearrange
 from torch import Tensor
 
-from iclprobe._checks import check_fits
-from iclprobe.models.checkpoint import load_state_into, refuse_oversized
+from iclprobe._checks import is_int
 from iclprobe.models.config import GPTConfig
+from iclprobe.models.files import load_state_into
 from iclprobe.models.gpt import GPTRegressor
+from iclprobe.models.size import check_loadable
 from iclprobe.storage import CheckpointError, torch_load_tensors
 from iclprobe.tasks import RegressionTask
 
@@ -62,7 +63,7 @@ def _read_config(path: Path) -> dict[str, Any]:
 
 def _positive_int(value: Any, field: str, cfg_path: Path) -> int:
     """``value`` if it is a positive integer (YAML's ``3``, not ``"3"``, ``3.0`` or ``true``)."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    if not is_int(value) or value < 1:
         raise CheckpointError(f"{cfg_path}: {field} must be a positive integer, got "
                               f"{str(value)[:60] if not isinstance(value, str) else repr(value)}")
     return value
@@ -129,7 +130,7 @@ def first_n_layers(cfg: dict[str, Any], cfg_path: Path) -> int:
     n_layer, k = int(cfg["model"]["n_layer"]), cfg["model"].get("use_first_n_layer")
     if k is None:  # absent or null: their code uses all n_layer blocks
         return n_layer
-    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= n_layer:
+    if not is_int(k) or not 1 <= k <= n_layer:
         why = (" (0 reads out the embedding alone: iclprobe models have at least one block)"
                if k == 0 else "")
         raise CheckpointError(f"{cfg_path}: model.use_first_n_layer must be an integer in "
@@ -183,11 +184,10 @@ def load_garg_run(path: str | Path) -> GPTRegressor:
     except ValueError as err:
         raise CheckpointError(f"{path / 'config.yaml'}: {err}") from None
     # before building: a config.yaml edited to n_layer: 1000000 would take minutes, then
-    # exhaust memory (as for native checkpoints, `check_weights_match`)
+    # exhaust memory (as for native checkpoints)
     stored = sum(v.numel() for v in state.values() if isinstance(v, Tensor))
-    described = ", ".join(f"{k}={m[k]}" for k in SIZE_FIELDS)
-    refuse_oversized(cfg, stored, path / "config.yaml", "state.pt", described)
-    check_fits(cfg, f"loading {path}")
+    check_loadable(GPTRegressor, cfg, stored, path / "config.yaml", "state.pt",
+                   ", ".join(f"{k}={m[k]}" for k in SIZE_FIELDS))
     model = GPTRegressor(cfg)
     load_state_into(model, convert_garg_state(state, cfg), path / "state.pt")
     model.task = _task_from(cfg_yaml, cfg.n_dims, cfg.n_positions, path / "config.yaml")

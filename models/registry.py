@@ -9,10 +9,11 @@ without importing torch. A family registers itself once::
                     "my recurrent regressor")
 
 ``MyRegressor`` subclasses `iclprobe.models.base.Regressor`; ``MyConfig`` is a frozen
-dataclass with ``n_dims``, ``n_layers``, ``seed``, ``to_dict``, ``from_dict``,
-``n_parameters`` and ``activation_floats`` (checked by ``register_family``). A family of
-models that are built, not trained (``trainable=False``: the known-answer oracles) is
-refused by ``iclprobe train``, and its config fields get no flags.
+dataclass with ``n_dims``, ``n_layers``, ``seed``, ``to_dict`` and ``from_dict`` (checked by
+``register_family``). What a model holds is measured on the model itself
+(`iclprobe.models.size`): a family writes no formula of its size. A family of models that
+are built, not trained (``trainable=False``: the known-answer oracles) is refused by
+``iclprobe train``, and its config fields get no flags.
 """
 
 from __future__ import annotations
@@ -28,12 +29,7 @@ CONFIG_FIELDS = ("n_dims", "n_layers", "seed")
 CONFIG_METHODS = {
     "to_dict": "config.json is written from it (models.config._ConfigMixin has it)",
     "from_dict": "checkpoints are loaded with it (models.config._ConfigMixin has it)",
-    "n_parameters": "n_parameters() -> int: the weights' count, checked before a checkpoint "
-                    "loads or a model is built",
-    "activation_floats": "activation_floats(batch_size, n_points) -> int: floats a training "
-                         "step keeps, checked before training",
 }
-POSITIONS = ("all", "last")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,38 +130,16 @@ def _check_config_class(name: str, config: Any) -> None:
 def check_model_class(name: str, cls: Any) -> None:
     """Refuse a model class that is not a complete `Regressor`; give it its ``family``.
 
-    Checks that it subclasses ``iclprobe.models.base.Regressor``, implements every abstract
-    method, and has well-formed class attributes (``default_positions``,
-    ``exact_layer_readout``, ``curriculum``, ``head_hook``, ``block_output_hooks``). A
-    class without a ``family`` of its own gets ``name``.
+    A subclass of ``iclprobe.models.base.Regressor`` checks itself
+    (`Regressor.check_family_class`: every abstract method implemented, well-formed class
+    attributes); anything else is refused here. The registry never imports the base class:
+    the base class imports the registry (a model saves under its family's name).
     """
-    from iclprobe.models.base import Regressor  # a model class exists: torch is imported
-
-    if not (isinstance(cls, type) and issubclass(cls, Regressor)):
+    check = getattr(cls, "check_family_class", None) if isinstance(cls, type) else None
+    if check is None:
         raise TypeError(f"model family {name!r}: the model must be a subclass of "
                         f"iclprobe.models.base.Regressor, got {cls!r}")
-    abstract = sorted(getattr(cls, "__abstractmethods__", ()))
-    if abstract:
-        raise TypeError(f"model family {name!r}: {cls.__name__} does not implement "
-                        f"{abstract} (abstract in Regressor)")
-    if cls.default_positions not in POSITIONS:
-        raise ValueError(f"model family {name!r}: {cls.__name__}.default_positions must be "
-                         f"one of {POSITIONS}, got {cls.default_positions!r}")
-    for flag in ("exact_layer_readout", "curriculum"):
-        if not isinstance(getattr(cls, flag), bool):
-            raise TypeError(f"model family {name!r}: {cls.__name__}.{flag} must be a bool, "
-                            f"got {getattr(cls, flag)!r}")
-    head = cls.head_hook
-    if head is not None and not (isinstance(head, tuple) and len(head) == 2
-                                 and isinstance(head[0], str) and isinstance(head[1], int)):
-        raise TypeError(f"model family {name!r}: {cls.__name__}.head_hook must be None or "
-                        f"(hook name, head axis), got {head!r}")
-    hooks = cls.block_output_hooks
-    if not (isinstance(hooks, tuple) and all(isinstance(h, str) and h for h in hooks)):
-        raise TypeError(f"model family {name!r}: {cls.__name__}.block_output_hooks must be a "
-                        f"tuple of hook names under blocks.{{l}}., got {hooks!r}")
-    if not cls.__dict__.get("family"):  # a class of another family keeps its own name
-        cls.family = name
+    check(name)
 
 
 def get_family(name: str) -> Family:

@@ -16,6 +16,7 @@ import dataclasses
 import torch
 from torch import Tensor
 
+from iclprobe._checks import is_int
 from iclprobe.models.regressor import Regressor
 from iclprobe.probes.layer_probes import (
     LayerProbes,
@@ -73,7 +74,7 @@ def cross_fit(model: Regressor, resid: Tensor, ys: Tensor, folds: int = 4, t_min
     n_layers, batch, n, width = resid.shape
     if ys.shape != (batch, n):
         raise ValueError(f"ys must have shape {(batch, n)}, got {tuple(ys.shape)}")
-    if not isinstance(folds, int) or isinstance(folds, bool) or not 2 <= folds <= batch:
+    if not is_int(folds) or not 2 <= folds <= batch:
         raise ValueError(f"folds must be an integer in [2, {batch}], got {folds!r}")
     if not isinstance(t_min, int) or not 0 <= t_min < n:
         raise ValueError(f"t_min must be in [0, {n - 1}], got {t_min!r}")

@@ -19,8 +19,8 @@ import torch
 from train_pretrained import error_curve, write_curve_files  # the sibling script
 
 from iclprobe import models, tasks
+from iclprobe._shipped import PRETRAINED_DIR
 from iclprobe.constructions import SHIPPED
-from iclprobe.models.checkpoint import PRETRAINED_DIR
 from iclprobe.storage import write_text_atomic
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from iclprobe import models, probes, tasks
+from iclprobe import models, probes, tasks, training
 from iclprobe.storage import write_text_atomic
 
 D = 5
@@ -39,11 +39,11 @@ def train_pq(task: tasks.RegressionTask, n_layers: int, recipe: dict[str, Any], 
     model = models.PQTransformer(models.PQConfig(n_dims=D, n_layers=n_layers, seed=seed,
                                                  init_std=0.01))
     lbfgs = recipe["optimizer"] == "lbfgs"
-    cfg = models.TrainConfig(**{**recipe, "steps": max(1, steps // 40) if lbfgs else steps,
+    cfg = training.TrainConfig(**{**recipe, "steps": max(1, steps // 40) if lbfgs else steps,
                                 "batch_size": batch * (5 if lbfgs else 1), "loss": "last",
                                 "zero_b": zero_b, "seed": seed, "log_every": 10**6,
                                 "checkpoint_every": 0})
-    models.train(model, task, cfg, progress=False)
+    training.train(model, task, cfg, progress=False)
     return model
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from iclprobe import models, tasks
+from iclprobe import models, tasks, training
 from iclprobe.alignment.pipeline import AlignConfig, align
 from iclprobe.alignment.report import write_report
 from iclprobe.alignment.tables import text_table
@@ -30,14 +30,14 @@ def garg_size_model(out: Path, device: str, steps: int) -> str:
     task = tasks.RegressionTask(n_dims=20, n_points=41)
     if (out / "checkpoint").exists():
         model = models.load(out)
-        models.train(model, model.task, models.read_train_config(out), out=out, resume=True)
+        training.train(model, model.task, training.read_train_config(out), out=out, resume=True)
         return str(out)
     model = models.GPTRegressor(models.GPTConfig(n_dims=20, n_positions=41, n_layers=12,
                                                  d_model=256, n_heads=8))
-    cfg = models.TrainConfig(steps=steps, lr=1e-4, batch_size=64, curriculum_every=2000,
+    cfg = training.TrainConfig(steps=steps, lr=1e-4, batch_size=64, curriculum_every=2000,
                              curriculum_dims=(5, 1), curriculum_points=(11, 2), device=device,
                              checkpoint_every=1000, log_every=500)
-    models.train(model, task, cfg, out=out)
+    training.train(model, task, cfg, out=out)
     return str(out)
 
 

@@ -32,8 +32,9 @@ from typing import Any
 
 import torch
 
-from iclprobe import models, tasks
-from iclprobe.models.checkpoint import PRETRAINED_DIR, RUN_CHECKPOINT
+from iclprobe import models, tasks, training
+from iclprobe._shipped import PRETRAINED_DIR
+from iclprobe.models.files import RUN_CHECKPOINT
 from iclprobe.storage import write_text_atomic
 
 
@@ -141,17 +142,17 @@ def worst_after(curve: list[float], t_min: int) -> float:
 def train_one(spec: Spec, work: Path, steps_scale: float) -> dict[str, Any]:
     """Train (or resume) one model, extending the run until its target holds."""
     run = work / spec.name
-    cfg = models.TrainConfig(**{**spec.train,
+    cfg = training.TrainConfig(**{**spec.train,
                                 "steps": max(1, int(spec.train["steps"] * steps_scale))})
     if (run / RUN_CHECKPOINT).exists():
         model = models.load(run)
-        saved = models.read_train_config(run)
+        saved = training.read_train_config(run)
         cfg = dataclasses.replace(saved, steps=max(cfg.steps, saved.steps))
-        models.train(model, model.task, cfg, out=run, resume=True)
+        training.train(model, model.task, cfg, out=run, resume=True)
         task = model.task
     else:
         model, task = build(spec)
-        models.train(model, task, cfg, out=run)
+        training.train(model, task, cfg, out=run)
     curve = error_curve(model, task)
     rounds = 0
     while spec.target is not None and spec.extend and steps_scale == 1.0 and rounds < 5 and \
@@ -161,7 +162,7 @@ def train_one(spec: Spec, work: Path, steps_scale: float) -> dict[str, Any]:
         print(f"{spec.name}: error {worst_after(curve, 2 * task.n_dims):.4f} >= "
               f"{spec.target}; training on to {cfg.steps} steps")
         model = models.load(run)
-        models.train(model, model.task, cfg, out=run, resume=True)
+        training.train(model, model.task, cfg, out=run, resume=True)
         curve = error_curve(model, task)
     return {"curve": curve, "steps": cfg.steps, "model": model, "run": run}
 

@@ -11,6 +11,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from iclprobe._checks import is_number
+
 #: Σ's eigenvalues of Ahn et al.'s rotated setting at d = 5 (D = diag(1, 1, 1/2, 1/4, 1)).
 AHN_ROTATED_EIGENVALUES = (1.0, 1.0, 0.25, 0.0625, 1.0)
 #: Largest condition number of a task's Σ. Sampled batches are float32, whose rounding
@@ -46,8 +48,7 @@ def rotated_eigenvalues(n_dims: int, eigenvalues: tuple[float, ...] | None = Non
 def check_eigenvalues(eigenvalues: Any) -> tuple[float, ...]:
     """Finite positive numbers whose ratio (the condition number) is at most 1e6."""
     values = tuple(eigenvalues) if isinstance(eigenvalues, (tuple, list)) else None
-    if not values or not all(isinstance(e, (int, float)) and not isinstance(e, bool)
-                             for e in values):
+    if not values or not all(is_number(e) for e in values):
         raise TypeError(f"eigenvalues must be a non-empty sequence of numbers, got "
                         f"{eigenvalues!r}")
     if not all(math.isfinite(e) and e > 0 for e in values):

@@ -16,7 +16,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from iclprobe._checks import SEED_LIMIT, check_bytes, check_int, check_real, check_seed
+from iclprobe._checks import (
+    SEED_LIMIT,
+    ConfigError,
+    check_bytes,
+    check_choice,
+    check_fields,
+    check_int,
+    check_real,
+    check_seed,
+    is_int,
+)
 from iclprobe.tasks.covariance import (
     MAX_CONDITION,
     check_covariance,
@@ -27,6 +37,7 @@ from iclprobe.tasks.covariance import (
     symmetric_sqrt_pair,
 )
 
+_OWNER = "RegressionTask"
 COVARIANCES = ("isotropic", "rotated", "ill-conditioned")
 W_PRIORS = ("standard", "inverse-cov")
 EIGENBASES = ("sequence", "batch")
@@ -51,7 +62,7 @@ def as_generator(generator: torch.Generator | int | None, name: str = "generator
     """Accept a ``torch.Generator`` or an integer seed in [0, 2^63); refuse the global RNG."""
     if isinstance(generator, torch.Generator):
         return generator
-    if isinstance(generator, int) and not isinstance(generator, bool):
+    if is_int(generator):
         if not 0 <= generator < SEED_LIMIT:
             raise ValueError(f"{name} must be a torch.Generator or an integer seed in "
                              f"[0, 2**63), got {generator!r}")
@@ -60,10 +71,6 @@ def as_generator(generator: torch.Generator | int | None, name: str = "generator
         f"{name} must be a torch.Generator or an int seed, got {type(generator).__name__}"
         " (iclprobe never draws from the global RNG)"
     )
-
-
-def _positive_int(value: Any, name: str) -> int:
-    return check_int("RegressionTask", name, value)
 
 
 @dataclass(frozen=True, eq=False)
@@ -113,29 +120,23 @@ class RegressionTask:
     _stream: torch.Generator | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        _positive_int(self.n_dims, "n_dims")
-        _positive_int(self.n_points, "n_points")
+        check_fields(self, check_int, "n_dims", "n_points")
         if isinstance(self.cov, str):
             if self.cov not in COVARIANCES:
-                raise ValueError(
-                    f"cov must be one of {COVARIANCES} or a [d, d] tensor, got {self.cov!r}"
-                )
+                raise ConfigError(_OWNER, "cov", f"{_OWNER}.cov must be one of {COVARIANCES} "
+                                  f"or a [d, d] tensor, got {self.cov!r}")
         else:
             object.__setattr__(self, "cov", check_covariance(self.cov, self.n_dims))
-        if self.w_prior not in W_PRIORS:
-            raise ValueError(f"w_prior must be one of {W_PRIORS}, got {self.w_prior!r}")
-        check_real("RegressionTask", "noise_std", self.noise_std, 0.0)
-        check_seed("RegressionTask", "seed", self.seed)
-        check_real("RegressionTask", "condition_number", self.condition_number, 1.0,
-                   MAX_CONDITION)
-        if self.eigenbasis not in EIGENBASES:
-            raise ValueError(f"eigenbasis must be one of {EIGENBASES}, got {self.eigenbasis!r}")
+        check_fields(self, check_choice, "w_prior", choices=W_PRIORS)
+        check_fields(self, check_real, "noise_std", low=0.0)
+        check_fields(self, check_seed, "seed")
+        check_fields(self, check_real, "condition_number", low=1.0, high=MAX_CONDITION)
+        check_fields(self, check_choice, "eigenbasis", choices=EIGENBASES)
         if self.active_dims is not None:
-            _positive_int(self.active_dims, "active_dims")
+            check_fields(self, check_int, "active_dims")
             if self.active_dims > self.n_dims:
-                raise ValueError(
-                    f"active_dims must be <= n_dims={self.n_dims}, got {self.active_dims}"
-                )
+                raise ConfigError(_OWNER, "active_dims", f"{_OWNER}.active_dims must be <= "
+                                  f"n_dims={self.n_dims}, got {self.active_dims}")
         if self.eigenvalues is not None:
             if self.cov != "rotated":
                 raise ValueError(f"eigenvalues applies only to cov='rotated', not {self.cov!r}")
@@ -192,11 +193,10 @@ class RegressionTask:
             A `RegressionBatch` with ``xs [B, n, d]``, ``ys [B, n]``, ``ws [B, d]``, ``cov``.
         """
         gen = as_generator(generator) if generator is not None else self._own_stream()
-        batch_size = _positive_int(batch_size, "batch_size")
-        n = _positive_int(n_points if n_points is not None else self.n_points, "n_points")
+        batch_size = check_int(_OWNER, "batch_size", batch_size)
+        n = check_int(_OWNER, "n_points", n_points if n_points is not None else self.n_points)
         k = active_dims if active_dims is not None else self.active_dims
-        if k is not None and not (isinstance(k, int) and not isinstance(k, bool)
-                                  and 0 < k <= self.n_dims):
+        if k is not None and not (is_int(k) and 0 < k <= self.n_dims):
             raise ValueError(f"active_dims must be in 1..{self.n_dims}, got {k!r}")
         d = self.n_dims
         f64 = torch.float64

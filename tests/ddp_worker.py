@@ -5,7 +5,7 @@ import sys
 
 from safetensors.torch import save_file
 
-from iclprobe import models, training
+from iclprobe import training
 from iclprobe.cli import main
 
 out, dump = sys.argv[1], sys.argv[2]
@@ -19,7 +19,7 @@ def keep(model, *args, **kwargs):
     return result
 
 
-models.train = keep  # the CLI calls models.train; keep a handle on this rank's model
+training.train = keep  # the CLI calls training.train; keep a handle on this rank's model
 rc = main(["train", "--out", out, *sys.argv[3:]])
 rank = int(os.environ["RANK"])
 state = {k: v.contiguous() for k, v in trained["model"].state_dict().items()}

@@ -76,3 +76,10 @@ def one_line_error(capsys, *needles: str) -> str:
     for needle in needles:
         assert needle in err, err
     return err
+
+
+def gpt_parameters(cfg):
+    """GPTRegressor's weights in closed form (read-in, positions, blocks, final norm, read-out)."""
+    m, f = cfg.d_model, cfg.d_mlp_resolved
+    block = 4 * m * m + 2 * m * f + 9 * m + f  # two norms, attention (h d_head = m), MLP
+    return (cfg.token_dim + 1) * m + cfg.n_ctx * m + cfg.n_layers * block + 2 * m + m + 1

@@ -58,13 +58,6 @@ class TinyConfig(_ConfigMixin):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"TinyConfig.{name} must be an integer >= 1, got {value!r}")
-
-    def n_parameters(self):
-        d, m, n = self.n_dims, self.d_model, self.n_layers
-        return (d * m + m) + ((d + 1) * m + m) + n * (2 * m * m + m) + (m + 1)
-
-    def activation_floats(self, batch_size, n_points):
-        return batch_size * n_points * self.d_model * (2 * self.n_layers + 2)
 '''
 
 MODEL = '''\

@@ -181,7 +181,7 @@ def test_round_trip(tmp_path, attention, layout):
 
 
 def test_crash_mid_save_keeps_previous_checkpoint(tmp_path, monkeypatch):
-    import iclprobe.models.checkpoint as ckpt
+    import iclprobe.models.files as ckpt
 
     model = tiny_gpt()
     model.save(tmp_path / "ckpt")

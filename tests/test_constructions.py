@@ -309,7 +309,11 @@ def test_oracle_configs_are_checked():
     with pytest.raises(ValueError, match=r"hyper\['lr'\] must be a JSON value"):
         OracleConfig(n_dims=3, n_layers=2, learner="gd", hyper={"lr": float("inf")})
     cfg = OracleConfig(n_dims=3, n_layers=2, learner="gd", hyper={"lr": 0.1})
-    assert cfg.steps == (0, 1, 2) and cfg.n_parameters() == 0
+    assert cfg.steps == (0, 1, 2)
+    from iclprobe.constructions.oracle import LearnerOracle
+    from iclprobe.models import size
+
+    assert size.parameter_count(LearnerOracle, cfg) == 0  # rebuilt from its seed
     assert OracleConfig.from_dict(cfg.to_dict()) == cfg and len({cfg, OracleConfig(
         n_dims=3, n_layers=2, learner="gd", hyper={"lr": 0.1})}) == 1
 

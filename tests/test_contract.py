@@ -203,15 +203,9 @@ class MiniConfig(_ConfigMixin):
     n_layers: int = 1
     seed: int = 0
 
-    def n_parameters(self) -> int:
-        return 1
-
-    def activation_floats(self, batch_size: int, n_points: int) -> int:
-        return 1
-
 
 @dataclasses.dataclass(frozen=True)
-class NoCount(_ConfigMixin):
+class NoDict:  # no _ConfigMixin: nothing to write config.json with
     n_dims: int = 3
     n_layers: int = 1
     seed: int = 0
@@ -235,8 +229,8 @@ class Half(Regressor):  # nothing implemented
 
 
 @pytest.mark.parametrize(("config", "model", "error", "match"), [
-    (NoCount, LSTMRegressor, TypeError,
-     r"NoCount lacks method\(s\) \['n_parameters', 'activation_floats'\]: n_parameters: "),
+    (NoDict, LSTMRegressor, TypeError,
+     r"NoDict lacks method\(s\) \['to_dict', 'from_dict'\]: to_dict: config.json is written"),
     (NoSeed, LSTMRegressor, TypeError, r"NoSeed has no field\(s\) \['seed'\]"),
     (Thawed, LSTMRegressor, TypeError, "Thawed must be a frozen dataclass"),
     (MiniConfig(), LSTMRegressor, TypeError, "config must be a dataclass class"),

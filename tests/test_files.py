@@ -10,9 +10,9 @@ import torch
 from helpers import one_line_error, tiny_gpt
 from safetensors.torch import load_file, save_file
 
-from iclprobe import models, probes, tasks
+from iclprobe import models, probes, tasks, training
+from iclprobe._shipped import PRETRAINED_DIR
 from iclprobe.cli import main
-from iclprobe.models.checkpoint import PRETRAINED_DIR
 
 FAST = ["--n-sequences", "32", "--n-probe-sequences", "64"]
 TASK = tasks.RegressionTask(n_dims=3, n_points=8)
@@ -158,7 +158,7 @@ def test_compare_of_two_runs_with_one_directory_name_keeps_both(tmp_path, capsys
 
 def test_align_of_a_runs_checkpoint_is_named_after_the_run(tmp_path, capsys):
     run = tmp_path / "my-run"
-    models.train(tiny_gpt("linear", "paired"), TASK, models.TrainConfig(steps=2, log_every=1),
+    training.train(tiny_gpt("linear", "paired"), TASK, training.TrainConfig(steps=2, log_every=1),
                  out=run, progress=False)
     assert main(["align", str(run / "checkpoint"), *FAST, "--metric", "error_cosine",
                  "--algorithms", "newton", "--json"]) == 0
@@ -284,7 +284,7 @@ def test_outputs_get_the_users_permissions(ckpt, tmp_path):
         models.save(tiny_gpt(), tmp_path / "ck")
         assert main(["align", str(ckpt), *FAST, "--algorithms", "newton", "--metric",
                      "error_cosine", "--out", str(tmp_path / "rep")]) == 0
-        models.train(tiny_gpt("linear", "paired"), TASK, models.TrainConfig(steps=2),
+        training.train(tiny_gpt("linear", "paired"), TASK, training.TrainConfig(steps=2),
                      out=tmp_path / "run", progress=False)
     finally:
         os.umask(old)

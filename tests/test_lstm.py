@@ -8,7 +8,7 @@ import torch
 from helpers import assert_queries_match_substitution, small_batch
 from transformer_lens import ActivationCache
 
-from iclprobe import hooks, models, probes, tasks
+from iclprobe import hooks, models, probes, tasks, training
 from iclprobe.cli import main
 from iclprobe.models.lstm import LSTMConfig, LSTMRegressor
 
@@ -210,16 +210,16 @@ def test_layer_probes_read_the_lstm():
 def test_train_setup_for_the_lstm():
     model = tiny_lstm()
     task = tasks.RegressionTask(n_dims=3, n_points=8)
-    cfg = models.TrainConfig(steps=2, curriculum_every=1, curriculum_dims=(2, 1),
+    cfg = training.TrainConfig(steps=2, curriculum_every=1, curriculum_dims=(2, 1),
                              curriculum_points=(4, 2), log_every=1, checkpoint_every=0)
-    result = models.train(model, task, cfg, progress=False)
+    result = training.train(model, task, cfg, progress=False)
     assert [row["n_points"] for row in result.history] == [4, 6]
     with pytest.raises(ValueError, match="TrainConfig.zero_b does not apply to LSTMRegressor"):
-        models.train(model, task, models.TrainConfig(steps=1, zero_b=True), progress=False)
+        training.train(model, task, training.TrainConfig(steps=1, zero_b=True), progress=False)
     with pytest.raises(ValueError, match="task.n_points=9 is more than the model's "
                                          "n_positions=8"):
-        models.train(model, tasks.RegressionTask(n_dims=3, n_points=9),
-                     models.TrainConfig(steps=1), progress=False)
+        training.train(model, tasks.RegressionTask(n_dims=3, n_points=9),
+                     training.TrainConfig(steps=1), progress=False)
 
 
 def test_cli_trains_an_lstm(tmp_path, capsys):

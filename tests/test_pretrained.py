@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from iclprobe import algorithms, models, probes
+from iclprobe._shipped import PRETRAINED_DIR
 from iclprobe.alignment.pipeline import AlignConfig, align
 from iclprobe.cli import main
-from iclprobe.models.checkpoint import PRETRAINED_DIR
 
 GPTS = ["gpt-softmax", "gpt-softmax-paired", "gpt-linear-paired", "gpt-softmax-ill"]
 PQS = ["pq-rotated-3layer", "pq-isotropic-1layer"]

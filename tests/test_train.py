@@ -12,9 +12,10 @@ import torch
 from helpers import one_line_error, tiny_gpt, wait_until
 from safetensors.torch import load_file
 
-from iclprobe import models, tasks
+from iclprobe import models, tasks, training
 from iclprobe.algorithms.prefix import ols_predictions
-from iclprobe.models import PQConfig, PQTransformer, TrainConfig
+from iclprobe.models import PQConfig, PQTransformer
+from iclprobe.training import TrainConfig
 from iclprobe.training.loop import (
     batch_for_step,
     check_setup,
@@ -88,7 +89,7 @@ def test_first_order_optimizers_reduce_the_loss(optimizer, tmp_path):
     lr = 0.05 if optimizer == "sgd" else 3e-3
     cfg = TrainConfig(steps=150, optimizer=optimizer, lr=lr, log_every=50, batch_size=128,
                       clip="global", schedule="cosine", warmup_steps=10)
-    result = models.train(model, TASK, cfg, out=tmp_path / "run", progress=False)
+    result = training.train(model, TASK, cfg, out=tmp_path / "run", progress=False)
     losses = [row["loss"] for row in result.history]
     first = loss_of(paired_linear()(*_eval_batch()), _eval_batch()[1], cfg).item()
     last = loss_of(model(*_eval_batch()), _eval_batch()[1], cfg).item()
@@ -112,11 +113,11 @@ def test_lbfgs_on_a_fixed_dataset_and_pq_constraints():
     model = PQTransformer(PQConfig(n_dims=3, n_layers=1, init_std=0.1))
     cfg = TrainConfig(steps=5, optimizer="lbfgs", lr=1.0, resample_every=0, loss="last",
                       batch_size=500, zero_b=True, log_every=1)
-    result = models.train(model, task, cfg, progress=False)
+    result = training.train(model, task, cfg, progress=False)
     assert result.history[-1]["loss"] < 0.7 * result.history[0]["loss"]
     assert torch.all(model.blocks[0].attn.B == 0)
     dense = PQTransformer(PQConfig(n_dims=3, n_layers=2, sparse=False, init_std=0.1))
-    models.train(dense, task, TrainConfig(steps=20, project_sparse=True, loss="last",
+    training.train(dense, task, TrainConfig(steps=20, project_sparse=True, loss="last",
                                           lr=1e-2), progress=False)
     p, q = dense.matrices()
     assert torch.all(p[..., :3, 3] == 0) and torch.all(p[..., 3, :3] == 0)
@@ -162,12 +163,12 @@ def test_bad_train_configs(kwargs, match):
 
 def test_existing_run_is_not_overwritten(tmp_path):
     cfg = TrainConfig(steps=2, log_every=1)
-    models.train(paired_linear(), TASK, cfg, out=tmp_path / "r", progress=False)
+    training.train(paired_linear(), TASK, cfg, out=tmp_path / "r", progress=False)
     with pytest.raises(FileExistsError, match="already holds a run"):
-        models.train(paired_linear(), TASK, cfg, out=tmp_path / "r", progress=False)
+        training.train(paired_linear(), TASK, cfg, out=tmp_path / "r", progress=False)
     with pytest.raises(ValueError, match=r"TrainConfig fields differ from the run's \(lr: run "
                                          r"0.001, given 0.1\)"):
-        models.train(paired_linear(), TASK, TrainConfig(steps=4, lr=0.1), out=tmp_path / "r",
+        training.train(paired_linear(), TASK, TrainConfig(steps=4, lr=0.1), out=tmp_path / "r",
                      resume=True, progress=False)
 
 
@@ -236,7 +237,7 @@ def test_torchrun_ddp_matches_single_process(tmp_path):
     assert all(torch.equal(saved[k], r0[k]) for k in r0)
     single = paired_linear_from_cli_defaults()
     cfg = TrainConfig(steps=30, batch_size=32, log_every=10, lr=0.003)
-    models.train(single, tasks.RegressionTask(n_dims=3, n_points=8), cfg, data_ranks=(0, 1),
+    training.train(single, tasks.RegressionTask(n_dims=3, n_points=8), cfg, data_ranks=(0, 1),
                  progress=False)
     for name, value in single.state_dict().items():
         torch.testing.assert_close(value, r0[name], atol=1e-5, rtol=0)
@@ -252,9 +253,9 @@ def test_a_diverging_run_stops_and_keeps_its_last_finite_checkpoint(tmp_path, ca
     from iclprobe.cli import main
 
     cfg = TrainConfig(steps=50, optimizer="sgd", lr=1.0, log_every=1, checkpoint_every=2)
-    with pytest.raises(models.TrainingDiverged, match=r"diverged at step 5: the loss is nan "
+    with pytest.raises(training.TrainingDiverged, match=r"diverged at step 5: the loss is nan "
                        r".*the last checkpoint \(step 4\) in .*checkpoint is kept"):
-        models.train(paired_linear(), TASK, cfg, out=tmp_path / "r", progress=False)
+        training.train(paired_linear(), TASK, cfg, out=tmp_path / "r", progress=False)
     weights = load_file(str(tmp_path / "r" / "checkpoint" / "model.safetensors"))
     assert all(torch.isfinite(w).all() for w in weights.values())
     state = torch.load(tmp_path / "r" / "checkpoint" / "trainer.pt", weights_only=True)
@@ -278,13 +279,13 @@ def test_one_trainer_per_run_directory_and_a_killed_holder_frees_it(tmp_path):
          str(run / ".iclprobe.lock")], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(models.RunBusyError, match="in use by another trainer"):
-            models.train(paired_linear(), TASK, TrainConfig(steps=2), out=run, progress=False)
+        with pytest.raises(training.RunBusyError, match="in use by another trainer"):
+            training.train(paired_linear(), TASK, TrainConfig(steps=2), out=run, progress=False)
         assert sorted(p.name for p in run.iterdir()) == [".iclprobe.lock"]  # nothing written
     finally:
         holder.kill()
         holder.wait()
-    result = models.train(paired_linear(), TASK, TrainConfig(steps=2, log_every=1), out=run,
+    result = training.train(paired_linear(), TASK, TrainConfig(steps=2, log_every=1), out=run,
                           progress=False)
     assert [r["step"] for r in result.history] == [1, 2]
 
@@ -302,9 +303,9 @@ def test_a_fresh_run_after_a_kill_before_the_first_checkpoint_starts_a_clean_log
     proc.wait()
     assert not (out / "checkpoint").exists() and metrics.stat().st_size >= 200
     with pytest.raises(FileExistsError, match="non-empty directory that iclprobe did not"):
-        models.train(paired_linear(), TASK, TrainConfig(steps=3), out=tmp_path,
+        training.train(paired_linear(), TASK, TrainConfig(steps=3), out=tmp_path,
                      progress=False)  # tmp_path is not a run directory
-    result = models.train(paired_linear(), TASK, TrainConfig(steps=3, log_every=1), out=out,
+    result = training.train(paired_linear(), TASK, TrainConfig(steps=3, log_every=1), out=out,
                           progress=False)
     rows = [json.loads(x) for x in metrics.read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
@@ -315,7 +316,7 @@ def test_a_run_with_a_checkpoint_is_replaced_only_with_overwrite(tmp_path, capsy
     from iclprobe.cli import main
 
     out = tmp_path / "r"
-    models.train(paired_linear(), TASK, TrainConfig(steps=4, log_every=1), out=out,
+    training.train(paired_linear(), TASK, TrainConfig(steps=4, log_every=1), out=out,
                  progress=False)
     (out / "probes").mkdir()  # iclprobe's probes of this run may stay inside
     probes_marker = '{"kind": "probes", "files": []}'
@@ -388,12 +389,12 @@ def test_no_message_advises_turning_the_pickle_check_off(tmp_path):
 def test_a_torn_last_metrics_line_is_dropped_on_resume(tmp_path, caplog):
     out = tmp_path / "r"
     cfg = TrainConfig(steps=10, log_every=5)
-    models.train(paired_linear(), TASK, cfg, out=out, progress=False)
+    training.train(paired_linear(), TASK, cfg, out=out, progress=False)
     metrics = out / "metrics.jsonl"
     with open(metrics, "a") as fh:
         fh.write('{"step": 15, "lo')  # killed mid-write
     with caplog.at_level("WARNING"):
-        models.train(paired_linear(), TASK, TrainConfig(steps=20, log_every=5), out=out,
+        training.train(paired_linear(), TASK, TrainConfig(steps=20, log_every=5), out=out,
                      resume=True, progress=False)
     assert f"{metrics}: dropping 1 torn line(s) (line 3 of 3)" in caplog.text
     assert [json.loads(x)["step"] for x in metrics.read_text().splitlines()] == [5, 10, 15, 20]

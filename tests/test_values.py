@@ -8,8 +8,9 @@ from helpers import tiny_gpt
 
 from iclprobe import models, probes, tasks
 from iclprobe.cli import main
-from iclprobe.models import GPTConfig, PQConfig, TrainConfig
+from iclprobe.models import GPTConfig, PQConfig
 from iclprobe.tasks import RegressionTask
+from iclprobe.training import TrainConfig
 
 GPT = dict(n_dims=3, n_positions=8)
 NAN, INF = float("nan"), float("inf")

@@ -1,12 +1,20 @@
-"""`TrainConfig`: every knob of `models.train` and ``iclprobe train``."""
+"""`TrainConfig`: every knob of `training.train` and ``iclprobe train``."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 
-from iclprobe._checks import ConfigError, check_int, check_real, option
-from iclprobe.models.config import _check_choice, _ConfigMixin
+from iclprobe._checks import (
+    ConfigError,
+    check_choice,
+    check_fields,
+    check_int,
+    check_real,
+    is_number,
+    option,
+)
+from iclprobe.models.config import _ConfigMixin
 
 OPTIMIZERS = ("adam", "adamw", "sgd", "lbfgs")
 SCHEDULES = ("constant", "step", "cosine")
@@ -62,24 +70,18 @@ class TrainConfig(_ConfigMixin):
 
     def __post_init__(self) -> None:
         name = type(self).__name__
-        for field in ("steps", "batch_size", "history_size", "max_iter", "step_every",
-                      "log_every"):
-            check_int(name, field, getattr(self, field))
-        for field in ("warmup_steps", "resample_every", "curriculum_every", "checkpoint_every",
-                      "seed"):
-            check_int(name, field, getattr(self, field), low=0)
-        _check_choice(self, "optimizer", OPTIMIZERS)
-        _check_choice(self, "schedule", SCHEDULES)
-        _check_choice(self, "clip", CLIPS)
-        _check_choice(self, "loss", LOSSES)
-        _check_choice(self, "device", DEVICES)
-        for field in ("lr", "clip_norm"):
-            check_real(name, field, getattr(self, field), 0.0, low_open=True)
-        check_real(name, "weight_decay", self.weight_decay, 0.0)
-        check_real(name, "momentum", self.momentum, 0.0, 1.0, high_open=True)
+        check_fields(self, check_int, "steps", "batch_size", "history_size", "max_iter",
+                     "step_every", "log_every")
+        check_fields(self, check_int, "warmup_steps", "resample_every", "curriculum_every",
+                     "checkpoint_every", "seed", low=0)
+        for field, choices in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES),
+                               ("clip", CLIPS), ("loss", LOSSES), ("device", DEVICES)):
+            check_fields(self, check_choice, field, choices=choices)
+        check_fields(self, check_real, "lr", "clip_norm", low=0.0, low_open=True)
+        check_fields(self, check_real, "weight_decay", low=0.0)
+        check_fields(self, check_real, "momentum", low=0.0, high=1.0, high_open=True)
         betas_ok = isinstance(self.betas, (tuple, list)) and len(self.betas) == 2 and all(
-            isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1
-            for b in self.betas)
+            is_number(b) and 0 <= b < 1 for b in self.betas)
         if not betas_ok:  # NaN and inf fail the comparison
             raise ConfigError(name, "betas", f"{name}.betas must be two numbers in [0, 1), got "
                                              f"{self.betas!r}")

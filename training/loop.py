@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 from iclprobe._checks import ConfigError
 from iclprobe.algorithms.prefix import ols_predictions
 from iclprobe.models.base import Regressor
-from iclprobe.models.checkpoint import RUN_CHECKPOINT
+from iclprobe.models.files import RUN_CHECKPOINT
 from iclprobe.models.regressor import check_model
 from iclprobe.tasks import RegressionBatch, RegressionTask
 from iclprobe.training.config import TrainConfig

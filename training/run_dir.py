@@ -19,17 +19,18 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from iclprobe.models.checkpoint import (
+from iclprobe._checks import is_int
+from iclprobe.models.files import (
     RUN_CHECKPOINT,
     TRAIN_CONFIG_FILE,
     WEIGHTS_FILE,
-    CheckpointError,
     load_state_into,
     write_checkpoint_files,
 )
 from iclprobe.models.regressor import Regressor
 from iclprobe.storage import (
     MARKER,
+    CheckpointError,
     OutputExistsError,
     atomic_directory,
     check_output,
@@ -190,7 +191,7 @@ def _trainer_state(path: Path) -> dict[str, Any]:
     if missing:
         raise CheckpointError(f"{path}: not a trainer state (missing {missing})")
     step = state["step"]
-    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+    if not is_int(step) or step < 0:
         raise CheckpointError(f"{path}: step must be an integer >= 0, got {step!r}")
     return state
 

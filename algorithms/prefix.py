@@ -21,6 +21,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from iclprobe._linalg import sym_eigh
+
 
 class PrefixStats(NamedTuple):
     """Per-prefix moments and the eigendecomposition of ``S_t``.
@@ -116,7 +118,7 @@ def prefix_stats(xs: Tensor, ys: Tensor) -> PrefixStats:
     gram = _exclusive_outer_cumsum(x, x)  # [batch, pos, n_dims, n_dims]
     xty = _exclusive_outer_cumsum(x, y[..., None])[..., 0]  # [batch, pos, n_dims]
     counts = torch.arange(xs.shape[1], dtype=torch.float64, device=xs.device)
-    eigvals, eigvecs = torch.linalg.eigh(gram)
+    eigvals, eigvecs = sym_eigh(gram, "the prefix Gram matrices XᵀX")
     d = xs.shape[-1]
     rank_tol = eigvals[..., -1:].clamp(min=0.0) * (100 * d * torch.finfo(torch.float64).eps)
     nonzero = eigvals > rank_tol

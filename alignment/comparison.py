@@ -10,16 +10,17 @@ Newton step k, how similar is the best GD step to Newton step k itself? If GD im
 Newton step k better than the layer does, the metric cannot attribute the layer to
 Newton, however significant the difference. Verdict per layer:
 
-- ``prefers A``: A − B is above 0 beyond its interval, and the layer is closer to its A
-  step than any B step is (the layer's lower bound beats B's best imitation of that step);
-- ``leans A``: A − B is above 0 beyond its interval, but B imitates the matched A step at
+- ``prefers A``: A is closer than B beyond the interval of A − B (A − B above 0 for a
+  similarity, below 0 for a distance such as spd or ilwd), and the layer is closer to its
+  A step than any B step is (the layer's bound beats B's best imitation of that step);
+- ``leans A``: A is closer beyond the interval, but B imitates the matched A step at
   least as well as the layer does — closer to A, not attributable to A;
 - ``indistinguishable``: the interval of A − B contains 0;
-- ``computes nothing``: no learner run matches the layer better than the zero predictor
-  does, and the layer's own error is not below the zero predictor's;
-- ``matches no learner``: the layer predicts (its error is below 0.9 × the zero
-  predictor's), but none of the learners run matches it better than the zero predictor
-  does — a verdict on the learners chosen, not on the layer.
+- ``computes nothing``: the layer is not live — its normalized error is not below the
+  zero predictor's beyond its interval (`iclprobe.alignment.liveness`, the one rule every
+  view, protocol, readout and position uses);
+- ``matches no learner``: the layer is live, but none of the learners run matches it
+  better than the zero predictor does — a verdict on the learners chosen, not on the layer.
 """
 
 from __future__ import annotations
@@ -189,20 +190,26 @@ def calibrate(it_a: Iterates, it_b: Iterates, ys: Tensor, sim_a: Similarity,
 
 def verdicts(score_a: LearnerScore, score_b: LearnerScore, diff: Interval, cal: Calibration,
              live: Sequence[bool], higher_is_better: bool = True,
-             predicts: Sequence[bool] | None = None) -> list[str]:
-    """The verdict per layer (see the module docstring).
+             matched: Sequence[bool] | None = None) -> list[str]:
+    """The verdict per layer (see the module docstring), in the metric's direction.
 
-    ``live``: some learner run matches the layer better than the zero predictor does;
-    ``predicts``: the layer's own error is below the zero predictor's (default: as ``live``).
+    ``live``: the layer computes something (`liveness.live_layers`: its error is below the
+    zero predictor's beyond the interval); a layer that is not gets "computes nothing".
+    ``matched``: some learner run matches the layer better than the zero predictor does
+    (None: every live layer); a live layer that no run matches gets "matches no learner".
+    ``higher_is_better``: the metric's direction: for a distance (spd, ilwd) A is closer
+    where A − B is below 0.
     """
     sign = 1.0 if higher_is_better else -1.0
     out = []
     for layer, alive in enumerate(live):
         if not alive:
-            out.append("matches no learner" if predicts is not None and predicts[layer]
-                       else "computes nothing")
+            out.append("computes nothing")
+        elif matched is not None and not matched[layer]:
+            out.append("matches no learner")
         elif diff.lower[layer] > 0 or diff.upper[layer] < 0:
-            a_wins = diff.lower[layer] > 0
+            # A − B beyond 0 on A's side: above 0 where higher is better, below where lower is
+            a_wins = diff.lower[layer] > 0 if higher_is_better else diff.upper[layer] < 0
             own, rival = (score_a, cal.a_by_b) if a_wins else (score_b, cal.b_by_a)
             bound = own.score.lower[layer] if higher_is_better else own.score.upper[layer]
             strength = "prefers" if sign * bound > sign * rival[layer] else "leans"
@@ -234,9 +241,9 @@ def sentence(labels: Sequence[str], a: str, b: str, metric: str | None) -> str:
              f"leans {a}": f"closer to {a} but within the learners' own resemblance",
              f"leans {b}": f"closer to {b} but within the learners' own resemblance",
              "indistinguishable": f"{a} and {b} indistinguishable",
-             "matches no learner": "predicts, but no learner run matches it better than the "
+             "matches no learner": "computes, but no learner run matches it better than the "
                                    "zero predictor does",
-             "computes nothing": "computes nothing (not above the zero predictor)"}
+             "computes nothing": "computes nothing (error not below the zero predictor's)"}
     parts = []
     for kind in order:
         layers = [i for i, v in enumerate(labels) if v == kind]

@@ -32,15 +32,16 @@ def needs_probes(model: Regressor) -> bool:
 
 def layer_predictions(model: Regressor, task: RegressionTask, batch: RegressionBatch,
                       cfg: AlignConfig, layer_probes: probes.LayerProbes | None,
-                      weight_rows: slice | None = None
+                      weight_rows: slice | None = None, window: tuple[int, int] | None = None
                       ) -> tuple[Tensor, str, list[float], probes.LayerProbes | None]:
     """Every layer's prediction ``[L+1, B, n]`` (float64), how it was read, probe R², probes.
 
     Given ``layer_probes`` (`resolve_probes` picks them for `align`) read the batch; else
     probes are cross-fitted on the batch itself (``cfg.probe_fit="crossfit"``: one forward
     pass, every sequence read by probes fitted on the others) or fitted on fresh sequences
-    (``"fresh"``, seed + 1). The probes returned
-    are the ones to read the sequences ``weight_rows`` with (out of sample for them).
+    (``"fresh"``, seed + 1), on the aligned ``window``'s positions (`probe_start`; None:
+    every t >= 1). The probes returned are the ones to read the sequences ``weight_rows``
+    with (out of sample for them).
     """
     xs, ys = batch.xs.to(cfg.device), batch.ys.to(cfg.device)
     if model.exact_layer_readout:
@@ -49,21 +50,41 @@ def layer_predictions(model: Regressor, task: RegressionTask, batch: RegressionB
             [], None
     if layer_probes is None and cfg.probe_fit == "crossfit":
         resid = collect_residuals(model, xs, ys).cpu()
-        fit = probes.cross_fit(model, resid, batch.ys, folds=cfg.probe_folds)
+        batch_size, n = batch.ys.shape
+        start = 1 if window is None else probe_start(
+            window, n, resid.shape[-1], batch_size - -(-batch_size // cfg.probe_folds))
+        fit = probes.cross_fit(model, resid, batch.ys, folds=cfg.probe_folds, t_min=start)
         rows = weight_rows or slice(0, batch.xs.shape[0] // cfg.probe_folds)
         return (fit.preds, f"ridge probes cross-fitted on the evaluation sequences "
                 f"({cfg.probe_folds} folds: each sequence read by probes fitted on the others)",
                 fit.metrics.r2, fit.probes_excluding(rows))
     if layer_probes is None:
         gen = torch.Generator().manual_seed(cfg.seed + 1)
-        layer_probes = probes.LayerProbes().fit(model, task, n_sequences=cfg.fresh_probe_sequences,
-                                                generator=gen, n_heldout=cfg.n_probe_heldout)
+        start = 1 if window is None else probe_start(
+            window, task.n_points, model.cfg.d_model, cfg.fresh_probe_sequences)
+        layer_probes = probes.LayerProbes(t_min=start).fit(
+            model, task, n_sequences=cfg.fresh_probe_sequences, generator=gen,
+            n_heldout=cfg.n_probe_heldout)
     fitted_on = (getattr(layer_probes, "fit_settings_", None) or {}).get("n_sequences")
     how = (f"ridge probes fitted per layer on {fitted_on} fresh sequences" if fitted_on
            else "given ridge probes")
     r2 = list(layer_probes.metrics_.r2) if hasattr(layer_probes, "metrics_") else []
     preds = layer_probes.predict(xs, ys).double().cpu()
     return preds, how, r2, layer_probes
+
+
+def probe_start(window: tuple[int, int], n_points: int, width: int, fitted_on: int) -> int:
+    """The first position the layer probes are fitted on: the aligned window's (t >= 1).
+
+    A probe fitted where the model is not aligned reads it where it may compute something
+    else, or diverge: a model aligned at its trained length only (Ahn et al.'s, fitted on
+    the last position) can blow up at shorter prefixes, and probes fitted there read the
+    last position badly or not at all. Where the window leaves too few rows for a probe of
+    ``width`` residual features (``fitted_on`` sequences a probe sees; fewer than twice
+    features + 1 rows and its ridge fit nearly interpolates), every t >= 1 is used.
+    """
+    lo = max(window[0], 1)
+    return lo if fitted_on * (n_points - lo) > 2 * (width + 1) else 1
 
 
 def layer_weight_fn(model: Regressor, layer_probes: probes.LayerProbes | None

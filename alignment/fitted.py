@@ -153,7 +153,7 @@ def family_iterates(learner: str, xs: Tensor, ys: Tensor, stats: PrefixStats,
 
 def fitted_pairs(layer_preds: Tensor, layer_weights: Tensor | None, xs: Tensor, ys: Tensor,
                  stats: PrefixStats, window: tuple[int, int], weight_t_min: int,
-                 metrics: list[str], over: str, live: list[bool], predicts: list[bool],
+                 metrics: list[str], over: str, live: list[bool], matched: list[bool],
                  n_boot: int, confidence: float, seed: int, probe_t_min: int | None = None
                  ) -> tuple[dict[str, C.PairVerdict], dict[str, dict[str, Similarity]],
                             SpectralOrder | None]:
@@ -203,15 +203,15 @@ def fitted_pairs(layer_preds: Tensor, layer_weights: Tensor | None, xs: Tensor, 
         cal = C.calibrate((its_w if on_w else its)["newton"], (its_w if on_w else its)["gd"],
                           ys_m, by["newton"], by["gd"], best["newton"], best["gd"])
         labels = C.verdicts(scores["newton"], scores["gd"], diff, cal, live,
-                            by["newton"].higher_is_better, predicts)
+                            by["newton"].higher_is_better, matched)
         sentence = C.sentence(labels, "newton", "gd", metric).replace(
             " by ", " (step sizes fitted) by ", 1)
         pairs[metric] = C.PairVerdict("newton", "gd", metric, diff, cal, labels, sentence)
         sims[metric] = by
         if on_w and spectral is None:
-            matched = {k: w[torch.tensor(best[k])] for k in LEARNERS
-                       if (w := its_w[k].weights) is not None}
-            spectral = spectral_view(values, matched, stats_rows(stats, sub), window, live,
+            best_w = {k: w[torch.tensor(best[k])] for k in LEARNERS
+                      if (w := its_w[k].weights) is not None}
+            spectral = spectral_view(values, best_w, stats_rows(stats, sub), window, live,
                                      n_boot, confidence, seed)
     return pairs, sims, spectral
 

@@ -107,7 +107,8 @@ class MetricInfo:
     ``per_sequence(a, b, ys, t_min, t_max) -> [..., batch]`` compares two predictors per
     sequence over the positions ``t_min..t_max`` (both integers): predictions
     ``[..., batch, pos]`` when ``on="preds"``, induced weights ``[..., batch, pos, n_dims]``
-    when ``on="weights"``. ``across``: None, or the metric's form across sequences at each
+    when ``on="weights"``. ``verdict``: the metric enters `AlignResult.verdict` (the fitted
+    view's metrics combined). ``across``: None, or the metric's form across sequences at each
     position, ``(a, b, ys, t_min, t_max) -> [..., batch, pos', 3]``: per sequence and
     position of the window the products ``(u·v, u·u, v·v)`` of two vectors whose batch means
     make a cosine across sequences (the error cosine's are those of the residuals).
@@ -119,6 +120,7 @@ class MetricInfo:
     higher_is_better: bool
     label: str
     across: MetricFn | None = None
+    verdict: bool = True
 
 
 METRIC_INFO: dict[str, MetricInfo] = {}
@@ -126,7 +128,8 @@ METRIC_ON = ("preds", "weights")
 
 
 def register_metric(name: str, *, on: str, higher_is_better: bool, label: str | None = None,
-                    across: MetricFn | None = None) -> Callable[[MetricFn], MetricFn]:
+                    across: MetricFn | None = None, verdict: bool = True
+                    ) -> Callable[[MetricFn], MetricFn]:
     """Add a metric to the registry.
 
     One function and this decorator make a metric available to ``align``
@@ -139,6 +142,11 @@ def register_metric(name: str, *, on: str, higher_is_better: bool, label: str | 
             at each position (see `MetricInfo`), used where a model is evaluated at one
             position only; None (the default): the metric is computed per sequence there too.
             ``across=True`` is refused: a metric has no across form unless it is given.
+        verdict: whether the metric's fitted-view verdicts enter `AlignResult.verdict`
+            (where it is computed). The built-in distances (spd, ilwd) do not: they are not
+            scale-free, and through probe readouts the known-answer benchmark measured false
+            attributions by ilwd (15 on its main grid) and a lost verdict wherever either
+            leaned the other way; they are reported per metric all the same.
 
     Raises:
         ValueError, TypeError: a bad switch, or a function that cannot be called with
@@ -152,6 +160,8 @@ def register_metric(name: str, *, on: str, higher_is_better: bool, label: str | 
         raise TypeError(f"higher_is_better must be a bool, got {higher_is_better!r}")
     if label is not None and not isinstance(label, str):
         raise TypeError(f"label must be a string, got {label!r}")
+    if not isinstance(verdict, bool):
+        raise TypeError(f"verdict must be a bool, got {verdict!r}")
     if across is not None:
         if isinstance(across, bool) or not callable(across):
             raise TypeError(f"metric {name!r}: across must be None or a function (a, b, ys, "
@@ -162,7 +172,7 @@ def register_metric(name: str, *, on: str, higher_is_better: bool, label: str | 
     def wrap(fn: MetricFn) -> MetricFn:
         _check_signature(name, "the metric", fn)
         METRIC_INFO[name] = MetricInfo(name, fn, on, higher_is_better,
-                                       label or name.replace("_", " "), across)
+                                       label or name.replace("_", " "), across, verdict)
         return fn
 
     return wrap
@@ -194,13 +204,21 @@ def per_sequence(name: str, a: Tensor, b: Tensor, ys: Tensor, t_min: int,
     t_max = check_window(t_min, t_max, ys.shape[-1])
     out = info.per_sequence(a, b, ys, t_min, t_max)
     core = 1 if info.on == "preds" else 2
-    want = torch.broadcast_shapes(a.shape[:-core], b.shape[:-core])
-    if not isinstance(out, Tensor) or out.shape != want:
+    want = _broadcast(tuple(a.shape[:-core]), tuple(b.shape[:-core]))
+    if not isinstance(out, Tensor) or tuple(out.shape) != want:
         got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
         raise ValueError(f"metric {name!r} must return one value per sequence, shape "
                          f"{tuple(want)} here (the inputs' shape less its last "
                          f"{'axis' if core == 1 else 'two axes'}), got {got}")
     return out
+
+
+def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """NumPy's broadcast of two shapes (torch.broadcast_shapes imports sympy: 1.4 s once)."""
+    a, b = (1,) * (len(b) - len(a)) + a, (1,) * (len(a) - len(b)) + b
+    if any(x != y and 1 not in (x, y) for x, y in zip(a, b)):
+        raise ValueError(f"shapes {a} and {b} do not broadcast")
+    return tuple(y if x == 1 else x for x, y in zip(a, b))
 
 
 def across_moments(name: str, a: Tensor, b: Tensor, ys: Tensor, t_min: int,
@@ -235,12 +253,12 @@ def _weight_cosine(a: Tensor, b: Tensor, ys: Tensor, t_min: int, t_max: int) -> 
 
 
 @register_metric("spd", on="preds", higher_is_better=False,
-                 label="squared prediction difference")
+                 label="squared prediction difference", verdict=False)
 def _spd(a: Tensor, b: Tensor, ys: Tensor, t_min: int, t_max: int) -> Tensor:
     return spd_per_sequence(a, b, t_min, t_max=t_max)
 
 
 @register_metric("ilwd", on="weights", higher_is_better=False,
-                 label="implicit linear weight difference")
+                 label="implicit linear weight difference", verdict=False)
 def _ilwd(a: Tensor, b: Tensor, ys: Tensor, t_min: int, t_max: int) -> Tensor:
     return ilwd_per_sequence(a, b, t_min, t_max=t_max)

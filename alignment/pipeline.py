@@ -32,9 +32,10 @@ from iclprobe.alignment.family import (
     needs_probes,
 )
 from iclprobe.alignment.fitted import fitted_pairs
+from iclprobe.alignment.liveness import live_layers
 from iclprobe.alignment.matching import Match, match_steps
 from iclprobe.alignment.memory import check_align_fits
-from iclprobe.alignment.metrics import METRIC_INFO
+from iclprobe.alignment.metrics import METRIC_INFO, metric_info
 from iclprobe.alignment.probe_source import given_probes, resolve_probes
 from iclprobe.alignment.protocols import Protocol, RunSpec, verdict_pairs
 from iclprobe.alignment.runs import run_spec
@@ -46,10 +47,6 @@ from iclprobe.models.regressor import Regressor
 from iclprobe.tasks import RegressionBatch, RegressionTask
 
 logger = logging.getLogger(__name__)
-
-#: A layer "predicts" when its normalized error is below this share of the zero predictor's.
-PREDICTS_BELOW = 0.9
-
 
 @dataclasses.dataclass
 class AlignResult:
@@ -73,7 +70,7 @@ class AlignResult:
     comparisons: dict[str, C.LearnerComparison]  # metric -> learner table and verdicts
     separation: Separation | None
     notes: list[str]  # one line each: what was skipped or means little, and why
-    live: list[bool] = dataclasses.field(default_factory=list)  # layer above the zero predictor
+    live: list[bool] = dataclasses.field(default_factory=list)  # alignment.liveness, per layer
     meaningless: str | None = None  # set when no alignment means anything for this model
     probes_info: dict[str, Any] | None = None
     timings: dict[str, float] = dataclasses.field(default_factory=dict)  # seconds per stage
@@ -82,13 +79,23 @@ class AlignResult:
     spectral: SpectralOrder | None = None  # each layer's filter order (alignment.spectral)
 
     @property
+    def verdict_pairs(self) -> list[C.PairVerdict]:
+        """The fitted view's pairs the verdict combines.
+
+        Those of its verdict metrics (`register_metric`'s ``verdict``: error and weight
+        cosine among the built-in ones), else every one computed.
+        """
+        chosen = [p for m, p in self.fitted.items() if metric_info(m).verdict]
+        return chosen or list(self.fitted.values())
+
+    @property
     def verdict(self) -> list[str]:
         """Newton vs GD per layer: the fitted view's metrics combined (`comparison.combined`).
 
         The view the known-answer benchmark holds to 0 false attributions; empty where
         the fitted view was not run (``AlignConfig(fitted=False)``, or Newton or GD absent).
         """
-        return C.combined(list(self.fitted.values()))[0]
+        return C.combined(self.verdict_pairs)[0]
 
     @property
     def verdict_sentence(self) -> str:
@@ -99,7 +106,7 @@ class AlignResult:
     @property
     def verdict_source(self) -> list[str]:
         """Per layer, the metrics behind `verdict` (or why it cannot tell)."""
-        return C.combined(list(self.fitted.values()))[1]
+        return C.combined(self.verdict_pairs)[1]
 
     @property
     def step_runs(self) -> list[str]:
@@ -244,7 +251,8 @@ def align(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
     timings = Timings()
     with timings.stage("layer predictions (forward pass, probes)"):
         layer_preds, readout, probe_r2, layer_probes = layer_predictions(
-            model, task, batch, cfg, layer_probes, sub)
+            model, task, batch, cfg, layer_probes, sub,
+            _window(cfg, cfg.protocol_spec, positions, task.n_points))
     layer_w = None
     if any(METRIC_INFO[m].on == "weights" for m in cfg.metrics):
         d = task.n_dims
@@ -382,6 +390,7 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
     iterates_w: dict[str, algorithms.Iterates] = {}  # with weights, on the weight subset
     labels: dict[str, str] = {}
     live_by: dict[str, Match] = {}
+    live = live_layers(layer_preds, ys64, window, cfg.n_boot, cfg.confidence, cfg.seed)
     for key, spec in runs.items():
         with timings.stage("learners"):
             it = dataclasses.replace(run_spec(spec, batch, n_layers, False, stats, cfg.seed),
@@ -400,9 +409,11 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
                                over=over, n_boot=cfg.n_boot, confidence=cfg.confidence,
                                seed=cfg.seed)
             log2 = algorithms.learner_info(spec.learner).step_scale == "log2"
+            live_by[key] = match_steps(sim_e, tol=protocol.tie_tol, log2=log2)
+            # a match counts where the layer is live and the learner beats the zero predictor
             match_e = match_steps(sim_e, tol=protocol.tie_tol, log2=log2,
+                                  live=[a and b for a, b in zip(live, live_by[key].above_zero)],
                                   fit_dead=cfg.fit_layers == "all")
-            live_by[key] = match_e
             for metric in cfg.metrics:
                 if metric == "error_cosine":
                     sims[key][metric], matches[key][metric] = sim_e, match_e
@@ -424,29 +435,29 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
                 matches[key][metric] = match_steps(sim, tol=protocol.tie_tol, log2=log2,
                                                    live=match_e.above_zero,
                                                    fit_dead=cfg.fit_layers == "all")
-    live = [any(m.above_zero[layer] for m in live_by.values()) for layer in range(n_layers + 1)]
+    matched = [any(m.above_zero[layer] for m in live_by.values())
+               for layer in range(n_layers + 1)]
     layer_error = err_by_t[:, t_lo:t_hi + 1].mean(-1).tolist()
-    predicts = [e < PREDICTS_BELOW * zero_error for e in layer_error]
     with timings.stage("learner table, calibration"):
         pairs = verdict_pairs({k: runs[k] for k in sorted(runs, key=lambda k: k in extra_runs)})
         comparisons = {m: _compare(m, pairs, sims, matches,
                                    iterates_w if METRIC_INFO[m].on == "weights" else iterates,
                                    ys64[sub] if METRIC_INFO[m].on == "weights" else ys64, live,
-                                   predicts)
+                                   matched)
                        for m in cfg.metrics}
     meaningless = None
     last_error = float(err_by_t[-1, t_lo:t_hi + 1].mean())
-    if last_error >= PREDICTS_BELOW * zero_error:
+    if not live[-1]:
         meaningless = (f"the model does not solve this task (last layer's normalized error "
-                       f"{last_error:.3f} vs the zero predictor's {zero_error:.3f}): its "
-                       "layers cannot be aligned with a learner")
+                       f"{last_error:.3f} is not below the zero predictor's {zero_error:.3f} "
+                       "beyond its interval): its layers cannot be aligned with a learner")
     fitted: dict[str, C.PairVerdict] = {}
     spectral = None
     if cfg.fitted and {"newton", "gd"} <= set(iterates):
         with timings.stage("fitted step sizes"):
             fitted, _, spectral = fitted_pairs(
                 layer_preds, layer_weights, batch.xs.double(), ys64, stats, window,
-                protocol.weight_t_min, list(cfg.metrics), over, live, predicts, cfg.n_boot,
+                protocol.weight_t_min, list(cfg.metrics), over, live, matched, cfg.n_boot,
                 cfg.confidence, cfg.seed, probe_t_min)
     separation = None
     if cfg.separation and positions == "all" and {"newton", "gd"} <= set(iterates):
@@ -480,7 +491,7 @@ def _learner_curves(iterates: dict[str, algorithms.Iterates], matches: dict[str,
 
 def _compare(metric: str, pairs: list[tuple[str, str]], sims: dict[str, dict[str, Similarity]],
              matches: dict[str, dict[str, Match]], iterates: dict[str, algorithms.Iterates],
-             ys: Tensor, live: list[bool], predicts: list[bool]) -> C.LearnerComparison:
+             ys: Tensor, live: list[bool], matched: list[bool]) -> C.LearnerComparison:
     """The learner table for one metric: best scores, paired differences, verdicts."""
     scores = {r: C.learner_score(by[metric], matches[r][metric].best_column)
               for r, by in sims.items()}
@@ -491,7 +502,7 @@ def _compare(metric: str, pairs: list[tuple[str, str]], sims: dict[str, dict[str
         diff = C.difference(sa, sb)
         cal = C.calibrate(iterates[a], iterates[b], ys, sa, sb, ma.best_column, mb.best_column)
         labels = C.verdicts(scores[a], scores[b], diff, cal, live, sa.higher_is_better,
-                            predicts)
+                            matched)
         verdicts.append(C.PairVerdict(a, b, metric, diff, cal, labels,
                                       C.sentence(labels, a, b, metric)))
     return C.LearnerComparison(metric, scores, verdicts, list(live))

@@ -53,10 +53,11 @@ GLOSSARY = """\
   the A step matched at that layer. If B imitates the A step at least as well as the
   layer does, the metric cannot attribute the layer to A ("closer to A but within the
   learners' own resemblance"); "prefers A" needs both a difference above 0 beyond its
-  interval and a layer closer to its A step than any B step is. "Computes nothing": no
-  learner run beats the zero predictor and neither does the layer's own error; "predicts,
-  but no learner run matches it": its error is below 0.9 × the zero predictor's, yet none
-  of the learners chosen matches it better than the zero predictor does.
+  interval and a layer closer to its A step than any B step is. "Computes nothing": the
+  layer is not live — its normalized error is not below the zero predictor's beyond its
+  95% interval (the one liveness rule of every view); "computes, but no learner run
+  matches it": the layer is live, yet none of the learners chosen matches it better than
+  the zero predictor does.
 """
 
 FINDINGS = ("Newton vs GD at each layer (0 = the embedded input, l = block l's output). "

@@ -39,8 +39,8 @@ MAX_LINES = 40
 MAX_ROWS = 12  # live rows before runs of layers with the same verdicts collapse
 GROWTH_WORDS = {"both lines fit about equally": "either line", "step ∝ layer explains better":
                 "linear", "log₂ step ∝ layer (exponential growth) explains better": "exponential"}
-DEAD_WORDS = {"computes nothing": "not above the zero predictor",
-              "matches no learner": "predicts, but no learner run beats the zero predictor",
+DEAD_WORDS = {"computes nothing": "error not below the zero predictor's",
+              "matches no learner": "computes, but no learner run beats the zero predictor",
               "not live": "no learner run beats the zero predictor"}
 
 

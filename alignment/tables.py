@@ -350,6 +350,7 @@ def protocol_verdict(result: AlignResult) -> tuple[str, str, list[str]] | None:
     Its metrics are combined as the verdict's are (`comparison.combined`).
     """
     pairs = [p for m in result.comparisons if (p := main_pair(result, m)) is not None]
+    pairs = [p for p in pairs if metric_info(p.metric).verdict] or pairs  # as the verdict's
     pairs = [p for p in pairs if (p.a, p.b) == (pairs[0].a, pairs[0].b)] if pairs else []
     return (pairs[0].a, pairs[0].b, combined(pairs)[0]) if pairs else None
 

@@ -32,6 +32,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm import tqdm
@@ -56,7 +57,8 @@ def run_cells(cells: list[B.Cell], cfg: AlignConfig, jobs: int) -> list[B.CellRe
         return [f.result() for f in futures]
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    """The command line, its counts checked."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--n-sequences", type=int, default=256)
@@ -69,11 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
-    cfg = B.bench_config(args.n_sequences, args.n_boot)
-    settings = list(B.SETTINGS) if args.setting == "all" else [args.setting]
-    started = time.perf_counter()
-    cells = [cell for name in settings for cell in B.grid(setting=name)]
-    results = run_cells(cells, cfg, args.jobs)
+    return args
+
+
+def cell_rows(results: list[B.CellResult]) -> tuple[list[str], list[list[str]]]:
+    """The per-cell table: one row per cell and view."""
     header = ["setting", "model", "protocol", "data", "readout", "mult", "view", "true",
               "false", "none", "separable", "true@sep"]
     rows = []
@@ -87,13 +89,16 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(base + [view, str(counts["true"]), str(counts["false"]),
                                 str(counts["none"]), str(counts.get("separable", "")),
                                 str(counts.get("true_separable", ""))])
+    return header, rows
+
+
+def print_table(header: list[str], rows: list[list[str]]) -> None:
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
     for row in [header, *rows]:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths)))
-    by_view = {f"{name} {view}": B.totals([r for r in results if r.cell.setting == name], view)
-               for name in settings for view in B.VIEWS}
-    print(f"sizes: {cfg.n_sequences} sequences, {cfg.n_boot} bootstrap resamples; "
-          f"{len(cells)} cells in {time.perf_counter() - started:.0f} s")
+
+
+def print_totals(by_view: dict[str, dict[str, int]]) -> None:
     for key, tot in by_view.items():
         share = tot["true_separable"] / tot["separable"] if tot["separable"] else float("nan")
         sep = (f"; separable layers {tot['separable']}, true preferred at "
@@ -101,24 +106,75 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{key} view, live layers: true preferred {tot['true']}, false attributions "
               f"{tot['false']}, no attribution {tot['none']}; cells that diverge "
               f"(not counted) {tot['diverges']}{sep}")
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(args.out / "known_answers.json", json.dumps(
-            {"totals": by_view, "cells": [r.to_dict() for r in results]}, indent=1))
-        buf = io.StringIO()
-        csv.writer(buf).writerows([header, *rows])
-        write_text_atomic(args.out / "known_answers.csv", buf.getvalue())
+
+
+def print_probe_power(power: list[B.ProbePower]) -> list[B.ProbePower]:
+    """Per cell, the verdict through probes where the exact readout names the truth."""
+    print(f"\n{B.JUDGED} through probes, at the layers where the exact readout names the true "
+          "learner (per cell; * = below 80%):")
+    short = []
+    for p in power:
+        mark = "*" if p.short else " "
+        short += [p] if p.short else []
+        print(f"{mark} {p.key}: {p.named_by_probe}/{p.named_exactly}"
+              + (f" ({p.named_by_probe / p.named_exactly:.0%})" if p.named_exactly else ""))
+    for setting in dict.fromkeys(p.cell.setting for p in power):
+        here = [p for p in power if p.cell.setting == setting]
+        hit, of = sum(p.named_by_probe for p in here), sum(p.named_exactly for p in here)
+        share = f" ({hit / of:.0%})" if of else ""
+        print(f"{setting}: through probes {hit}/{of}{share} of the exactly named layers; "
+              f"{sum(p.short for p in here)} cell(s) below 80%")
+    return short
+
+
+def write_outputs(out: Path, by_view: dict[str, Any], results: list[B.CellResult],
+                  power: list[B.ProbePower], header: list[str], rows: list[list[str]]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / "known_answers.json", json.dumps(
+        {"totals": by_view, "probe_power": [p.to_dict() for p in power],
+         "cells": [r.to_dict() for r in results]}, indent=1))
+    buf = io.StringIO()
+    csv.writer(buf).writerows([header, *rows])
+    write_text_atomic(out / "known_answers.csv", buf.getvalue())
+
+
+def judge(by_view: dict[str, dict[str, int]], short_power: list[B.ProbePower]) -> int:
+    """0 where the verdict meets its targets, else 1 (and why)."""
     judged = [tot for key, tot in by_view.items() if key.endswith(" " + B.JUDGED)]
     false = sum(tot["false"] for tot in judged)
     short = [tot for tot in judged
              if tot["separable"] and tot["true_separable"] < 0.8 * tot["separable"]]
-    if false or short:
+    if false or short or short_power:
         print(f"FAIL: {B.JUDGED}: {false} false attributions (target 0); true learner "
-              f"preferred at < 80% of the separable live layers in {len(short)} setting(s)")
+              f"preferred at < 80% of the separable live layers in {len(short)} setting(s); "
+              f"{len(short_power)} cell(s) where probes name the true learner at < 80% of "
+              "the layers the exact readout names it at")
         return 1
     print(f"PASS: {B.JUDGED}: no false attribution, true learner preferred at >= 80% of the "
-          "separable live layers in every setting")
+          "separable live layers in every setting, and through probes at >= 80% of the "
+          "layers the exact readout names it at, in every cell")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    cfg = B.bench_config(args.n_sequences, args.n_boot)
+    settings = list(B.SETTINGS) if args.setting == "all" else [args.setting]
+    started = time.perf_counter()
+    cells = [cell for name in settings for cell in B.grid(setting=name)]
+    results = run_cells(cells, cfg, args.jobs)
+    header, rows = cell_rows(results)
+    print_table(header, rows)
+    by_view = {f"{name} {view}": B.totals([r for r in results if r.cell.setting == name], view)
+               for name in settings for view in B.VIEWS}
+    print(f"sizes: {cfg.n_sequences} sequences, {cfg.n_boot} bootstrap resamples, metrics "
+          f"{', '.join(cfg.metrics)}; {len(cells)} cells in {time.perf_counter() - started:.0f} s")
+    print_totals(by_view)
+    power = B.probe_power(results)
+    short_power = print_probe_power(power)
+    if args.out is not None:
+        write_outputs(args.out, by_view, results, power, header, rows)
+    return judge(by_view, short_power)
 
 
 if __name__ == "__main__":

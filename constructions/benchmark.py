@@ -23,18 +23,26 @@ import torch
 from iclprobe import tasks
 from iclprobe.algorithms.prefix import prefix_stats
 from iclprobe.alignment.comparison import PairVerdict
+from iclprobe.alignment.metrics import metric_info
 from iclprobe.alignment.pipeline import AlignConfig, align, evaluation_task
 from iclprobe.constructions.oracle import oracle
 from iclprobe.constructions.pq import gd_transformer, newton_transformer
 from iclprobe.models.base import Regressor
 
 KINDS = ("gd oracle", "newton oracle", "gd construction", "newton construction")
+#: Kinds of the "hard" slice only: GD oracles run long (steps 500–16000 at 0.3/λ_max per
+#: prefix), models aligned at their last position (the Newton construction diverges at
+#: shorter prefixes; a GD oracle on κ = 1000 data).
+HARD_KINDS = ("gd oracle long", "gd oracle last", "newton construction last")
 TRUTH = {"gd oracle": "gd", "newton oracle": "newton", "gd construction": "gd",
-         "newton construction": "newton"}
+         "newton construction": "newton", "gd oracle long": "gd", "gd oracle last": "gd",
+         "newton construction last": "newton"}
+#: GD steps of a long oracle's 8 layers: 500 at layer 1 to 16000 at layer 8 (geometric)
+LONG_STEPS = tuple([0] + [round(500 * 2 ** (5 * (layer - 1) / 7)) for layer in range(1, 9)])
 PROTOCOLS = ("iclprobe", "fu2024")
 DATA = ("isotropic", "ill-conditioned")
 READOUTS = ("exact", "probe")
-METRICS = ("error_cosine", "weight_cosine")
+METRICS = ("error_cosine", "weight_cosine", "spd", "ilwd")  # every built-in metric
 N_LAYERS = 8
 
 
@@ -58,6 +66,9 @@ SETTINGS = {
     "main": Setting(5, 21, 0, 100.0, (0.5, 1.0, 2.0), (0.3, 0.6, 0.9)),
     "held-out": Setting(4, 17, 7, 50.0, (0.7, 1.5), (0.45, 0.75)),
     "fresh": Setting(6, 19, 11, 30.0, (0.6, 1.3), (0.4, 0.8)),
+    # held out too, cells found off the grid (`hard_cells`): d = 10 and d = 3, κ = 1000
+    "hard-d10": Setting(10, 21, 13, 1000.0, (0.3,), (0.15, 0.5)),
+    "hard-d3": Setting(3, 9, 17, 1000.0, (1.0,), (0.15, 0.5)),
 }
 
 
@@ -71,6 +82,7 @@ class Cell:
     readout: str
     multiplier: float  # of the protocol's rule (oracles) or of the stability bound
     setting: str = "main"  # a key of SETTINGS
+    condition_number: float | None = None  # κ of the data, where not the setting's
 
     @property
     def truth(self) -> str:
@@ -101,11 +113,34 @@ def grid(kinds: tuple[str, ...] = KINDS, protocols: tuple[str, ...] = PROTOCOLS,
          ) -> Iterator[Cell]:
     """Every cell of the benchmark (or of the slice the arguments choose)."""
     spec = SETTINGS[setting]
+    if setting.startswith("hard"):
+        yield from hard_cells(setting, protocols, readouts)
+        return
     for kind, protocol, d, readout in itertools.product(kinds, protocols, data, readouts):
         mults = multipliers or (spec.oracle_multipliers if "oracle" in kind
                                 else spec.construction_fractions)
         for m in mults:
             yield Cell(kind, protocol, d, readout, m, setting)
+
+
+def hard_cells(setting: str, protocols: tuple[str, ...] = PROTOCOLS,
+               readouts: tuple[str, ...] = READOUTS) -> Iterator[Cell]:
+    """The cells of a "hard" slice: each kind off the grid, × protocols × readouts."""
+    spec = SETTINGS[setting]
+    chosen: list[tuple[str, str, float, float | None]] = []  # kind, data, multiplier, κ
+    if setting == "hard-d10":
+        chosen += [("gd oracle long", "ill-conditioned", spec.oracle_multipliers[0], k)
+                   for k in (10.0, 1000.0)]
+    else:
+        chosen += [("gd oracle last", "ill-conditioned", spec.oracle_multipliers[0], None)]
+    chosen += [("newton construction last", "isotropic", f, None)
+               for f in spec.construction_fractions]
+    for (kind, data, m, kappa), protocol, readout in itertools.product(chosen, protocols,
+                                                                        readouts):
+        yield Cell(kind, protocol, data, readout, m, setting, kappa)
+    if setting == "hard-d10":  # dead layers read by probes under fu2024 (Newton's 0 and 1)
+        for readout in readouts:
+            yield Cell("newton construction", "fu2024", "ill-conditioned", readout, 0.3, setting)
 
 
 def _oracle_hyper(truth: str, protocol: str, m: float) -> dict[str, Any]:
@@ -166,18 +201,23 @@ def build(cell: Cell, cfg: AlignConfig) -> tuple[Regressor, dict[str, Any], bool
     d = spec.n_dims
     task = tasks.RegressionTask(n_dims=d, n_points=spec.n_points)
     cfg = dataclasses.replace(cfg, protocol=cell.protocol, data=cell.data, seed=spec.seed,
-                              condition_number=spec.condition_number)
+                              condition_number=cell.condition_number or spec.condition_number)
     exact = cell.readout == "exact"
     if "oracle" in cell.kind:
         hyper = _oracle_hyper(cell.truth, cell.protocol, cell.multiplier)
-        steps = (lambda layer: 3 * layer) if cell.truth == "gd" else (lambda layer: layer)
+        steps: Any = (lambda layer: 3 * layer) if cell.truth == "gd" else (lambda layer: layer)
+        if cell.kind == "gd oracle long":  # the rule at 0.3/λ_max per prefix, run long
+            hyper = {"lr": "max", "normalize": True, "lr_scale": cell.multiplier}
+            steps = list(LONG_STEPS)
         model = oracle(cell.truth, d, N_LAYERS, steps, task=task, exact_readout=exact,
                        seed=spec.seed, **hyper)
-        cfg = dataclasses.replace(cfg, positions="all")
+        cfg = dataclasses.replace(cfg, positions="last" if cell.kind.endswith("last") else "all")
         batch = _evaluation_batch(task, cfg)
-        t_min = 1 if cell.protocol == "iclprobe" else 0
+        t_min = batch.xs.shape[1] - 1 if cfg.positions == "last" else \
+            1 if cell.protocol == "iclprobe" else 0
         return model, hyper, diverges(cell.truth, hyper, batch.xs, t_min), cfg
-    positions = "last" if cell.kind == "gd construction" else "all"
+    positions = "last" if cell.kind in ("gd construction", "newton construction last") \
+        else "all"
     cfg = dataclasses.replace(cfg, positions=positions)
     batch = _evaluation_batch(task, cfg)
     value = cell.multiplier * _stability_bound(cell.kind, batch.xs, positions)
@@ -244,7 +284,9 @@ def separable(pair: PairVerdict, truth: str, layer: int) -> bool:
     """
     cal, diff = pair.calibration, pair.difference
     rival = cal.a_by_b[layer] if truth == pair.a else cal.b_by_a[layer]
-    return 1.0 - rival > diff.upper[layer] - diff.lower[layer]
+    # how far the rival's imitation is from a perfect one: 1 for a cosine, 0 for a distance
+    gap = 1.0 - rival if metric_info(pair.metric).higher_is_better else rival
+    return gap > diff.upper[layer] - diff.lower[layer]
 
 
 def bench_config(n_sequences: int = 256, n_boot: int = 100) -> AlignConfig:
@@ -270,4 +312,46 @@ def totals(results: list[CellResult], view: str | None = None) -> dict[str, int]
                 continue
             for key, value in counts.items():
                 out[key] += value
+    return out
+
+
+@dataclasses.dataclass
+class ProbePower:
+    """A cell's verdict through probes at the layers where the exact readout names the truth."""
+
+    cell: Cell  # the probe-readout cell
+    named_exactly: int  # layers whose exact-readout verdict prefers the true learner
+    named_by_probe: int  # of those, layers whose probe-readout verdict prefers it too
+
+    @property
+    def short(self) -> bool:
+        """Probes name the truth at fewer than 80% of the exactly named layers."""
+        return self.named_by_probe < 0.8 * self.named_exactly
+
+    @property
+    def key(self) -> str:
+        """The cell in words (its readout left out)."""
+        c = self.cell
+        return f"{c.setting} {c.kind} {c.protocol} {c.data} x{c.multiplier:g}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {**dataclasses.asdict(self.cell), "named_exactly": self.named_exactly,
+                "named_by_probe": self.named_by_probe, "short": self.short}
+
+
+def probe_power(results: list[CellResult], view: str = "verdict") -> list[ProbePower]:
+    """Per cell, `ProbePower` of ``view``: probe readout against the same cell read exactly."""
+    exact = {dataclasses.replace(r.cell, readout="probe"): r for r in results
+             if r.cell.readout == "exact" and not r.diverges}
+    out = []
+    for r in results:
+        twin = exact.get(r.cell)
+        if r.cell.readout != "probe" or r.diverges or twin is None:
+            continue
+        want = f"prefers {r.cell.truth}"
+        named = [i for i, v in enumerate(twin.verdicts.get(view, [])) if v == want]
+        probe = r.verdicts.get(view, [])
+        out.append(ProbePower(r.cell, len(named),
+                              sum(i < len(probe) and probe[i] == want for i in named)))
     return out

@@ -13,6 +13,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from iclprobe._linalg import sym_eigh
+
 DEFAULT_ALPHAS = torch.logspace(-6, 4, 21, dtype=torch.float64)
 
 
@@ -80,6 +82,12 @@ def _moments(sums: RidgeSums, fit_intercept: bool
     return mx, my, gram, xty, yy
 
 
+def _finite_layers(sums: RidgeSums) -> list[bool]:
+    """Per layer, whether every sum is finite."""
+    parts = (sums.sx, sums.sy[:, None], sums.sxx.flatten(1), sums.sxy, sums.syy[:, None])
+    return torch.cat([torch.isfinite(p) for p in parts], 1).all(1).tolist()
+
+
 def ridge_gcv(x: Tensor, y: Tensor, alphas: Tensor | float | None = None,
               fit_intercept: bool = True) -> RidgeFit:
     """Ridge per layer on ``x [layer, row, feature]``, ``y [row]`` or ``[layer, row]``.
@@ -98,8 +106,12 @@ def ridge_from_sums(sums: RidgeSums, alphas: Tensor | float | None = None,
     grid = grid.reshape(-1)
     if not bool((grid >= 0).all()) or grid.numel() == 0:
         raise ValueError(f"alpha must be >= 0, got {grid.tolist()}")
+    bad = [layer for layer, ok in enumerate(_finite_layers(sums)) if not ok]
+    if bad:
+        raise ValueError(f"the probes' sums of layers {bad} hold NaN or Inf: the residuals "
+                         "at the fitted positions are not finite there")
     mx, my, gram, xty, yy = _moments(sums, fit_intercept)
-    s, v = torch.linalg.eigh(gram)
+    s, v = sym_eigh(gram, "the probes' Gram matrix")
     s = s.clamp(min=0.0)
     z = (v.transpose(1, 2) @ xty[..., None])[..., 0]  # [layer, feature]
     den = s[:, None, :] + grid[None, :, None]  # [layer, alpha, feature]

@@ -173,11 +173,12 @@ def test_a_layer_that_predicts_but_matches_no_learner_run_says_so(data):
     res = align_layers(layers, batch, AlignConfig(algorithms=("newton", "gd"),
                                                   metrics=("error_cosine",), separation=False))
     pair = res.comparisons["error_cosine"].pairs[0]
-    assert res.live == [False, False, True]
+    # live: its error (0) is below the zero predictor's; the zero layer's is not
+    assert res.live == [False, True, True]
     assert pair.verdicts[:2] == ["computes nothing", "matches no learner"]
-    assert ("predicts, but no learner run matches it better than the zero predictor does at "
+    assert ("computes, but no learner run matches it better than the zero predictor does at "
             "layer 1") in pair.sentence
-    assert "computes nothing (not above the zero predictor) at layer 0" in pair.sentence
+    assert "computes nothing (error not below the zero predictor's) at layer 0" in pair.sentence
 
 
 def test_an_algorithm_the_model_cannot_have_is_refused_before_the_forward_work(monkeypatch):

@@ -1,0 +1,80 @@
+"""Eigendecompositions of data matrices that survive rank-deficient, huge and tiny inputs.
+
+LAPACK's symmetric eigensolver (``torch.linalg.eigh``) fails to converge on some inputs —
+matrices with many repeated or vanishing eigenvalues, or with entries spanning hundreds of
+orders of magnitude — and raises torch's ``_LinAlgError``. `sym_eigh` is the one place
+iclprobe decomposes a Gram matrix: it scales each matrix by a power of two (exact, so a
+well-behaved input gives what eigh gives; like eigh it reads the lower triangle), and
+where eigh still
+fails, decomposes the failing matrices by SVD (a symmetric PSD matrix's singular values
+are its eigenvalues), then with a jitter of the scale's round-off if that fails too.
+Non-finite input is refused: it is the caller's data, not a numerical accident.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def _power_of_two_scale(m: Tensor) -> Tensor:
+    """Per matrix ``[..., 1, 1]``, a power of two near its largest absolute entry (1 if 0)."""
+    top = m.abs().amax(dim=(-2, -1), keepdim=True)
+    safe = torch.where(top > 0, top, torch.ones_like(top))
+    return torch.exp2(torch.round(torch.log2(safe)))
+
+
+def sym_eigh(m: Tensor, what: str = "matrix") -> tuple[Tensor, Tensor]:
+    """Eigenvalues (ascending) and eigenvectors of symmetric ``m [..., k, k]``, robustly.
+
+    Args:
+        m: symmetric (up to round-off) real matrices; any float dtype (float64 advised).
+        what: names the matrices in the error for non-finite input.
+
+    Raises:
+        ValueError: ``m`` holds NaN or Inf.
+    """
+    if not bool(torch.isfinite(m).all()):
+        raise ValueError(f"{what} holds NaN or Inf: cannot decompose it")
+    scale = _power_of_two_scale(m)
+    sym = m / scale
+    try:
+        lam, vec = torch.linalg.eigh(sym)
+    except RuntimeError:  # _LinAlgError: LAPACK did not converge on some matrix
+        lam, vec = _fallback(sym)
+    return lam * scale[..., 0], vec
+
+
+def _fallback(sym: Tensor) -> tuple[Tensor, Tensor]:
+    """One matrix at a time: eigh, else eigenpairs from the SVD, else eigh with a jitter."""
+    sym = torch.tril(sym) + torch.tril(sym, -1).transpose(-1, -2)  # eigh's lower triangle
+    flat = sym.reshape(-1, *sym.shape[-2:])
+    lams, vecs = [], []
+    eye = torch.eye(sym.shape[-1], dtype=sym.dtype, device=sym.device)
+    for one in flat:
+        try:
+            lam, vec = torch.linalg.eigh(one)
+        except RuntimeError:
+            try:
+                lam, vec = _svd_eigh(one)
+            except RuntimeError:
+                jitter = 64 * torch.finfo(sym.dtype).eps
+                lam, vec = torch.linalg.eigh(one + jitter * eye)
+                lam = lam - jitter
+        lams.append(lam)
+        vecs.append(vec)
+    return (torch.stack(lams).reshape(sym.shape[:-1]),
+            torch.stack(vecs).reshape(sym.shape))
+
+
+def _svd_eigh(one: Tensor) -> tuple[Tensor, Tensor]:
+    """Eigenpairs of one symmetric matrix from its SVD, ascending.
+
+    ``A = U S Vᵀ``; for each singular triple the eigenvalue is ``s · sign(uᵀ v)`` with
+    eigenvector ``u`` (exact for a symmetric matrix; for a PSD one every sign is +).
+    """
+    u, s, vh = torch.linalg.svd(one)
+    sign = torch.sign((u * vh.transpose(-1, -2)).sum(0))
+    lam = s * torch.where(sign == 0, torch.ones_like(sign), sign)
+    order = lam.argsort()
+    return lam[order], u[:, order]

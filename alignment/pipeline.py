@@ -83,7 +83,7 @@ class AlignResult:
         """The fitted view's pairs the verdict combines.
 
         Those of its verdict metrics (`register_metric`'s ``verdict``: error and weight
-        cosine among the built-in ones), else every one computed.
+        cosine and spd among the built-in ones, not ilwd), else every one computed.
         """
         chosen = [p for m, p in self.fitted.items() if metric_info(m).verdict]
         return chosen or list(self.fitted.values())

@@ -161,11 +161,12 @@ def test_a_saved_newton_construction_loads_the_same(tmp_path):
 # alpha is twice that); the fitted view (step sizes fitted) gets every layer right, and
 # through probes (the learners read as the probes read the layers) by error cosine; weight
 # cosine through probes mostly leans (the probes' noise is of the learners' own
-# resemblance); the verdict (error and weight cosine combined) gets every layer right.
+# resemblance); the verdict (error cosine, weight cosine and spd combined) gets every
+# layer right.
 # Every built-in metric is counted, each in its own direction: spd and ilwd (distances)
 # agree with the cosines wherever those prefer a learner (read the wrong way round, the
-# fitted view's spd and ilwd named the other learner, e.g. "leans gd" on the Newton oracle). The spectral
-# view calls one probed Newton layer GD-like: why it does not enter the verdict.
+# fitted view's spd and ilwd named the other learner, e.g. "leans gd" on the Newton
+# oracle). The spectral view calls one probed Newton layer GD-like: why it does not enter the verdict.
 # Bootstrap and data are seeded, so the counts are exact; when matching or verdicts change,
 # bench/known_answers.py is rerun and these counts are updated with them.
 FITTED = {"true": 8, "false": 0, "none": 0, "separable": 8, "true_separable": 8}

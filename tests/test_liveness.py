@@ -5,6 +5,8 @@ round; a dead layer read by probes counted as live (its error above the zero pre
 a model aligned at its last position had its probes fitted at prefixes where it diverges.
 """
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -15,6 +17,7 @@ from iclprobe.alignment.metrics import METRIC_INFO
 from iclprobe.alignment.pipeline import AlignConfig, align, align_layers
 from iclprobe.alignment.protocols import ICLPROBE
 from iclprobe.alignment.runs import run_spec
+from iclprobe.constructions import benchmark as B
 from iclprobe.constructions.pq import newton_transformer
 
 BUILT_IN = ("error_cosine", "weight_cosine", "spd", "ilwd")
@@ -127,3 +130,46 @@ def test_newton_construction_read_by_probes_at_its_last_position_gets_verdicts(n
     assert res.readout.startswith("ridge probes")
     assert any(v == "prefers newton" for v in res.verdict)
     assert not any(v in ("prefers gd", "leans gd") for v in res.verdict)
+
+
+def test_the_verdict_combines_its_verdict_metrics_else_every_metric_computed(data):
+    batch, newton, gd = data
+    layers = torch.stack([torch.zeros_like(newton.preds[0]), newton.preds[3]])
+    weights = torch.stack([torch.zeros_like(newton.weights[0]), newton.weights[3]])[:, :16]
+    both = AlignConfig(algorithms=("newton", "gd"), metrics=("error_cosine", "ilwd"),
+                       separation=False, n_boot=50)
+    res = align_layers(layers, batch, both, layer_weights=weights)
+    assert [p.metric for p in res.verdict_pairs] == ["error_cosine"]  # ilwd: verdict=False
+    assert not METRIC_INFO["ilwd"].verdict and METRIC_INFO["spd"].verdict
+    alone = align_layers(layers, batch, dataclasses.replace(both, metrics=("ilwd",)))
+    assert [p.metric for p in alone.verdict_pairs] == ["ilwd"]
+    assert alone.verdict == alone.fitted["ilwd"].verdicts
+
+
+def test_probe_power_pairs_each_probe_cell_with_its_exact_twin():
+    def result(readout, verdict):
+        cell = B.Cell("gd oracle", "iclprobe", "isotropic", readout, 1.0)
+        return B.CellResult(cell, False, {}, {"verdict": verdict}, {})
+
+    exact = result("exact", ["computes nothing", "prefers gd", "prefers gd", "leans gd",
+                             "prefers gd", "prefers gd"])
+    probe = result("probe", ["computes nothing", "prefers gd", "indistinguishable",
+                             "prefers gd", "prefers gd", "prefers gd"])
+    (power,) = B.probe_power([exact, probe])
+    # the exact readout names GD at 4 layers; probes at 3 of those (layer 3 is not counted)
+    assert (power.named_exactly, power.named_by_probe, power.short) == (4, 3, True)
+    assert B.ProbePower(probe.cell, 5, 4).short is False
+
+
+def test_separable_reads_a_distance_from_zero_and_a_cosine_from_one():
+    cal = C.Calibration("newton", "gd", "spd", [0.02], ["1"], [0.02], ["1"])
+    pair = C.PairVerdict("newton", "gd", "spd", _iv(-0.05, -0.065, -0.035), cal, [""], "")
+    assert not B.separable(pair, "newton", 0)  # the rival's 0.02 is not above the width 0.03
+    narrow = dataclasses.replace(pair, difference=_iv(-0.05, -0.055, -0.045))
+    assert B.separable(narrow, "newton", 0)
+    wide = dataclasses.replace(pair, difference=_iv(-0.05, -0.08, -0.03))
+    assert not B.separable(wide, "newton", 0)
+    cos = dataclasses.replace(narrow, metric="error_cosine",
+                              calibration=dataclasses.replace(cal, a_by_b=[0.98]))
+    assert B.separable(cos, "newton", 0)  # 1 − 0.98 = 0.02 > 0.01
+    assert not B.separable(dataclasses.replace(cos, difference=_iv(0.05, 0.0, 0.1)), "newton", 0)

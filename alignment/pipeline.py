@@ -89,6 +89,12 @@ class AlignResult:
         return chosen or list(self.fitted.values())
 
     @property
+    def verdict_learners(self) -> tuple[str, ...]:
+        """The learners the verdict compares (empty without the fitted view)."""
+        pairs = self.verdict_pairs
+        return (pairs[0].a, pairs[0].b) if pairs else ()
+
+    @property
     def verdict(self) -> list[str]:
         """Newton vs GD per layer: the fitted view's metrics combined (`comparison.combined`).
 

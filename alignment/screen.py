@@ -229,6 +229,22 @@ def pair_sentence(pairs: Sequence[PairVerdict], live: Sequence[bool], fitted: bo
     return f"{a} vs {b}{how} " + "; ".join(clauses) + "."
 
 
+def named(label: str) -> str | None:
+    """The learner a verdict label names ("prefers X", "leans X"), else None."""
+    return label.split(" ", 1)[1] if label.startswith(("prefers ", "leans ")) else None
+
+
+def disagreements(result: AlignResult, pairs: Sequence[PairVerdict]) -> list[int]:
+    """Live layers where a protocol pair names another learner than the verdict does."""
+    verdict = result.verdict
+    if not verdict or not pairs or {pairs[0].a, pairs[0].b} != set(result.verdict_learners):
+        return []
+    return [layer for layer, said in enumerate(verdict)
+            if result.live[layer] and (mine := named(said)) is not None
+            and any((theirs := named(p.verdicts[layer])) is not None and theirs != mine
+                    for p in pairs)]
+
+
 def sentences(result: AlignResult) -> list[str]:
     """The verdict in words, then one sentence per learner pair, then the spectral view.
 
@@ -241,7 +257,13 @@ def sentences(result: AlignResult) -> list[str]:
     for comp in result.comparisons.values():
         for pair in comp.pairs:
             by_pair.setdefault((pair.a, pair.b), []).append(pair)
-    out += [pair_sentence(pairs, result.live, False) for pairs in by_pair.values()]
+    for pairs in by_pair.values():
+        line = pair_sentence(pairs, result.live, False)
+        conflict = disagreements(result, pairs)
+        if conflict:
+            line = line[:-1] + (f" (the protocol's fixed-step view; it names another learner "
+                                f"than the verdict at {layer_ranges(conflict)}).")
+        out.append(line)
     spec = result.spectral
     if spec is not None:
         kinds: dict[str, list[int]] = {}

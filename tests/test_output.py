@@ -337,3 +337,22 @@ def test_without_pandas_to_frame_says_how_to_install_it(shallow, monkeypatch):
     monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas now fails
     with pytest.raises(ModuleNotFoundError, match=r"needs pandas.*pip install pandas"):
         shallow.to_frame()
+
+
+def test_a_protocol_sentence_that_contradicts_the_verdict_names_its_view():
+    # the Newton oracle at 1/||SS^T||_F, read under fu2024 (whose alpha is twice that):
+    # the protocol's fixed steps call it GD, the verdict (step sizes fitted) Newton
+    from iclprobe import models
+    from iclprobe.alignment.pipeline import align
+
+    res = align(models.load("ka-newton-oracle"),
+                AlignConfig(protocol="fu2024", n_sequences=128, n_boot=20, separation=False,
+                            algorithms=("newton", "gd")))
+    assert set(res.verdict[1:]) == {"prefers newton"}
+    text = " ".join(line.strip() for line in screen(res).splitlines())
+    protocol = re.search(r"newton vs gd by [^.]*\.", text).group(0)
+    assert "prefers gd" in protocol
+    assert "(the protocol's fixed-step view; it names another learner than the verdict at " \
+        "0–12)" in protocol
+    fitted = re.search(r"newton vs gd \(step sizes fitted\) by [^.]*\.", text).group(0)
+    assert "fixed-step view" not in fitted

@@ -60,8 +60,9 @@ def layer_predictions(model: Regressor, task: RegressionTask, batch: RegressionB
                 fit.metrics.r2, fit.probes_excluding(rows))
     if layer_probes is None:
         gen = torch.Generator().manual_seed(cfg.seed + 1)
-        start = 1 if window is None else probe_start(
-            window, task.n_points, model.cfg.d_model, cfg.fresh_probe_sequences)
+        width = getattr(model.cfg, "d_model", None)  # unknown before a forward pass: t >= 1
+        start = 1 if window is None or width is None else probe_start(
+            window, task.n_points, width, cfg.fresh_probe_sequences)
         layer_probes = probes.LayerProbes(t_min=start).fit(
             model, task, n_sequences=cfg.fresh_probe_sequences, generator=gen,
             n_heldout=cfg.n_probe_heldout)

@@ -108,15 +108,14 @@ def print_totals(by_view: dict[str, dict[str, int]]) -> None:
               f"(not counted) {tot['diverges']}{sep}")
 
 
-def print_probe_power(power: list[B.ProbePower]) -> list[B.ProbePower]:
-    """Per cell, the verdict through probes where the exact readout names the truth."""
-    print(f"\n{B.JUDGED} through probes, at the layers where the exact readout names the true "
-          "learner (per cell; * = below 80%):")
-    short = []
-    for p in power:
-        mark = "*" if p.short else " "
-        short += [p] if p.short else []
-        print(f"{mark} {p.key}: {p.named_by_probe}/{p.named_exactly}"
+def print_probe_power(power: list[B.ProbePower], view: str = B.JUDGED,
+                      per_cell: bool = True) -> list[B.ProbePower]:
+    """Per cell, ``view`` through probes where the exact readout names the truth."""
+    print(f"\n{view} through probes, at the layers where the exact readout names the true "
+          "learner" + (" (per cell; * = below 80%):" if per_cell else ":"))
+    short = [p for p in power if p.short]
+    for p in power if per_cell else []:
+        print(f"{'*' if p.short else ' '} {p.key}: {p.named_by_probe}/{p.named_exactly}"
               + (f" ({p.named_by_probe / p.named_exactly:.0%})" if p.named_exactly else ""))
     for setting in dict.fromkeys(p.cell.setting for p in power):
         here = [p for p in power if p.cell.setting == setting]
@@ -170,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"sizes: {cfg.n_sequences} sequences, {cfg.n_boot} bootstrap resamples, metrics "
           f"{', '.join(cfg.metrics)}; {len(cells)} cells in {time.perf_counter() - started:.0f} s")
     print_totals(by_view)
+    print_probe_power(B.probe_power(results, B.DEFAULT_VIEW), B.DEFAULT_VIEW, per_cell=False)
     power = B.probe_power(results)
     short_power = print_probe_power(power)
     if args.out is not None:

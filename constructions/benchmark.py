@@ -22,7 +22,8 @@ import torch
 
 from iclprobe import tasks
 from iclprobe.algorithms.prefix import prefix_stats
-from iclprobe.alignment.comparison import PairVerdict
+from iclprobe.alignment.comparison import PairVerdict, combined
+from iclprobe.alignment.config import DEFAULT_METRICS
 from iclprobe.alignment.metrics import metric_info
 from iclprobe.alignment.pipeline import AlignConfig, align, evaluation_task
 from iclprobe.constructions.oracle import oracle
@@ -254,19 +255,12 @@ def run_cell(cell: Cell, cfg: AlignConfig) -> CellResult:
             counts[view]["true_separable"] = sum(
                 pair.verdicts[i] == f"prefers {cell.truth}" for i in sep)
         verdicts[view] = list(pair.verdicts)
-    if res.fitted:  # the verdict align reports: the fitted view's metrics combined
-        said_by = res.verdict
-        live = [i for i, v in enumerate(said_by) if v not in ("computes nothing",
-                                                               "matches no learner")]
-        sep = [i for i in live if any(separable(p, cell.truth, i) for p in res.fitted.values())]
-        said = [said_by[i] for i in live]
-        counts["verdict"] = {"true": said.count(f"prefers {cell.truth}"),
-                             "false": said.count(f"prefers {other}"),
-                             "none": sum(not v.startswith("prefers") for v in said),
-                             "separable": len(sep),
-                             "true_separable": sum(said_by[i] == f"prefers {cell.truth}"
-                                                   for i in sep)}
-        verdicts["verdict"] = list(said_by)
+    if res.fitted:  # the verdict align reports: the fitted view's verdict metrics combined
+        default = [p for m, p in res.fitted.items() if m in DEFAULT_METRICS]
+        for view, said_by in (("verdict", res.verdict),
+                              (DEFAULT_VIEW, combined(default)[0] if default else [])):
+            counts[view] = _verdict_counts(said_by, list(res.fitted.values()), cell.truth)
+            verdicts[view] = list(said_by)
     if res.spectral is not None:  # the spectral view's reading, as a verdict
         said = [r for r in res.spectral.reading if r != "computes nothing"]
         counts["spectral order"] = {"true": said.count(f"{cell.truth}-like"),
@@ -274,6 +268,18 @@ def run_cell(cell: Cell, cfg: AlignConfig) -> CellResult:
                                     "none": sum(not r.endswith("-like") for r in said)}
         verdicts["spectral order"] = list(res.spectral.reading)
     return CellResult(cell, False, counts, verdicts, hyper)
+
+
+def _verdict_counts(said_by: list[str], pairs: list[PairVerdict], truth: str) -> dict[str, int]:
+    """A combined verdict's counts over the live layers, and at the separable ones."""
+    other = "newton" if truth == "gd" else "gd"
+    live = [i for i, v in enumerate(said_by) if v not in ("computes nothing",
+                                                           "matches no learner")]
+    sep = [i for i in live if any(separable(p, truth, i) for p in pairs)]
+    said = [said_by[i] for i in live]
+    return {"true": said.count(f"prefers {truth}"), "false": said.count(f"prefers {other}"),
+            "none": sum(not v.startswith("prefers") for v in said), "separable": len(sep),
+            "true_separable": sum(said_by[i] == f"prefers {truth}" for i in sep)}
 
 
 def separable(pair: PairVerdict, truth: str, layer: int) -> bool:
@@ -295,7 +301,10 @@ def bench_config(n_sequences: int = 256, n_boot: int = 100) -> AlignConfig:
                        metrics=METRICS, separation=False)
 
 
-VIEWS = ("protocol", "fitted", "spectral", "verdict")
+#: The verdict of `align`'s default metrics (error and weight cosine) alone: what a user
+#: who does not ask for spd gets.
+DEFAULT_VIEW = "verdict, default metrics"
+VIEWS = ("protocol", "fitted", "spectral", "verdict", DEFAULT_VIEW)
 JUDGED = "verdict"  # the view the targets are held to: the verdict align reports
 
 

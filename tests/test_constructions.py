@@ -171,6 +171,7 @@ def test_a_saved_newton_construction_loads_the_same(tmp_path):
 # bench/known_answers.py is rerun and these counts are updated with them.
 FITTED = {"true": 8, "false": 0, "none": 0, "separable": 8, "true_separable": 8}
 FITTED_7 = {**FITTED, "separable": 7, "true_separable": 7}
+NINE = {"true": 9, "false": 0, "none": 0, "separable": 9, "true_separable": 9}
 SLICE = [
     (benchmark.Cell("gd construction", "iclprobe", "isotropic", "exact", 0.3),
      {"protocol error_cosine": {"true": 0, "false": 2, "none": 6},
@@ -180,7 +181,7 @@ SLICE = [
       "fitted error_cosine": {"true": 8, "false": 0, "none": 0, "separable": 7,
                               "true_separable": 7},
       "fitted weight_cosine": FITTED, "fitted spd": FITTED, "fitted ilwd": FITTED_7,
-      "verdict": FITTED,
+      "verdict": FITTED, "verdict, default metrics": FITTED,
       "spectral order": {"true": 8, "false": 0, "none": 0}}),
     (benchmark.Cell("newton oracle", "fu2024", "isotropic", "exact", 0.5),
      {"protocol error_cosine": {"true": 0, "false": 8, "none": 1},
@@ -193,7 +194,7 @@ SLICE = [
                                "true_separable": 9},
       "fitted spd": {"true": 9, "false": 0, "none": 0, "separable": 9, "true_separable": 9},
       "fitted ilwd": {"true": 9, "false": 0, "none": 0, "separable": 8, "true_separable": 8},
-      "verdict": {"true": 9, "false": 0, "none": 0, "separable": 9, "true_separable": 9},
+      "verdict": NINE, "verdict, default metrics": NINE,
       "spectral order": {"true": 7, "false": 0, "none": 2}}),
     (benchmark.Cell("gd oracle", "iclprobe", "isotropic", "exact", 1.0),
      {"protocol error_cosine": {"true": 8, "false": 0, "none": 0},
@@ -201,7 +202,7 @@ SLICE = [
       "protocol spd": {"true": 8, "false": 0, "none": 0},
       "protocol ilwd": {"true": 7, "false": 0, "none": 1},
       "fitted error_cosine": FITTED, "fitted weight_cosine": FITTED, "fitted spd": FITTED,
-      "fitted ilwd": FITTED_7, "verdict": FITTED,
+      "fitted ilwd": FITTED_7, "verdict": FITTED, "verdict, default metrics": FITTED,
       "spectral order": {"true": 3, "false": 0, "none": 5}}),
     (benchmark.Cell("newton oracle", "iclprobe", "isotropic", "probe", 1.0),
      {"protocol error_cosine": {"true": 3, "false": 0, "none": 6},
@@ -214,7 +215,7 @@ SLICE = [
                                "true_separable": 1},
       "fitted spd": {"true": 9, "false": 0, "none": 0, "separable": 9, "true_separable": 9},
       "fitted ilwd": {"true": 8, "false": 0, "none": 1, "separable": 8, "true_separable": 7},
-      "verdict": {"true": 9, "false": 0, "none": 0, "separable": 9, "true_separable": 9},
+      "verdict": NINE, "verdict, default metrics": NINE,
       "spectral order": {"true": 3, "false": 1, "none": 5}}),
 ]
 

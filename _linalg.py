@@ -36,6 +36,8 @@ def sym_eigh(m: Tensor, what: str = "matrix") -> tuple[Tensor, Tensor]:
     """
     if not bool(torch.isfinite(m).all()):
         raise ValueError(f"{what} holds NaN or Inf: cannot decompose it")
+    if m.numel() == 0:  # no dimensions (or no matrices): nothing to scale
+        return torch.linalg.eigh(m)
     scale = _power_of_two_scale(m)
     sym = m / scale
     try:

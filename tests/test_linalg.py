@@ -48,6 +48,11 @@ def test_a_batch_where_eigh_fails_is_decomposed_one_by_one(monkeypatch):
         assert torch.allclose((vec[k] * lam[k]) @ vec[k].T, m[k], atol=1e-9)
 
 
+def test_empty_matrices_decompose_to_empty():
+    lam, vec = sym_eigh(torch.zeros(3, 4, 0, 0, dtype=torch.float64))
+    assert lam.shape == (3, 4, 0) and vec.shape == (3, 4, 0, 0)
+
+
 def test_non_finite_input_is_refused_naming_it():
     m = _gram(8, 4, 4, 1.0)
     m[0, 0] = float("nan")

@@ -141,7 +141,8 @@ def test_the_verdict_combines_its_verdict_metrics_else_every_metric_computed(dat
     res = align_layers(layers, batch, both, layer_weights=weights)
     assert [p.metric for p in res.verdict_pairs] == ["error_cosine"]  # ilwd: verdict=False
     assert not METRIC_INFO["ilwd"].verdict and METRIC_INFO["spd"].verdict
-    alone = align_layers(layers, batch, dataclasses.replace(both, metrics=("ilwd",)))
+    alone = align_layers(layers, batch, dataclasses.replace(both, metrics=("ilwd",)),
+                         layer_weights=weights)
     assert [p.metric for p in alone.verdict_pairs] == ["ilwd"]
     assert alone.verdict == alone.fitted["ilwd"].verdicts
 

@@ -25,12 +25,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from iclprobe.errors import InputError, InputTypeError
+
 #: Seeds go to ``torch.manual_seed``, which takes 64-bit values; iclprobe's are 0 .. 2^63-1.
 SEED_LIMIT = 2**63
 
 
-class ConfigError(ValueError, TypeError):
+class ConfigError(InputTypeError):
     """A bad value of one config field: ``owner`` (the config class's name) and ``field``.
+
+    An `iclprobe.errors.InputTypeError`: a ValueError and a TypeError both.
 
     The message names ``owner.field``, the value and what is allowed; the CLI prefixes the
     flag of ``field`` (`iclprobe.cli`), never parsing the message.
@@ -183,7 +187,7 @@ def check_bytes(need: int, what: str, available: int | None = None) -> None:
         return  # not worth asking the system
     free = available_memory() if available is None else available
     if free is not None and need > free:
-        raise ValueError(f"{what} needs at least {need / GIB:,.3g} GiB of memory, but "
+        raise InputError(f"{what} needs at least {need / GIB:,.3g} GiB of memory, but "
                          f"{free / GIB:,.3g} GiB are available")
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from iclprobe.errors import InputError
+
 
 def _power_of_two_scale(m: Tensor) -> Tensor:
     """Per matrix ``[..., 1, 1]``, a power of two near its largest absolute entry (1 if 0)."""
@@ -35,7 +37,7 @@ def sym_eigh(m: Tensor, what: str = "matrix") -> tuple[Tensor, Tensor]:
         ValueError: ``m`` holds NaN or Inf.
     """
     if not bool(torch.isfinite(m).all()):
-        raise ValueError(f"{what} holds NaN or Inf: cannot decompose it")
+        raise InputError(f"{what} holds NaN or Inf: cannot decompose it")
     if m.numel() == 0:  # no dimensions (or no matrices): nothing to scale
         return torch.linalg.eigh(m)
     scale = _power_of_two_scale(m)

@@ -10,7 +10,6 @@ shows its traceback.
 from __future__ import annotations
 
 import argparse
-import linecache
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -204,13 +203,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     A command that uses the registries first loads the installed plugins
     (`iclprobe.plugins`), so their learners, metrics and families are among its choices and
-    flags; ``iclprobe --help`` and ``iclprobe models`` load none.
+    flags, and says which registration a plugin replaced; ``iclprobe --help`` and
+    ``iclprobe models`` load none. The exit status comes from the exception's type alone:
+    an `iclprobe.errors.InputError` or an OSError is bad input (one line, status 2), any
+    other exception a bug (one line naming its type, status 1, with how to report it).
     """
     words = list(sys.argv[1:] if argv is None else argv)
-    if _command_of(words) in PLUGIN_COMMANDS:
-        from iclprobe.plugins import load_plugins
+    command = _command_of(words)
+    if command in PLUGIN_COMMANDS:
+        from iclprobe.plugins import REPLACED, load_plugins
 
-        load_plugins()
+        try:
+            load_plugins()
+        except KeyboardInterrupt as err:
+            print(f"iclprobe {command}: interrupted {err}; nothing was written",
+                  file=sys.stderr)
+            return 130
+        for sentence in REPLACED:
+            print(f"iclprobe {command}: note: {sentence}", file=sys.stderr)
     parser = build_parser()
     args = parser.parse_args(words)
     args.argv = words  # for the report's "Produced by"
@@ -220,66 +230,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - every error ends as one line (or --debug)
         if getattr(args, "debug", False):
             raise
-        from iclprobe.cli_commands import UsageError  # stdlib imports only
-
-        if isinstance(err, (UsageError, OSError)) or (
-                isinstance(err, (ValueError, TypeError)) and raised_on_purpose(err)):
-            from iclprobe._checks import ConfigError  # torch-free
-
-            flag = flag_of(err, _subparser(parser, args.command)) \
-                if isinstance(err, ConfigError) else None
-            print(f"iclprobe {args.command}: error: {flag + ': ' if flag else ''}{err}",
-                  file=sys.stderr)  # OSError: unwritable --out, ...
-            return 2
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        print(f"iclprobe {args.command}: internal error: {type(err).__name__}: {first} (a bug, "
-              "not your input: rerun with --debug for the traceback)", file=sys.stderr)
-        return 1
+        return _report_error(args.command, err)
     except KeyboardInterrupt:  # train answers its own (how to resume)
         print(f"iclprobe {args.command}: interrupted; nothing was written (an output folder "
               "is swapped in whole or not at all)", file=sys.stderr)
         return 130
 
 
-def raised_on_purpose(err: BaseException) -> bool:
-    """Whether ``err`` came from a ``raise`` statement (iclprobe's checks of its input).
+def _report_error(command: str, err: Exception) -> int:
+    """Print ``err`` as one line; its exit status: 2 for bad input, 1 for a bug."""
+    from iclprobe._checks import ConfigError  # torch-free
+    from iclprobe.errors import InputError
 
-    An error that Python raises inside an operation (``None + 1``, a missing key) is a bug,
-    whatever its type; one that the code raises on purpose, after checking what it was
-    given, is bad input. Judged by the innermost frame's source line (no source: on purpose).
-    """
-    tb = err.__traceback__
-    if tb is None:
-        return True
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    line = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno).strip()
-    return not line or line.startswith("raise")
-
-
-def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser | None:
-    for action in parser._subparsers._group_actions if parser._subparsers else ():
-        if isinstance(action, argparse._SubParsersAction):
-            return action.choices.get(command)
-    return None
+    if isinstance(err, (InputError, OSError)):  # OSError: unwritable --out, ...
+        flag = flag_of(err, command) if isinstance(err, ConfigError) else None
+        print(f"iclprobe {command}: error: {flag + ': ' if flag else ''}{err}",
+              file=sys.stderr)
+        return 2
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    print(f"iclprobe {command}: internal error: {type(err).__name__}: {first} (a bug, not "
+          "your input: rerun with --debug for the traceback, and report it with that "
+          "traceback and the command)", file=sys.stderr)
+    return 1
 
 
-def flag_of(err: ConfigError, sub: argparse.ArgumentParser | None) -> str | None:
-    """The flag of the field a `ConfigError` names, where the command has that flag.
+def flag_of(err: ConfigError, command: str) -> str | None:
+    """The flag of the field a `ConfigError` names, where ``command`` has that flag.
 
     Errors from a config speak of its fields, the user typed flags: the task's and every
     registered family's ``seed`` have their own names (``--task-seed``, ``--model-seed``).
+    The flags are the ones `iclprobe.cli_flags` generates from the configs' fields.
     """
-    if sub is None:
-        return None
-    from iclprobe.cli_flags import MODEL_RENAME, TASK_RENAME
-    from iclprobe.models.registry import FAMILIES  # torch-free
+    from iclprobe.cli_flags import command_flags
 
-    model_configs = {family.config.__name__ for family in FAMILIES.values()}
-    rename = TASK_RENAME if err.owner == "RegressionTask" else \
-        MODEL_RENAME if err.owner in model_configs else {}
-    flag = "--" + rename.get(err.field, err.field).replace("_", "-")
-    return flag if flag in sub._option_string_actions else None
+    flags = command_flags(command)
+    if err.owner in flags:
+        match = [f for f in flags[err.owner] if f.name == err.field]
+    else:  # a check outside the configs: a flag of the field's own name
+        match = [f for group in flags.values() for f in group if f.dest == err.field]
+    return match[0].option if match else None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from iclprobe.errors import InputError
+
 if TYPE_CHECKING:
     from iclprobe.models.regressor import Regressor
 
@@ -22,7 +24,7 @@ DEMO_PQ = ("pq-rotated-3layer", "pq-isotropic-1layer")
 DEMO_RECURRENT = "lstm"  # the recurrent baseline, on gpt-softmax's task
 
 
-class UsageError(Exception):
+class UsageError(InputError):
     """A bad invocation: printed as one line, exit status 2 (by `iclprobe.cli.main`)."""
 
 
@@ -90,7 +92,7 @@ def align_checkpoints(checkpoints: list[str], cfg: Any) -> tuple[list[Any], dict
     names = unique_names(checkpoints)
     for (checkpoint, model), name in zip(loaded, names):
         if model.cfg.n_dims != task.n_dims:
-            raise ValueError(f"{checkpoint} has n_dims={model.cfg.n_dims}, but the data has "
+            raise InputError(f"{checkpoint} has n_dims={model.cfg.n_dims}, but the data has "
                              f"d={task.n_dims}: compare models of one dimension")
         check_align_fits(model, task, cfg, needs_probes(model), name)  # before fitting probes
     with probe_notes():
@@ -127,14 +129,18 @@ def cmd_align(args: argparse.Namespace) -> int:
     _check_device(cfg.device)
     if args.out is not None:
         check_output(args.out, "report", args.overwrite)  # before the work, not after
-    results, records = align_checkpoints(checkpoints, cfg)
-    if args.out is not None:
-        from iclprobe.alignment.report import write_report  # matplotlib: only for a report
+    # With --json, stdout is the JSON alone: what a plugin's learner or metric prints while
+    # the models are aligned goes to stderr.
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        results, records = align_checkpoints(checkpoints, cfg)
+        if args.out is not None:
+            from iclprobe.alignment.report import write_report  # matplotlib: for a report
 
-        command = "iclprobe " + " ".join(args.argv)
-        with atomic_directory(args.out, "report", args.overwrite) as tmp:
-            write_report(tmp, results, title=f"iclprobe {args.command}", command=command,
-                         side_by_side=[[r.name for r in results]] if len(results) > 1 else [])
+            command = "iclprobe " + " ".join(args.argv)
+            with atomic_directory(args.out, "report", args.overwrite) as tmp:
+                write_report(tmp, results, title=f"iclprobe {args.command}", command=command,
+                             side_by_side=[[r.name for r in results]] if len(results) > 1
+                             else [])
     if args.json:
         print(json.dumps({r.name: {**r.to_dict(), "probes": records[r.name]} for r in results}))
         return 0
@@ -167,7 +173,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     _check_device(args.device)
     model = models.load(args.checkpoint, device=args.device)
     if model.task is None:
-        raise ValueError(f"{args.checkpoint} has no task.json to draw probe data from")
+        raise InputError(f"{args.checkpoint} has no task.json to draw probe data from")
     out = Path(args.out) if args.out is not None else probes_dir(args.checkpoint)
     check_output(out, "probes", args.overwrite)  # before the work, not after
     check_fit_fits(model, model.task, args.n_sequences, 500)

@@ -216,6 +216,26 @@ def train_flags() -> dict[str, list[Flag]]:
             "training": config_flags(TrainConfig)}
 
 
+def command_flags(command: str) -> dict[str, list[Flag]]:
+    """The generated flags of ``command`` by the config class they set (its name).
+
+    ``train``: the task's (``RegressionTask``), each trainable family's config's and
+    ``TrainConfig``'s; ``align`` and ``compare``: ``AlignConfig``'s; others: none.
+    """
+    from iclprobe.models.registry import FAMILIES  # torch-free
+
+    if command == "train":
+        flags = train_flags()
+        out = {"RegressionTask": flags["task"], "TrainConfig": flags["training"]}
+        for family in FAMILIES.values():
+            if family.trainable:
+                out[family.config.__name__] = flags["model"]
+        return out
+    if command in ("align", "compare"):
+        return {"AlignConfig": align_flags()}
+    return {}
+
+
 def align_flags() -> list[Flag]:
     """The flags of ``iclprobe align`` and ``compare``: `AlignConfig`'s fields."""
     from iclprobe.alignment.config import AlignConfig  # torch-free until constructed

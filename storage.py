@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from iclprobe._checks import is_int
+from iclprobe.errors import InputError
 
 logger = logging.getLogger(__name__)
 MARKER = ".iclprobe"
@@ -38,7 +39,7 @@ _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
 
-class CheckpointError(ValueError):
+class CheckpointError(InputError):
     """A checkpoint exists but cannot be read: the message names the file and the problem."""
 
 
@@ -62,7 +63,7 @@ def parse_json(text: str) -> Any:
     try:
         return json.loads(text)
     except RecursionError:
-        raise ValueError("nested too deeply to be read (thousands of levels of [ or {)") \
+        raise InputError("nested too deeply to be read (thousands of levels of [ or {)") \
             from None
 
 

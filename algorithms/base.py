@@ -19,6 +19,8 @@ from torch import Tensor
 
 from iclprobe._checks import is_int, is_number
 from iclprobe.algorithms.prefix import PrefixStats, from_eigenbasis
+from iclprobe.errors import InputError, InputTypeError
+from iclprobe.plugins import claim, registrant
 
 
 @dataclasses.dataclass
@@ -75,6 +77,7 @@ class LearnerInfo:
     align: bool = False
     order: int = 100
     compare_with: tuple[str, ...] = ()
+    registrant: str = ""  # who registered it (`iclprobe.plugins.registrant`), for messages
 
 
 #: The learner registry, name -> `LearnerInfo` (``register`` adds one).
@@ -84,8 +87,8 @@ LEARNERS: dict[str, LearnerInfo] = {}
 def register(name: str, *, label: str | None = None,
              steps: Iterable[int] | str | None = None, step_scale: str = "linear",
              align_hyper: Mapping[str, Any] | None = None, align: bool = False,
-             order: int = 100, compare_with: Iterable[str] | None = None
-             ) -> Callable[[Learner], Learner]:
+             order: int = 100, compare_with: Iterable[str] | None = None,
+             replace: bool = False) -> Callable[[Learner], Learner]:
     """Add a learner to the registry under ``name``, with what ``align`` needs of it.
 
     One decorator is all a new learner needs to appear in ``align``'s tables, JSON, CSVs,
@@ -100,27 +103,34 @@ def register(name: str, *, label: str | None = None,
     ``steps`` when it has a step grid), and every key of ``align_hyper`` is one of its
     parameters. What it returns is checked on every call, and named ``name`` (`iterates`).
 
+    A name belongs to its first registration: registering it again is refused, naming who
+    registered it, unless ``replace=True`` (then every command says what replaced what).
+
     Raises:
-        ValueError, TypeError: naming the argument or the missing parameter.
+        InputError, InputTypeError: naming the argument or the missing parameter, or the
+            registrant of a name taken.
     """
     if not isinstance(name, str) or not name:
-        raise ValueError(f"name must be a non-empty string, got {name!r}")
+        raise InputError(f"name must be a non-empty string, got {name!r}")
     if step_scale not in STEP_SCALES:
-        raise ValueError(f"step_scale must be one of {STEP_SCALES}, got {step_scale!r}")
+        raise InputError(f"step_scale must be one of {STEP_SCALES}, got {step_scale!r}")
     grid = _check_grid(name, steps)
     if label is not None and not isinstance(label, str):
-        raise TypeError(f"label must be a string, got {label!r}")
+        raise InputTypeError(f"label must be a string, got {label!r}")
     if not isinstance(align, bool):
-        raise TypeError(f"align must be a bool, got {align!r}")
+        raise InputTypeError(f"align must be a bool, got {align!r}")
     if not is_int(order):
-        raise TypeError(f"order must be an integer, got {order!r}")
+        raise InputTypeError(f"order must be an integer, got {order!r}")
     hyper = dict(align_hyper or {})
     rivals = _check_rivals(name, compare_with)
 
     def wrap(fn: Learner) -> Learner:
         _check_learner(name, fn, grid, hyper)
+        by = registrant(getattr(fn, "__module__", None) or "?")
+        taken = LEARNERS.get(name)
+        claim("learner", name, taken.registrant if taken else None, by, replace)
         LEARNERS[name] = LearnerInfo(name, fn, label or name, grid, step_scale, hyper, align,
-                                     order, rivals)
+                                     order, rivals, by)
         return fn
 
     return wrap
@@ -136,11 +146,11 @@ def _check_rivals(name: str, compare_with: Iterable[str] | None) -> tuple[str, .
         return tuple(r for r in REFERENCE_PAIR if r != name)
     if isinstance(compare_with, str) or not all(isinstance(r, str) and r
                                                 for r in compare_with):
-        raise TypeError(f"learner {name!r}: compare_with must be a sequence of learner "
+        raise InputTypeError(f"learner {name!r}: compare_with must be a sequence of learner "
                         f"names, got {compare_with!r}")
     rivals = tuple(compare_with)
     if name in rivals:
-        raise ValueError(f"learner {name!r}: compare_with names the learner itself")
+        raise InputError(f"learner {name!r}: compare_with names the learner itself")
     return rivals
 
 
@@ -150,7 +160,7 @@ def _check_grid(name: str, steps: Iterable[int] | str | None) -> tuple[int, ...]
         return None
     if isinstance(steps, str):
         if steps not in STEP_RULES:
-            raise ValueError(f"learner {name!r}: steps must be step counts, None or one of "
+            raise InputError(f"learner {name!r}: steps must be step counts, None or one of "
                              f"{STEP_RULES}, got {steps!r}")
         return steps
     return tuple(check_steps(steps).tolist())
@@ -160,20 +170,20 @@ def _check_learner(name: str, fn: Any, grid: tuple[int, ...] | str | None,
                    hyper: Mapping[str, Any]) -> None:
     """Refuse a learner function that ``align`` could not call as registered."""
     if not callable(fn):
-        raise TypeError(f"learner {name!r}: @register decorates a function, got {fn!r}")
+        raise InputTypeError(f"learner {name!r}: @register decorates a function, got {fn!r}")
     params = inspect.signature(fn).parameters
     positional = [v for v in params.values()
                   if v.kind in (v.POSITIONAL_ONLY, v.POSITIONAL_OR_KEYWORD)]
     any_kw = any(v.kind is v.VAR_KEYWORD for v in params.values())
     if len(positional) < 2 or any(v.default is not v.empty for v in positional[:2]):
-        raise TypeError(f"learner {name!r}: {fn.__name__}{inspect.signature(fn)} must take "
+        raise InputTypeError(f"learner {name!r}: {fn.__name__}{inspect.signature(fn)} must take "
                         "the data as its first two arguments, (xs, ys, ...)")
     needed = ["weights", *(["steps"] if grid is not None else []), *hyper]
     missing = [p for p in needed if p not in params] if not any_kw else []
     if missing:
         why = {"weights": "align asks for weights=True or False",
                "steps": f"it is registered with steps={grid!r}"}
-        raise TypeError(f"learner {name!r}: {fn.__name__}{inspect.signature(fn)} has no "
+        raise InputTypeError(f"learner {name!r}: {fn.__name__}{inspect.signature(fn)} has no "
                         f"parameter(s) {missing} ("
                         + "; ".join(why.get(p, f"{p!r} is in align_hyper") for p in missing)
                         + ")")
@@ -182,7 +192,7 @@ def _check_learner(name: str, fn: Any, grid: tuple[int, ...] | str | None,
 def learner_info(name: str) -> LearnerInfo:
     """The registration of learner ``name`` (the error lists the registered ones)."""
     if name not in LEARNERS:
-        raise ValueError(f"unknown learner {name!r}; valid: {sorted(LEARNERS)}")
+        raise InputError(f"unknown learner {name!r}; valid: {sorted(LEARNERS)}")
     return LEARNERS[name]
 
 
@@ -219,7 +229,7 @@ def iterates(name: str, xs: Tensor, ys: Tensor, steps: Iterable[int] | None = No
         unknown = sorted(set(hyper) - set(params))
         if unknown:
             accepted = [p for p in params if p not in ("xs", "ys", "steps")]
-            raise ValueError(f"unknown hyperparameter(s) {unknown} for {name!r}; "
+            raise InputError(f"unknown hyperparameter(s) {unknown} for {name!r}; "
                              f"accepted: {accepted}")
     takes_steps = "steps" in params or (any_kw and steps is not None)
     out = fn(xs, ys, steps=steps, **hyper) if takes_steps else fn(xs, ys, **hyper)
@@ -229,39 +239,39 @@ def iterates(name: str, xs: Tensor, ys: Tensor, steps: Iterable[int] | None = No
 def check_iterates(name: str, it: Any, xs: Tensor) -> Iterates:
     """``it`` if it is `Iterates` of learner ``name`` on ``xs [batch, pos, n_dims]``."""
     if not isinstance(it, Iterates):
-        raise TypeError(f"learner {name!r} must return algorithms.Iterates, got "
+        raise InputTypeError(f"learner {name!r} must return algorithms.Iterates, got "
                         f"{type(it).__name__}")
     k, (b, n, d) = it.steps.numel(), xs.shape
     if not isinstance(it.preds, Tensor) or tuple(it.preds.shape) != (k, b, n):
         shape = tuple(it.preds.shape) if isinstance(it.preds, Tensor) else type(it.preds)
-        raise ValueError(f"learner {name!r}: preds must have shape [K={k} steps, {b}, {n}], "
+        raise InputError(f"learner {name!r}: preds must have shape [K={k} steps, {b}, {n}], "
                          f"got {shape}")
     if it.weights is not None and (not isinstance(it.weights, Tensor)
                                    or tuple(it.weights.shape) != (k, b, n, d)):
         shape = tuple(it.weights.shape) if isinstance(it.weights, Tensor) else \
             type(it.weights)
-        raise ValueError(f"learner {name!r}: weights must be None or of shape [K={k} steps, "
+        raise InputError(f"learner {name!r}: weights must be None or of shape [K={k} steps, "
                          f"{b}, {n}, {d}], got {shape}")
     if not isinstance(it.hyper, dict):
-        raise TypeError(f"learner {name!r}: hyper must be a dict, got {type(it.hyper).__name__}")
+        raise InputTypeError(f"learner {name!r}: hyper must be a dict, got {type(it.hyper).__name__}")
     return it if it.name == name else dataclasses.replace(it, name=name)
 
 
 def check_steps(steps: Iterable[int] | None) -> Tensor:
     """Non-negative integer step counts (a sequence or a 1-D tensor) as an int64 tensor."""
     if steps is None:
-        raise ValueError("steps is required: an iterable of step counts >= 0")
+        raise InputError("steps is required: an iterable of step counts >= 0")
     if isinstance(steps, Tensor) and (steps.ndim != 1 or steps.is_floating_point()):
-        raise ValueError(f"steps must be a 1-D integer tensor, got {steps.dtype} of shape "
+        raise InputError(f"steps must be a 1-D integer tensor, got {steps.dtype} of shape "
                          f"{tuple(steps.shape)}")
     if isinstance(steps, (str, bytes)):
-        raise ValueError(f"steps must be integers >= 0, got {steps!r}")
+        raise InputError(f"steps must be integers >= 0, got {steps!r}")
     values = list(steps.tolist() if isinstance(steps, Tensor) else steps)
     if not values:
-        raise ValueError("steps must hold at least one step count")
+        raise InputError("steps must hold at least one step count")
     for s in values:
         if isinstance(s, bool) or not hasattr(s, "__index__") or operator.index(s) < 0:
-            raise ValueError(f"steps must be integers >= 0, got {s!r}")
+            raise InputError(f"steps must be integers >= 0, got {s!r}")
     return torch.tensor([operator.index(s) for s in values], dtype=torch.int64)
 
 
@@ -270,7 +280,7 @@ def check_positive(value: Any, name: str, allow_zero: bool = False) -> float:
     ok = is_number(value) and math.isfinite(value)
     if not ok or value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
+        raise InputError(f"{name} must be a finite number {bound}, got {value!r}")
     return float(value)
 
 
@@ -338,7 +348,7 @@ def finish(name: str, steps: Tensor, preds: Tensor, weights: Tensor | None,
             continue
         cast = t.to(dtype)
         if not bool(torch.isfinite(cast).all()):
-            raise ValueError(_not_finite(name, label, t, dtype, unstable))
+            raise InputError(_not_finite(name, label, t, dtype, unstable))
         out.append(cast)
     if ys is not None and unstable is not None:
         _check_growth(name, steps, preds, ys, unstable)
@@ -362,7 +372,7 @@ def _check_growth(name: str, steps: Tensor, preds: Tensor, ys: Tensor,
     if ratio[worst] > GROWTH_LIMIT:
         why = unstable()
         if why is not None:
-            raise ValueError(f"{name}: {why} (after {int(steps[worst])} steps the squared "
+            raise InputError(f"{name}: {why} (after {int(steps[worst])} steps the squared "
                              f"error is {ratio[worst].item():.3g} times the zero "
                              "predictor's)")
 

@@ -50,6 +50,7 @@ from iclprobe.algorithms.prefix import (
     rowdot,
     safe_inverse,
 )
+from iclprobe.errors import InputError, InputTypeError
 
 LrSpec = float | str | Tensor
 GD_LOG_GRID = tuple(2**i for i in range(13))  # 2^0 … 2^12, Fu et al.'s grid
@@ -63,7 +64,7 @@ def _stats(xs: Tensor, ys: Tensor, stats: PrefixStats | None) -> PrefixStats:
     if stats is None:
         return prefix_stats(xs, ys)
     if stats.xty.shape != xs.shape:
-        raise ValueError(f"stats were computed for shape {tuple(stats.xty.shape)}, "
+        raise InputError(f"stats were computed for shape {tuple(stats.xty.shape)}, "
                          f"not for xs {tuple(xs.shape)}")
     return stats
 
@@ -86,7 +87,7 @@ def _lr(lr: LrSpec, stats: PrefixStats, c: Tensor, name: str = "lr") -> Tensor |
     if lr == "max":
         return safe_inverse(c * stats.eigvals[..., -1:])
     if isinstance(lr, str):
-        raise ValueError(f"{name} must be a number > 0, 'max' or 'tuned', got {lr!r}")
+        raise InputError(f"{name} must be a number > 0, 'max' or 'tuned', got {lr!r}")
     return rescale(check_positive(lr, name), stats.x_scale, 2)
 
 
@@ -173,7 +174,7 @@ def _tune_gd(tune: PrefixStats, ys: Tensor, c: Tensor, steps: Tensor,
     factors = torch.as_tensor(list(grid) if grid is not None else
                               torch.logspace(-3, 0.5, 36).tolist(), dtype=torch.float64)
     if not bool((factors > 0).all()):
-        raise ValueError(f"grid must hold positive learning-rate multipliers, got "
+        raise InputError(f"grid must hold positive learning-rate multipliers, got "
                          f"{[float(f) for f in factors if not f > 0]} among them")
     candidates = factors / max(lam_max, 1e-300)
     target = ys.to(torch.float64) / tune.y_scale
@@ -209,12 +210,12 @@ def _gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None, lr: LrSpec, normali
         hyper["lr_scale"] = lr_scale
     if isinstance(lr, str) and lr == "tuned":
         if lr_scale != 1.0:
-            raise ValueError(f"lr_scale={lr_scale} applies to a number or 'max', not to "
+            raise InputError(f"lr_scale={lr_scale} applies to a number or 'max', not to "
                              "lr='tuned'")
         if tune_on is None:
             half = xs.shape[0] // 2
             if half == 0:
-                raise ValueError("lr='tuned' needs tune_on=(xs, ys) or a batch of >= 2")
+                raise InputError("lr='tuned' needs tune_on=(xs, ys) or a batch of >= 2")
             tune_on = (xs[half:], ys[half:])
         tune = prefix_stats(*tune_on)
         rates = _tune_gd(tune, tune_on[1], _scale(tune, normalize), k_steps, grid)
@@ -304,7 +305,7 @@ def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     stats = _stats(xs, ys, stats)
     alpha_scale = check_positive(alpha_scale, "alpha_scale")
     if isinstance(alpha, str) and alpha not in NEWTON_ALPHAS:
-        raise ValueError(f"alpha must be one of {sorted(NEWTON_ALPHAS)}, a number > 0 or a "
+        raise InputError(f"alpha must be one of {sorted(NEWTON_ALPHAS)}, a number > 0 or a "
                          f"tensor [pos] of numbers > 0, got {alpha!r}")
     per_prefix = _per_prefix_alpha(alpha, xs.shape[1], stats.x_scale) \
         if isinstance(alpha, Tensor) else None
@@ -350,11 +351,11 @@ def _per_prefix(value: Tensor, n_points: int, name: str, power: int) -> Tensor:
     only at some positions is matched there alone.
     """
     if value.shape != (n_points,) or value.is_complex() or value.dtype == torch.bool:
-        raise ValueError(f"{name} as a tensor must be real with shape ({n_points},), one value "
+        raise InputError(f"{name} as a tensor must be real with shape ({n_points},), one value "
                          f"per prefix, got {value.dtype} of shape {tuple(value.shape)}")
     v = value.detach().to(torch.float64)
     if not bool((torch.isfinite(v) & (v >= 0)).all()) or not bool((v > 0).any()):
-        raise ValueError(f"{name} must be finite and >= 0 at every prefix (> 0 somewhere), "
+        raise InputError(f"{name} must be finite and >= 0 at every prefix (> 0 somewhere), "
                          f"got {v.tolist()}")
     return v
 
@@ -367,20 +368,20 @@ def _per_prefix_alpha(alpha: Tensor, n_points: int, x_scale: float) -> Tensor:
 def _matrix_sqrt(precond: Tensor, n_dims: int, batch: int) -> Tensor:
     """The symmetric square root of an SPD ``[d, d]`` or ``[batch, d, d]`` matrix."""
     if not isinstance(precond, Tensor):
-        raise TypeError(f"precond must be a torch.Tensor, got {type(precond).__name__}")
+        raise InputTypeError(f"precond must be a torch.Tensor, got {type(precond).__name__}")
     if precond.is_complex():
-        raise TypeError(f"precond must be real, got {precond.dtype}")
+        raise InputTypeError(f"precond must be real, got {precond.dtype}")
     if precond.shape not in ((n_dims, n_dims), (batch, n_dims, n_dims)):
-        raise ValueError(f"precond must have shape ({n_dims}, {n_dims}) or ({batch}, {n_dims}, "
+        raise InputError(f"precond must have shape ({n_dims}, {n_dims}) or ({batch}, {n_dims}, "
                          f"{n_dims}), got {tuple(precond.shape)}")
     m = precond.to(torch.float64)
     if not bool(torch.isfinite(m).all()):
-        raise ValueError("precond must be finite (found NaN or Inf)")
+        raise InputError("precond must be finite (found NaN or Inf)")
     if not torch.allclose(m, m.transpose(-1, -2), rtol=1e-6, atol=1e-10):
-        raise ValueError("precond must be symmetric")
+        raise InputError("precond must be symmetric")
     lam, v = torch.linalg.eigh(m)
     if not bool((lam > 0).all()):
-        raise ValueError(f"precond must be positive definite, smallest eigenvalue "
+        raise InputError(f"precond must be positive definite, smallest eigenvalue "
                          f"{lam.min().item():.3g}")
     return (v * lam.sqrt().unsqueeze(-2)) @ v.transpose(-1, -2)
 
@@ -411,7 +412,7 @@ def pgd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
             with step η·a and needs no decomposition of its own; otherwise ignored.
     """
     if precond is None:
-        raise ValueError("pgd needs precond, a symmetric positive-definite [d, d] matrix")
+        raise InputError("pgd needs precond, a symmetric positive-definite [d, d] matrix")
     check_regression(xs, ys)
     root = _matrix_sqrt(precond, xs.shape[-1], xs.shape[0])
     x64 = xs.to(torch.float64)

@@ -22,6 +22,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from iclprobe._linalg import sym_eigh
+from iclprobe.errors import InputError, InputTypeError
 
 
 class PrefixStats(NamedTuple):
@@ -56,22 +57,22 @@ class PrefixStats(NamedTuple):
 def check_regression(xs: Tensor, ys: Tensor) -> None:
     """Validate ``xs [batch, pos, n_dims]`` and ``ys [batch, pos]``: shapes and finiteness."""
     if not isinstance(xs, Tensor) or not isinstance(ys, Tensor):
-        raise TypeError(
+        raise InputTypeError(
             f"xs and ys must be torch tensors, got {type(xs).__name__}, {type(ys).__name__}"
         )
     for name, t in (("xs", xs), ("ys", ys)):
         if t.is_complex() or t.dtype == torch.bool:
-            raise TypeError(f"{name} must be real numbers (a float or integer tensor), got "
+            raise InputTypeError(f"{name} must be real numbers (a float or integer tensor), got "
                             f"{t.dtype}: the learners never drop an imaginary part")
     if xs.ndim != 3:
-        raise ValueError(f"xs must have shape [batch, pos, n_dims], got {tuple(xs.shape)}")
+        raise InputError(f"xs must have shape [batch, pos, n_dims], got {tuple(xs.shape)}")
     if xs.shape[1] == 0:
-        raise ValueError(f"xs must hold at least one position, got shape {tuple(xs.shape)} "
+        raise InputError(f"xs must hold at least one position, got shape {tuple(xs.shape)} "
                          "[batch, pos, n_dims]")
     if ys.shape != xs.shape[:2]:
-        raise ValueError(f"ys must have shape {tuple(xs.shape[:2])}, got {tuple(ys.shape)}")
+        raise InputError(f"ys must have shape {tuple(xs.shape[:2])}, got {tuple(ys.shape)}")
     if not bool(torch.isfinite(xs).all()) or not bool(torch.isfinite(ys).all()):
-        raise ValueError("xs and ys must be finite (found NaN or Inf)")
+        raise InputError("xs and ys must be finite (found NaN or Inf)")
 
 
 def exclusive_cumsum(t: Tensor, dim: int = 1) -> Tensor:

@@ -33,6 +33,7 @@ from iclprobe.algorithms.learners import (
     _stats,
 )
 from iclprobe.algorithms.prefix import PrefixStats, by_blocks, from_eigenbasis
+from iclprobe.errors import InputError
 
 State = TypeVar("State")
 CgState = tuple[Tensor, Tensor, Tensor, Tensor]  # u, residual r, direction p, ‖r‖²
@@ -75,7 +76,7 @@ def momentum(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrS
     """
     k_steps = check_steps(steps)
     if not (isinstance(beta, (int, float)) and 0 <= beta < 1):
-        raise ValueError(f"beta must be a number in [0, 1), got {beta!r}")
+        raise InputError(f"beta must be a number in [0, 1), got {beta!r}")
     stats = _stats(xs, ys, stats)
     c = _scale(stats, normalize)
 

@@ -15,20 +15,21 @@ from torch import Tensor
 
 from iclprobe.algorithms.base import Iterates, check_steps, out_dtype, register
 from iclprobe.algorithms.prefix import check_regression, exclusive_cumsum, safe_inverse
+from iclprobe.errors import InputError, InputTypeError
 
 
 def _check_preconds(preconds: Tensor | None, n_dims: int, batch: int) -> Tensor:
     """``[K, d, d]`` or ``[K, batch, d, d]`` finite preconditioners, as float64."""
     if not isinstance(preconds, Tensor):
-        raise TypeError("preconds must be a tensor [steps, d, d] or [steps, batch, d, d], "
+        raise InputTypeError("preconds must be a tensor [steps, d, d] or [steps, batch, d, d], "
                         f"got {type(preconds).__name__}")
     ok = (preconds.ndim == 3 and preconds.shape[1:] == (n_dims, n_dims)) or (
         preconds.ndim == 4 and preconds.shape[1:] == (batch, n_dims, n_dims))
     if not ok or preconds.shape[0] == 0:
-        raise ValueError(f"preconds must have shape [steps, {n_dims}, {n_dims}] or [steps, "
+        raise InputError(f"preconds must have shape [steps, {n_dims}, {n_dims}] or [steps, "
                          f"{batch}, {n_dims}, {n_dims}], got {tuple(preconds.shape)}")
     if not bool(torch.isfinite(preconds).all()):
-        raise ValueError("preconds must be finite (found NaN or Inf)")
+        raise InputError("preconds must be finite (found NaN or Inf)")
     return preconds.to(torch.float64)
 
 
@@ -50,7 +51,7 @@ def pgd_schedule(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     mats = _check_preconds(preconds, d, b)
     k_steps = check_steps(steps)
     if int(k_steps.max()) > mats.shape[0]:
-        raise ValueError(f"steps go up to {int(k_steps.max())}, but only {mats.shape[0]} "
+        raise InputError(f"steps go up to {int(k_steps.max())}, but only {mats.shape[0]} "
                          "preconditioners were given")
     x, y = xs.detach().to(torch.float64), ys.detach().to(torch.float64)
     gram = exclusive_cumsum(x[..., :, None] * x[..., None, :])  # [batch, pos, d, d]

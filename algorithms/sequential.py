@@ -26,6 +26,7 @@ from iclprobe.algorithms.base import (
     scaled_number,
 )
 from iclprobe.algorithms.prefix import prefix_stats, rowdot, safe_inverse, scaled
+from iclprobe.errors import InputError
 from iclprobe.tasks import as_generator
 
 
@@ -40,16 +41,16 @@ def initial_weights(init: str | Tensor, shape: tuple[int, int, int],
     """The starting w of every prefix, ``[batch, pos, n_dims]`` in float64."""
     if isinstance(init, Tensor):
         if init.shape != shape:
-            raise ValueError(f"init must have shape {list(shape)}, got {tuple(init.shape)}")
+            raise InputError(f"init must have shape {list(shape)}, got {tuple(init.shape)}")
         if not bool(torch.isfinite(init).all()):
-            raise ValueError("init must be finite (found NaN or Inf)")
+            raise InputError("init must be finite (found NaN or Inf)")
         return init.to(device=device, dtype=torch.float64).clone()
     if init == "zero":
         return torch.zeros(shape, dtype=torch.float64, device=device)
     if init == "uniform":
         gen = as_generator(0 if generator is None else generator)
         return torch.rand(shape, generator=gen, dtype=torch.float64).to(device)
-    raise ValueError(f"init must be 'zero', 'uniform' or a [batch, pos, n_dims] tensor, "
+    raise InputError(f"init must be 'zero', 'uniform' or a [batch, pos, n_dims] tensor, "
                      f"got {init!r}")
 
 

@@ -35,6 +35,7 @@ from torch import Tensor
 from iclprobe.algorithms.base import Iterates
 from iclprobe.alignment.metrics import metric_info
 from iclprobe.alignment.similarities import Similarity, interval, similarity
+from iclprobe.errors import InputError
 
 
 @dataclasses.dataclass
@@ -109,7 +110,7 @@ def _quantiles(boot: Tensor, confidence: float) -> tuple[list[float], list[float
 def _best_boot(sim: Similarity) -> Tensor:
     """Per layer and replicate, the best value over steps (higher is better), ``[L, R]``."""
     if sim.boots is None:
-        raise ValueError(f"the {sim.metric} table of {sim.learner} has no bootstrap replicates")
+        raise InputError(f"the {sim.metric} table of {sim.learner} has no bootstrap replicates")
     sign = 1.0 if sim.higher_is_better else -1.0
     return sign * (sign * sim.boots).max(dim=1).values
 
@@ -128,12 +129,12 @@ def difference(sim_a: Similarity, sim_b: Similarity) -> Interval:
     """Best of A − best of B per layer, paired replicate by replicate."""
     if sim_a.boots is None or sim_b.boots is None:
         missing = [s.learner for s in (sim_a, sim_b) if s.boots is None]
-        raise ValueError(f"difference needs the bootstrap replicates of both tables; "
+        raise InputError(f"difference needs the bootstrap replicates of both tables; "
                          f"{missing} kept none")
     shapes = [(sim_a.learner, sim_a.n_sequences, sim_a.boots.shape[-1]),
               (sim_b.learner, sim_b.n_sequences, sim_b.boots.shape[-1])]
     if shapes[0][1:] != shapes[1][1:]:
-        raise ValueError("difference pairs tables replicate by replicate: they must come from "
+        raise InputError("difference pairs tables replicate by replicate: they must come from "
                          "the same sequences and bootstrap, got (learner, sequences, "
                          f"replicates) {shapes[0]} and {shapes[1]}")
     sign = 1.0 if sim_a.higher_is_better else -1.0
@@ -170,7 +171,7 @@ def calibrate(it_a: Iterates, it_b: Iterates, ys: Tensor, sim_a: Similarity,
     on_w = metric_info(sim_a.metric).on == "weights"
     values = it_a.weights if on_w else it_a.preds
     if values is None:
-        raise ValueError(f"calibration by {sim_a.metric} needs {it_a.name}'s weights")
+        raise InputError(f"calibration by {sim_a.metric} needs {it_a.name}'s weights")
     sign = 1.0 if sim_a.higher_is_better else -1.0
     kw: dict[str, Any] = {"t_min": sim_a.t_min, "t_max": sim_a.t_max, "over": sim_a.over}
     ua, ub = sorted(set(cols_a)), sorted(set(cols_b))

@@ -17,6 +17,7 @@ from torch import Tensor
 from iclprobe import probes
 from iclprobe.algorithms.base import REFERENCE_PAIR
 from iclprobe.alignment.protocols import RunSpec
+from iclprobe.errors import InputError
 from iclprobe.hooks.residuals import collect_residuals
 from iclprobe.models.regressor import Regressor
 from iclprobe.tasks import RegressionBatch, RegressionTask
@@ -96,7 +97,7 @@ def layer_weight_fn(model: Regressor, layer_probes: probes.LayerProbes | None
             return model.query_residuals(xs, ys, queries, reduce=model.readout_residual)
         return exact
     if layer_probes is None:
-        raise ValueError("induced weights of a GPT's layers need its fitted layer probes")
+        raise InputError("induced weights of a GPT's layers need its fitted layer probes")
     return layer_probes.predict_queries
 
 

@@ -22,6 +22,7 @@ import torch
 
 from iclprobe.algorithms.base import LEARNERS
 from iclprobe.alignment.similarities import Similarity
+from iclprobe.errors import InputError
 
 MIN_FIT_LAYERS = 3
 
@@ -94,9 +95,9 @@ def fit_line(layers: Sequence[int], steps: Sequence[float]) -> tuple[float, floa
     x = torch.tensor(list(layers), dtype=torch.float64)
     y = torch.tensor(list(steps), dtype=torch.float64)
     if x.numel() != y.numel():
-        raise ValueError(f"layers and steps differ in length: {x.numel()} and {y.numel()}")
+        raise InputError(f"layers and steps differ in length: {x.numel()} and {y.numel()}")
     if not bool(torch.isfinite(y).all()):
-        raise ValueError(f"steps must be finite, got {list(steps)}")
+        raise InputError(f"steps must be finite, got {list(steps)}")
     xc, yc = x - x.mean(), y - y.mean()
     sxx, ss_tot = (xc * xc).sum(), (yc * yc).sum()
     if x.numel() < 2 or sxx <= 0 or ss_tot <= 0:
@@ -152,15 +153,15 @@ def match_steps(sim: Similarity, steps: Sequence[int] | torch.Tensor | None = No
     steps = [int(s) for s in (sim.steps if steps is None else steps)]
     n_layers, n_steps = sim.values.shape
     if len(steps) != n_steps:
-        raise ValueError(f"steps has {len(steps)} entries, the table has {n_steps} columns")
+        raise InputError(f"steps has {len(steps)} entries, the table has {n_steps} columns")
     if not (isinstance(tol, (int, float)) and tol >= 0):
-        raise ValueError(f"tol must be a number >= 0, got {tol!r}")
+        raise InputError(f"tol must be a number >= 0, got {tol!r}")
     layers = list(range(1, n_layers) if layers is None else layers)
     bad = [layer for layer in layers if not 0 <= layer < n_layers]
     if bad:
-        raise ValueError(f"layers {bad} out of range: the table has layers 0..{n_layers - 1}")
+        raise InputError(f"layers {bad} out of range: the table has layers 0..{n_layers - 1}")
     if not bool(torch.isfinite(sim.values).all()):
-        raise ValueError(f"match_steps: the {sim.metric} table of {sim.learner} holds NaN or Inf")
+        raise InputError(f"match_steps: the {sim.metric} table of {sim.learner} holds NaN or Inf")
     sign = 1.0 if sim.higher_is_better else -1.0
     score = sign * sim.values  # higher is better from here on
     best = score.argmax(dim=1)  # the first maximum
@@ -173,7 +174,7 @@ def match_steps(sim: Similarity, steps: Sequence[int] | torch.Tensor | None = No
     above_zero = [bool(sign * bound[layer] > sign * sim.zero[best[layer]] + tol)
                   for layer in range(n_layers)]
     if live is not None and len(live) != n_layers:
-        raise ValueError(f"live has {len(live)} entries, the table has {n_layers} layers")
+        raise InputError(f"live has {len(live)} entries, the table has {n_layers} layers")
     alive = list(above_zero if live is None else live)
     fit_layers = [layer for layer in layers if fit_dead or alive[layer]]
     fit_vals = [best_step[layer] for layer in fit_layers]

@@ -18,16 +18,18 @@ import torch
 from torch import Tensor
 
 from iclprobe._checks import is_int
+from iclprobe.errors import InputError, InputTypeError
+from iclprobe.plugins import claim, registrant
 
 
 def check_window(t_min: int, t_max: int | None, n: int) -> int:
     """Validate the position window ``[t_min, t_max]`` of ``n`` positions; returns t_max."""
     if not is_int(t_min) or not 0 <= t_min < n:
-        raise ValueError(f"t_min must be an integer in [0, {n - 1}], got {t_min!r}")
+        raise InputError(f"t_min must be an integer in [0, {n - 1}], got {t_min!r}")
     if t_max is None:
         return n - 1
     if not is_int(t_max) or not t_min <= t_max < n:
-        raise ValueError(f"t_max must be an integer in [{t_min}, {n - 1}], got {t_max!r}")
+        raise InputError(f"t_max must be an integer in [{t_min}, {n - 1}], got {t_max!r}")
     return t_max
 
 
@@ -121,6 +123,7 @@ class MetricInfo:
     label: str
     across: MetricFn | None = None
     verdict: bool = True
+    registrant: str = ""  # who registered it (`iclprobe.plugins.registrant`), for messages
 
 
 METRIC_INFO: dict[str, MetricInfo] = {}
@@ -128,7 +131,8 @@ METRIC_ON = ("preds", "weights")
 
 
 def register_metric(name: str, *, on: str, higher_is_better: bool, label: str | None = None,
-                    across: MetricFn | None = None, verdict: bool = True
+                    across: MetricFn | None = None, verdict: bool = True,
+                    replace: bool = False
                     ) -> Callable[[MetricFn], MetricFn]:
     """Add a metric to the registry.
 
@@ -147,32 +151,37 @@ def register_metric(name: str, *, on: str, higher_is_better: bool, label: str | 
             readouts (noisy induced weights, squared) the known-answer benchmark measured 15
             false attributions by ilwd on its main grid, and its leans the other way cost
             the verdict layers; it is reported per metric all the same.
+        replace: replace the metric registered as ``name`` (without it, a name taken is
+            refused, naming who registered it); every command then says what replaced what.
 
     Raises:
         ValueError, TypeError: a bad switch, or a function that cannot be called with
             ``(a, b, ys, t_min, t_max)``.
     """
     if not isinstance(name, str) or not name:
-        raise ValueError(f"name must be a non-empty string, got {name!r}")
+        raise InputError(f"name must be a non-empty string, got {name!r}")
     if on not in METRIC_ON:
-        raise ValueError(f"on must be one of {METRIC_ON}, got {on!r}")
+        raise InputError(f"on must be one of {METRIC_ON}, got {on!r}")
     if not isinstance(higher_is_better, bool):
-        raise TypeError(f"higher_is_better must be a bool, got {higher_is_better!r}")
+        raise InputTypeError(f"higher_is_better must be a bool, got {higher_is_better!r}")
     if label is not None and not isinstance(label, str):
-        raise TypeError(f"label must be a string, got {label!r}")
+        raise InputTypeError(f"label must be a string, got {label!r}")
     if not isinstance(verdict, bool):
-        raise TypeError(f"verdict must be a bool, got {verdict!r}")
+        raise InputTypeError(f"verdict must be a bool, got {verdict!r}")
     if across is not None:
         if isinstance(across, bool) or not callable(across):
-            raise TypeError(f"metric {name!r}: across must be None or a function (a, b, ys, "
+            raise InputTypeError(f"metric {name!r}: across must be None or a function (a, b, ys, "
                             "t_min, t_max) -> [..., batch, pos, 3] giving the products "
                             f"(u·v, u·u, v·v) of a cosine across sequences, got {across!r}")
         _check_signature(name, "across", across)
 
     def wrap(fn: MetricFn) -> MetricFn:
         _check_signature(name, "the metric", fn)
+        by = registrant(getattr(fn, "__module__", None) or "?")
+        taken = METRIC_INFO.get(name)
+        claim("metric", name, taken.registrant if taken else None, by, replace)
         METRIC_INFO[name] = MetricInfo(name, fn, on, higher_is_better,
-                                       label or name.replace("_", " "), across, verdict)
+                                       label or name.replace("_", " "), across, verdict, by)
         return fn
 
     return wrap
@@ -181,11 +190,11 @@ def register_metric(name: str, *, on: str, higher_is_better: bool, label: str | 
 def _check_signature(name: str, what: str, fn: Any) -> None:
     """Refuse a function that cannot be called as ``fn(a, b, ys, t_min, t_max)``."""
     if not callable(fn):
-        raise TypeError(f"metric {name!r}: {what} must be a function, got {fn!r}")
+        raise InputTypeError(f"metric {name!r}: {what} must be a function, got {fn!r}")
     try:
         inspect.signature(fn).bind(*"abcde")
     except TypeError as err:
-        raise TypeError(f"metric {name!r}: {what} {getattr(fn, '__name__', fn)}"
+        raise InputTypeError(f"metric {name!r}: {what} {getattr(fn, '__name__', fn)}"
                         f"{inspect.signature(fn)} must take (a, b, ys, t_min, t_max): "
                         f"{err}") from None
 
@@ -193,7 +202,7 @@ def _check_signature(name: str, what: str, fn: Any) -> None:
 def metric_info(name: str) -> MetricInfo:
     """The registration of metric ``name`` (the error lists the registered ones)."""
     if name not in METRIC_INFO:
-        raise ValueError(f"metric must be one of {list(METRIC_INFO)}, got {name!r}")
+        raise InputError(f"metric must be one of {list(METRIC_INFO)}, got {name!r}")
     return METRIC_INFO[name]
 
 
@@ -207,7 +216,7 @@ def per_sequence(name: str, a: Tensor, b: Tensor, ys: Tensor, t_min: int,
     want = _broadcast(tuple(a.shape[:-core]), tuple(b.shape[:-core]))
     if not isinstance(out, Tensor) or tuple(out.shape) != want:
         got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
-        raise ValueError(f"metric {name!r} must return one value per sequence, shape "
+        raise InputError(f"metric {name!r} must return one value per sequence, shape "
                          f"{tuple(want)} here (the inputs' shape less its last "
                          f"{'axis' if core == 1 else 'two axes'}), got {got}")
     return out
@@ -217,7 +226,7 @@ def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     """NumPy's broadcast of two shapes (torch.broadcast_shapes imports sympy: 1.4 s once)."""
     a, b = (1,) * (len(b) - len(a)) + a, (1,) * (len(a) - len(b)) + b
     if any(x != y and 1 not in (x, y) for x, y in zip(a, b)):
-        raise ValueError(f"shapes {a} and {b} do not broadcast")
+        raise InputError(f"shapes {a} and {b} do not broadcast")
     return tuple(y if x == 1 else x for x, y in zip(a, b))
 
 
@@ -226,13 +235,13 @@ def across_moments(name: str, a: Tensor, b: Tensor, ys: Tensor, t_min: int,
     """Metric ``name``'s across-sequence products ``[..., batch, pos, 3]``, checked."""
     info = metric_info(name)
     if info.across is None:
-        raise ValueError(f"metric {name!r} has no form across sequences; those that have: "
+        raise InputError(f"metric {name!r} has no form across sequences; those that have: "
                          f"{[m for m, i in METRIC_INFO.items() if i.across is not None]}")
     t_max = check_window(t_min, t_max, ys.shape[-1])
     out = info.across(a, b, ys, t_min, t_max)
     if not isinstance(out, Tensor) or out.ndim < 3 or out.shape[-1] != 3:
         got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
-        raise ValueError(f"metric {name!r}: across must return [..., batch, pos, 3], got {got}")
+        raise InputError(f"metric {name!r}: across must return [..., batch, pos, 3], got {got}")
     return out
 
 

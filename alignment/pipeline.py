@@ -43,6 +43,7 @@ from iclprobe.alignment.separation import Separation, separation_views
 from iclprobe.alignment.similarities import Similarity, similarity
 from iclprobe.alignment.spectral import SpectralOrder
 from iclprobe.alignment.timing import Timings
+from iclprobe.errors import InputError
 from iclprobe.models.regressor import Regressor
 from iclprobe.tasks import RegressionBatch, RegressionTask
 
@@ -183,7 +184,7 @@ def evaluation_task(model: Regressor, cfg: AlignConfig) -> RegressionTask:
     task = getattr(model, "task", None)
     if cfg.data == "task":
         if task is None:
-            raise ValueError("the checkpoint has no task.json: pass --data isotropic or "
+            raise InputError("the checkpoint has no task.json: pass --data isotropic or "
                              "ill-conditioned")
         return task
     if task is not None:
@@ -214,14 +215,14 @@ def _window(cfg: AlignConfig, protocol: Protocol, positions: str, n: int) -> tup
     t_min = protocol.t_min if cfg.t_min is None else cfg.t_min
     t_max = n - 1 if cfg.t_max is None else cfg.t_max
     if not t_min <= t_max < n:
-        raise ValueError(f"t_min={t_min}, t_max={t_max}: need t_min <= t_max <= {n - 1} "
+        raise InputError(f"t_min={t_min}, t_max={t_max}: need t_min <= t_max <= {n - 1} "
                          f"for {n} points")
     return t_min, t_max
 
 
 def _check_finite(what: str, tensor: Tensor) -> None:
     if not bool(torch.isfinite(tensor).all()):
-        raise ValueError(f"align: the {what} are not finite (found NaN or Inf)")
+        raise InputError(f"align: the {what} are not finite (found NaN or Inf)")
 
 
 def align(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
@@ -291,7 +292,7 @@ def _check_algorithms(cfg: AlignConfig, extra_runs: dict[str, Any], name: str) -
         offered = ", ".join([*extra_runs, *(k for k in protocol.runs if k not in extra_runs)])
         if protocol.explicit_runs is None:
             offered += ", or any learner registered in iclprobe.algorithms"
-        raise ValueError(f"algorithms: {', '.join(map(repr, unavailable))} cannot be run on "
+        raise InputError(f"algorithms: {', '.join(map(repr, unavailable))} cannot be run on "
                          f"{name} under protocol {protocol.name!r}; available here: {offered}")
     return unavailable
 
@@ -311,16 +312,16 @@ def compare(models: Sequence[Regressor], cfg: AlignConfig | None = None,
     """
     cfg = cfg or AlignConfig()
     if not models:
-        raise ValueError("compare needs at least one model")
+        raise InputError("compare needs at least one model")
     names = list(names) if names is not None else [f"model{i}" for i in range(len(models))]
     if len(names) != len(models) or len(set(names)) != len(names):
-        raise ValueError(f"names must be unique, one per model; got {names} for "
+        raise InputError(f"names must be unique, one per model; got {names} for "
                          f"{len(models)} models")
     lps = list(layer_probes) if layer_probes is not None else [None] * len(models)
     task = eval_task or evaluation_task(models[0], cfg)
     for model, name in zip(models, names):
         if model.cfg.n_dims != task.n_dims:
-            raise ValueError(f"{name} has n_dims={model.cfg.n_dims}, but the data has "
+            raise InputError(f"{name} has n_dims={model.cfg.n_dims}, but the data has "
                              f"d={task.n_dims}: compare models of one dimension")
     return [align(model, cfg, name=name, layer_probes=lp, eval_task=task)
             for model, name, lp in zip(models, names, lps)]
@@ -357,7 +358,7 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
     n_layers = layer_preds.shape[0] - 1
     n, d = batch.xs.shape[1], batch.xs.shape[2]
     if layer_preds.shape[1:] != batch.ys.shape:
-        raise ValueError(f"layer_preds must have shape [layer, {batch.ys.shape[0]}, {n}], "
+        raise InputError(f"layer_preds must have shape [layer, {batch.ys.shape[0]}, {n}], "
                          f"got {tuple(layer_preds.shape)}")
     window = _window(cfg, protocol, positions, n)
     notes = list(notes or [])
@@ -377,7 +378,7 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
     weights_needed = bool(weight_metrics)
     if weights_needed:
         if layer_weights is None:
-            raise ValueError(f"metrics {weight_metrics} need layer_weights")
+            raise InputError(f"metrics {weight_metrics} need layer_weights")
         _check_finite("induced weights of the layers", layer_weights[..., t_lo:t_hi + 1, :])
         layer_weights = torch.nan_to_num(layer_weights.double(), nan=0.0, posinf=0.0,
                                          neginf=0.0)  # non-finite only outside the window

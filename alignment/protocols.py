@@ -25,6 +25,7 @@ from torch import Tensor
 
 from iclprobe import algorithms
 from iclprobe.algorithms.learners import GD_LOG_GRID
+from iclprobe.errors import InputError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +57,7 @@ class RunSpec:
             return list(range(n_dims + 2))
         if self.steps == "layers":
             return list(range(n_layers + 1))
-        raise ValueError(f"unknown step rule {self.steps!r} (known: 'cg', 'layers')")
+        raise InputError(f"unknown step rule {self.steps!r} (known: 'cg', 'layers')")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready description."""
@@ -99,7 +100,7 @@ class Protocol:
             return runs[key]
         if self.explicit_runs is None and key in algorithms.LEARNERS:
             return registered_run(key)
-        raise ValueError(f"learner {key!r} is not in protocol {self.name!r}; choose from "
+        raise InputError(f"learner {key!r} is not in protocol {self.name!r}; choose from "
                          f"{list(runs)}")
 
     def accepts(self, key: str) -> bool:
@@ -168,5 +169,5 @@ PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (ICLPROBE, FU2024)}
 def get_protocol(name: str) -> Protocol:
     """The protocol registered as ``name`` (the error lists them)."""
     if name not in PROTOCOLS:
-        raise ValueError(f"protocol must be one of {sorted(PROTOCOLS)}, got {name!r}")
+        raise InputError(f"protocol must be one of {sorted(PROTOCOLS)}, got {name!r}")
     return PROTOCOLS[name]

@@ -23,6 +23,7 @@ from iclprobe.alignment import tables as T
 from iclprobe.alignment.pipeline import AlignResult
 from iclprobe.alignment.report_model import csv_text, folder_names, markdown_table, model_section
 from iclprobe.alignment.tables import nice_float
+from iclprobe.errors import InputError
 from iclprobe.storage import write_text_atomic
 
 __all__ = ["markdown_table", "write_report"]
@@ -89,7 +90,7 @@ def write_report(out: str | os.PathLike[str], results: Sequence[AlignResult],
     by_name = {r.name: r for r in results}
     unknown = [n for group in side_by_side for n in group if n not in by_name]
     if unknown:
-        raise ValueError(f"side_by_side names models not among the results: {unknown}; "
+        raise InputError(f"side_by_side names models not among the results: {unknown}; "
                          f"the results are {list(by_name)}")
     folders = folder_names([r.name for r in results])
     md = [f"# {title}", ""] + ([f"Produced by `{command}`.", ""] if command else [])

@@ -27,6 +27,7 @@ from torch import Tensor
 from iclprobe._checks import check_seed, is_int
 from iclprobe.algorithms.base import Iterates
 from iclprobe.alignment import metrics as M
+from iclprobe.errors import InputError
 
 METRICS = M.METRIC_INFO  # the registered metrics, by name (register_metric adds one)
 OVER = ("positions", "sequences")
@@ -152,12 +153,12 @@ def _check_defined(metric: str, learner: str, layers: Tensor, other: Tensor, ys:
     at = f"on every sequence and position t = {t_min}..{t_max} (all-zero data?)"
     if metric == "weight_cosine":
         if not bool((ys[..., window] != 0).any()):
-            raise ValueError(f"similarity: the weight cosine is undefined: every y is 0 {at}, "
+            raise InputError(f"similarity: the weight cosine is undefined: every y is 0 {at}, "
                              "so every learner's weights are 0")
         return
     for who, values in (("the learner " + learner, other), ("the layers", layers)):
         if not bool(((values - ys)[..., window] != 0).any()):
-            raise ValueError(f"similarity: the error cosine is undefined: the residuals "
+            raise InputError(f"similarity: the error cosine is undefined: the residuals "
                              f"(prediction − y) of {who} are 0 {at}")
 
 
@@ -184,34 +185,34 @@ def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
     """
     info = M.metric_info(metric)
     if over not in OVER or (over == "sequences" and info.across is None):
-        raise ValueError(f"over must be one of {OVER} ('sequences' only for "
+        raise InputError(f"over must be one of {OVER} ('sequences' only for "
                          f"{[m for m, i in METRICS.items() if i.across is not None]}), got "
                          f"{over!r} with metric {metric!r}")
     if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+        raise InputError(f"confidence must be in (0, 1), got {confidence!r}")
     if not is_int(n_boot) or n_boot < 2:
-        raise ValueError(f"n_boot must be an integer >= 2, got {n_boot!r}")
+        raise InputError(f"n_boot must be an integer >= 2, got {n_boot!r}")
     if not is_int(chunk) or chunk < 1:
-        raise ValueError(f"chunk must be a positive integer, got {chunk!r}")
+        raise InputError(f"chunk must be a positive integer, got {chunk!r}")
     check_seed("similarity", "seed", seed)
     other = iterates.weights if info.on == "weights" else iterates.preds
     if other is None:
-        raise ValueError(f"metric {metric!r} needs the learner's weights: "
+        raise InputError(f"metric {metric!r} needs the learner's weights: "
                          "compute the iterates with weights=True")
     if layer_values.shape[1:] != other.shape[1:]:
-        raise ValueError(f"layer_values must have shape [layer, "
+        raise InputError(f"layer_values must have shape [layer, "
                          f"{', '.join(map(str, other.shape[1:]))}] to match the iterates, "
                          f"got {tuple(layer_values.shape)}")
     if ys.shape != iterates.preds.shape[1:]:
-        raise ValueError(f"ys must have shape {tuple(iterates.preds.shape[1:])}, "
+        raise InputError(f"ys must have shape {tuple(iterates.preds.shape[1:])}, "
                          f"got {tuple(ys.shape)}")
     if ys.ndim != 2 or ys.shape[0] == 0:
-        raise ValueError(f"similarity needs at least one sequence: ys has shape "
+        raise InputError(f"similarity needs at least one sequence: ys has shape "
                          f"{tuple(ys.shape)} [batch, pos]")
     for what, tensor in (("layer values", layer_values), (f"{iterates.name} iterates", other),
                          ("ys", ys)):
         if not bool(torch.isfinite(tensor).all()):
-            raise ValueError(f"similarity: the {what} are not finite (found NaN or Inf)")
+            raise InputError(f"similarity: the {what} are not finite (found NaN or Inf)")
     a, ys64 = layer_values.to(torch.float64)[:, None], ys.to(torch.float64)
     _check_defined(metric, iterates.name, a[:, 0], other.to(torch.float64), ys64, t_min, t_max)
     batch = ys.shape[0]

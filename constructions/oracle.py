@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from iclprobe import algorithms
 from iclprobe._checks import check_int
+from iclprobe.errors import InputError, InputTypeError
 from iclprobe.models._tl import HookPoint
 from iclprobe.models.base import ModuleList, Regressor
 from iclprobe.models.config import OracleConfig
@@ -59,7 +60,7 @@ class LearnerOracle(Regressor):
     def __init__(self, cfg: OracleConfig, task: Any = None):
         super().__init__()
         if not isinstance(cfg, OracleConfig):
-            raise TypeError(f"cfg must be an OracleConfig, got {type(cfg).__name__}")
+            raise InputTypeError(f"cfg must be an OracleConfig, got {type(cfg).__name__}")
         self.cfg = cfg
         self.exact_layer_readout = cfg.exact_readout  # type: ignore[misc]
         self.task = task
@@ -132,7 +133,7 @@ class LearnerOracle(Regressor):
     def set_readout_rows(self, activation: Tensor, rows: Tensor) -> Tensor:
         """``rows`` in place of the activation (an oracle's layers do not feed each other)."""
         if rows.shape != activation.shape:
-            raise ValueError(f"rows must have shape {tuple(activation.shape)}, got "
+            raise InputError(f"rows must have shape {tuple(activation.shape)}, got "
                              f"{tuple(rows.shape)}")
         return rows.to(activation).clone()
 
@@ -142,7 +143,7 @@ class LearnerOracle(Regressor):
 
     def check_train_config(self, train_cfg: Any) -> None:
         """An oracle has nothing to train."""
-        raise ValueError("a LearnerOracle has no trainable parameters: it runs "
+        raise InputError("a LearnerOracle has no trainable parameters: it runs "
                          f"{self.cfg.learner!r} exactly")
 
 
@@ -159,7 +160,7 @@ def oracle(learner: str, n_dims: int, n_layers: int,
     steps = list(step_of_layer) if not callable(step_of_layer) else \
         [int(step_of_layer(layer)) for layer in range(n_layers + 1)]
     if len(steps) != n_layers + 1:
-        raise ValueError(f"oracle: step_of_layer gives {len(steps)} steps, expected "
+        raise InputError(f"oracle: step_of_layer gives {len(steps)} steps, expected "
                          f"n_layers + 1 = {n_layers + 1}")
     cfg = OracleConfig(n_dims=n_dims, n_layers=n_layers, learner=learner, steps=tuple(steps),
                        hyper=hyper, n_noise=n_noise, seed=seed, exact_readout=exact_readout)

@@ -39,6 +39,7 @@ import torch
 from torch import Tensor
 
 from iclprobe._checks import check_int, check_real
+from iclprobe.errors import InputError
 from iclprobe.models.pq import PQTransformer
 
 
@@ -48,7 +49,7 @@ def gd_transformer(n_dims: int, n_layers: int, lr: float = 0.1) -> PQTransformer
     check_int("gd_transformer", "n_layers", n_layers)
     check_real("gd_transformer", "lr", lr, 0.0)
     if lr == 0:
-        raise ValueError("gd_transformer: lr must be > 0, got 0")
+        raise InputError("gd_transformer: lr must be > 0, got 0")
     return PQTransformer.from_matrices(A=[lr * torch.eye(n_dims)] * n_layers)
 
 
@@ -60,7 +61,7 @@ def pgd_transformer(preconds: Tensor | Sequence[Tensor]) -> PQTransformer:
     """
     a = torch.stack(list(preconds)) if not isinstance(preconds, Tensor) else preconds
     if a.ndim != 3 or a.shape[-1] != a.shape[-2] or not bool(torch.isfinite(a).all()):
-        raise ValueError(f"preconds must be finite square matrices [layer, d, d], got shape "
+        raise InputError(f"preconds must be finite square matrices [layer, d, d], got shape "
                          f"{tuple(a.shape)}")
     return PQTransformer.from_matrices(A=a.to(torch.float32))
 
@@ -74,7 +75,7 @@ def newton_transformer(n_dims: int, n_layers: int, a: float = 1e-3) -> PQTransfo
     check_int("newton_transformer", "n_layers", n_layers, low=2)
     check_real("newton_transformer", "a", a, 0.0)
     if a == 0:
-        raise ValueError("newton_transformer: a must be > 0, got 0")
+        raise InputError("newton_transformer: a must be > 0, got 0")
     width = 2 * d + 1
     x, u, r = slice(0, d), slice(d, 2 * d), 2 * d
     eye = torch.eye(d, dtype=torch.float64)

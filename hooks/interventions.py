@@ -14,6 +14,7 @@ from typing import Any
 
 from torch import Tensor
 
+from iclprobe.errors import InputError
 from iclprobe.hooks.residuals import check_layers, points_of, readout_rows, resid_hook_name
 from iclprobe.models.regressor import Regressor, check_model
 
@@ -48,7 +49,7 @@ def run_first_layers(model: Regressor, xs: Tensor, ys: Tensor, n_blocks: int) ->
 def _check_block(model: Regressor, block: int) -> None:
     n = model.cfg.n_layers
     if not (isinstance(block, int) and 0 <= block < n):
-        raise ValueError(f"block must be an integer in 0..{n - 1}, got {block!r}")
+        raise InputError(f"block must be an integer in 0..{n - 1}, got {block!r}")
 
 
 def _replace(kind: str) -> Callable[[Tensor], Tensor]:
@@ -56,7 +57,7 @@ def _replace(kind: str) -> Callable[[Tensor], Tensor]:
         return lambda t: t.new_zeros(()).expand_as(t)
     if kind == "mean":  # the mean over the batch being run, per position
         return lambda t: t.mean(0, keepdim=True).expand_as(t)
-    raise ValueError(f"kind must be 'zero' or 'mean', got {kind!r}")
+    raise InputError(f"kind must be 'zero' or 'mean', got {kind!r}")
 
 
 @contextlib.contextmanager
@@ -81,17 +82,17 @@ def ablate(model: Regressor, block: int, head: int | None = None,
         names = [f"blocks.{block}.{name}" for name in model.block_output_hooks]
         unknown = [n for n in names if n not in model.hook_dict]
         if unknown:
-            raise ValueError(f"{type(model).__name__}.block_output_hooks names hooks it does "
+            raise InputError(f"{type(model).__name__}.block_output_hooks names hooks it does "
                              f"not have: {unknown}; its hooks of block {block}: "
                              f"{[n for n in model.hook_dict if n.startswith(f'blocks.{block}.')]}")
         hooks = [(name, lambda t, hook: replace(t)) for name in names]
     else:
         if model.head_hook is None:
-            raise ValueError(f"{type(model).__name__} has no attention heads to ablate: "
+            raise InputError(f"{type(model).__name__} has no attention heads to ablate: "
                              "pass head=None to ablate the whole block")
         n_heads = model.cfg.n_heads
         if not (isinstance(head, int) and 0 <= head < n_heads):
-            raise ValueError(f"head must be an integer in 0..{n_heads - 1}, got {head!r}")
+            raise InputError(f"head must be an integer in 0..{n_heads - 1}, got {head!r}")
         name, axis = model.head_hook
 
         def ablate_head(t: Tensor, hook: object) -> Tensor:
@@ -144,7 +145,7 @@ def patch_residual(model: Regressor, layer: int, source: Tensor) -> Iterator[Reg
             if _full_forward(model, value):
                 rows = tuple(readout_rows(model, value, points_of(model, value)).shape)
             readout = f" or its readout rows {rows}" if rows else ""
-            raise ValueError(f"source has shape {tuple(source.shape)}, but {name} has "
+            raise InputError(f"source has shape {tuple(source.shape)}, but {name} has "
                              f"{tuple(value.shape)} (every token){readout}") from None
 
     with model.hooks(fwd_hooks=[(name, patch)]):

@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from iclprobe.errors import InputError
 from iclprobe.models.base import tensor_home
 from iclprobe.models.regressor import Regressor, check_model
 from iclprobe.storage import atomic_directory
@@ -42,7 +43,7 @@ def check_layers(model: Regressor, layers: Sequence[int] | None) -> list[int]:
     out = list(layers)
     bad = [layer for layer in out if not (isinstance(layer, int) and 0 <= layer <= n)]
     if bad or not out:
-        raise ValueError(f"layers must be integers in 0..{n} (n_layers={n}), got {out}")
+        raise InputError(f"layers must be integers in 0..{n} (n_layers={n}), got {out}")
     return out
 
 
@@ -66,9 +67,9 @@ def iter_residuals(model: Regressor, xs: Tensor, ys: Tensor, layers: Sequence[in
     check_model(model)
     layers = check_layers(model, layers)
     if positions not in POSITIONS:
-        raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
+        raise InputError(f"positions must be one of {POSITIONS}, got {positions!r}")
     if not isinstance(batch_size, int) or batch_size <= 0:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
     names = [resid_hook_name(layer, model) for layer in layers]
     wanted = set(names)
     device = tensor_home(model)[0]

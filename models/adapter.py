@@ -30,6 +30,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from iclprobe._checks import check_int
+from iclprobe.errors import InputError, InputTypeError
 from iclprobe.models import adapter_rows
 from iclprobe.models._tl import HookedRootModule, HookPoint
 from iclprobe.models.adapter_hooks import (
@@ -70,7 +71,7 @@ class AdapterConfig:
         if self.n_positions is not None:
             check_int("HookedAdapter", "n_positions", self.n_positions)
         if self.layout is not None and self.layout not in LAYOUTS:
-            raise ValueError(f"HookedAdapter.layout must be one of {LAYOUTS} or None, got "
+            raise InputError(f"HookedAdapter.layout must be one of {LAYOUTS} or None, got "
                              f"{self.layout!r}")
 
 
@@ -130,7 +131,7 @@ class HookedAdapter(TokenLayoutMixin, Regressor):
     ):
         super().__init__()
         if not isinstance(module, nn.Module):
-            raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+            raise InputTypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
         layout = check_inputs_arg(inputs, read_in, input_name)
         adapter_rows.check_layout(resid_layout, query_row, positions)
         stride, offset = readout_stride(positions, layout) if resid_layout == "tokens" \
@@ -146,13 +147,13 @@ class HookedAdapter(TokenLayoutMixin, Regressor):
             if isinstance(readout, nn.Module):
                 self.read_out = readout
         if not isinstance(exact_readout, bool):
-            raise TypeError(f"exact_readout must be a bool, got {exact_readout!r}")
+            raise InputTypeError(f"exact_readout must be a bool, got {exact_readout!r}")
         if exact_readout and not callable(readout):
-            raise ValueError("exact_readout=True needs a readout (a module or callable on "
+            raise InputError("exact_readout=True needs a readout (a module or callable on "
                              "residuals), got readout='probe'")
         self.exact_layer_readout = exact_readout  # type: ignore[misc]
         if not callable(readout) and readout != "probe":
-            raise TypeError(f"readout must be a module or callable on residuals, or 'probe', "
+            raise InputTypeError(f"readout must be a module or callable on residuals, or 'probe', "
                             f"got {readout!r}")
         self.query_chunk_tokens = check_int("HookedAdapter", "query_chunk_tokens",
                                             query_chunk_tokens)
@@ -160,7 +161,7 @@ class HookedAdapter(TokenLayoutMixin, Regressor):
             from iclprobe.tasks import RegressionTask
 
             if not isinstance(task, RegressionTask):
-                raise TypeError(f"task must be a RegressionTask or None, got "
+                raise InputTypeError(f"task must be a RegressionTask or None, got "
                                 f"{type(task).__name__}")
             self.check_task(task)
         self.task = task
@@ -180,7 +181,7 @@ class HookedAdapter(TokenLayoutMixin, Regressor):
             if isinstance(module, HookedRootModule) and point.name == name}
         if names is None:
             if not own:
-                raise ValueError(f"resid_hooks is required for a {type(module).__name__} (not "
+                raise InputError(f"resid_hooks is required for a {type(module).__name__} (not "
                                  f"a TransformerLens HookedRootModule): give "
                                  f"{self.cfg.n_layers + 1} hook names or module paths")
             names = [Regressor.resid_hook_name(self, layer)
@@ -277,13 +278,13 @@ class HookedAdapter(TokenLayoutMixin, Regressor):
             out = out[..., 0]
         if not isinstance(out, Tensor) or out.shape != resid.shape[:-1]:
             shape = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
-            raise ValueError(f"readout must map residuals {tuple(resid.shape)} to "
+            raise InputError(f"readout must map residuals {tuple(resid.shape)} to "
                              f"{tuple(resid.shape[:-1])} (or with a trailing 1), got {shape}")
         return out
 
     def _require_readout(self) -> Callable[[Tensor], Tensor]:
         if self._readout is None:
-            raise ValueError("this HookedAdapter has no readout (readout='probe'): its layers "
+            raise InputError("this HookedAdapter has no readout (readout='probe'): its layers "
                              "are read by fitted probes only; pass readout=<module or "
                              "callable on residuals> for predictions")
         return self._readout
@@ -292,7 +293,7 @@ class HookedAdapter(TokenLayoutMixin, Regressor):
     def readout_positions(self, n_points: int) -> Tensor:
         """Token index of each example's readout: ``offset + stride * t``, ``[pos]``."""
         if self.cfg.resid_layout == "prefix":
-            raise ValueError("readout_positions: with resid_layout='prefix' example t is row "
+            raise InputError("readout_positions: with resid_layout='prefix' example t is row "
                              f"query_row={self.cfg.query_row} of prefix t, not a token")
         device = next(itertools.chain(self.parameters(), self.buffers()), torch.empty(0)).device
         return self.cfg.readout_offset + self.cfg.readout_stride * torch.arange(
@@ -376,7 +377,7 @@ class HookedAdapter(TokenLayoutMixin, Regressor):
     def save(self, path: str | os.PathLike[str], task: Any = None,
              overwrite: bool = False) -> Path:
         """Refused: an adapter wraps your own module, which iclprobe cannot rebuild."""
-        raise TypeError(
+        raise InputTypeError(
             "a HookedAdapter cannot be saved as an iclprobe checkpoint: it wraps your own "
             f"{type(self.model).__name__}, whose class iclprobe cannot rebuild on loading; "
             "save that module your own way (e.g. torch.save(module.state_dict(), path)) and "

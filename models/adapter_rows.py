@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from iclprobe.errors import InputError, InputTypeError
+
 RESID_LAYOUTS = ("tokens", "prefix")
 _SHAPES = {"tokens": "[batch, tok, d_model]", "prefix": "[batch, prefix, row, d_model]"}
 
@@ -26,17 +28,17 @@ _SHAPES = {"tokens": "[batch, tok, d_model]", "prefix": "[batch, prefix, row, d_
 def check_layout(resid_layout: Any, query_row: Any, positions: Any) -> None:
     """``resid_layout`` and ``query_row`` valid, and ``positions`` only with tokens."""
     if resid_layout not in RESID_LAYOUTS:
-        raise ValueError(f"resid_layout must be 'tokens' (hooks {_SHAPES['tokens']}) or "
+        raise InputError(f"resid_layout must be 'tokens' (hooks {_SHAPES['tokens']}) or "
                          f"'prefix' (hooks {_SHAPES['prefix']}), got {resid_layout!r}")
     if not isinstance(query_row, int) or isinstance(query_row, bool):
-        raise TypeError(f"query_row must be an integer (a row index of each prefix block, "
+        raise InputTypeError(f"query_row must be an integer (a row index of each prefix block, "
                         f"negative from the end), got {query_row!r}")
     if resid_layout == "prefix" and positions is not None:
-        raise ValueError(f"positions applies to resid_layout='tokens'; with resid_layout="
+        raise InputError(f"positions applies to resid_layout='tokens'; with resid_layout="
                          f"'prefix' example t is read at row query_row of prefix t: drop "
                          f"positions={positions!r}")
     if resid_layout == "tokens" and query_row != -1:
-        raise ValueError(f"query_row applies to resid_layout='prefix'; with resid_layout="
+        raise InputError(f"query_row applies to resid_layout='prefix'; with resid_layout="
                          f"'tokens' the readout tokens are given by positions: drop "
                          f"query_row={query_row!r}")
 
@@ -59,7 +61,7 @@ def readout_rows(cfg: Any, activation: Any, n_points: int) -> Tensor:
         if not ok:
             hint = " (a [batch, tok, d_model] hook: resid_layout='tokens')" \
                 if isinstance(activation, Tensor) and activation.ndim == 3 else ""
-            raise ValueError(f"a residual hook gave {_shape(activation)}, but resid_layout="
+            raise InputError(f"a residual hook gave {_shape(activation)}, but resid_layout="
                              f"'prefix' with {n_points} examples needs [batch, >= {n_points} "
                              f"prefixes, rows (query_row={cfg.query_row} among them), "
                              f"d_model={cfg.d_model}]{hint}: check resid_hooks, d_model and "
@@ -70,7 +72,7 @@ def readout_rows(cfg: Any, activation: Any, n_points: int) -> Tensor:
             or activation.shape[-1] != cfg.d_model or activation.shape[1] < need):
         hint = " (a [batch, prefix, row, d_model] hook: resid_layout='prefix')" \
             if isinstance(activation, Tensor) and activation.ndim == 4 else ""
-        raise ValueError(f"a residual hook gave {_shape(activation)}, but {n_points} examples "
+        raise InputError(f"a residual hook gave {_shape(activation)}, but {n_points} examples "
                          f"need [batch, >= {need} tokens, d_model={cfg.d_model}]{hint}: check "
                          "resid_hooks, d_model and positions")
     index = cfg.readout_offset + cfg.readout_stride * _arange(n_points, activation)
@@ -83,7 +85,7 @@ def set_readout_rows(cfg: Any, activation: Tensor, rows: Tensor) -> Tensor:
     readout_rows(cfg, activation, n)  # the layout checked
     expected = (activation.shape[0], n, activation.shape[-1])
     if tuple(rows.shape) != expected:
-        raise ValueError(f"rows must have shape {expected} for this tensor, got "
+        raise InputError(f"rows must have shape {expected} for this tensor, got "
                          f"{tuple(rows.shape)}")
     out = activation.clone()
     if cfg.resid_layout == "prefix":

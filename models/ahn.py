@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from iclprobe._checks import is_int
+from iclprobe.errors import InputError
 from iclprobe.models.pq import PQTransformer
 from iclprobe.storage import CheckpointError, torch_load_tensors
 from iclprobe.tasks import RegressionTask
@@ -55,7 +56,7 @@ def load_ahn(source: Tensor | str | os.PathLike[str], index: int = -1, kernel: s
         when the file holds U and D, else None.
     """
     if kernel not in KERNEL_OF_ACTIVATION:
-        raise ValueError(f"kernel must be one of {tuple(KERNEL_OF_ACTIVATION)} (Ahn et al.'s "
+        raise InputError(f"kernel must be one of {tuple(KERNEL_OF_ACTIVATION)} (Ahn et al.'s "
                          f"activations), got {kernel!r}")
     if isinstance(source, Tensor):
         history, u, d, where = [source], None, None, "allparam"
@@ -110,18 +111,18 @@ def _pick(history: list[Any], index: int, where: str) -> Tensor:
     """History entry ``index``, checked to be an ``allparam`` tensor."""
     n = len(history)
     if not is_int(index) or not -n <= index < n:
-        raise ValueError(f"index must be an integer in {-n}..{n - 1} ({where} holds {n} "
+        raise InputError(f"index must be an integer in {-n}..{n - 1} ({where} holds {n} "
                          f"parameter snapshot{'s' * (n != 1)}), got {index!r}")
     allparam = history[index]
     if not isinstance(allparam, Tensor):
         raise CheckpointError(f"{where}: entry {index} is a {type(allparam).__name__}, "
                               "not an allparam tensor")
     if allparam.ndim != 5 or allparam.shape[2] != 2 or allparam.shape[3] != allparam.shape[4]:
-        raise ValueError(
+        raise InputError(
             f"allparam must have shape [n_layer, n_head, 2, d, d], got {tuple(allparam.shape)}"
         )
     if not bool(torch.isfinite(allparam).all()):
-        raise ValueError(f"{where}: allparam (entry {index}) contains NaN or Inf")
+        raise InputError(f"{where}: allparam (entry {index}) contains NaN or Inf")
     return allparam.detach().float().cpu()
 
 
@@ -138,7 +139,7 @@ def _task(u: Any, d: Any, n_dims: int, n_context: int | None, where: str) -> Reg
                        "(their notebooks'); pass n_context to set it", where, DEFAULT_N_CONTEXT)
         n_context = DEFAULT_N_CONTEXT
     if not is_int(n_context) or n_context <= 0:
-        raise ValueError(f"n_context must be a positive integer, got {n_context!r}")
+        raise InputError(f"n_context must be a positive integer, got {n_context!r}")
     u, d = u.detach().cpu().double(), d.detach().cpu().double()
     scale = u @ (torch.diag(d) if d.ndim == 1 else d)  # x = (U D) z
     cov = scale @ scale.T

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, overload
 import torch
 from torch import Tensor, nn
 
+from iclprobe.errors import InputError, InputTypeError
 from iclprobe.models import files
 from iclprobe.models._tl import ActivationCache, HookedRootModule
 
@@ -94,21 +95,21 @@ class Regressor(HookedRootModule, metaclass=abc.ABCMeta):
         where = f"model family {family!r}: {cls.__name__}"
         abstract = sorted(getattr(cls, "__abstractmethods__", ()))
         if abstract:
-            raise TypeError(f"{where} does not implement {abstract} (abstract in Regressor)")
+            raise InputTypeError(f"{where} does not implement {abstract} (abstract in Regressor)")
         if cls.default_positions not in POSITIONS:
-            raise ValueError(f"{where}.default_positions must be one of {POSITIONS}, got "
+            raise InputError(f"{where}.default_positions must be one of {POSITIONS}, got "
                              f"{cls.default_positions!r}")
         for flag in ("exact_layer_readout", "curriculum"):
             if not isinstance(getattr(cls, flag), bool):
-                raise TypeError(f"{where}.{flag} must be a bool, got {getattr(cls, flag)!r}")
+                raise InputTypeError(f"{where}.{flag} must be a bool, got {getattr(cls, flag)!r}")
         head = cls.head_hook
         if head is not None and not (isinstance(head, tuple) and len(head) == 2
                                      and isinstance(head[0], str) and isinstance(head[1], int)):
-            raise TypeError(f"{where}.head_hook must be None or (hook name, head axis), got "
+            raise InputTypeError(f"{where}.head_hook must be None or (hook name, head axis), got "
                             f"{head!r}")
         hooks = cls.block_output_hooks
         if not (isinstance(hooks, tuple) and all(isinstance(h, str) and h for h in hooks)):
-            raise TypeError(f"{where}.block_output_hooks must be a tuple of hook names under "
+            raise InputTypeError(f"{where}.block_output_hooks must be a tuple of hook names under "
                             f"blocks.{{l}}., got {hooks!r}")
         if not cls.__dict__.get("family"):  # a class of another family keeps its own name
             cls.family = family
@@ -158,7 +159,7 @@ class Regressor(HookedRootModule, metaclass=abc.ABCMeta):
     def check_task(self, task: Any) -> None:
         """Refuse a task this model cannot take (default: a matching dimension)."""
         if task.n_dims != self.cfg.n_dims:
-            raise ValueError(f"task.n_dims={task.n_dims} but the model has "
+            raise InputError(f"task.n_dims={task.n_dims} but the model has "
                              f"n_dims={self.cfg.n_dims}")
 
     # ------------------------------------------------------------------ training hooks
@@ -195,17 +196,17 @@ class Regressor(HookedRootModule, metaclass=abc.ABCMeta):
         self._check_dtype(xs=xs, ys=ys)
         d = self.cfg.n_dims
         if xs.ndim != 3 or xs.shape[-1] != d:
-            raise ValueError(f"xs must have shape [batch, pos, {d}], got {tuple(xs.shape)}")
+            raise InputError(f"xs must have shape [batch, pos, {d}], got {tuple(xs.shape)}")
         if ys.shape != xs.shape[:2]:
-            raise ValueError(f"ys must have shape {tuple(xs.shape[:2])}, got {tuple(ys.shape)}")
+            raise InputError(f"ys must have shape {tuple(xs.shape[:2])}, got {tuple(ys.shape)}")
 
     def _check_dtype(self, **inputs: Tensor) -> None:
         dtype = tensor_home(self)[1]
         for name, t in inputs.items():
             if not isinstance(t, Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+                raise InputTypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
             if t.dtype != dtype:
-                raise TypeError(f"{name} has dtype {t.dtype}, but the model's weights are "
+                raise InputTypeError(f"{name} has dtype {t.dtype}, but the model's weights are "
                                 f"{dtype}: pass {name}.to({dtype}) (or convert the model, "
                                 f"e.g. model.double() for float64 inputs)")
 
@@ -215,7 +216,7 @@ class Regressor(HookedRootModule, metaclass=abc.ABCMeta):
         self._check_dtype(queries=queries)
         b, n, d = xs.shape
         if queries.ndim != 4 or queries.shape[:2] != (b, n) or queries.shape[-1] != d:
-            raise ValueError(
+            raise InputError(
                 f"queries must have shape [{b}, {n}, T, {d}], got {tuple(queries.shape)}"
             )
 

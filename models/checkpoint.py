@@ -21,6 +21,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from iclprobe._shipped import PRETRAINED_DIR, shipped_models
+from iclprobe.errors import InputError
 from iclprobe.models import registry
 from iclprobe.models.ahn import load_ahn
 from iclprobe.models.files import (
@@ -83,7 +84,7 @@ def _load(path: Path, ahn_index: int | None) -> Regressor:
     if path.is_file() and path.suffix in (".pt", ".pth"):
         return load_ahn(path, index=-1 if ahn_index is None else ahn_index)
     if ahn_index is not None:
-        raise ValueError(f"ahn_index applies to Ahn et al.'s .pt/.pth files, not to {path}")
+        raise InputError(f"ahn_index applies to Ahn et al.'s .pt/.pth files, not to {path}")
     if not path.is_dir():
         raise CheckpointError(f"{path}: a checkpoint is a directory (or an Ahn et al. .pt file)")
     if not (path / CONFIG_FILE).exists() and (path / RUN_CHECKPOINT / CONFIG_FILE).exists():

@@ -24,6 +24,7 @@ from iclprobe._checks import (
     is_int,
     option,
 )
+from iclprobe.errors import InputTypeError
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ class _ConfigMixin:
     def from_dict(cls: type[C], data: dict[str, Any]) -> C:
         """Build from a dict, dropping unknown keys with a warning."""
         if not isinstance(data, dict):
-            raise TypeError(f"{cls.__name__}.from_dict takes a dict of fields, got a "
+            raise InputTypeError(f"{cls.__name__}.from_dict takes a dict of fields, got a "
                             f"{type(data).__name__} ({str(data)[:60]!r})")
         fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         unknown = sorted(set(data) - fields)

@@ -22,6 +22,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import nn
 
+from iclprobe.errors import InputTypeError
 from iclprobe.models import registry
 from iclprobe.storage import CheckpointError, atomic_directory, parse_json
 from iclprobe.tasks import RegressionTask
@@ -41,7 +42,7 @@ def write_checkpoint_files(model: Any, directory: Path, task: RegressionTask | N
     class imports this module).
     """
     if task is not None and not isinstance(task, RegressionTask):
-        raise TypeError(f"task must be a RegressionTask or None, got {type(task).__name__}")
+        raise InputTypeError(f"task must be a RegressionTask or None, got {type(task).__name__}")
     config = {"format_version": FORMAT_VERSION, "family": registry.family_of(model),
               "config": model.cfg.to_dict()}
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}

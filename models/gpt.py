@@ -14,6 +14,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
+from iclprobe.errors import InputTypeError
 from iclprobe.models._tl import HookPoint
 from iclprobe.models.base import ModuleList, Regressor
 from iclprobe.models.components import Block, LayerNorm, side_block
@@ -41,7 +42,7 @@ class GPTRegressor(TokenLayoutMixin, Regressor):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         if not isinstance(cfg, GPTConfig):
-            raise TypeError(f"cfg must be a GPTConfig, got {type(cfg).__name__}")
+            raise InputTypeError(f"cfg must be a GPTConfig, got {type(cfg).__name__}")
         self.cfg = cfg
         self.task: Any = None  # the RegressionTask it was trained on, when known
         # Build and initialize under cfg.seed; the caller's global RNG is left untouched.

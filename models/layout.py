@@ -16,6 +16,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from iclprobe.errors import InputError
+
 #: Elements of the largest intermediate a chunk of query tokens may take (attention scores,
 #: LSTM gates): it sets how many queries are run at once.
 QUERY_CHUNK_ELEMENTS = 2**25
@@ -71,7 +73,7 @@ class TokenLayoutMixin:
         n = self.n_points_of(activation)
         expected = (activation.shape[0], n, activation.shape[-1])
         if tuple(rows.shape) != expected:
-            raise ValueError(f"rows must have shape {expected} for this tensor, got "
+            raise InputError(f"rows must have shape {expected} for this tensor, got "
                              f"{tuple(rows.shape)}")
         out = activation.clone()
         out[:, self.readout_positions(n)] = rows.to(activation)
@@ -115,14 +117,14 @@ class TokenLayoutMixin:
     def check_points(self, n_points: int, what: str = "xs") -> None:
         """At most ``n_positions`` examples."""
         if n_points > self.cfg.n_positions:
-            raise ValueError(f"{what} has {n_points} points but the model has "
+            raise InputError(f"{what} has {n_points} points but the model has "
                              f"n_positions={self.cfg.n_positions}")
 
     def check_task(self, task: Any) -> None:
         """The task's dimension, and at most ``n_positions`` examples."""
         super().check_task(task)  # type: ignore[misc]
         if task.n_points > self.cfg.n_positions:
-            raise ValueError(f"task.n_points={task.n_points} is more than the model's "
+            raise InputError(f"task.n_points={task.n_points} is more than the model's "
                              f"n_positions={self.cfg.n_positions}")
 
 

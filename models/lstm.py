@@ -19,6 +19,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
+from iclprobe.errors import InputTypeError
 from iclprobe.models._tl import HookPoint
 from iclprobe.models.base import ModuleList, Regressor
 from iclprobe.models.config import LSTMConfig
@@ -89,7 +90,7 @@ class LSTMRegressor(TokenLayoutMixin, Regressor):
     def __init__(self, cfg: LSTMConfig):
         super().__init__()
         if not isinstance(cfg, LSTMConfig):
-            raise TypeError(f"cfg must be an LSTMConfig, got {type(cfg).__name__}")
+            raise InputTypeError(f"cfg must be an LSTMConfig, got {type(cfg).__name__}")
         self.cfg = cfg
         self.task: Any = None  # the RegressionTask it was trained on, when known
         # Build and initialize under cfg.seed; the caller's global RNG is left untouched.

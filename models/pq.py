@@ -25,6 +25,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from iclprobe._checks import ConfigError
+from iclprobe.errors import InputError, InputTypeError
 from iclprobe.models.base import ModuleList, Regressor
 from iclprobe.models.config import PQConfig
 from iclprobe.models.pq_layers import PQBlock, sparse_pq
@@ -60,7 +61,7 @@ class PQTransformer(Regressor):
     def __init__(self, cfg: PQConfig):
         super().__init__()
         if not isinstance(cfg, PQConfig):
-            raise TypeError(f"cfg must be a PQConfig, got {type(cfg).__name__}")
+            raise InputTypeError(f"cfg must be a PQConfig, got {type(cfg).__name__}")
         self.cfg = cfg
         self.task: Any = None
         self.blocks: ModuleList[PQBlock] = ModuleList(PQBlock(cfg) for _ in range(cfg.n_layers))
@@ -120,11 +121,11 @@ class PQTransformer(Regressor):
     def set_readout_rows(self, activation: Tensor, rows: Tensor) -> Tensor:
         """A copy with ``rows`` written into the query row of each prefix."""
         if activation.shape[2] != activation.shape[1] + 1:
-            raise ValueError(f"readout rows can be written only into a full forward's "
+            raise InputError(f"readout rows can be written only into a full forward's "
                              f"[batch, prefix, n + 1, D] rows, got {tuple(activation.shape)}")
         expected = (activation.shape[0], activation.shape[1], activation.shape[-1])
         if tuple(rows.shape) != expected:
-            raise ValueError(f"rows must have shape {expected} for this tensor, got "
+            raise InputError(f"rows must have shape {expected} for this tensor, got "
                              f"{tuple(rows.shape)}")
         out = activation.clone()
         out[:, :, activation.shape[1]] = rows.to(activation)
@@ -301,19 +302,19 @@ class PQTransformer(Regressor):
         """
         cfg, d = self.cfg, self.cfg.n_dims
         if (A is None) == (P is None and Q is None):
-            raise ValueError("give either A (and optionally B) or both P and Q")
+            raise InputError("give either A (and optionally B) or both P and Q")
         if A is not None:
             a = _per_layer_head(A, "A", cfg, d)
             b = _per_layer_head(B, "B", cfg, d) if B is not None else torch.zeros_like(a)
             p, q = sparse_pq(a, b)
         else:
             if P is None or Q is None:
-                raise ValueError("P and Q must be given together")
+                raise InputError("P and Q must be given together")
             width = cfg.d_model
             p, q = _per_layer_head(P, "P", cfg, width), _per_layer_head(Q, "Q", cfg, width)
             a, b = -q[..., :d, :d], p[..., :d, :d]
             if cfg.sparse and not all(map(torch.equal, (p, q), sparse_pq(a, b))):
-                raise ValueError(
+                raise InputError(
                     "a sparse PQTransformer was given dense matrices: P must be [[B, 0], [0, 1]] "
                     "and Q must be -[[A, 0], [0, 0]] (use PQConfig(sparse=False) for dense P, Q)"
                 )
@@ -344,7 +345,7 @@ class PQTransformer(Regressor):
         """
         first = _as_tensor(A if A is not None else P, "A" if A is not None else "P")
         if first.ndim not in (3, 4) or first.shape[-1] != first.shape[-2]:
-            raise ValueError(
+            raise InputError(
                 f"{'A' if A is not None else 'P'} must be square matrices [layer, (head,) k, k], "
                 f"got shape {tuple(first.shape)}"
             )
@@ -353,7 +354,7 @@ class PQTransformer(Regressor):
         if n_dims is None or A is not None:
             n_dims = width
         if not 1 <= n_dims <= width:
-            raise ValueError(f"n_dims must be in 1..{width} for P of width {width + 1}, got "
+            raise InputError(f"n_dims must be in 1..{width} for P of width {width + 1}, got "
                              f"{n_dims!r}")
         cfg = PQConfig(n_dims=n_dims, n_layers=n_layers, n_heads=n_heads,
                        sparse=A is not None, kernel=kernel, init_std=0.0,
@@ -364,17 +365,17 @@ class PQTransformer(Regressor):
 def _as_tensor(m: MatrixLike | None, name: str) -> Tensor:
     """A float32 tensor from a tensor or (nested) lists of tensors or numbers."""
     if m is None:
-        raise ValueError(f"{name} is required")
+        raise InputError(f"{name} is required")
     if isinstance(m, Tensor):
         return m.detach().to(torch.float32)
     if isinstance(m, (list, tuple)):
         parts = [_as_tensor(x, name) for x in m]
         if len({p.shape for p in parts}) > 1:
-            raise ValueError(f"{name}: matrices of different shapes {[tuple(p.shape) for p in parts]}")
+            raise InputError(f"{name}: matrices of different shapes {[tuple(p.shape) for p in parts]}")
         return torch.stack(parts) if parts else torch.zeros(0)
     if isinstance(m, (int, float)):
         return torch.tensor(float(m))
-    raise TypeError(f"{name} must be a tensor or a list of matrices, got {type(m).__name__}")
+    raise InputTypeError(f"{name} must be a tensor or a list of matrices, got {type(m).__name__}")
 
 
 def _per_layer_head(m: MatrixLike, name: str, cfg: PQConfig, k: int) -> Tensor:
@@ -389,7 +390,7 @@ def _per_layer_head(m: MatrixLike, name: str, cfg: PQConfig, k: int) -> Tensor:
             hint = " (blocks must be square)"
         elif cfg.sparse and t.shape[-1] == cfg.n_dims + 1 and name in "AB":
             hint = " (a sparse model takes d x d blocks A, B, not dense (d+1) x (d+1) matrices)"
-        raise ValueError(
+        raise InputError(
             f"{name} must have shape [n_layers={cfg.n_layers}, n_heads={cfg.n_heads}, {k}, {k}]"
             f", got {tuple(t.shape)}{hint}"
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from iclprobe.errors import InputError
 from iclprobe.models._tl import HookPoint, observed
 from iclprobe.models.config import PQConfig
 
@@ -84,7 +85,7 @@ def _ahn_softmax(scores: Tensor, rows: Tensor, q: Tensor, n_slots: int) -> Tenso
     column enters the denominator only).
     """
     if rows.shape[2] != n_slots + 1:
-        raise ValueError(f"kernel 'softmax-ahn' needs one query row per prefix copy, got "
+        raise InputError(f"kernel 'softmax-ahn' needs one query row per prefix copy, got "
                          f"{rows.shape[2] - n_slots} rows after {n_slots} context slots")
     own = torch.einsum("btrd,hde,bte->bthr", rows, q, rows[:, :, n_slots])  # z_rᵀ Q z_query
     total = torch.logsumexp(torch.cat([scores, own[..., None]], dim=-1), dim=-1, keepdim=True)

@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import sys
 from typing import Any
 
+from iclprobe.errors import InputError, InputTypeError
 from iclprobe.models.config import GPTConfig, LSTMConfig, OracleConfig, PQConfig
+from iclprobe.plugins import claim, registrant
 
 #: What ``register_family`` checks of a config class: fields, then methods.
 CONFIG_FIELDS = ("n_dims", "n_layers", "seed")
@@ -42,6 +45,7 @@ class Family:
     summary: str
     runs: tuple[str, ...] = ()  # learner runs its models add to align (claimed_learners)
     trainable: bool = True  # False: built, not trained (iclprobe train refuses it)
+    registrant: str = ""  # who registered it (`iclprobe.plugins.registrant`), for messages
 
     def model_class(self) -> Any:
         """The model class, imported and checked (`check_model_class`) on first use."""
@@ -52,7 +56,7 @@ class Family:
             try:
                 found = getattr(importlib.import_module(module), cls)
             except (ImportError, AttributeError) as err:
-                raise ValueError(f"model family {self.name!r}: cannot import its model class "
+                raise InputError(f"model family {self.name!r}: cannot import its model class "
                                  f"{self.model!r} ({err})") from err
             check_model_class(self.name, found)
             _IMPORTED[self.model] = found
@@ -64,8 +68,9 @@ _IMPORTED: dict[str, type] = {}  # "module:Class" -> the class, checked
 
 
 def register_family(name: str, config: Any, model: str | type, summary: str,
-                    runs: tuple[str, ...] = (), trainable: bool = True) -> Family:
-    """Register a model family under ``name`` (re-registering a name replaces it).
+                    runs: tuple[str, ...] = (), trainable: bool = True,
+                    replace: bool = False) -> Family:
+    """Register a model family under ``name``.
 
     What the family must provide is checked here: the config class's fields
     (`CONFIG_FIELDS`) and methods (`CONFIG_METHODS`); a model class given as a class is
@@ -81,29 +86,35 @@ def register_family(name: str, config: Any, model: str | type, summary: str,
             their ``claimed_learners``), so that ``AlignConfig(algorithms=...)`` accepts them.
         trainable: False for models that are built, not trained: ``iclprobe train``
             refuses the family and its config's fields get no flags.
+        replace: replace the family registered as ``name`` (without it, a name taken is
+            refused, naming who registered it); every command then says what replaced what.
 
     Raises:
-        TypeError, ValueError: naming what is missing or malformed.
+        InputError, InputTypeError: naming what is missing or malformed, or the registrant
+            of a name taken.
     """
     if not isinstance(name, str) or not name:
-        raise ValueError(f"name must be a non-empty string, got {name!r}")
+        raise InputError(f"name must be a non-empty string, got {name!r}")
     _check_config_class(name, config)
     if isinstance(model, str):
         module, sep, cls = model.partition(":")
         if not (module and sep and cls.isidentifier()):
-            raise ValueError(f"model family {name!r}: model must be a class or "
+            raise InputError(f"model family {name!r}: model must be a class or "
                              f"'module:Class', got {model!r}")
         _IMPORTED.pop(model, None)
     else:
         check_model_class(name, model)
     if not isinstance(summary, str):
-        raise TypeError(f"model family {name!r}: summary must be a string, got {summary!r}")
+        raise InputTypeError(f"model family {name!r}: summary must be a string, got {summary!r}")
     runs = (runs,) if isinstance(runs, str) else tuple(runs)
     if not all(isinstance(r, str) and r for r in runs):
-        raise TypeError(f"model family {name!r}: runs must be names (strings), got {runs!r}")
+        raise InputTypeError(f"model family {name!r}: runs must be names (strings), got {runs!r}")
     if not isinstance(trainable, bool):
-        raise TypeError(f"model family {name!r}: trainable must be a bool, got {trainable!r}")
-    family = Family(name, config, model, summary, runs, trainable)
+        raise InputTypeError(f"model family {name!r}: trainable must be a bool, got {trainable!r}")
+    by = registrant(sys._getframe(1).f_globals.get("__name__", "?"))
+    taken = FAMILIES.get(name)
+    claim("model family", name, taken.registrant if taken else None, by, replace)
+    family = Family(name, config, model, summary, runs, trainable, by)
     FAMILIES[name] = family
     return family
 
@@ -111,19 +122,19 @@ def register_family(name: str, config: Any, model: str | type, summary: str,
 def _check_config_class(name: str, config: Any) -> None:
     """Refuse a config class without what checkpoints, training and the CLI use."""
     if not (isinstance(config, type) and dataclasses.is_dataclass(config)):
-        raise TypeError(f"model family {name!r}: config must be a dataclass class, "
+        raise InputTypeError(f"model family {name!r}: config must be a dataclass class, "
                         f"got {config!r}")
     if not config.__dataclass_params__.frozen:  # type: ignore[attr-defined]
-        raise TypeError(f"model family {name!r}: {config.__name__} must be a frozen "
+        raise InputTypeError(f"model family {name!r}: {config.__name__} must be a frozen "
                         "dataclass (@dataclasses.dataclass(frozen=True))")
     fields = {f.name for f in dataclasses.fields(config)}
     missing = [f for f in CONFIG_FIELDS if f not in fields]
     if missing:
-        raise TypeError(f"model family {name!r}: {config.__name__} has no field(s) {missing} "
+        raise InputTypeError(f"model family {name!r}: {config.__name__} has no field(s) {missing} "
                         f"(every config has {list(CONFIG_FIELDS)})")
     absent = [m for m in CONFIG_METHODS if not callable(getattr(config, m, None))]
     if absent:
-        raise TypeError(f"model family {name!r}: {config.__name__} lacks method(s) {absent}: "
+        raise InputTypeError(f"model family {name!r}: {config.__name__} lacks method(s) {absent}: "
                         + "; ".join(f"{m}: {CONFIG_METHODS[m]}" for m in absent))
 
 
@@ -137,7 +148,7 @@ def check_model_class(name: str, cls: Any) -> None:
     """
     check = getattr(cls, "check_family_class", None) if isinstance(cls, type) else None
     if check is None:
-        raise TypeError(f"model family {name!r}: the model must be a subclass of "
+        raise InputTypeError(f"model family {name!r}: the model must be a subclass of "
                         f"iclprobe.models.base.Regressor, got {cls!r}")
     check(name)
 
@@ -145,7 +156,7 @@ def check_model_class(name: str, cls: Any) -> None:
 def get_family(name: str) -> Family:
     """The family registered as ``name`` (the error lists them)."""
     if name not in FAMILIES:
-        raise ValueError(f"unknown model family {name!r}; registered: {sorted(FAMILIES)}")
+        raise InputError(f"unknown model family {name!r}; registered: {sorted(FAMILIES)}")
     return FAMILIES[name]
 
 
@@ -162,7 +173,7 @@ def family_of(model: Any) -> str:
         name = next((f.name for f in FAMILIES.values() if f.model in (path, cls)),
                     getattr(cls, "family", ""))
     if name not in FAMILIES or not isinstance(model, FAMILIES[name].model_class()):
-        raise TypeError(f"model must be a registered iclprobe model family, got "
+        raise InputTypeError(f"model must be a registered iclprobe model family, got "
                         f"{cls.__name__} (registered: {sorted(FAMILIES)})")
     return name
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from torch import Tensor
 
+from iclprobe.errors import InputTypeError
 from iclprobe.models.base import Regressor
 
 __all__ = ["Regressor", "check_model", "readout_residual"]
@@ -14,7 +15,7 @@ __all__ = ["Regressor", "check_model", "readout_residual"]
 def check_model(model: Any) -> None:
     """Refuse anything that is not a model of a registered family, naming the type given."""
     if not isinstance(model, Regressor):
-        raise TypeError(f"model must be an iclprobe model (a Regressor: GPTRegressor, "
+        raise InputTypeError(f"model must be an iclprobe model (a Regressor: GPTRegressor, "
                         f"PQTransformer, ...), got {type(model).__name__}")
 
 

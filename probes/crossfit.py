@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from iclprobe._checks import is_int
+from iclprobe.errors import InputError
 from iclprobe.models.regressor import Regressor
 from iclprobe.probes.layer_probes import (
     LayerProbes,
@@ -45,7 +46,7 @@ class CrossFit:
         start, stop = rows.start or 0, rows.stop
         keep = [k for k, (a, b) in enumerate(self.folds) if b <= start or a >= stop]
         if not keep:
-            raise ValueError(f"every fold holds some of the sequences {start}..{stop - 1}: "
+            raise InputError(f"every fold holds some of the sequences {start}..{stop - 1}: "
                              "no probe is out of sample for them")
         fit = ridge_from_sums(_total([self.sums[k] for k in keep]), self.alphas)
         probes = LayerProbes(t_min=self.t_min)
@@ -73,11 +74,11 @@ def cross_fit(model: Regressor, resid: Tensor, ys: Tensor, folds: int = 4, t_min
     """
     n_layers, batch, n, width = resid.shape
     if ys.shape != (batch, n):
-        raise ValueError(f"ys must have shape {(batch, n)}, got {tuple(ys.shape)}")
+        raise InputError(f"ys must have shape {(batch, n)}, got {tuple(ys.shape)}")
     if not is_int(folds) or not 2 <= folds <= batch:
-        raise ValueError(f"folds must be an integer in [2, {batch}], got {folds!r}")
+        raise InputError(f"folds must be an integer in [2, {batch}], got {folds!r}")
     if not isinstance(t_min, int) or not 0 <= t_min < n:
-        raise ValueError(f"t_min must be in [0, {n - 1}], got {t_min!r}")
+        raise InputError(f"t_min must be in [0, {n - 1}], got {t_min!r}")
     edges = [round(k * batch / folds) for k in range(folds + 1)]
     bounds = list(zip(edges[:-1], edges[1:]))
     fitted_on = batch - max(b - a for a, b in bounds)  # the fewest sequences a probe sees

@@ -15,6 +15,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from iclprobe.errors import InputError
 from iclprobe.tasks import as_generator
 
 PredictFn = Callable[[Tensor, Tensor, Tensor], Tensor]
@@ -29,7 +30,7 @@ def sample_queries(shape: tuple[int, int, int, int], cov: Tensor | None,
         return z
     cov = cov.to(torch.float64)
     if cov.shape not in ((d, d), (b, d, d)):
-        raise ValueError(f"cov must have shape ({d}, {d}) or ({b}, {d}, {d}), "
+        raise InputError(f"cov must have shape ({d}, {d}) or ({b}, {d}, {d}), "
                          f"got {tuple(cov.shape)}")
     chol = torch.linalg.cholesky(cov)
     if chol.ndim == 2:
@@ -66,12 +67,12 @@ def induced_weights(predict_fn: PredictFn, xs: Tensor, ys: Tensor, n_queries: in
     """
     b, n, d = xs.shape
     if not isinstance(n_queries, int) or n_queries < d:
-        raise ValueError(f"n_queries must be an integer >= n_dims={d}, got {n_queries!r}")
+        raise InputError(f"n_queries must be an integer >= n_dims={d}, got {n_queries!r}")
     queries = sample_queries((b, n, n_queries, d), cov, generator)
     with torch.no_grad():
         preds = predict_fn(xs, ys, queries.to(xs.dtype)).to(torch.float64)
     if preds.shape[-3:] != (b, n, n_queries):
-        raise ValueError(f"predict_fn must return [..., {b}, {n}, {n_queries}], "
+        raise InputError(f"predict_fn must return [..., {b}, {n}, {n_queries}], "
                          f"got {tuple(preds.shape)}")
     gram = queries.transpose(-1, -2) @ queries  # [B, n, d, d]
     rhs = torch.einsum("bntd,...bnt->...bnd", queries, preds)
@@ -93,7 +94,7 @@ def gradient_weights(predict_fn: PredictFn, xs: Tensor, ys: Tensor,
     """
     q = (xs[:, :, None] if queries is None else queries).detach().clone().requires_grad_(True)
     if q.shape[2] != 1:
-        raise ValueError(f"queries must have shape [batch, pos, 1, n_dims], got {tuple(q.shape)}")
+        raise InputError(f"queries must have shape [batch, pos, 1, n_dims], got {tuple(q.shape)}")
     with torch.enable_grad():
         preds = predict_fn(xs, ys, q)
         (grad,) = torch.autograd.grad(preds.sum(), q)

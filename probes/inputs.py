@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from iclprobe._checks import check_bytes, check_int
+from iclprobe.errors import InputError, InputTypeError
 
 if TYPE_CHECKING:
     from iclprobe.models.regressor import Regressor
@@ -41,7 +42,7 @@ def check_tensors(**tensors: Any) -> None:
     for name, t in tensors.items():
         if not isinstance(t, Tensor) or t.is_complex() or t.dtype == torch.bool:
             what = type(t).__name__ if not isinstance(t, Tensor) else f"a {t.dtype} tensor"
-            raise TypeError(f"{name} must be a real torch tensor, got {what}"
+            raise InputTypeError(f"{name} must be a real torch tensor, got {what}"
                             + (": convert with torch.as_tensor" if not isinstance(t, Tensor)
                                else ""))
 
@@ -50,11 +51,11 @@ def check_finite_inputs(**tensors: Tensor) -> None:
     """ValueError for NaN or infinite values, and for magnitudes whose squares overflow."""
     for name, t in tensors.items():
         if not bool(torch.isfinite(t).all()):
-            raise ValueError(f"{name} must be finite: found {int((~torch.isfinite(t)).sum())} "
+            raise InputError(f"{name} must be finite: found {int((~torch.isfinite(t)).sum())} "
                              "NaN or infinite value(s)")
         largest = t.abs().max().item() if t.numel() else 0.0
         if largest > MAX_MAGNITUDE:
-            raise ValueError(f"{name} reaches {largest:.3g}: the ridge fit squares it beyond "
+            raise InputError(f"{name} reaches {largest:.3g}: the ridge fit squares it beyond "
                              f"float64's range (values up to {MAX_MAGNITUDE:.0e} are fitted); "
                              "rescale it")
 
@@ -64,6 +65,6 @@ def check_batch(**tensors: Any) -> None:
     check_tensors(**tensors)
     for name, t in tensors.items():
         if t.ndim == 0 or t.shape[0] == 0:
-            raise ValueError(f"{name} must hold at least one sequence, got shape "
+            raise InputError(f"{name} must hold at least one sequence, got shape "
                              f"{tuple(t.shape)}")
     check_finite_inputs(**{k: v for k, v in tensors.items()})

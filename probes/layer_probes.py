@@ -26,6 +26,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from iclprobe._checks import check_int, check_real
+from iclprobe.errors import InputError
 from iclprobe.hooks.residuals import collect_residuals
 from iclprobe.models.regressor import Regressor, check_model, readout_residual
 from iclprobe.probes.inputs import check_batch, check_finite_inputs, check_fit_fits, check_tensors
@@ -74,7 +75,7 @@ def readout_predictions(model: Regressor, xs: Tensor, ys: Tensor,
 def check_rows(n_rows: int, width: int, where: str, per_sequence: int) -> None:
     """Refuse fits with no more rows than features + intercept (a probe would interpolate)."""
     if n_rows <= width + 1:
-        raise ValueError(
+        raise InputError(
             f"too few rows for the probes: {where} give {n_rows} rows for {width} residual "
             f"features per layer; a probe needs more rows than features + 1 (its ridge fit "
             f"would interpolate them and GCV has nothing left out): use at least "
@@ -119,12 +120,12 @@ class LayerProbes:
                  target: str = "y", t_min: int = 1, solver: str = "ridge", lr: float = 1e-4,
                  max_steps: int = 2000, batch_rows: int = 4096):
         if target not in TARGETS:
-            raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
+            raise InputError(f"target must be one of {TARGETS}, got {target!r}")
         if solver not in SOLVERS:
-            raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
+            raise InputError(f"solver must be one of {SOLVERS}, got {solver!r}")
         if alpha != "gcv" and not (isinstance(alpha, (int, float)) and not isinstance(
                 alpha, bool) and math.isfinite(alpha) and alpha >= 0):
-            raise ValueError(f"alpha must be 'gcv' or a finite number >= 0, got {alpha!r}"
+            raise InputError(f"alpha must be 'gcv' or a finite number >= 0, got {alpha!r}"
                              + (" (an infinite α fits every probe to 0)" if alpha == math.inf
                                 else ""))
         if solver == "adam":  # what the closed form does not use is not checked for it
@@ -147,7 +148,7 @@ class LayerProbes:
         check_model(model)
         task = task if task is not None else getattr(model, "task", None)
         if not isinstance(task, RegressionTask):
-            raise ValueError("task is required: the model has no task attached")
+            raise InputError("task is required: the model has no task attached")
         check_int("LayerProbes.fit", "batch_size", batch_size)
         check_fit_fits(model, task, n_sequences, n_heldout)
         if isinstance(n_sequences, int) and isinstance(self.t_min, int) and \
@@ -185,11 +186,11 @@ class LayerProbes:
         """Fit on collected residuals ``[L+1, B, n, d_model]`` and targets ``[B, n]``."""
         check_tensors(resid=resid, targets=targets)
         if resid.ndim != 4 or targets.shape != resid.shape[1:3]:
-            raise ValueError(f"resid must be [layer, B, n, d_model] and targets [B, n]; got "
+            raise InputError(f"resid must be [layer, B, n, d_model] and targets [B, n]; got "
                              f"{tuple(resid.shape)} and {tuple(targets.shape)}")
         check_finite_inputs(resid=resid, targets=targets)
         if not isinstance(self.t_min, int) or not 0 <= self.t_min < resid.shape[2]:
-            raise ValueError(f"t_min must be in [0, {resid.shape[2] - 1}], got {self.t_min!r}")
+            raise InputError(f"t_min must be in [0, {resid.shape[2] - 1}], got {self.t_min!r}")
         x = resid[:, :, self.t_min:].flatten(1, 2)  # [layer, rows, d_model]
         y = targets[:, self.t_min:].flatten()
         check_rows(x.shape[1], x.shape[2], f"{resid.shape[1]} sequences x "
@@ -228,14 +229,14 @@ class LayerProbes:
     # ------------------------------------------------------------------ prediction
     def _check_fitted(self) -> None:
         if not hasattr(self, "coef_"):
-            raise ValueError("LayerProbes is not fitted: call fit() or load() first")
+            raise InputError("LayerProbes is not fitted: call fit() or load() first")
 
     def apply(self, resid: Tensor) -> Tensor:
         """Probe predictions from residuals ``[L+1, ..., d_model]`` → ``[L+1, ...]``."""
         self._check_fitted()
         check_tensors(resid=resid)
         if resid.shape[0] != self.n_layers_ or resid.shape[-1] != self.coef_.shape[-1]:
-            raise ValueError(f"resid must be [{self.n_layers_}, ..., {self.coef_.shape[-1]}], "
+            raise InputError(f"resid must be [{self.n_layers_}, ..., {self.coef_.shape[-1]}], "
                              f"got {tuple(resid.shape)}")
         coef = self.coef_.to(resid.dtype).reshape(self.n_layers_, *[1] * (resid.ndim - 2), -1)
         bias = self.intercept_.to(resid.dtype).reshape(self.n_layers_, *[1] * (resid.ndim - 2))
@@ -243,7 +244,7 @@ class LayerProbes:
 
     def _model_or_raise(self) -> Regressor:
         if self.model is None:
-            raise ValueError("no model attached: fit() on a model or load(path, model)")
+            raise InputError("no model attached: fit() on a model or load(path, model)")
         return self.model
 
     def predict(self, xs: Tensor, ys: Tensor, batch_size: int = 256) -> Tensor:
@@ -297,17 +298,17 @@ class LayerProbes:
         meta = _read_meta(path / PROBES_META)
         actual = model_hash(model)
         if meta["model_hash"] != actual:
-            raise ValueError(f"{path / PROBES_META}: these probes were fitted on another model "
+            raise InputError(f"{path / PROBES_META}: these probes were fitted on another model "
                              f"(hash {meta['model_hash'][:12]}…, this model {actual[:12]}…)")
         weights = path / PROBES_WEIGHTS
         try:
             tensors = load_file(str(weights))
             coef, intercept, alpha = tensors["coef"], tensors["intercept"], tensors["alpha"]
         except (SafetensorError, OSError, KeyError) as err:
-            raise ValueError(f"{weights}: truncated or corrupt probe weights ({err})") from None
+            raise InputError(f"{weights}: truncated or corrupt probe weights ({err})") from None
         _check_finite(tensors, str(weights))
         if coef.ndim != 2 or intercept.shape != coef.shape[:1]:
-            raise ValueError(f"{weights}: coef must be [layer, d_model] and intercept [layer], "
+            raise InputError(f"{weights}: coef must be [layer, d_model] and intercept [layer], "
                              f"got {tuple(coef.shape)} and {tuple(intercept.shape)}")
         probes = cls(alpha=meta["alpha"], target=meta["target"], t_min=meta["t_min"],
                      solver=meta["solver"])
@@ -333,7 +334,7 @@ def _seed_of(generator: torch.Generator | int) -> int | None:
 def _check_finite(tensors: dict[str, Tensor], what: str) -> None:
     bad = [name for name, t in tensors.items() if not bool(torch.isfinite(t).all())]
     if bad:
-        raise ValueError(f"{what}: non-finite (NaN or infinite) probe weights in {bad}")
+        raise InputError(f"{what}: non-finite (NaN or infinite) probe weights in {bad}")
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
@@ -342,19 +343,19 @@ def _read_meta(path: Path) -> dict[str, Any]:
     try:
         meta = parse_json(path.read_text())
     except (ValueError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not valid JSON ({err})") from None
+        raise InputError(f"{path}: not valid JSON ({err})") from None
     if not isinstance(meta, dict) or meta.get("format_version") != PROBE_FORMAT_VERSION:
         version = meta.get("format_version") if isinstance(meta, dict) else None
-        raise ValueError(f"{path}: unknown format_version {version!r}")
+        raise InputError(f"{path}: unknown format_version {version!r}")
     missing = [k for k in ("model_hash", "alpha", "target", "t_min", "solver", "n_dims")
                if k not in meta]
     if missing:
-        raise ValueError(f"{path}: missing keys {missing}")
+        raise InputError(f"{path}: missing keys {missing}")
     wrong = [k for k, ok in (("model_hash", isinstance(meta["model_hash"], str)),
                              ("target", meta["target"] in TARGETS),
                              ("solver", meta["solver"] in SOLVERS),
                              ("t_min", isinstance(meta["t_min"], int)),
                              ("n_dims", isinstance(meta["n_dims"], int))) if not ok]
     if wrong:
-        raise ValueError(f"{path}: invalid {', '.join(f'{k}={meta[k]!r:.40}' for k in wrong)}")
+        raise InputError(f"{path}: invalid {', '.join(f'{k}={meta[k]!r:.40}' for k in wrong)}")
     return meta

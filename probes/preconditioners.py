@@ -7,6 +7,7 @@ import dataclasses
 import torch
 from torch import Tensor
 
+from iclprobe.errors import InputError, InputTypeError
 from iclprobe.models.pq import PQTransformer
 
 PRIORS = ("standard", "inverse-cov")
@@ -25,10 +26,10 @@ class Preconditioners:
 def preconditioners(model: PQTransformer) -> Preconditioners:
     """Read A_l (= −Q[:d, :d]) and B_l (= P[:d, :d]) out of every layer."""
     if not callable(getattr(model, "matrices", None)):
-        raise TypeError(f"model must have PQ matrices (a PQTransformer), got "
+        raise InputTypeError(f"model must have PQ matrices (a PQTransformer), got "
                         f"{type(model).__name__}")
     if getattr(model.cfg, "n_state", 0):
-        raise ValueError(f"preconditioners: a PQ model with n_state={model.cfg.n_state} state "
+        raise InputError(f"preconditioners: a PQ model with n_state={model.cfg.n_state} state "
                          "channels does not compute w <- w - A ∇R(w) on (x, y); A and B are "
                          "defined for n_state = 0 only")
     p, q = (m.detach() for m in model.matrices())
@@ -41,7 +42,7 @@ def distance(a: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
     """``min_α ‖A − αM‖_F / ‖A‖_F`` and the minimizing α = ⟨A, M⟩ / ⟨M, M⟩ (broadcasting)."""
     a, m = a.to(torch.float64), m.to(torch.float64)
     if a.shape[-2:] != m.shape[-2:] or a.shape[-1] != a.shape[-2]:
-        raise ValueError(f"A and M must be square matrices of one size, got "
+        raise InputError(f"A and M must be square matrices of one size, got "
                          f"{tuple(a.shape)} and {tuple(m.shape)}")
     alpha = (a * m).sum((-1, -2)) / (m * m).sum((-1, -2))
     resid = a - alpha[..., None, None] * m
@@ -56,9 +57,9 @@ def ahn_optimum(cov: Tensor, n: int, prior: str = "standard") -> Tensor:
     ``prior="inverse-cov"`` (w ~ N(0, Σ⁻¹)): n/(n+d+1) Σ⁻¹.
     """
     if not isinstance(n, int) or n <= 0:
-        raise ValueError(f"n must be a positive integer, got {n!r}")
+        raise InputError(f"n must be a positive integer, got {n!r}")
     if prior not in PRIORS:
-        raise ValueError(f"prior must be one of {PRIORS}, got {prior!r}")
+        raise InputError(f"prior must be one of {PRIORS}, got {prior!r}")
     cov = cov.to(torch.float64)
     d = cov.shape[-1]
     if prior == "inverse-cov":
@@ -96,7 +97,7 @@ def analyze_preconditioners(model: PQTransformer, cov: Tensor | None = None,
     if cov is None:
         cov = task.covariance if task is not None else None
         if cov is None:
-            raise ValueError("cov is required: the model's task has no fixed covariance")
+            raise InputError("cov is required: the model's task has no fixed covariance")
     pre = preconditioners(model)
     d = model.cfg.n_dims
     inv = torch.linalg.inv(cov.to(torch.float64))

@@ -11,6 +11,7 @@ import torch
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from iclprobe.errors import InputError
 from iclprobe.probes.ridge import ridge_gcv
 
 
@@ -41,9 +42,9 @@ class ReadoutProbe(RegressorMixin, BaseEstimator):
         """Fit on ``X [n_samples, n_features]`` and ``y [n_samples]`` or 2-D; returns self."""
         alpha = self.alpha
         if not (isinstance(alpha, numbers.Real) and not isinstance(alpha, bool) and alpha >= 0):
-            raise ValueError(f"alpha must be a number >= 0, got {alpha!r}")
+            raise InputError(f"alpha must be a number >= 0, got {alpha!r}")
         if not math.isfinite(alpha):  # Ridge refuses it too; α = inf would predict the mean
-            raise ValueError(f"alpha must be a number >= 0, got {alpha!r} (not finite)")
+            raise InputError(f"alpha must be a number >= 0, got {alpha!r} (not finite)")
         X, y = _detached(X), _detached(y)
         X, y = validate_data(self, X, y, y_numeric=True, multi_output=True, dtype=np.float64)
         targets = y[:, None] if y.ndim == 1 else y

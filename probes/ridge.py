@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from iclprobe._linalg import sym_eigh
+from iclprobe.errors import InputError
 
 DEFAULT_ALPHAS = torch.logspace(-6, 4, 21, dtype=torch.float64)
 
@@ -58,7 +59,7 @@ def ridge_sums(x: Tensor, y: Tensor) -> RidgeSums:
     """
     y = y.expand(x.shape[0], -1) if y.ndim == 1 else y
     if y.shape != x.shape[:2]:
-        raise ValueError(f"y must have shape [row] or {tuple(x.shape[:2])}, got {tuple(y.shape)}")
+        raise InputError(f"y must have shape [row] or {tuple(x.shape[:2])}, got {tuple(y.shape)}")
     out: list[list[Tensor]] = [[], [], [], [], []]
     for layer in range(x.shape[0]):
         xl, yl = x[layer].to(torch.float64), y[layer].to(torch.float64)
@@ -105,10 +106,10 @@ def ridge_from_sums(sums: RidgeSums, alphas: Tensor | float | None = None,
     grid = DEFAULT_ALPHAS if alphas is None else torch.as_tensor(alphas, dtype=torch.float64)
     grid = grid.reshape(-1)
     if not bool((grid >= 0).all()) or grid.numel() == 0:
-        raise ValueError(f"alpha must be >= 0, got {grid.tolist()}")
+        raise InputError(f"alpha must be >= 0, got {grid.tolist()}")
     bad = [layer for layer, ok in enumerate(_finite_layers(sums)) if not ok]
     if bad:
-        raise ValueError(f"the probes' sums of layers {bad} hold NaN or Inf: the residuals "
+        raise InputError(f"the probes' sums of layers {bad} hold NaN or Inf: the residuals "
                          "at the fitted positions are not finite there")
     mx, my, gram, xty, yy = _moments(sums, fit_intercept)
     s, v = sym_eigh(gram, "the probes' Gram matrix")

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from iclprobe._checks import is_number
+from iclprobe.errors import InputError, InputTypeError
 
 #: Σ's eigenvalues of Ahn et al.'s rotated setting at d = 5 (D = diag(1, 1, 1/2, 1/4, 1)).
 AHN_ROTATED_EIGENVALUES = (1.0, 1.0, 0.25, 0.0625, 1.0)
@@ -39,7 +40,7 @@ def rotated_eigenvalues(n_dims: int, eigenvalues: tuple[float, ...] | None = Non
         pattern = AHN_ROTATED_EIGENVALUES
         eigenvalues = tuple(pattern[i % len(pattern)] for i in range(n_dims))
     if len(eigenvalues) != n_dims:
-        raise ValueError(
+        raise InputError(
             f"eigenvalues has {len(eigenvalues)} entries, expected n_dims={n_dims}"
         )
     return torch.tensor(check_eigenvalues(eigenvalues), dtype=torch.float64)
@@ -49,17 +50,17 @@ def check_eigenvalues(eigenvalues: Any) -> tuple[float, ...]:
     """Finite positive numbers whose ratio (the condition number) is at most 1e6."""
     values = tuple(eigenvalues) if isinstance(eigenvalues, (tuple, list)) else None
     if not values or not all(is_number(e) for e in values):
-        raise TypeError(f"eigenvalues must be a non-empty sequence of numbers, got "
+        raise InputTypeError(f"eigenvalues must be a non-empty sequence of numbers, got "
                         f"{eigenvalues!r}")
     if not all(math.isfinite(e) and e > 0 for e in values):
-        raise ValueError(f"eigenvalues must be finite and positive, got {list(values)}")
+        raise InputError(f"eigenvalues must be finite and positive, got {list(values)}")
     _check_condition(max(values) / min(values), "eigenvalues")
     return tuple(float(e) for e in values)
 
 
 def _check_condition(kappa: float, name: str) -> None:
     if not kappa <= MAX_CONDITION:
-        raise ValueError(f"{name}: condition number {kappa:.3g} is above {MAX_CONDITION:g}, "
+        raise InputError(f"{name}: condition number {kappa:.3g} is above {MAX_CONDITION:g}, "
                          "beyond which a sampled float32 Σ is no longer positive definite")
 
 
@@ -74,20 +75,20 @@ def ill_conditioned_eigenvalues(n_dims: int, condition_number: float) -> Tensor:
 def check_covariance(cov: Tensor, n_dims: int, name: str = "cov") -> Tensor:
     """Validate a symmetric positive-definite ``[d, d]`` matrix and return it as float64."""
     if not isinstance(cov, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor or a known name, got {type(cov).__name__}")
+        raise InputTypeError(f"{name} must be a torch.Tensor or a known name, got {type(cov).__name__}")
     if cov.shape != (n_dims, n_dims):
-        raise ValueError(f"{name} has shape {tuple(cov.shape)}, expected ({n_dims}, {n_dims})")
+        raise InputError(f"{name} has shape {tuple(cov.shape)}, expected ({n_dims}, {n_dims})")
     if cov.is_complex():
-        raise TypeError(f"{name} must be real, got {cov.dtype}")
+        raise InputTypeError(f"{name} must be real, got {cov.dtype}")
     cov = cov.detach().to(torch.float64)
     if not bool(torch.isfinite(cov).all()):
-        raise ValueError(f"{name} contains NaN or Inf")
+        raise InputError(f"{name} contains NaN or Inf")
     if not torch.allclose(cov, cov.T, rtol=1e-6, atol=1e-8):
-        raise ValueError(f"{name} must be symmetric, max |Σ - Σᵀ| = {(cov - cov.T).abs().max():.3g}")
+        raise InputError(f"{name} must be symmetric, max |Σ - Σᵀ| = {(cov - cov.T).abs().max():.3g}")
     eig = torch.linalg.eigvalsh(cov)
     smallest = eig.min().item()
     if smallest <= 0:
-        raise ValueError(f"{name} must be positive definite, smallest eigenvalue = {smallest:.3g}")
+        raise InputError(f"{name} must be positive definite, smallest eigenvalue = {smallest:.3g}")
     _check_condition(eig.max().item() / smallest, name)
     return cov
 

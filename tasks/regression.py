@@ -27,6 +27,7 @@ from iclprobe._checks import (
     check_seed,
     is_int,
 )
+from iclprobe.errors import InputError, InputTypeError
 from iclprobe.tasks.covariance import (
     MAX_CONDITION,
     check_covariance,
@@ -64,10 +65,10 @@ def as_generator(generator: torch.Generator | int | None, name: str = "generator
         return generator
     if is_int(generator):
         if not 0 <= generator < SEED_LIMIT:
-            raise ValueError(f"{name} must be a torch.Generator or an integer seed in "
+            raise InputError(f"{name} must be a torch.Generator or an integer seed in "
                              f"[0, 2**63), got {generator!r}")
         return torch.Generator().manual_seed(generator)
-    raise TypeError(
+    raise InputTypeError(
         f"{name} must be a torch.Generator or an int seed, got {type(generator).__name__}"
         " (iclprobe never draws from the global RNG)"
     )
@@ -139,7 +140,7 @@ class RegressionTask:
                                   f"n_dims={self.n_dims}, got {self.active_dims}")
         if self.eigenvalues is not None:
             if self.cov != "rotated":
-                raise ValueError(f"eigenvalues applies only to cov='rotated', not {self.cov!r}")
+                raise InputError(f"eigenvalues applies only to cov='rotated', not {self.cov!r}")
             object.__setattr__(self, "eigenvalues", check_eigenvalues(self.eigenvalues))
         if not isinstance(self.cov, Tensor) and self.cov != "ill-conditioned":
             # Σ and its two factors, d x d float64 each, are built here
@@ -197,7 +198,7 @@ class RegressionTask:
         n = check_int(_OWNER, "n_points", n_points if n_points is not None else self.n_points)
         k = active_dims if active_dims is not None else self.active_dims
         if k is not None and not (is_int(k) and 0 < k <= self.n_dims):
-            raise ValueError(f"active_dims must be in 1..{self.n_dims}, got {k!r}")
+            raise InputError(f"active_dims must be in 1..{self.n_dims}, got {k!r}")
         d = self.n_dims
         f64 = torch.float64
 
@@ -263,7 +264,7 @@ class RegressionTask:
         data = dict(data)
         version = data.pop("format_version", TASK_FORMAT_VERSION)
         if version != TASK_FORMAT_VERSION:
-            raise ValueError(
+            raise InputError(
                 f"task format_version {version!r} is not supported (expected {TASK_FORMAT_VERSION})"
             )
         if isinstance(data.get("cov"), list):
@@ -273,7 +274,7 @@ class RegressionTask:
         known = {f for f in cls.__dataclass_fields__ if not f.startswith("_")}
         unknown = set(data) - known
         if unknown:
-            raise ValueError(f"unknown task fields {sorted(unknown)}; known: {sorted(known)}")
+            raise InputError(f"unknown task fields {sorted(unknown)}; known: {sorted(known)}")
         return cls(**data)
 
     def to_json(self) -> str:
@@ -289,5 +290,5 @@ class RegressionTask:
             data = json.loads(text)
         except (json.JSONDecodeError, RecursionError) as err:  # RecursionError: nested too deep
             where = f" in {path}" if path is not None else ""
-            raise ValueError(f"invalid task JSON{where}: {err}") from None
+            raise InputError(f"invalid task JSON{where}: {err}") from None
         return cls.from_dict(data)

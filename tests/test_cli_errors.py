@@ -14,7 +14,8 @@ import torch
 from iclprobe import algorithms, models, tasks
 from iclprobe._checks import ConfigError
 from iclprobe.alignment import AlignConfig
-from iclprobe.cli import _subparser, build_parser, flag_of, main
+from iclprobe.cli import flag_of, main
+from iclprobe.errors import InputError
 from iclprobe.training import TrainConfig
 
 
@@ -33,13 +34,13 @@ def test_a_config_error_carries_its_config_and_field():
 
 
 def test_the_flag_comes_from_the_field_not_the_message():
-    parser = build_parser()
-    train = _subparser(parser, "train")
-    assert flag_of(ConfigError("TrainConfig", "lr", "anything at all"), train) == "--lr"
-    assert flag_of(ConfigError("GPTConfig", "seed", "x"), train) == "--model-seed"
-    assert flag_of(ConfigError("RegressionTask", "seed", "x"), train) == "--task-seed"
-    assert flag_of(ConfigError("TrainConfig", "seed", "x"), train) == "--seed"
-    assert flag_of(ConfigError("GPTConfig", "no_such_field", "x"), train) is None
+    assert flag_of(ConfigError("TrainConfig", "lr", "anything at all"), "train") == "--lr"
+    assert flag_of(ConfigError("GPTConfig", "seed", "x"), "train") == "--model-seed"
+    assert flag_of(ConfigError("RegressionTask", "seed", "x"), "train") == "--task-seed"
+    assert flag_of(ConfigError("TrainConfig", "seed", "x"), "train") == "--seed"
+    assert flag_of(ConfigError("GPTConfig", "no_such_field", "x"), "train") is None
+    assert flag_of(ConfigError("AlignConfig", "n_boot", "x"), "align") == "--n-boot"
+    assert flag_of(ConfigError("AlignConfig", "n_boot", "x"), "probe") is None
 
 
 def test_a_bad_field_is_a_usage_error_naming_its_flag(tmp_path, capsys):
@@ -56,11 +57,11 @@ def checkpoint(tmp_path):
 
 @pytest.fixture
 def learners():
-    """Two learners: one refuses its input on purpose, one has a bug."""
+    """Two learners: one refuses its input on purpose (an InputError), one has a bug."""
 
     @algorithms.register("refuses_test", steps=(1,))
     def refuses_test(xs, ys, steps=None, weights=True):
-        raise ValueError("refuses_test: these data are not for me")
+        raise InputError("refuses_test: these data are not for me")
 
     @algorithms.register("buggy_test", steps=(1,))
     def buggy_test(xs, ys, steps=None, weights=True):
@@ -80,7 +81,8 @@ def test_bad_input_and_a_bug_read_differently(checkpoint, learners, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert err.startswith("iclprobe align: internal error: KeyError: 'iterates'")
-    assert err.endswith("(a bug, not your input: rerun with --debug for the traceback)")
+    assert err.endswith("(a bug, not your input: rerun with --debug for the traceback, and "
+                        "report it with that traceback and the command)")
     with pytest.raises(KeyError, match="iterates"):
         main([*argv, "buggy_test", "--debug"])
     with pytest.raises(KeyError, match="iterates"):
@@ -98,3 +100,36 @@ def test_an_accidental_type_error_is_a_bug_not_a_usage_error(checkpoint, capsys)
     finally:
         algorithms.LEARNERS.pop("typo_test")
     assert "internal error: TypeError: unsupported operand" in capsys.readouterr().err
+
+
+def test_the_exit_status_comes_from_the_type_not_the_source_text(checkpoint, capsys):
+    """A ValueError raised by a ``raise`` statement that is not iclprobe's check of its input
+    (torch's own, or a plain one in a user's learner) is a bug: only an InputError is bad input."""
+
+    @algorithms.register("torch_refuses_test", steps=(1,))
+    def torch_refuses_test(xs, ys, steps=None, weights=True):
+        torch.zeros(2).view(3)  # torch raises RuntimeError; and a ValueError of its own below
+        return None
+
+    @algorithms.register("plain_value_error_test", steps=(1,))
+    def plain_value_error_test(xs, ys, steps=None, weights=True):
+        raise ValueError("not an InputError")
+
+    @algorithms.register("numpy_value_error_test", steps=(1,))
+    def numpy_value_error_test(xs, ys, steps=None, weights=True):
+        import numpy as np
+
+        np.reshape(np.zeros(2), (3,))  # numpy's own `raise ValueError`
+        return None
+
+    argv = ["align", str(checkpoint), "--n-sequences", "16", "--algorithms"]
+    try:
+        for name, kind in [("plain_value_error_test", "ValueError: not an InputError"),
+                           ("numpy_value_error_test", "ValueError: cannot reshape"),
+                           ("torch_refuses_test", "RuntimeError: shape '[3]' is invalid")]:
+            assert main([*argv, name]) == 1, name
+            err = capsys.readouterr().err.strip()
+            assert f"iclprobe align: internal error: {kind}" in err and "report it" in err
+    finally:
+        for name in ("torch_refuses_test", "plain_value_error_test", "numpy_value_error_test"):
+            algorithms.LEARNERS.pop(name)

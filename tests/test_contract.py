@@ -252,7 +252,8 @@ def test_a_family_registered_by_path_is_checked_when_imported(scratch):
     with pytest.raises(ValueError, match=r"family 'mini': cannot import its model class "
                                          r"'iclprobe.models.lstm:NoSuchClass'"):
         registry.get_family("mini").model_class()
-    registry.register_family("mini", MiniConfig, "iclprobe.models.lstm:LSTMBlock", "mini")
+    registry.register_family("mini", MiniConfig, "iclprobe.models.lstm:LSTMBlock", "mini",
+                             replace=True)
     with pytest.raises(TypeError, match="must be a subclass of iclprobe.models.base.Regressor"):
         registry.get_family("mini").model_class()
 
@@ -287,6 +288,6 @@ def test_a_broken_plugin_is_skipped_with_a_warning(tmp_path):
         [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]))
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, check=True)
-    assert "iclprobe plugin 'broken' (no_such_module_x) failed to load: " \
+    assert "iclprobe plugin 'broken' (no_such_module_x) failed to load, skipped: " \
            "ModuleNotFoundError" in proc.stderr
     assert "'broken': \"failed: ModuleNotFoundError: No module named" in proc.stdout

@@ -156,13 +156,12 @@ def test_a_newly_registered_family_gets_its_flags(monkeypatch, tmp_path, capsys)
     assert "not applicable to --family gpt: --width" in capsys.readouterr().err
     # its config's errors name the flag the user typed, its seed as --model-seed
     from iclprobe._checks import ConfigError
-    from iclprobe.cli import _subparser, flag_of
+    from iclprobe.cli import flag_of
 
-    train = _subparser(build_parser(), "train")
-    assert flag_of(ConfigError("TinyConfig", "width", "must be > 0"), train) == "--width"
-    assert flag_of(ConfigError("TinyConfig", "seed", "bad seed"), train) == "--model-seed"
-    assert flag_of(ConfigError("Other", "width", "must be > 0"), train) == "--width"
-    assert flag_of(ConfigError("TinyConfig", "nothing", "must be > 0"), train) is None
+    assert flag_of(ConfigError("TinyConfig", "width", "must be > 0"), "train") == "--width"
+    assert flag_of(ConfigError("TinyConfig", "seed", "bad seed"), "train") == "--model-seed"
+    assert flag_of(ConfigError("Other", "width", "must be > 0"), "train") == "--width"
+    assert flag_of(ConfigError("TinyConfig", "nothing", "must be > 0"), "train") is None
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from iclprobe._checks import ConfigError
 from iclprobe.algorithms.prefix import ols_predictions
+from iclprobe.errors import InputError, InputTypeError
 from iclprobe.models.base import Regressor
 from iclprobe.models.files import RUN_CHECKPOINT
 from iclprobe.models.regressor import check_model
@@ -88,9 +89,9 @@ def check_setup(model: Regressor, task: RegressionTask, cfg: TrainConfig) -> Non
     """Refuse a bad combination before any training starts, naming the field."""
     check_model(model)
     if not isinstance(task, RegressionTask):
-        raise TypeError(f"task must be a RegressionTask, got {type(task).__name__}")
+        raise InputTypeError(f"task must be a RegressionTask, got {type(task).__name__}")
     if not isinstance(cfg, TrainConfig):
-        raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+        raise InputTypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
     model.check_task(task)
     family = type(model).__name__
     if cfg.curriculum_every:
@@ -220,9 +221,9 @@ def train(
     check_setup(model, task, cfg)
     out_path = Path(out) if out is not None else None
     if resume and out_path is None:
-        raise ValueError("resume=True needs the run directory `out`")
+        raise InputError("resume=True needs the run directory `out`")
     if resume and overwrite:
-        raise ValueError("overwrite=True starts a fresh run: it cannot be combined with resume")
+        raise InputError("overwrite=True starts a fresh run: it cannot be combined with resume")
     rank, world, started_group = _distributed(cfg)
     lock = None
     try:
@@ -253,7 +254,7 @@ def _train(model: Regressor, task: RegressionTask, cfg: TrainConfig, out: Path |
     if resume and writer:
         trim_metrics(out / METRICS_FILE, start)  # type: ignore[operator]
     if start > cfg.steps:
-        raise ValueError(f"cannot resume {out}: the run has done {start} steps, more than "
+        raise InputError(f"cannot resume {out}: the run has done {start} steps, more than "
                          f"steps={cfg.steps}")
     if resume and start == cfg.steps:
         logger.info("%s: the run has done all %d steps; nothing to do", out, start)

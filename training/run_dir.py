@@ -20,6 +20,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from iclprobe._checks import is_int
+from iclprobe.errors import InputError
 from iclprobe.models.files import (
     RUN_CHECKPOINT,
     TRAIN_CONFIG_FILE,
@@ -166,7 +167,7 @@ def restore(out: Path, model: Regressor, cfg: TrainConfig,
     if differ:
         values = "; ".join(f"{f}: run {getattr(saved, f)!r}, given {getattr(cfg, f)!r}"
                            for f in differ)
-        raise ValueError(f"cannot resume {out}: TrainConfig fields differ from the run's "
+        raise InputError(f"cannot resume {out}: TrainConfig fields differ from the run's "
                          f"({values})")
     try:
         weights = load_file(str(ckpt / WEIGHTS_FILE))

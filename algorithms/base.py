@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
 import operator
-import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -17,8 +15,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from iclprobe._checks import is_int, is_number
-from iclprobe.algorithms.prefix import PrefixStats, from_eigenbasis
+from iclprobe._checks import is_int
 from iclprobe.errors import InputError, InputTypeError
 from iclprobe.plugins import claim, registrant
 
@@ -41,6 +38,17 @@ class Iterates:
 
     def __post_init__(self) -> None:
         self.steps = check_steps(self.steps)
+        for field, shape in (("preds", "[K steps, batch, pos]"),
+                             ("weights", "[K steps, batch, pos, n_dims] or None")):
+            value = getattr(self, field)
+            if not isinstance(value, Tensor) and not (field == "weights" and value is None):
+                raise InputTypeError(f"Iterates.{field} must be a torch.Tensor {shape}, got a "
+                                     f"{type(value).__name__}" + (
+                                         " (stack a list of per-step tensors with torch.stack)"
+                                         if isinstance(value, (list, tuple)) else ""))
+        if not isinstance(self.hyper, dict):
+            raise InputTypeError(f"Iterates.hyper must be a dict of the hyperparameters used, "
+                                 f"got a {type(self.hyper).__name__}")
 
     def to(self, dtype: torch.dtype) -> Iterates:
         """The same iterates in another dtype."""
@@ -233,7 +241,14 @@ def iterates(name: str, xs: Tensor, ys: Tensor, steps: Iterable[int] | None = No
                              f"accepted: {accepted}")
     takes_steps = "steps" in params or (any_kw and steps is not None)
     out = fn(xs, ys, steps=steps, **hyper) if takes_steps else fn(xs, ys, **hyper)
-    return check_iterates(name, out, xs)
+    it = check_iterates(name, out, xs)
+    if takes_steps and steps is not None:
+        asked = check_steps(steps)
+        if not torch.equal(it.steps, asked):
+            raise InputError(f"learner {name!r} was asked for steps {asked.tolist()} and "
+                             f"returned iterates of steps {it.steps.tolist()}: run the "
+                             "`steps` it receives and pass them to Iterates")
+    return it
 
 
 def check_iterates(name: str, it: Any, xs: Tensor) -> Iterates:
@@ -243,13 +258,14 @@ def check_iterates(name: str, it: Any, xs: Tensor) -> Iterates:
                         f"{type(it).__name__}")
     k, (b, n, d) = it.steps.numel(), xs.shape
     if not isinstance(it.preds, Tensor) or tuple(it.preds.shape) != (k, b, n):
-        shape = tuple(it.preds.shape) if isinstance(it.preds, Tensor) else type(it.preds)
+        shape = tuple(it.preds.shape) if isinstance(it.preds, Tensor) else \
+            f"a {type(it.preds).__name__}"
         raise InputError(f"learner {name!r}: preds must have shape [K={k} steps, {b}, {n}], "
                          f"got {shape}")
     if it.weights is not None and (not isinstance(it.weights, Tensor)
                                    or tuple(it.weights.shape) != (k, b, n, d)):
         shape = tuple(it.weights.shape) if isinstance(it.weights, Tensor) else \
-            type(it.weights)
+            f"a {type(it.weights).__name__}"
         raise InputError(f"learner {name!r}: weights must be None or of shape [K={k} steps, "
                          f"{b}, {n}, {d}], got {shape}")
     if not isinstance(it.hyper, dict):
@@ -273,147 +289,3 @@ def check_steps(steps: Iterable[int] | None) -> Tensor:
         if isinstance(s, bool) or not hasattr(s, "__index__") or operator.index(s) < 0:
             raise InputError(f"steps must be integers >= 0, got {s!r}")
     return torch.tensor([operator.index(s) for s in values], dtype=torch.int64)
-
-
-def check_positive(value: Any, name: str, allow_zero: bool = False) -> float:
-    """A finite number > 0 (or >= 0)."""
-    ok = is_number(value) and math.isfinite(value)
-    if not ok or value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise InputError(f"{name} must be a finite number {bound}, got {value!r}")
-    return float(value)
-
-
-def collect(stats: PrefixStats, coefs: Iterable[Tensor], want_weights: bool
-            ) -> tuple[Tensor, Tensor | None]:
-    """Predictions (and weights) from eigenbasis coefficients ``u [batch, pos, n_dims]``.
-
-    In float64 and in the units of the scaled data (see `PrefixStats`); `finish` maps back.
-    """
-    preds, weights = [], []
-    for coef in coefs:
-        preds.append((coef * stats.query_eig).sum(-1))
-        if want_weights:
-            weights.append(from_eigenbasis(stats, coef))
-    return torch.stack(preds), (torch.stack(weights) if want_weights else None)
-
-
-def out_dtype(xs: Tensor) -> torch.dtype:
-    """Results come back in the input's floating dtype (float32 for integer input)."""
-    return xs.dtype if xs.is_floating_point() else torch.float32
-
-
-#: An iterate whose squared error exceeds this multiple of the zero predictor's has diverged.
-GROWTH_LIMIT = 1e3
-
-
-def fixed_number(value: Any) -> bool:
-    """Whether a hyperparameter is one number (then `finish` checks the iterates' growth).
-
-    Not a rule ("max", "tuned") nor one value per prefix: such learners may be read at one
-    position only (a model trained at the last position), where the others grow freely.
-    """
-    return is_number(value)
-
-
-def finish(name: str, steps: Tensor, preds: Tensor, weights: Tensor | None,
-           hyper: dict[str, Any], dtype: torch.dtype, scale: tuple[float, float] = (1.0, 1.0),
-           unstable: Callable[[], str | None] | None = None,
-           map_weights: Callable[[Tensor], Tensor] | None = None,
-           ys: Tensor | None = None) -> Iterates:
-    """`Iterates` in the data's units and in ``dtype``, refusing results that are not finite.
-
-    Args:
-        preds, weights: float64 results on the data divided by ``scale = (s_x, s_y)``:
-            predictions are multiplied back by s_y, weights by s_y / s_x.
-        unstable: called when a result is not finite, or (given ``ys``) when a step's
-            squared error exceeds `GROWTH_LIMIT` times the zero predictor's; says why
-            (e.g. "lr=… diverges … the largest stable lr …") or returns None when the
-            hyperparameters are stable.
-        map_weights: applied to the weights in the data's units (pgd's change of basis).
-        ys: the targets ``[batch, pos]``, for the growth check: a diverging learner is
-            refused before it overflows (``1e105`` against ``|y| ≤ 1e3`` is no answer).
-    """
-    sx, sy = scale
-    if sy != 1.0:
-        preds = preds * sy
-    if weights is not None and (sx, sy) != (1.0, 1.0):
-        weights = weights * (sy / sx)
-    if weights is not None and map_weights is not None:
-        weights = map_weights(weights)
-    out: list[Tensor | None] = []
-    for label, t in (("predictions", preds), ("weights", weights)):
-        if t is None:
-            out.append(None)
-            continue
-        cast = t.to(dtype)
-        if not bool(torch.isfinite(cast).all()):
-            raise InputError(_not_finite(name, label, t, dtype, unstable))
-        out.append(cast)
-    if ys is not None and unstable is not None:
-        _check_growth(name, steps, preds, ys, unstable)
-    return Iterates(steps, out[0], out[1], hyper, name)  # type: ignore[arg-type]
-
-
-def _check_growth(name: str, steps: Tensor, preds: Tensor, ys: Tensor,
-                  unstable: Callable[[], str | None]) -> None:
-    """Refuse iterates far worse than predicting 0 when the hyperparameters are unstable.
-
-    Over every sequence and position: a fixed rate beyond the bound of the shortest
-    prefixes (t = 1: S_1/1 has the largest top eigenvalue) blows up there first. A learner
-    meant to be read at some positions only takes one value per prefix (not checked).
-    """
-    y = ys.detach().to(device=preds.device, dtype=torch.float64)
-    zero = y.pow(2).mean()
-    if not zero > 0:
-        return
-    ratio = (preds.double() - y).pow(2).mean((1, 2)) / zero  # [step]
-    worst = int(ratio.argmax())
-    if ratio[worst] > GROWTH_LIMIT:
-        why = unstable()
-        if why is not None:
-            raise InputError(f"{name}: {why} (after {int(steps[worst])} steps the squared "
-                             f"error is {ratio[worst].item():.3g} times the zero "
-                             "predictor's)")
-
-
-def _not_finite(name: str, label: str, t: Tensor, dtype: torch.dtype,
-                unstable: Callable[[], str | None] | None) -> str:
-    """Why a learner's ``label`` (computed in float64 as ``t``) is not finite in ``dtype``."""
-    why = unstable() if unstable is not None else None
-    if why is not None:
-        return f"{name}: {why}"
-    if not bool(torch.isfinite(t).all()):
-        return (f"{name}: the {label} overflow float64 on these data (no finite answer); "
-                "check the data's scale and the hyperparameters")
-    largest = t.abs().max().item()
-    return (f"{name}: the {label} reach {largest:.3g}, beyond the range of {dtype}, the dtype "
-            f"of xs (largest {torch.finfo(dtype).max:.3g}): pass float32 or float64 xs")
-
-
-def scaled_number(value: float, exp2: int) -> str:
-    """``value · 2**exp2`` as text, also where that is beyond float64's range."""
-    if value == 0.0 or not math.isfinite(value):
-        return f"{value:.3g}"
-    try:
-        exact = math.ldexp(value, exp2)
-    except OverflowError:
-        exact = math.inf
-    if math.isfinite(exact) and abs(exact) >= sys.float_info.min:
-        return f"{exact:.3g}"
-    log10 = math.log10(abs(value)) + exp2 * math.log10(2.0)
-    power = math.floor(log10)
-    return f"{'-' if value < 0 else ''}{10 ** (log10 - power):.3g}e{power:+03d}"
-
-
-def log2(scale: float) -> int:
-    """The exponent of a power of two."""
-    return math.frexp(scale)[1] - 1
-
-
-def rescale(value: float, scale: float, power: int) -> float:
-    """``value · scale**power`` for a power-of-two ``scale``: exact, inf on overflow."""
-    try:
-        return math.ldexp(value, power * log2(scale))
-    except OverflowError:
-        return math.inf

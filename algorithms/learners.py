@@ -28,16 +28,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from iclprobe.algorithms.base import (
-    Iterates,
+from iclprobe.algorithms.base import Iterates, check_steps, register
+from iclprobe.algorithms.numerics import (
     check_positive,
-    check_steps,
     collect,
     finish,
     fixed_number,
     log2,
     out_dtype,
-    register,
     rescale,
     scaled_number,
 )

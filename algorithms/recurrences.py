@@ -15,14 +15,7 @@ from typing import TypeVar
 import torch
 from torch import Tensor
 
-from iclprobe.algorithms.base import (
-    Iterates,
-    check_steps,
-    finish,
-    fixed_number,
-    out_dtype,
-    register,
-)
+from iclprobe.algorithms.base import Iterates, check_steps, register
 from iclprobe.algorithms.learners import (
     GD_LOG_GRID,
     LrSpec,
@@ -32,6 +25,7 @@ from iclprobe.algorithms.learners import (
     _scale,
     _stats,
 )
+from iclprobe.algorithms.numerics import finish, fixed_number, out_dtype
 from iclprobe.algorithms.prefix import PrefixStats, by_blocks, from_eigenbasis
 from iclprobe.errors import InputError
 

@@ -13,7 +13,8 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
-from iclprobe.algorithms.base import Iterates, check_steps, out_dtype, register
+from iclprobe.algorithms.base import Iterates, check_steps, register
+from iclprobe.algorithms.numerics import out_dtype
 from iclprobe.algorithms.prefix import check_regression, exclusive_cumsum, safe_inverse
 from iclprobe.errors import InputError, InputTypeError
 

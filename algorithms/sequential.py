@@ -13,15 +13,13 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
-from iclprobe.algorithms.base import (
-    Iterates,
+from iclprobe.algorithms.base import Iterates, check_steps, register
+from iclprobe.algorithms.numerics import (
     check_positive,
-    check_steps,
     finish,
     fixed_number,
     log2,
     out_dtype,
-    register,
     rescale,
     scaled_number,
 )

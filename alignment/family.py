@@ -91,14 +91,58 @@ def probe_start(window: tuple[int, int], n_points: int, width: int, fitted_on: i
 
 def layer_weight_fn(model: Regressor, layer_probes: probes.LayerProbes | None
                     ) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
-    """``(xs, ys, queries) -> [L+1, B, n, T]``: every layer's prediction at fresh queries."""
+    """``(xs, ys, queries) -> [L+1, B, n, T]``: every layer's prediction at fresh queries.
+
+    Its first call checks the family's ``query_residuals`` (`check_query_residuals`).
+    """
     if model.exact_layer_readout:
-        def exact(xs: Tensor, ys: Tensor, queries: Tensor) -> Tensor:
+        def read(xs: Tensor, ys: Tensor, queries: Tensor) -> Tensor:
             return model.query_residuals(xs, ys, queries, reduce=model.readout_residual)
-        return exact
-    if layer_probes is None:
+    elif layer_probes is None:
         raise InputError("induced weights of a GPT's layers need its fitted layer probes")
-    return layer_probes.predict_queries
+    else:
+        read = layer_probes.predict_queries
+    checked: list[bool] = []
+
+    def first_checked(xs: Tensor, ys: Tensor, queries: Tensor) -> Tensor:
+        if not checked:
+            check_query_residuals(model, xs, ys)
+            checked.append(True)
+        return read(xs, ys, queries)
+    return first_checked
+
+
+#: How far the substitution may differ from the forward pass, relative to its largest value.
+SUBSTITUTION_TOL = 1e-3
+
+
+def check_query_residuals(model: Regressor, xs: Tensor, ys: Tensor) -> None:
+    """Refuse a ``query_residuals`` that is not the substitution of the query into x_t.
+
+    Given each prefix's own query ``x_t`` as its one query, ``query_residuals`` must give
+    every layer's residual of the forward pass at the readout positions
+    (`collect_residuals`); a family that computes something else would make every induced
+    weight, and so every weight metric, silently wrong. Checked on two sequences.
+    """
+    xs, ys = xs[:2], ys[:2]
+    with torch.no_grad():
+        own = model.query_residuals(xs, ys, xs[:, :, None, :])
+        plain = collect_residuals(model, xs, ys)
+    cls = type(model).__name__
+    if not isinstance(own, Tensor) or own.shape != (*plain.shape[:3], 1, plain.shape[3]):
+        got = tuple(own.shape) if isinstance(own, Tensor) else type(own).__name__
+        raise InputError(f"{cls}.query_residuals must return [L+1, batch, pos, T, d_model] = "
+                         f"{(*plain.shape[:3], 1, plain.shape[3])} here, got {got}")
+    own = own[:, :, :, 0].to(plain)
+    finite = torch.isfinite(plain)  # a model may blow up where it was not trained, alike
+    gap = (own - plain).abs()[finite].max().item() if bool(finite.any()) else 0.0
+    scale = max(plain[finite].abs().max().item() if bool(finite.any()) else 0.0, 1.0)
+    if not (gap <= SUBSTITUTION_TOL * scale and torch.equal(torch.isfinite(own), finite)):
+        raise InputError(f"{cls}.query_residuals is not the substitution: with each prefix's "
+                         f"own x_t as its query it must give the forward pass's residuals "
+                         f"at the readout positions (hooks.collect_residuals), but differs "
+                         f"by up to {gap:.3g} (largest residual {scale:.3g}); query j at "
+                         "prefix t must be read as if it replaced x_t")
 
 
 def family_runs(model: Regressor, batch: RegressionBatch

@@ -177,6 +177,7 @@ def register_metric(name: str, *, on: str, higher_is_better: bool, label: str | 
 
     def wrap(fn: MetricFn) -> MetricFn:
         _check_signature(name, "the metric", fn)
+        _try_metric(name, on, fn, across)
         by = registrant(getattr(fn, "__module__", None) or "?")
         taken = METRIC_INFO.get(name)
         claim("metric", name, taken.registrant if taken else None, by, replace)
@@ -199,6 +200,51 @@ def _check_signature(name: str, what: str, fn: Any) -> None:
                         f"{err}") from None
 
 
+#: The sizes a metric is tried on when registered, no two alike (a metric that reads the
+#: wrong axis gets a shape that shows it), with leading axes as ``align`` passes them.
+TRIAL = {"layer": 2, "step": 3, "batch": 5, "pos": 7, "n_dims": 4}
+_ON_TEXT = {"preds": "predictions [..., batch, pos]",
+            "weights": "induced weights [..., batch, pos, n_dims]"}
+
+
+def _try_metric(name: str, on: str, fn: Any, across: Any) -> None:
+    """Call a metric (and its across form) once on random data of the kind ``on`` says.
+
+    A metric written for the other kind of input than its ``on=``, or one that does not
+    return one value per sequence, is refused here, naming ``on=``, not at its first use.
+    """
+    n_l, n_k, b, n, d = TRIAL.values()
+    core = (b, n) if on == "preds" else (b, n, d)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn((n_l, 1, *core), generator=g, dtype=torch.float64)
+    y = torch.randn((n_k, *core), generator=g, dtype=torch.float64)
+    ys = torch.randn((b, n), generator=g, dtype=torch.float64)
+    other = "weights" if on == "preds" else "preds"
+    sizes = ", ".join(f"{k}={v}" for k, v in TRIAL.items() if on == "weights" or k != "n_dims")
+    where = (f"metric {name!r}, registered with on={on!r} (it compares {_ON_TEXT[on]}), "
+             f"tried on inputs of shapes {tuple(x.shape)} and {tuple(y.shape)} ({sizes})")
+    hint = f"if it compares {_ON_TEXT[other]}, register it with on={other!r}"
+    for what, f, want in (("the metric", fn, (n_l, n_k, b)),
+                          ("its across form", across, None)):
+        if f is None:
+            continue
+        try:
+            out = f(x, y, ys, 1, n - 1)
+        except Exception as err:  # noqa: BLE001 - any error of the user's function
+            raise InputError(f"{where}: {what} raised {type(err).__name__}: {err}; {hint}") \
+                from err
+        got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+        ok = isinstance(out, Tensor) and (out.shape == want if want is not None else
+                                          out.ndim >= 3 and out.shape[-1] == 3
+                                          and out.shape[:-2] == (n_l, n_k, b))
+        if not ok:
+            need = (f"one value per sequence, shape {want}" if want is not None else
+                    f"[{n_l}, {n_k}, {b}, pos, 3]: the products (u·v, u·u, v·v)")
+            raise InputError(f"{where}: {what} must return {need}, got {got}; {hint}")
+        if not bool(torch.isfinite(out).all()):
+            raise InputError(f"{where}: {what} returned NaN or Inf on finite random inputs")
+
+
 def metric_info(name: str) -> MetricInfo:
     """The registration of metric ``name`` (the error lists the registered ones)."""
     if name not in METRIC_INFO:
@@ -218,7 +264,8 @@ def per_sequence(name: str, a: Tensor, b: Tensor, ys: Tensor, t_min: int,
         got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
         raise InputError(f"metric {name!r} must return one value per sequence, shape "
                          f"{tuple(want)} here (the inputs' shape less its last "
-                         f"{'axis' if core == 1 else 'two axes'}), got {got}")
+                         f"{'axis' if core == 1 else 'two axes'}: {_ON_TEXT[info.on]}, as "
+                         f"registered with on={info.on!r}), got {got}")
     return out
 
 

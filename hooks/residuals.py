@@ -71,6 +71,7 @@ def iter_residuals(model: Regressor, xs: Tensor, ys: Tensor, layers: Sequence[in
     if not isinstance(batch_size, int) or batch_size <= 0:
         raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
     names = [resid_hook_name(layer, model) for layer in layers]
+    model.check_resid_hooks(names)
     wanted = set(names)
     device = tensor_home(model)[0]
     starts = range(0, xs.shape[0], batch_size)

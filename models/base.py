@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 import itertools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, overload
 
@@ -80,7 +80,7 @@ class Regressor(HookedRootModule, metaclass=abc.ABCMeta):
     head_hook: ClassVar[tuple[str, int] | None] = None
     block_output_hooks: ClassVar[tuple[str, ...]] = ()
     cfg: Any
-    task: Any
+    task: Any = None  # the RegressionTask it was trained on, when known (`models.load` sets it)
     train_config: dict[str, Any] | None = None  # the recipe it was trained with, when known
     checkpoint: Path | None = None  # where `models.load` found it (None: built in Python)
 
@@ -155,6 +155,35 @@ class Regressor(HookedRootModule, metaclass=abc.ABCMeta):
     def resid_hook_name(self, layer: int) -> str:
         """The hook whose output is layer ``layer``'s residual stream."""
         return "blocks.0.hook_resid_pre" if layer == 0 else f"blocks.{layer - 1}.hook_resid_post"
+
+    def setup(self) -> None:
+        """Name every hook point after its module path (TransformerLens), then check them.
+
+        A family's ``__init__`` calls it last. Each layer's residual hook
+        (`resid_hook_name`) must then be among the hook points: refused here, when the
+        first model is built, not at the first alignment.
+        """
+        super().setup()
+        self.check_resid_hooks()
+
+    def check_resid_hooks(self, names: Iterable[str] | None = None) -> None:
+        """Refuse residual hook names (default: every layer's) that are not hook points."""
+        cls = type(self).__name__
+        hook_dict = getattr(self, "hook_dict", None)
+        if not hook_dict:
+            raise InputError(f"{cls} has no hook points: its __init__ must build its "
+                             "HookPoint modules and call self.setup() last "
+                             "(TransformerLens's HookedRootModule)")
+        if names is None:
+            names = [self.resid_hook_name(layer) for layer in range(self.cfg.n_layers + 1)]
+        missing = [name for name in names if name not in hook_dict]
+        if missing:
+            raise InputError(
+                f"{cls}: the residual hook(s) {missing} (resid_hook_name) are not among its "
+                f"hook points {sorted(hook_dict)[:6]}{' …' if len(hook_dict) > 6 else ''}: "
+                "name the HookPoint attributes after the layers (blocks.{l}.hook_resid_pre "
+                "and blocks.{l}.hook_resid_post, in a ModuleList named blocks), or override "
+                "resid_hook_name")
 
     def check_task(self, task: Any) -> None:
         """Refuse a task this model cannot take (default: a matching dimension)."""

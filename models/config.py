@@ -36,7 +36,7 @@ N_POSITIONS_HELP = "most examples per sequence (Garg's meaning: 2x tokens when i
 LAYOUT_HELP = "tokens: interleaved x, y tokens, or paired (x_prev, y_prev, x) tokens"
 SEED_HELP = "initialization seed (the global RNG is untouched)"
 
-C = TypeVar("C", bound="_ConfigMixin")
+C = TypeVar("C", bound="ConfigMixin")
 
 
 class _TokenLayout:
@@ -57,7 +57,7 @@ class _TokenLayout:
         return self.n_dims if self.layout == "interleaved" else 2 * self.n_dims + 1
 
 
-class _ConfigMixin:
+class ConfigMixin:
     def to_dict(self) -> dict[str, Any]:
         """A fresh dict of the fields (never an alias of ``__dict__``)."""
         return dataclasses.asdict(self)  # type: ignore[call-overload]
@@ -76,7 +76,7 @@ class _ConfigMixin:
 
 
 @dataclasses.dataclass(frozen=True)
-class GPTConfig(_TokenLayout, _ConfigMixin):
+class GPTConfig(_TokenLayout, ConfigMixin):
     """Configuration of `GPTRegressor` (Garg et al.'s read-in → GPT-2 → read-out).
 
     Each field's help is its ``iclprobe train`` flag's.
@@ -128,7 +128,7 @@ class GPTConfig(_TokenLayout, _ConfigMixin):
 
 
 @dataclasses.dataclass(frozen=True)
-class PQConfig(_ConfigMixin):
+class PQConfig(ConfigMixin):
     """Configuration of `PQTransformer` (Ahn et al. / von Oswald et al.).
 
     Each field's help is its ``iclprobe train`` flag's.
@@ -168,7 +168,7 @@ class PQConfig(_ConfigMixin):
 
 
 @dataclasses.dataclass(frozen=True)
-class LSTMConfig(_TokenLayout, _ConfigMixin):
+class LSTMConfig(_TokenLayout, ConfigMixin):
     """Configuration of `LSTMRegressor` (Garg et al.'s read-in → LSTM layers → read-out).
 
     Each field's help is its ``iclprobe train`` flag's.
@@ -210,7 +210,7 @@ def _json_value(value: Any, where: str) -> Any:
 
 
 @dataclasses.dataclass(frozen=True)
-class OracleConfig(_ConfigMixin):
+class OracleConfig(ConfigMixin):
     """Configuration of `iclprobe.constructions.LearnerOracle` (a known-answer model).
 
     Layer l is ``learner``'s step ``steps[l]``. Not trained: ``iclprobe train`` refuses the

@@ -30,8 +30,8 @@ from iclprobe.plugins import claim, registrant
 #: What ``register_family`` checks of a config class: fields, then methods.
 CONFIG_FIELDS = ("n_dims", "n_layers", "seed")
 CONFIG_METHODS = {
-    "to_dict": "config.json is written from it (models.config._ConfigMixin has it)",
-    "from_dict": "checkpoints are loaded with it (models.config._ConfigMixin has it)",
+    "to_dict": "config.json is written from it (models.config.ConfigMixin has it)",
+    "from_dict": "checkpoints are loaded with it (models.config.ConfigMixin has it)",
 }
 
 

@@ -20,7 +20,7 @@ from iclprobe.alignment import similarity
 from iclprobe.alignment.metrics import METRIC_INFO, register_metric
 from iclprobe.models import registry
 from iclprobe.models.base import Regressor
-from iclprobe.models.config import LSTMConfig, _ConfigMixin
+from iclprobe.models.config import ConfigMixin, LSTMConfig
 from iclprobe.models.lstm import LSTMRegressor
 
 
@@ -145,16 +145,27 @@ def _tables(seed=0):
 
 
 def test_a_metrics_output_is_checked(scratch):
-    scratch.append("scalar")
+    """When registered, on random data; on every call, on the data (which may differ)."""
+    scratch.extend(["scalar", "sized"])
 
-    @register_metric("scalar", on="preds", higher_is_better=False)
     def scalar(a, b, ys, t_min, t_max):
         return (a - b).abs().mean()
 
+    with pytest.raises(ValueError, match=r"metric 'scalar', registered with on='preds' .*: "
+                                         r"the metric must return one value per sequence, "
+                                         r"shape \(2, 3, 5\), got \(\)"):
+        register_metric("scalar", on="preds", higher_is_better=False)(scalar)
+
+    @register_metric("sized", on="preds", higher_is_better=False)
+    def sized(a, b, ys, t_min, t_max):  # one value per sequence only for short sequences
+        out = (a - b)[..., t_min:t_max + 1].abs().mean(-1)
+        return out if a.shape[-1] < 8 else out.mean(-1)
+
     layers, gd, ys = _tables()
-    with pytest.raises(ValueError, match=r"metric 'scalar' must return one value per "
-                                         r"sequence, shape \(3, 3, 12\) here"):
-        similarity(layers, gd, ys, "scalar", n_boot=4)
+    with pytest.raises(ValueError, match=r"metric 'sized' must return one value per "
+                                         r"sequence, shape \(3, 3, 12\) here .* as registered "
+                                         r"with on='preds'\), got \(3, 3\)"):
+        similarity(layers, gd, ys, "sized", n_boot=4)
 
 
 def test_a_metric_without_an_across_form_is_refused_across_sequences(scratch):
@@ -198,21 +209,21 @@ def test_a_metrics_across_form_is_its_own(scratch):
 
 # ------------------------------------------------------------------ families
 @dataclasses.dataclass(frozen=True)
-class MiniConfig(_ConfigMixin):
+class MiniConfig(ConfigMixin):
     n_dims: int = 3
     n_layers: int = 1
     seed: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
-class NoDict:  # no _ConfigMixin: nothing to write config.json with
+class NoDict:  # no ConfigMixin: nothing to write config.json with
     n_dims: int = 3
     n_layers: int = 1
     seed: int = 0
 
 
 @dataclasses.dataclass
-class Thawed(_ConfigMixin):
+class Thawed(ConfigMixin):
     n_dims: int = 3
     n_layers: int = 1
     seed: int = 0

@@ -14,7 +14,7 @@ from iclprobe.alignment.config import DEFAULT_METRICS, AlignConfig
 from iclprobe.cli import build_parser, main
 from iclprobe.cli_commands import _align_config, _train_setup
 from iclprobe.cli_flags import MODEL_FROM_TASK, TASK_FIELDS, align_flags, given, train_flags
-from iclprobe.models.config import _ConfigMixin
+from iclprobe.models.config import ConfigMixin
 from iclprobe.models.registry import FAMILIES, register_family
 from iclprobe.training.config import TrainConfig
 
@@ -134,7 +134,7 @@ def test_given_flags_are_the_values_typed():
 
 
 @dataclasses.dataclass(frozen=True)
-class TinyConfig(_ConfigMixin):
+class TinyConfig(ConfigMixin):
     n_dims: int = option(help="covariate dimension d")
     n_layers: int = option(2, "mixing layers")
     width: float = option(0.5, "mixing width")

@@ -14,7 +14,7 @@ from iclprobe._checks import (
     is_number,
     option,
 )
-from iclprobe.models.config import _ConfigMixin
+from iclprobe.models.config import ConfigMixin
 
 OPTIMIZERS = ("adam", "adamw", "sgd", "lbfgs")
 SCHEDULES = ("constant", "step", "cosine")
@@ -24,7 +24,7 @@ DEVICES = ("cpu", "cuda")
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainConfig(_ConfigMixin):
+class TrainConfig(ConfigMixin):
     """How to train a model on its task (defaults: Garg et al.'s recipe, sized for a CPU).
 
     Each field's help is its ``iclprobe train`` flag's.

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from iclprobe.errors import InputError
 
 if TYPE_CHECKING:
-    from iclprobe.models.regressor import Regressor
+    from iclprobe.models.base import Regressor
 
 logger = logging.getLogger(__name__)
 DEMO_MODELS = ("gpt-softmax", "gpt-softmax-paired", "gpt-linear-paired")
@@ -289,7 +289,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _train_setup(args: argparse.Namespace) -> tuple[Regressor, Any, Any]:
     """The model, task and recipe of ``iclprobe train``, fresh or from the run (--resume)."""
     from iclprobe import models, tasks, training
-    from iclprobe.cli_flags import MODEL_FROM_TASK, given, train_flags
+    from iclprobe.cli_flags import MODEL_FROM_TASK, TRAIN_TASK_DEFAULTS, given, train_flags
     from iclprobe.models import registry
     from iclprobe.training.memory import check_training_fits
 
@@ -303,7 +303,7 @@ def _train_setup(args: argparse.Namespace) -> tuple[Regressor, Any, Any]:
         cfg = dataclasses.replace(training.read_train_config(args.out), **train_given)
         model: Regressor = models.load(args.out)
         return model, model.task, cfg
-    task = tasks.RegressionTask(**{"n_dims": 8, "n_points": 24, **given(args, flags["task"])})
+    task = tasks.RegressionTask(**{**TRAIN_TASK_DEFAULTS, **given(args, flags["task"])})
     model_kw = given(args, flags["model"])
     family = registry.get_family(getattr(args, "family", "gpt"))
     if not family.trainable:

@@ -7,8 +7,8 @@ flags only convert text: the dataclass's ``__post_init__`` refuses bad values.
 
 Defaults are left out of the namespace (``argparse.SUPPRESS``) so a command can tell which
 flags were given (`given`), and the dataclass's own default applies to the rest; the help
-shows that default. No heavy imports: `RegressionTask` imports torch, so the task's flags
-are the table `TASK_FIELDS`.
+shows that default. No heavy imports: the task's flags come from `TaskFields`, the
+torch-free fields `RegressionTask` subclasses.
 """
 
 from __future__ import annotations
@@ -70,14 +70,6 @@ def merged_flags(classes: dict[str, Any], rename: dict[str, str] | None = None,
                           _joined(helps, len(classes)), {o: f.default for o, f, _ in fields},
                           meta))
     return flags
-
-
-def table_flags(table: list[tuple[str, Any, str]], rename: dict[str, str] | None = None
-                ) -> list[Flag]:
-    """Flags from ``(name, default, help)`` triples (for a class that imports torch)."""
-    rename = rename or {}
-    return [Flag(name, rename.get(name, name), _TABLE_TYPES.get(name, type(default)), text,
-                 {"": default}) for name, default, text in table]
 
 
 def add_flags(group: Any, flags: list[Flag], defaults: dict[str, str] | None = None) -> None:
@@ -181,23 +173,8 @@ def _strip_none(kind: Any) -> Any:
     return kind if kind is not None else str
 
 
-# The task's fields (`RegressionTask`): the class imports torch, so its flags are a table,
-# kept in step with the dataclass by tests/test_flags.py.
-TASK_FIELDS = [
-    ("n_dims", 8, "covariate dimension d"),
-    ("n_points", 24, "examples per sequence"),
-    ("cov", "isotropic", "isotropic | rotated | ill-conditioned"),
-    ("w_prior", "standard", "standard (w ~ N(0, I)) | inverse-cov (w ~ N(0, Σ⁻¹))"),
-    ("noise_std", 0.0, "label noise standard deviation"),
-    ("seed", 0, "seed of the rotated covariance"),
-    ("condition_number", 100.0, "κ of the ill-conditioned covariance"),
-    ("eigenbasis", "sequence", "ill-conditioned eigenbasis per sequence | batch"),
-    ("eigenvalues", None, "Σ's eigenvalues for cov=rotated (default: 1 1 1/4 1/16 1, "
-     "repeated to n_dims)"),
-    ("active_dims", None, "Garg's truncation: only the first k coordinates are non-zero "
-     "(default: all n_dims)"),
-]
-_TABLE_TYPES: dict[str, Any] = {"eigenvalues": tuple[float, ...], "active_dims": int}
+#: ``iclprobe train``'s task sizes when not given (the task itself has no default for them).
+TRAIN_TASK_DEFAULTS = {"n_dims": 8, "n_points": 24}
 TASK_RENAME = {"seed": "task_seed"}
 MODEL_RENAME = {"seed": "model_seed"}
 #: Model fields whose value comes from the task's flags: none of their own (n_dims), or
@@ -208,9 +185,12 @@ MODEL_FROM_TASK = {"n_dims": "n_dims", "n_positions": "n_points"}
 def train_flags() -> dict[str, list[Flag]]:
     """The flags of ``iclprobe train`` by group: task, model (trainable families), training."""
     from iclprobe.models.registry import FAMILIES  # torch-free
+    from iclprobe.tasks.fields import TaskFields  # torch-free
     from iclprobe.training.config import TrainConfig
 
-    return {"task": table_flags(TASK_FIELDS, TASK_RENAME),
+    task = [dataclasses.replace(f, defaults={"": TRAIN_TASK_DEFAULTS[f.name]})
+            if f.name in TRAIN_TASK_DEFAULTS else f for f in config_flags(TaskFields, TASK_RENAME)]
+    return {"task": task,
             "model": merged_flags({n: f.config for n, f in FAMILIES.items() if f.trainable},
                                   MODEL_RENAME, skip=("n_dims",)),
             "training": config_flags(TrainConfig)}

@@ -15,6 +15,7 @@ from iclprobe._checks import (
     check_seed,
     option,
 )
+from iclprobe.alignment.fitted_grid import FITTED_SIZE
 
 if TYPE_CHECKING:
     from iclprobe.alignment.protocols import Protocol
@@ -78,7 +79,7 @@ class AlignConfig:
     confidence: float = option(0.95, "confidence level of the bootstrap intervals")
     separation: bool = option(True, "measure which views separate Newton from GD")
     fitted: bool = option(True, "also compare Newton with GD with their step sizes fitted "
-                          "(10 step-size variants x 25 steps each; the verdict's view)")
+                          f"({FITTED_SIZE}; the verdict's view)")
     seed: int = option(0, "seed of the evaluation data (the probes' data: seed + 1)")
     device: str = option("cpu", "where the model runs", choices=DEVICES)
 

@@ -19,7 +19,7 @@ from iclprobe.algorithms.base import REFERENCE_PAIR
 from iclprobe.alignment.protocols import RunSpec
 from iclprobe.errors import InputError
 from iclprobe.hooks.residuals import collect_residuals
-from iclprobe.models.regressor import Regressor
+from iclprobe.models.base import Regressor
 from iclprobe.tasks import RegressionBatch, RegressionTask
 
 if TYPE_CHECKING:

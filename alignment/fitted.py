@@ -37,19 +37,18 @@ from torch import Tensor
 from iclprobe import algorithms
 from iclprobe.algorithms.prefix import PrefixStats, stats_rows
 from iclprobe.alignment import comparison as C
+from iclprobe.alignment.fitted_grid import (
+    GD_SCALES,
+    GD_STEPS,
+    NEWTON_FIXED,
+    NEWTON_SCALES,
+    NEWTON_STEPS,
+)
 from iclprobe.alignment.metrics import METRIC_INFO
 from iclprobe.alignment.runs import concat_iterates
 from iclprobe.alignment.similarities import Similarity, similarity
 from iclprobe.alignment.spectral import SpectralOrder, spectral_view
 
-GD_SCALES = (0.125, 0.25, 0.5, 1.0, 1.5)  # 2 / λ_max is on the boundary
-# Newton's step count doubles its effective step (α λ² → 2^k α λ²): multiples an octave
-# apart are nearly redundant, so Newton's are √2 apart within [1/2, 2] (2/‖SSᵀ‖_F still
-# converges at rank >= 2), and its fixed steps' likewise below the bound
-NEWTON_SCALES = (0.5, 0.71, 1.0, 1.41, 2.0)
-NEWTON_FIXED = (0.35, 0.5, 0.71, 1.0, 1.41)
-GD_STEPS = tuple(sorted({0} | {round(2 ** (j / 2)) for j in range(25)}))
-NEWTON_STEPS = tuple(range(25))
 LEARNERS = ("newton", "gd")
 
 

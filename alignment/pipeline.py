@@ -44,7 +44,7 @@ from iclprobe.alignment.similarities import Similarity, similarity
 from iclprobe.alignment.spectral import SpectralOrder
 from iclprobe.alignment.timing import Timings
 from iclprobe.errors import InputError
-from iclprobe.models.regressor import Regressor
+from iclprobe.models.base import Regressor
 from iclprobe.tasks import RegressionBatch, RegressionTask
 
 logger = logging.getLogger(__name__)

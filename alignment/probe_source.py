@@ -28,7 +28,7 @@ from iclprobe.training.run_dir import METRICS_FILE
 
 if TYPE_CHECKING:
     from iclprobe.alignment.config import AlignConfig
-    from iclprobe.models.regressor import Regressor
+    from iclprobe.models.base import Regressor
     from iclprobe.tasks import RegressionTask
 
 logger = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from iclprobe.errors import InputError
 from iclprobe.hooks.residuals import check_layers, points_of, readout_rows, resid_hook_name
-from iclprobe.models.regressor import Regressor, check_model
+from iclprobe.models.base import Regressor, check_model
 
 HookFn = Callable[..., Tensor]
 

@@ -23,8 +23,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from iclprobe.errors import InputError
-from iclprobe.models.base import tensor_home
-from iclprobe.models.regressor import Regressor, check_model
+from iclprobe.models.base import Regressor, check_model, tensor_home
 from iclprobe.storage import atomic_directory
 
 

@@ -273,3 +273,10 @@ class Regressor(HookedRootModule, metaclass=abc.ABCMeta):
         if return_cache_object:
             cache = ActivationCache(cache, self, has_batch_dim=not remove_batch_dim)
         return out, cache
+
+
+def check_model(model: Any) -> None:
+    """Refuse anything that is not a model of a registered family, naming the type given."""
+    if not isinstance(model, Regressor):
+        raise InputTypeError(f"model must be an iclprobe model (a Regressor: GPTRegressor, "
+                             f"PQTransformer, ...), got {type(model).__name__}")

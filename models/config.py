@@ -58,6 +58,12 @@ class _TokenLayout:
 
 
 class ConfigMixin:
+    """``to_dict`` and ``from_dict`` for a config dataclass (a family's config builds on it).
+
+    ``from_dict`` drops unknown keys with a warning, so checkpoints written by a newer
+    iclprobe still load.
+    """
+
     def to_dict(self) -> dict[str, Any]:
         """A fresh dict of the fields (never an alias of ``__dict__``)."""
         return dataclasses.asdict(self)  # type: ignore[call-overload]

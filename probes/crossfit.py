@@ -18,7 +18,7 @@ from torch import Tensor
 
 from iclprobe._checks import is_int
 from iclprobe.errors import InputError
-from iclprobe.models.regressor import Regressor
+from iclprobe.models.base import Regressor
 from iclprobe.probes.layer_probes import (
     LayerProbes,
     ProbeMetrics,

@@ -15,7 +15,7 @@ from iclprobe._checks import check_bytes, check_int
 from iclprobe.errors import InputError, InputTypeError
 
 if TYPE_CHECKING:
-    from iclprobe.models.regressor import Regressor
+    from iclprobe.models.base import Regressor
     from iclprobe.tasks import RegressionTask
 
 #: Residuals and targets beyond this magnitude are refused: their squares, summed over

@@ -28,7 +28,7 @@ from torch import Tensor
 from iclprobe._checks import check_int, check_real
 from iclprobe.errors import InputError
 from iclprobe.hooks.residuals import collect_residuals
-from iclprobe.models.regressor import Regressor, check_model, readout_residual
+from iclprobe.models.base import Regressor, check_model
 from iclprobe.probes.inputs import check_batch, check_finite_inputs, check_fit_fits, check_tensors
 from iclprobe.probes.ridge import ridge_gcv
 from iclprobe.storage import atomic_directory, parse_json
@@ -69,7 +69,7 @@ def readout_predictions(model: Regressor, xs: Tensor, ys: Tensor,
     GPT: the final norm and read-out applied to each layer's residual (a logit lens);
     PQ: ``−Z[query, d]`` of each layer.
     """
-    return readout_residual(model, collect_residuals(model, xs, ys, batch_size=batch_size))
+    return model.readout_residual(collect_residuals(model, xs, ys, batch_size=batch_size))
 
 
 def check_rows(n_rows: int, width: int, where: str, per_sequence: int) -> None:
@@ -180,7 +180,7 @@ class LayerProbes:
             return ys
         assert self.model is not None
         with torch.no_grad():
-            return readout_residual(self.model, resid[-1])
+            return self.model.readout_residual(resid[-1])
 
     def fit_residuals(self, resid: Tensor, targets: Tensor) -> LayerProbes:
         """Fit on collected residuals ``[L+1, B, n, d_model]`` and targets ``[B, n]``."""

@@ -37,11 +37,9 @@ from iclprobe.tasks.covariance import (
     rotated_eigenvalues,
     symmetric_sqrt_pair,
 )
+from iclprobe.tasks.fields import COVARIANCES, EIGENBASES, W_PRIORS, TaskFields
 
 _OWNER = "RegressionTask"
-COVARIANCES = ("isotropic", "rotated", "ill-conditioned")
-W_PRIORS = ("standard", "inverse-cov")
-EIGENBASES = ("sequence", "batch")
 TASK_FORMAT_VERSION = 1
 
 
@@ -75,7 +73,7 @@ def as_generator(generator: torch.Generator | int | None, name: str = "generator
 
 
 @dataclass(frozen=True, eq=False)
-class RegressionTask:
+class RegressionTask(TaskFields):
     """In-context linear regression y = wᵀx (+ noise) with x ~ N(0, Σ).
 
     Args:
@@ -106,16 +104,7 @@ class RegressionTask:
             and w are non-zero (None: all d).
     """
 
-    n_dims: int
-    n_points: int
-    cov: str | Tensor = "isotropic"
-    w_prior: str = "standard"
-    noise_std: float = 0.0
-    seed: int = 0
-    condition_number: float = 100.0
-    eigenbasis: str = "sequence"
-    eigenvalues: tuple[float, ...] | None = None
-    active_dims: int | None = None
+    # the fields are `TaskFields`' (their one home, torch-free for the CLI's flags)
     _fixed_cov: Tensor | None = field(default=None, init=False, repr=False)
     _fixed_factors: tuple[Tensor, Tensor] | None = field(default=None, init=False, repr=False)
     _stream: torch.Generator | None = field(default=None, init=False, repr=False)

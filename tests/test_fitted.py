@@ -1,5 +1,7 @@
 """The fitted view: Newton and GD over their step sizes, and layers read as probes read them."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -93,3 +95,16 @@ def test_a_probed_layer_is_compared_with_learners_read_the_same_way():
     raw = align_layers(layers, b, cfg).fitted["error_cosine"]
     assert probed.verdicts[1:] == ["prefers gd"] * 3
     assert raw.verdicts[1:] != ["prefers gd"] * 3  # what the re-read repairs
+
+
+def test_the_fitted_help_counts_the_variants_the_code_runs():
+    """``--fitted``'s help says how many step-size variants and steps the view runs: the
+    numbers are those `variants` and the grids give, whatever they become."""
+    b = tasks.RegressionTask(n_dims=3, n_points=9).sample(4, generator=0)
+    stats = prefix_stats(b.xs.double(), b.ys.double())
+    counts = {(len(variants(name, stats, (1, 8))), len(steps))
+              for name, steps in (("newton", NEWTON_STEPS), ("gd", GD_STEPS))}
+    assert len(counts) == 1  # both learners alike: the help gives one number of each
+    (n_variants, n_steps), = counts
+    help_text = {f.name: f.metadata["help"] for f in dataclasses.fields(AlignConfig)}["fitted"]
+    assert f"({n_variants} step-size variants x {n_steps} steps each;" in help_text

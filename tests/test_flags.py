@@ -13,9 +13,16 @@ from iclprobe._checks import option
 from iclprobe.alignment.config import DEFAULT_METRICS, AlignConfig
 from iclprobe.cli import build_parser, main
 from iclprobe.cli_commands import _align_config, _train_setup
-from iclprobe.cli_flags import MODEL_FROM_TASK, TASK_FIELDS, align_flags, given, train_flags
+from iclprobe.cli_flags import (
+    MODEL_FROM_TASK,
+    TRAIN_TASK_DEFAULTS,
+    align_flags,
+    given,
+    train_flags,
+)
 from iclprobe.models.config import ConfigMixin
 from iclprobe.models.registry import FAMILIES, register_family
+from iclprobe.tasks.fields import TaskFields
 from iclprobe.training.config import TrainConfig
 
 MISSING = dataclasses.MISSING
@@ -95,13 +102,17 @@ def test_every_train_and_align_field_has_a_flag_showing_its_default():
     assert len(dataclasses.fields(AlignConfig)) == len(align_flags()) == 23
 
 
-def test_task_table_matches_the_task_dataclass():
+def test_the_task_flags_come_from_the_task_dataclass():
+    """One home: RegressionTask's fields are TaskFields', and train's flags are made of them."""
     task_fields = {f.name: f.default for f in dataclasses.fields(tasks.RegressionTask) if f.init}
-    listed = {name: default for name, default, _ in TASK_FIELDS}
-    assert listed.keys() == task_fields.keys()
-    # n_dims and n_points have CLI defaults of their own
-    assert {k: v for k, v in listed.items() if k not in ("n_dims", "n_points")} == {
-        k: v for k, v in task_fields.items() if k not in ("n_dims", "n_points")}
+    flags = {f.name: f for f in train_flags()["task"]}
+    assert flags.keys() == task_fields.keys()
+    assert issubclass(tasks.RegressionTask, TaskFields)
+    for name, flag in flags.items():
+        want = TRAIN_TASK_DEFAULTS.get(name, task_fields[name])  # train's sizes: its own
+        assert flag.defaults == {"": want}, name
+        assert flag.help == dataclasses.fields(TaskFields)[list(flags).index(name)].metadata[
+            "help"]
 
 
 def test_absent_flags_give_the_dataclass_defaults(tmp_path):

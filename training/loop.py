@@ -24,9 +24,8 @@ from tqdm.auto import tqdm
 from iclprobe._checks import ConfigError
 from iclprobe.algorithms.prefix import ols_predictions
 from iclprobe.errors import InputError, InputTypeError
-from iclprobe.models.base import Regressor
+from iclprobe.models.base import Regressor, check_model
 from iclprobe.models.files import RUN_CHECKPOINT
-from iclprobe.models.regressor import check_model
 from iclprobe.tasks import RegressionBatch, RegressionTask
 from iclprobe.training.config import TrainConfig
 from iclprobe.training.run_dir import (

@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 
 from iclprobe._checks import is_int
 from iclprobe.errors import InputError
+from iclprobe.models.base import Regressor
 from iclprobe.models.files import (
     RUN_CHECKPOINT,
     TRAIN_CONFIG_FILE,
@@ -28,7 +29,6 @@ from iclprobe.models.files import (
     load_state_into,
     write_checkpoint_files,
 )
-from iclprobe.models.regressor import Regressor
 from iclprobe.storage import (
     MARKER,
     CheckpointError,

@@ -1,4 +1,5 @@
-"""The command line, round 3: Ctrl-C, empty or ignored flags, reports that must be drawn."""
+"""The command line's limits: Ctrl-C, empty or ignored flags, huge counts, reports that must
+be drawn."""
 
 import json
 import os

@@ -1,4 +1,4 @@
-"""The library API, round 3: every bad input named, nothing non-finite or undefined returned
+"""The library API on bad inputs: every bad input named, nothing non-finite or undefined returned
 silently, memory refused before it is allocated, one model's probes never another's."""
 
 import math

@@ -8,6 +8,7 @@ read detached, and the iterates carry no gradient.
 """
 
 from iclprobe.algorithms import learners as _learners  # noqa: F401  (registers learners)
+from iclprobe.algorithms import pgd as _pgd  # noqa: F401
 from iclprobe.algorithms import recurrences as _recurrences  # noqa: F401
 from iclprobe.algorithms import schedule as _schedule  # noqa: F401
 from iclprobe.algorithms import sequential as _sequential  # noqa: F401
@@ -20,7 +21,8 @@ from iclprobe.algorithms.base import (
     learner_info,
     register,
 )
-from iclprobe.algorithms.learners import gd, newton, ols, pgd, ridge
+from iclprobe.algorithms.learners import gd, newton, ols, ridge
+from iclprobe.algorithms.pgd import pgd
 from iclprobe.algorithms.prefix import PrefixStats, prefix_stats
 from iclprobe.algorithms.recurrences import cg, momentum
 from iclprobe.algorithms.schedule import pgd_schedule

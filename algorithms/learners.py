@@ -42,13 +42,12 @@ from iclprobe.algorithms.numerics import (
 from iclprobe.algorithms.prefix import (
     PrefixStats,
     by_blocks,
-    check_regression,
     from_eigenbasis,
     prefix_stats,
     rowdot,
     safe_inverse,
 )
-from iclprobe.errors import InputError, InputTypeError
+from iclprobe.errors import InputError
 
 LrSpec = float | str | Tensor
 GD_LOG_GRID = tuple(2**i for i in range(13))  # 2^0 … 2^12, Fu et al.'s grid
@@ -188,11 +187,11 @@ def _tune_gd(tune: PrefixStats, ys: Tensor, c: Tensor, steps: Tensor,
     return chosen
 
 
-def _gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None, lr: LrSpec, normalize: bool,
-        weights: bool, stats: PrefixStats | None, tune_on: tuple[Tensor, Tensor] | None,
-        grid: Iterable[float] | None, name: str = "gd", dtype: torch.dtype | None = None,
-        map_weights: Callable[[Tensor], Tensor] | None = None,
-        lr_factor: float = 1.0, lr_scale: float = 1.0) -> Iterates:
+def gd_core(xs: Tensor, ys: Tensor, steps: Iterable[int] | None, lr: LrSpec, normalize: bool,
+            weights: bool, stats: PrefixStats | None, tune_on: tuple[Tensor, Tensor] | None,
+            grid: Iterable[float] | None, name: str = "gd", dtype: torch.dtype | None = None,
+            map_weights: Callable[[Tensor], Tensor] | None = None,
+            lr_factor: float = 1.0, lr_scale: float = 1.0) -> Iterates:
     """`gd`, also as the inner solver of `pgd` (which names itself and maps the weights).
 
     ``lr_factor``: pgd's shortcut for a preconditioner ``a·I`` and a number or "max" lr:
@@ -265,7 +264,7 @@ def gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrSpec = 
             lr_scale=0.5``: 0.5/λ_max of each prefix), e.g. a known-answer model that runs a
             protocol's rule at another scale.
     """
-    return _gd(xs, ys, steps, lr, normalize, weights, stats, tune_on, grid,
+    return gd_core(xs, ys, steps, lr, normalize, weights, stats, tune_on, grid,
                lr_scale=lr_scale)
 
 
@@ -335,9 +334,8 @@ def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
         return power_decays(alpha_scale * scale * lam * lam, exponents)
 
     preds, w = spectral_iterates(stats, decays, weights)
-    recorded: dict[str, Any] = {"alpha": alpha.tolist() if isinstance(alpha, Tensor) else alpha}
-    if alpha_scale != 1.0:
-        recorded["alpha_scale"] = alpha_scale
+    recorded: dict[str, Any] = {"alpha": alpha.tolist() if isinstance(alpha, Tensor) else alpha,
+                                **({"alpha_scale": alpha_scale} if alpha_scale != 1.0 else {})}
     return finish("newton", k_steps, preds, w, recorded, out_dtype(xs),
                   (stats.x_scale, stats.y_scale), unstable, ys=ys if a is not None else None)
 
@@ -361,72 +359,6 @@ def _per_prefix(value: Tensor, n_points: int, name: str, power: int) -> Tensor:
 def _per_prefix_alpha(alpha: Tensor, n_points: int, x_scale: float) -> Tensor:
     """Newton's α_t as a float64 ``[pos]`` tensor on the scaled data (α scales as x⁻⁴)."""
     return _per_prefix(alpha, n_points, "alpha", 4) * x_scale**4
-
-
-def _matrix_sqrt(precond: Tensor, n_dims: int, batch: int) -> Tensor:
-    """The symmetric square root of an SPD ``[d, d]`` or ``[batch, d, d]`` matrix."""
-    if not isinstance(precond, Tensor):
-        raise InputTypeError(f"precond must be a torch.Tensor, got {type(precond).__name__}")
-    if precond.is_complex():
-        raise InputTypeError(f"precond must be real, got {precond.dtype}")
-    if precond.shape not in ((n_dims, n_dims), (batch, n_dims, n_dims)):
-        raise InputError(f"precond must have shape ({n_dims}, {n_dims}) or ({batch}, {n_dims}, "
-                         f"{n_dims}), got {tuple(precond.shape)}")
-    m = precond.to(torch.float64)
-    if not bool(torch.isfinite(m).all()):
-        raise InputError("precond must be finite (found NaN or Inf)")
-    if not torch.allclose(m, m.transpose(-1, -2), rtol=1e-6, atol=1e-10):
-        raise InputError("precond must be symmetric")
-    lam, v = torch.linalg.eigh(m)
-    if not bool((lam > 0).all()):
-        raise InputError(f"precond must be positive definite, smallest eigenvalue "
-                         f"{lam.min().item():.3g}")
-    return (v * lam.sqrt().unsqueeze(-2)) @ v.transpose(-1, -2)
-
-
-def _identity_multiple(m: Tensor) -> float | None:
-    """The number a where every matrix of ``m`` equals ``a·I`` exactly, else None."""
-    if m.numel() == 0:
-        return None
-    a = m.reshape(-1)[0]
-    eye = torch.eye(m.shape[-1], dtype=m.dtype, device=m.device)
-    return float(a) if torch.equal(m, (a * eye).expand_as(m)) else None
-
-
-@register("pgd", label="GD preconditioned by Σ⁻¹", steps=GD_LOG_GRID, step_scale="log2",
-          align_hyper={"precond": "inverse_cov", "lr": "max", "normalize": True}, align=True,
-          order=3, compare_with=())
-def pgd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
-        precond: Tensor | None = None, lr: LrSpec = 1.0, normalize: bool = True,
-        weights: bool = True, stats: PrefixStats | None = None) -> Iterates:
-    """Preconditioned GD ``w <- w − η M ∇R(w)`` from 0 (e.g. M = Σ⁻¹ or Ahn's Γ⁻¹).
-
-    Runs GD on ``x' = M^{1/2} x``, where it is plain GD, and maps back ``w = M^{1/2} v``.
-    The stability bound on lr is that of GD on ``x'`` (the preconditioned Hessian).
-
-    Args:
-        stats: ``prefix_stats(xs, ys)`` to share with other learners. Used when M = a·I
-            exactly (Σ⁻¹ of isotropic data) and lr is a number or "max": pgd is then GD
-            with step η·a and needs no decomposition of its own; otherwise ignored.
-    """
-    if precond is None:
-        raise InputError("pgd needs precond, a symmetric positive-definite [d, d] matrix")
-    check_regression(xs, ys)
-    root = _matrix_sqrt(precond, xs.shape[-1], xs.shape[0])
-    x64 = xs.to(torch.float64)
-    a = _identity_multiple(precond.to(torch.float64)) \
-        if not (isinstance(lr, str) and lr == "tuned") else None
-    if a is not None:
-        it = _gd(x64, ys.to(torch.float64), steps, lr, normalize, weights, stats, None, None,
-                 name="pgd", dtype=out_dtype(xs), lr_factor=a)
-    else:
-        moved = torch.einsum("bnd,de->bne" if root.ndim == 2 else "bnd,bde->bne", x64, root)
-        eq = "kbnd,ed->kbne" if root.ndim == 2 else "kbnd,bed->kbne"
-        it = _gd(moved, ys.to(torch.float64), steps, lr, normalize, weights, None, None, None,
-                 name="pgd", dtype=out_dtype(xs),
-                 map_weights=lambda v: torch.einsum(eq, v, root))
-    it.hyper["precond"] = precond.tolist()
-    return it
 
 
 @register("ols", label="OLS", align=True, order=5, compare_with=())

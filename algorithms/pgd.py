@@ -1,0 +1,83 @@
+"""Preconditioned GD: GD on ``x' = M^{1/2} x``, mapped back (Ahn et al.'s w <- w − η M ∇R).
+
+Axis legend: ``step``, ``batch``, ``pos``, ``n_dims``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor
+
+from iclprobe.algorithms.base import Iterates, register
+from iclprobe.algorithms.learners import GD_LOG_GRID, LrSpec, gd_core
+from iclprobe.algorithms.numerics import out_dtype
+from iclprobe.algorithms.prefix import PrefixStats, check_regression
+from iclprobe.errors import InputError, InputTypeError
+
+
+def _matrix_sqrt(precond: Tensor, n_dims: int, batch: int) -> Tensor:
+    """The symmetric square root of an SPD ``[d, d]`` or ``[batch, d, d]`` matrix."""
+    if not isinstance(precond, Tensor):
+        raise InputTypeError(f"precond must be a torch.Tensor, got {type(precond).__name__}")
+    if precond.is_complex():
+        raise InputTypeError(f"precond must be real, got {precond.dtype}")
+    if precond.shape not in ((n_dims, n_dims), (batch, n_dims, n_dims)):
+        raise InputError(f"precond must have shape ({n_dims}, {n_dims}) or ({batch}, {n_dims}, "
+                         f"{n_dims}), got {tuple(precond.shape)}")
+    m = precond.to(torch.float64)
+    if not bool(torch.isfinite(m).all()):
+        raise InputError("precond must be finite (found NaN or Inf)")
+    if not torch.allclose(m, m.transpose(-1, -2), rtol=1e-6, atol=1e-10):
+        raise InputError("precond must be symmetric")
+    lam, v = torch.linalg.eigh(m)
+    if not bool((lam > 0).all()):
+        raise InputError(f"precond must be positive definite, smallest eigenvalue "
+                         f"{lam.min().item():.3g}")
+    return (v * lam.sqrt().unsqueeze(-2)) @ v.transpose(-1, -2)
+
+
+def _identity_multiple(m: Tensor) -> float | None:
+    """The number a where every matrix of ``m`` equals ``a·I`` exactly, else None."""
+    if m.numel() == 0:
+        return None
+    a = m.reshape(-1)[0]
+    eye = torch.eye(m.shape[-1], dtype=m.dtype, device=m.device)
+    return float(a) if torch.equal(m, (a * eye).expand_as(m)) else None
+
+
+@register("pgd", label="GD preconditioned by Σ⁻¹", steps=GD_LOG_GRID, step_scale="log2",
+          align_hyper={"precond": "inverse_cov", "lr": "max", "normalize": True}, align=True,
+          order=3, compare_with=())
+def pgd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
+        precond: Tensor | None = None, lr: LrSpec = 1.0, normalize: bool = True,
+        weights: bool = True, stats: PrefixStats | None = None) -> Iterates:
+    """Preconditioned GD ``w <- w − η M ∇R(w)`` from 0 (e.g. M = Σ⁻¹ or Ahn's Γ⁻¹).
+
+    Runs GD on ``x' = M^{1/2} x``, where it is plain GD, and maps back ``w = M^{1/2} v``.
+    The stability bound on lr is that of GD on ``x'`` (the preconditioned Hessian).
+
+    Args:
+        stats: ``prefix_stats(xs, ys)`` to share with other learners. Used when M = a·I
+            exactly (Σ⁻¹ of isotropic data) and lr is a number or "max": pgd is then GD
+            with step η·a and needs no decomposition of its own; otherwise ignored.
+    """
+    if precond is None:
+        raise InputError("pgd needs precond, a symmetric positive-definite [d, d] matrix")
+    check_regression(xs, ys)
+    root = _matrix_sqrt(precond, xs.shape[-1], xs.shape[0])
+    x64 = xs.to(torch.float64)
+    a = _identity_multiple(precond.to(torch.float64)) \
+        if not (isinstance(lr, str) and lr == "tuned") else None
+    if a is not None:
+        it = gd_core(x64, ys.to(torch.float64), steps, lr, normalize, weights, stats, None,
+                     None, name="pgd", dtype=out_dtype(xs), lr_factor=a)
+    else:
+        moved = torch.einsum("bnd,de->bne" if root.ndim == 2 else "bnd,bde->bne", x64, root)
+        eq = "kbnd,ed->kbne" if root.ndim == 2 else "kbnd,bed->kbne"
+        it = gd_core(moved, ys.to(torch.float64), steps, lr, normalize, weights, None, None,
+                     None, name="pgd", dtype=out_dtype(xs),
+                     map_weights=lambda v: torch.einsum(eq, v, root))
+    it.hyper["precond"] = precond.tolist()
+    return it

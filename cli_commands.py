@@ -122,7 +122,8 @@ def cmd_align(args: argparse.Namespace) -> int:
     """``iclprobe align`` and ``iclprobe compare``."""
     from iclprobe.alignment.screen import screen
     from iclprobe.alignment.tables import aligned, comparison_rows, spectral_lines, text_table
-    from iclprobe.storage import atomic_directory, check_output
+    from iclprobe.atomic import atomic_directory
+    from iclprobe.storage import check_output
 
     checkpoints = [args.checkpoint] if hasattr(args, "checkpoint") else args.checkpoints
     cfg = _align_config(args)
@@ -201,7 +202,8 @@ def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int | None = 
     from iclprobe.alignment.report import write_report
     from iclprobe.alignment.screen import screen
     from iclprobe.alignment.tables import aligned, comparison_rows, fitted_lines, headline_lines
-    from iclprobe.storage import atomic_directory, check_output
+    from iclprobe.atomic import atomic_directory
+    from iclprobe.storage import check_output
 
     check_output(out, "report", overwrite)
     cfg = AlignConfig(n_sequences=n_sequences, n_probe_sequences=n_probe_sequences)

@@ -1,42 +1,34 @@
-"""Safe output files: atomic writes, iclprobe's marker, the user's permissions, the cache.
+"""Safe output files: iclprobe's marker, atomic file writes, permissions, the cache.
 
 Every directory iclprobe writes holds a marker file (``.iclprobe``: what kind of output it
-is and which files iclprobe put there). A writer never deletes or moves anything it did not
-create: it refuses a path that is a file or a non-empty directory without the marker, and
-replaces one with the marker only when asked (``overwrite=True``, ``--overwrite``) and only
-if the directory holds nothing but the files its own marker lists (another iclprobe output
-put inside it, a run or probes, is not the writer's to delete).
-
-A temporary directory is marked as a writer's own (its process and host) when it is made;
-the next writer of the same path removes those that a dead writer left (killed mid-write),
-and nothing else.
+is, which files iclprobe put there and what each was: a file's SHA-256, a directory, a
+link). A writer never deletes or moves anything it did not create: it refuses a path that
+is a file or a non-empty directory without the marker, and replaces one with the marker
+only when asked (``overwrite=True``, ``--overwrite``) and only if the directory holds
+nothing but entries that are still what its marker recorded (`written`: a file the user
+put in a listed file's place, a hand-written marker's names, another iclprobe output put
+inside it — a run or probes — are not the writer's to delete). Directories are written
+whole by `iclprobe.atomic.atomic_directory`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
-import functools
+import hashlib
 import json
 import logging
 import os
-import shutil
 import socket
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from iclprobe._checks import is_int
 from iclprobe.errors import InputError
 
 logger = logging.getLogger(__name__)
 MARKER = ".iclprobe"
 WRITING = "writing"  # the key of a temporary directory's marker: who is writing it
 CACHE_ENV = "ICLPROBE_CACHE"
-_RENAME_EXCHANGE = 2
-_AT_FDCWD = -100
 
 
 class CheckpointError(InputError):
@@ -81,12 +73,37 @@ def write_marker(directory: str | os.PathLike[str], kind: str,
     """Mark ``directory`` as iclprobe's ``kind`` output holding ``files`` (default: all).
 
     The default lists every entry, and inside each subdirectory (not a link) every entry
-    as ``sub/name``, so that what is added there later is not taken for iclprobe's.
+    as ``sub/name``, so that what is added there later is not taken for iclprobe's, and
+    records what each is (`digest`: a file's SHA-256, a directory, a link's target): only
+    an entry that is still what was recorded is ever replaced. Names given as ``files``
+    (a run's growing log) are listed without a digest; their owner checks them.
     """
     directory = Path(directory)
+    marker: dict[str, Any] = {"kind": kind}
     if files is None:
         files = _entries(directory)
-    write_text_atomic(directory / MARKER, json.dumps({"kind": kind, "files": sorted(files)}))
+        marker["digests"] = {name: digest(directory / name) for name in sorted(files)}
+    marker["files"] = sorted(files)
+    write_text_atomic(directory / MARKER, json.dumps(marker))
+
+
+def digest(path: Path) -> str:
+    """What ``path`` is, to tell later whether it is still what iclprobe wrote there.
+
+    ``"dir"``, ``"link:TARGET"``, or ``"sha256:HEX"`` of a regular file's contents;
+    ``"other"`` for anything else (never iclprobe's).
+    """
+    if path.is_symlink():
+        return f"link:{os.readlink(path)}"
+    if path.is_dir():
+        return "dir"
+    if not path.is_file():
+        return "other"
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return f"sha256:{h.hexdigest()}"
 
 
 def _entries(directory: Path, prefix: str = "") -> list[str]:
@@ -110,8 +127,37 @@ def foreign_entries(directory: Path, marker: dict[str, Any], own: tuple[str, ...
     holding iclprobe output of their own (a run's probes): for a caller that keeps them,
     never for one that deletes the tree.
     """
-    listed = {MARKER, *own, *(f for f in marker.get("files", []) if isinstance(f, str))}
-    return sorted(_foreign(directory, listed, "", nested))
+    return sorted(_foreign(directory, written(directory, marker) | {MARKER, *own}, "", nested))
+
+
+def written(directory: Path, marker: dict[str, Any]) -> set[str]:
+    """The entries of ``directory`` that are still what its marker recorded iclprobe wrote.
+
+    An entry counts only where the marker records its digest and the entry matches it: a
+    file replaced by the user's (or a directory by a file), and any name a marker lists
+    without a digest (a hand-written marker, one of an older iclprobe), is not iclprobe's.
+    """
+    digests = marker.get("digests")
+    if not isinstance(digests, dict):
+        return set()
+    return {name for name, recorded in digests.items()
+            if isinstance(name, str) and isinstance(recorded, str) and _inside(name)
+            and _matches(directory / name, recorded)}
+
+
+def _inside(name: str) -> bool:
+    """A relative path below the directory (no ``..``, not absolute)."""
+    parts = Path(name).parts
+    return bool(parts) and not Path(name).is_absolute() and ".." not in parts
+
+
+def _matches(path: Path, recorded: str) -> bool:
+    if not (path.exists() or path.is_symlink()):
+        return True  # gone: nothing to delete
+    try:
+        return digest(path) == recorded
+    except OSError:
+        return False
 
 
 def _foreign(directory: Path, listed: set[str], prefix: str, nested: bool) -> list[str]:
@@ -180,184 +226,13 @@ def check_output(path: str | os.PathLike[str], kind: str, overwrite: bool = Fals
                                 "--overwrite (overwrite=True) to replace it")
     foreign = foreign_entries(path, marker, own)
     if foreign:
+        why = "" if isinstance(marker.get("digests"), dict) else (
+            "; its marker records no digest of what iclprobe wrote (a marker written by "
+            "hand or by an older iclprobe), so nothing there is taken for iclprobe's")
         raise OutputExistsError(f"{path} also holds files that iclprobe did not write "
                                 f"({', '.join(foreign[:5])}) as this {kind}: move them "
-                                "away or choose another path")
+                                f"away or choose another path{why}")
     return path
-
-
-@functools.cache
-def _libc() -> Any:
-    """The C library, found once (``find_library`` runs ``ldconfig`` each time); None if absent."""
-    name = ctypes.util.find_library("c")
-    return None if name is None else ctypes.CDLL(name, use_errno=True)
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Atomically swap two paths with Linux ``renameat2(RENAME_EXCHANGE)``; False if unsupported."""
-    libc = _libc()
-    if libc is None or not hasattr(libc, "renameat2"):
-        return False
-    res = libc.renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
-    return res == 0
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-@contextlib.contextmanager
-def atomic_directory(path: str | os.PathLike[str], kind: str,
-                     overwrite: bool = False) -> Iterator[Path]:
-    """Yield a temporary sibling directory that becomes ``path`` when the block succeeds.
-
-    ``path`` is checked first (`check_output`); the new directory gets iclprobe's marker
-    listing what the block wrote. On error the temporary directory is removed and ``path``
-    is left as it was. Where the kernel supports it the swap is one atomic exchange;
-    elsewhere it is two renames.
-    """
-    path = check_output(path, kind, overwrite)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_abandoned(path)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    try:
-        _mark_temporary(tmp, kind)
-        yield tmp
-        _settle(tmp)
-        write_marker(tmp, kind)  # replaces the temporary marker, just before the rename
-        if not path.exists():
-            os.rename(tmp, path)
-        else:
-            check_output(path, kind, overwrite)  # it may have changed while we wrote
-            _swap_in(tmp, path, kind)
-        _fsync_dir(path.parent)
-    finally:
-        if tmp.exists():
-            _remove_marked_last(tmp)
-
-
-def _mark_temporary(directory: Path, kind: str) -> None:
-    """Mark ``directory`` as this process's work in progress (see `remove_abandoned`)."""
-    writer = {"pid": os.getpid(), "host": socket.gethostname()}
-    write_text_atomic(directory / MARKER, json.dumps({"kind": kind, "files": [],
-                                                      WRITING: writer}))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # it exists but is not ours to signal
-        return True
-    return True
-
-
-def remove_abandoned(path: str | os.PathLike[str]) -> list[Path]:
-    """Remove the temporary siblings of ``path`` that a dead iclprobe writer left.
-
-    Only directories named as `atomic_directory` names them (``.NAME.tmp-*``,
-    ``.NAME.old-*``) whose marker says a process of this host was writing them and that
-    process is gone; a directory of the user's with such a name, or one a live writer
-    holds, is left alone. Returns what was removed.
-    """
-    path = Path(path)
-    if not path.parent.is_dir():
-        return []
-    removed = []
-    for entry in path.parent.iterdir():
-        if not entry.name.startswith((f".{path.name}.tmp-", f".{path.name}.old-")) or \
-                entry.is_symlink() or not entry.is_dir():
-            continue
-        writer = (read_marker(entry) or {}).get(WRITING)
-        if not isinstance(writer, dict) or writer.get("host") != socket.gethostname():
-            continue
-        pid = writer.get("pid")
-        if not is_int(pid) or pid <= 0 or _alive(pid):
-            continue
-        _remove_marked_last(entry)
-        removed.append(entry)
-    if removed:
-        logger.info("removed %d temporary director%s that an interrupted writer left: %s",
-                    len(removed), "y" if len(removed) == 1 else "ies",
-                    ", ".join(str(p) for p in removed[:5]))
-    return removed
-
-
-def remove_abandoned_files(directory: str | os.PathLike[str], names: tuple[str, ...]
-                           ) -> list[Path]:
-    """Remove `write_text_atomic`'s temporary files of ``names`` whose writer is dead.
-
-    Such a file is named ``.NAME.tmp-PID@HOST.XXXXXXXX`` after the process writing it; it
-    is removed when that process is one of this host's and gone. For a directory one
-    writer holds at a time (a locked run), where a user's file is never named so.
-    """
-    removed = []
-    for entry in Path(directory).iterdir():
-        for name in names:
-            prefix = f".{name}.tmp-"
-            if not entry.name.startswith(prefix) or entry.is_symlink() or not entry.is_file():
-                continue
-            pid, _, host = entry.name[len(prefix):].rpartition(".")[0].partition("@")
-            if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
-                entry.unlink()
-                removed.append(entry)
-    if removed:
-        logger.info("removed %d temporary file(s) that an interrupted writer left: %s",
-                    len(removed), ", ".join(str(p) for p in removed[:5]))
-    return removed
-
-
-def _remove_marked_last(directory: Path) -> None:
-    """Delete a directory of ours, its marker last: a deletion cut short stays marked."""
-    for entry in directory.iterdir():
-        if entry.name == MARKER:
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
-    with contextlib.suppress(FileNotFoundError):
-        (directory / MARKER).unlink()
-    directory.rmdir()
-
-
-def _settle(tmp: Path) -> None:
-    """Flush what was written to disk, with the umask's permissions.
-
-    mkdtemp makes directories 0700 and safetensors writes files 0600.
-    """
-    os.chmod(tmp, normal_mode(directory=True))
-    for root, dirs, files in os.walk(tmp):
-        for name in dirs:
-            os.chmod(Path(root) / name, normal_mode(directory=True))
-        for name in files:
-            os.chmod(Path(root) / name, normal_mode(directory=False))
-            with open(Path(root) / name, "rb") as fh:
-                os.fsync(fh.fileno())
-
-
-def _swap_in(tmp: Path, path: Path, kind: str) -> None:
-    """Put ``tmp`` at ``path`` and delete the directory it replaces (checked to be ours).
-
-    The replaced directory is marked temporary before it is deleted, so that a deletion
-    cut short is finished by the next writer.
-    """
-    if _exchange(tmp, path):
-        _mark_temporary(tmp, kind)  # tmp now holds the previous output
-        _remove_marked_last(tmp)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
-    os.rmdir(old)
-    os.rename(path, old)
-    os.rename(tmp, path)
-    _mark_temporary(old, kind)  # only now: until the rename above it was the only copy
-    _remove_marked_last(old)
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:

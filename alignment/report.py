@@ -23,6 +23,7 @@ from iclprobe.alignment import tables as T
 from iclprobe.alignment.pipeline import AlignResult
 from iclprobe.alignment.report_model import csv_text, folder_names, markdown_table, model_section
 from iclprobe.alignment.tables import nice_float
+from iclprobe.atomic import atomic_directory, writing_here
 from iclprobe.errors import InputError
 from iclprobe.storage import write_text_atomic
 
@@ -73,25 +74,45 @@ FINDINGS = ("Newton vs GD at each layer (0 = the embedded input, l = block l's o
 
 def write_report(out: str | os.PathLike[str], results: Sequence[AlignResult],
                  pq: Sequence[tuple[str, Any]] = (), title: str = "iclprobe report",
-                 command: str = "", side_by_side: Sequence[Sequence[str]] = ()) -> Path:
+                 command: str = "", side_by_side: Sequence[Sequence[str]] = (),
+                 overwrite: bool = False) -> Path:
     """Write the report folder and return the path of report.md.
 
+    The folder is written whole or not at all, as ``iclprobe align --out`` writes it: a
+    path that holds anything but a report iclprobe wrote is refused, and a report of
+    iclprobe's is replaced only with ``overwrite=True`` (`iclprobe.atomic.atomic_directory`).
+
     Args:
-        out: the folder (created if absent; the caller makes it atomic).
+        out: the folder; or the temporary folder an `atomic_directory` of kind "report" of
+            this process yields, written into directly (the CLI's).
         results: one per model (unique names).
         pq: ``(name, PreconditionerAnalysis)`` of PQ transformers.
         title: report.md's title.
         command: the command line that made it (quoted in report.md).
         side_by_side: groups of model names shown layer by layer beside each other (e.g.
             softmax against linear attention on the same data).
+        overwrite: replace a report iclprobe wrote at ``out``.
+
+    Raises:
+        OutputExistsError: ``out`` holds anything that is not a report iclprobe wrote, or
+            a report and ``overwrite`` is False.
     """
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     by_name = {r.name: r for r in results}
     unknown = [n for group in side_by_side for n in group if n not in by_name]
     if unknown:
         raise InputError(f"side_by_side names models not among the results: {unknown}; "
                          f"the results are {list(by_name)}")
+    if writing_here(out, "report"):
+        return _write_files(Path(out), results, pq, title, command, side_by_side)
+    with atomic_directory(out, "report", overwrite) as tmp:
+        _write_files(tmp, results, pq, title, command, side_by_side)
+    return Path(out) / "report.md"
+
+
+def _write_files(out: Path, results: Sequence[AlignResult], pq: Sequence[tuple[str, Any]],
+                 title: str, command: str, side_by_side: Sequence[Sequence[str]]) -> Path:
+    """The report's files, in ``out``."""
+    by_name = {r.name: r for r in results}
     folders = folder_names([r.name for r in results])
     md = [f"# {title}", ""] + ([f"Produced by `{command}`.", ""] if command else [])
     md += _findings(results, [[by_name[n] for n in group] for group in side_by_side])

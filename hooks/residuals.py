@@ -22,9 +22,9 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from iclprobe.atomic import atomic_directory
 from iclprobe.errors import InputError
 from iclprobe.models.base import Regressor, check_model, tensor_home
-from iclprobe.storage import atomic_directory
 
 
 def resid_hook_name(layer: int, model: Regressor | None = None) -> str:

@@ -22,9 +22,10 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import nn
 
+from iclprobe.atomic import atomic_directory
 from iclprobe.errors import InputTypeError
 from iclprobe.models import registry
-from iclprobe.storage import CheckpointError, atomic_directory, parse_json
+from iclprobe.storage import CheckpointError, parse_json
 from iclprobe.tasks import RegressionTask
 
 logger = logging.getLogger(__name__)

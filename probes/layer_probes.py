@@ -26,12 +26,13 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from iclprobe._checks import check_int, check_real
+from iclprobe.atomic import atomic_directory
 from iclprobe.errors import InputError
 from iclprobe.hooks.residuals import collect_residuals
 from iclprobe.models.base import Regressor, check_model
 from iclprobe.probes.inputs import check_batch, check_finite_inputs, check_fit_fits, check_tensors
 from iclprobe.probes.ridge import ridge_gcv
-from iclprobe.storage import atomic_directory, parse_json
+from iclprobe.storage import parse_json
 from iclprobe.tasks import RegressionTask, as_generator
 
 TARGETS = ("y", "model")

@@ -228,11 +228,11 @@ def test_align_prints_one_screen_and_verbose_the_full_tables(pq_results, capsys,
 # ---------------------------------------------------------------- the report
 def test_the_report_opens_with_the_findings_and_keeps_each_model_in_its_folder(
         shallow, deep, tmp_path):
-    from iclprobe import storage
+    from iclprobe import atomic, storage
     from iclprobe.alignment.report import write_report
 
     deep = dataclasses.replace(deep, name="deep one")  # a name that is no folder name
-    with storage.atomic_directory(tmp_path / "r", "report") as tmp:
+    with atomic.atomic_directory(tmp_path / "r", "report") as tmp:
         write_report(tmp, [shallow, deep], title="t", side_by_side=[["model", "deep one"]])
     out = tmp_path / "r"
     assert {p.name for p in out.iterdir()} == {".iclprobe", "report.md", "summary.json",

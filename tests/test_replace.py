@@ -11,7 +11,7 @@ import textwrap
 import pytest
 from helpers import one_line_error, tiny_gpt
 
-from iclprobe import storage, tasks
+from iclprobe import atomic, storage, tasks
 from iclprobe.cli import main
 
 FAST = ["--n-sequences", "32", "--n-boot", "10", "--algorithms", "gd", "--metrics",
@@ -52,8 +52,8 @@ def test_overwrite_of_a_report_keeps_a_run_or_probes_the_user_put_inside(ckpt, t
 
 KILLED_WRITER = textwrap.dedent("""
     import os, signal, sys
-    from iclprobe import storage
-    with storage.atomic_directory(sys.argv[1], sys.argv[2], overwrite=True) as tmp:
+    from iclprobe import atomic, storage
+    with atomic.atomic_directory(sys.argv[1], sys.argv[2], overwrite=True) as tmp:
         (tmp / "half.bin").write_bytes(b"x" * 1000)
         if sys.argv[3] == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
@@ -87,7 +87,7 @@ def test_a_killed_writers_temporary_directory_is_removed_by_the_next_write(tmp_p
     (mine / "notes.txt").write_text("mine")
     live = _writer(out, "report", "wait")  # a writer still at work: never touched
     assert live.stdout.readline() == "writing\n"
-    with storage.atomic_directory(out, "report") as tmp:
+    with atomic.atomic_directory(out, "report") as tmp:
         (tmp / "report.md").write_text("done")
     left = _temporaries(tmp_path, "report")
     assert ".report.tmp-mine" in left and len(left) == 2, left
@@ -115,7 +115,7 @@ def test_resume_removes_the_checkpoint_temporaries_of_a_killed_trainer(tmp_path)
 
 KILLED_LOGGER = textwrap.dedent("""
     import os, signal, sys
-    from iclprobe import storage
+    from iclprobe import atomic, storage
     os.replace = lambda *args: os.kill(os.getpid(), signal.SIGKILL)  # killed mid-write
     storage.write_text_atomic(sys.argv[1], "")
 """)

@@ -20,6 +20,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from iclprobe._checks import is_int
+from iclprobe.atomic import atomic_directory, remove_abandoned, remove_abandoned_files
 from iclprobe.errors import InputError
 from iclprobe.models.base import Regressor
 from iclprobe.models.files import (
@@ -33,14 +34,11 @@ from iclprobe.storage import (
     MARKER,
     CheckpointError,
     OutputExistsError,
-    atomic_directory,
     check_output,
     check_target,
     foreign_entries,
     parse_json,
     read_marker,
-    remove_abandoned,
-    remove_abandoned_files,
     torch_load_tensors,
     write_marker,
     write_text_atomic,

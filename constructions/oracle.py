@@ -30,6 +30,7 @@ from iclprobe.errors import InputError, InputTypeError
 from iclprobe.models._tl import HookPoint
 from iclprobe.models.base import ModuleList, Regressor
 from iclprobe.models.config import OracleConfig
+from iclprobe.models.size import check_model_fits
 from iclprobe.tasks.covariance import random_orthogonal
 
 
@@ -64,6 +65,9 @@ class LearnerOracle(Regressor):
         self.cfg = cfg
         self.exact_layer_readout = cfg.exact_readout  # type: ignore[misc]
         self.task = task
+        if torch.empty(0).device.type != "meta":  # measured on meta, like every family
+            check_model_fits(LearnerOracle, cfg, f"building a LearnerOracle of {cfg.learner}",
+                             copies=1, held=True)
         gen = torch.Generator().manual_seed(cfg.seed)
         d, m = cfg.n_dims, cfg.n_noise
         # not persistent: a checkpoint holds no weights, the seed rebuilds them

@@ -33,23 +33,35 @@ row holds ``r_q = −x_qᵀ w_{l−2}``: layer l is Newton step l − 2 with ``�
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
 from iclprobe._checks import check_int, check_real
-from iclprobe.errors import InputError
+from iclprobe.errors import InputError, InputTypeError
+from iclprobe.models.config import PQConfig
 from iclprobe.models.pq import PQTransformer
+from iclprobe.models.size import check_model_fits
+
+#: Copies of a construction's matrices held while it is built (its own float64 ones, the
+#: model's), checked against memory before any is allocated.
+BUILD_COPIES = 3
+
+
+def _check_fits(what: str, cfg: PQConfig) -> None:
+    """Refuse a construction whose matrices and model cannot fit, measured on meta."""
+    check_model_fits(PQTransformer, cfg, what, copies=BUILD_COPIES)
 
 
 def gd_transformer(n_dims: int, n_layers: int, lr: float = 0.1) -> PQTransformer:
     """Layer l is step l of GD from w = 0 on the mean loss with learning rate ``lr``."""
     check_int("gd_transformer", "n_dims", n_dims)
     check_int("gd_transformer", "n_layers", n_layers)
-    check_real("gd_transformer", "lr", lr, 0.0)
-    if lr == 0:
-        raise InputError("gd_transformer: lr must be > 0, got 0")
+    check_real("gd_transformer", "lr", lr, 0.0, low_open=True)
+    _check_fits(f"gd_transformer({n_dims}, {n_layers})", PQConfig(n_dims=n_dims,
+                                                                  n_layers=n_layers))
     return PQTransformer.from_matrices(A=[lr * torch.eye(n_dims)] * n_layers)
 
 
@@ -59,11 +71,30 @@ def pgd_transformer(preconds: Tensor | Sequence[Tensor]) -> PQTransformer:
     Its reference learner is ``pgd_schedule(preconds=..., normalize=True)``; with one A for
     every layer, ``pgd(precond=A, lr=1)``.
     """
-    a = torch.stack(list(preconds)) if not isinstance(preconds, Tensor) else preconds
+    a = preconds if isinstance(preconds, Tensor) else _stacked(preconds)
     if a.ndim != 3 or a.shape[-1] != a.shape[-2] or not bool(torch.isfinite(a).all()):
         raise InputError(f"preconds must be finite square matrices [layer, d, d], got shape "
                          f"{tuple(a.shape)}")
     return PQTransformer.from_matrices(A=a.to(torch.float32))
+
+
+def _stacked(preconds: Sequence[Tensor]) -> Tensor:
+    """A sequence of ``[d, d]`` matrices, checked, as ``[layer, d, d]``."""
+    if isinstance(preconds, (str, bytes)) or not hasattr(preconds, "__len__"):
+        raise InputTypeError(f"preconds must be a [layer, d, d] tensor or a sequence of [d, d] "
+                             f"tensors, got {type(preconds).__name__}")
+    items = list(preconds)
+    if not items:
+        raise InputError("preconds must hold at least one [d, d] matrix (one per layer), "
+                         "got none")
+    bad = [i for i, m in enumerate(items) if not isinstance(m, Tensor)]
+    if bad:
+        raise InputTypeError(f"preconds[{bad[0]}] must be a torch.Tensor [d, d], got "
+                             f"{type(items[bad[0]]).__name__}")
+    shapes = [tuple(m.shape) for m in items]
+    if len(set(shapes)) > 1:
+        raise InputError(f"preconds must be matrices of one shape [d, d], got shapes {shapes}")
+    return torch.stack([m.detach().to(torch.float32) for m in items])
 
 
 def newton_transformer(n_dims: int, n_layers: int, a: float = 1e-3) -> PQTransformer:
@@ -73,9 +104,16 @@ def newton_transformer(n_dims: int, n_layers: int, a: float = 1e-3) -> PQTransfo
     """
     d = check_int("newton_transformer", "n_dims", n_dims)
     check_int("newton_transformer", "n_layers", n_layers, low=2)
-    check_real("newton_transformer", "a", a, 0.0)
-    if a == 0:
-        raise InputError("newton_transformer: a must be > 0, got 0")
+    check_real("newton_transformer", "a", a, 0.0, low_open=True)
+    # layer k + 2 scales by 2^k a: beyond float32's range the construction has no weights
+    most = 3 + math.floor(math.log2(torch.finfo(torch.float32).max / a))
+    if n_layers > most:
+        raise InputError(f"newton_transformer: n_layers={n_layers} needs the coefficient "
+                         f"2^(n_layers - 3)·a, beyond float32's range for a={a:g}: at most "
+                         f"{most} layers (each layer squares the error: the iteration has "
+                         "long converged)")
+    _check_fits(f"newton_transformer({n_dims}, {n_layers})",
+                PQConfig(n_dims=d, n_layers=n_layers, sparse=False, n_state=d))
     width = 2 * d + 1
     x, u, r = slice(0, d), slice(d, 2 * d), 2 * d
     eye = torch.eye(d, dtype=torch.float64)
@@ -96,6 +134,8 @@ def newton_transformer(n_dims: int, n_layers: int, a: float = 1e-3) -> PQTransfo
 
 def newton_transformer_alpha(a: float, n_points: int) -> Tensor:
     """The α_t = a/t² per prefix (t = 0 gets a; its prefix has no examples) as ``[pos]``."""
+    check_real("newton_transformer_alpha", "a", a, 0.0, low_open=True)
+    check_int("newton_transformer_alpha", "n_points", n_points)
     t = torch.arange(n_points, dtype=torch.float64).clamp(min=1)
     return a / t**2
 

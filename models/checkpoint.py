@@ -36,7 +36,7 @@ from iclprobe.models.files import (
     stored_parameters,
 )
 from iclprobe.models.garg import load_garg_run
-from iclprobe.models.size import check_loadable, parameter_bound
+from iclprobe.models.size import check_loadable, check_model_fits, parameter_bound
 from iclprobe.plugins import load_plugins
 from iclprobe.storage import CheckpointError
 from iclprobe.tasks import RegressionTask
@@ -102,7 +102,8 @@ def _read_weights(model_cls: Any, cfg: Any, path: Path) -> dict[str, torch.Tenso
     """
     weights = path / WEIGHTS_FILE
     if not weights.is_file():
-        if parameter_bound(model_cls, cfg) == 0:
+        if parameter_bound(model_cls, cfg) == 0:  # what it holds is rebuilt: fits?
+            check_model_fits(model_cls, cfg, f"loading {path}", copies=1, held=True)
             return {}
         raise CheckpointError(f"{weights}: file is missing")
     check_loadable(model_cls, cfg, stored_parameters(weights), path / CONFIG_FILE, WEIGHTS_FILE)

@@ -215,6 +215,10 @@ def _json_value(value: Any, where: str) -> Any:
                       f"{value!r}")
 
 
+#: The most layers of a known-answer oracle (its steps: the fitted view's GD grid ends at 4096).
+MAX_ORACLE_LAYERS = 2**12
+
+
 @dataclasses.dataclass(frozen=True)
 class OracleConfig(ConfigMixin):
     """Configuration of `iclprobe.constructions.LearnerOracle` (a known-answer model).
@@ -239,7 +243,9 @@ class OracleConfig(ConfigMixin):
     exact_readout: bool = option(True, "align reads layers exactly (undo R); False: probes")
 
     def __post_init__(self) -> None:
-        check_fields(self, check_int, "n_dims", "n_layers")
+        check_fields(self, check_int, "n_dims")
+        # its layers are a learner's steps, one module each: 10**7 take minutes to build
+        check_fields(self, check_int, "n_layers", high=MAX_ORACLE_LAYERS + 1)
         check_fields(self, check_int, "n_noise", low=0)
         check_fields(self, check_seed, "seed")
         check_fields(self, check_bool, "exact_readout")

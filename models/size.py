@@ -47,6 +47,11 @@ def count_parameters(model: nn.Module) -> int:
     return sum(t.numel() for t in model.state_dict().values())
 
 
+def count_held(model: nn.Module) -> int:
+    """Every value ``model`` holds: parameters and buffers, saved or rebuilt from a seed."""
+    return sum(t.numel() for t in model.parameters()) + sum(t.numel() for t in model.buffers())
+
+
 def _overflowing(err: RuntimeError) -> bool:
     """Whether torch refused a shape whose size overflows int64 (more than 2^63 values)."""
     return "overflow" in str(err)
@@ -105,12 +110,14 @@ def at_depth(cfg: Any, measure: Callable[[Any], tuple[int, ...]]) -> tuple[int, 
     return tuple(a + (depth - 1) * (b - a) for a, b in zip(first, second, strict=True))
 
 
-def measure(model_cls: Any, cfg: Any, activations: Callable[[nn.Module], int] | None = None
-            ) -> tuple[int, int]:
+def measure(model_cls: Any, cfg: Any, activations: Callable[[nn.Module], int] | None = None,
+            held: bool = False) -> tuple[int, int]:
     """``(parameters, activations)`` of ``model_cls(cfg)``, built on the meta device.
 
     ``activations`` counts what the model keeps besides its weights (`count_activations`;
-    None: 0). A weight too large to describe (its size overflows int64) gives `OVERFLOW`.
+    None: 0); ``held=True`` counts every tensor it holds as its parameters (`count_held`:
+    also buffers a checkpoint does not store, an oracle's rotation). A weight too large to
+    describe (its size overflows int64) gives `OVERFLOW`.
     """
     try:
         model = build_meta(model_cls, cfg)
@@ -118,7 +125,8 @@ def measure(model_cls: Any, cfg: Any, activations: Callable[[nn.Module], int] | 
         if _overflowing(err):
             return OVERFLOW, 0
         raise
-    return count_parameters(model), _measured(activations, model) if activations else 0
+    count = count_held(model) if held else count_parameters(model)
+    return count, _measured(activations, model) if activations else 0
 
 
 def parameter_bound(model_cls: Any, cfg: Any) -> int:
@@ -155,12 +163,14 @@ def check_loadable(model_cls: Any, cfg: Any, stored: int, config_file: Path,
             raise CheckpointError(f"{config_file}: the config describes a model of {count:,} "
                                   f"parameters ({described}), but {weights_name} holds "
                                   f"{stored:,}")
-    check_fits(count, f"loading {config_file.parent}", described)
+    held = at_depth(cfg, lambda c: measure(model_cls, c, held=True))[0]  # buffers rebuilt too
+    check_fits(max(count, held), f"loading {config_file.parent}", described)
 
 
 def check_model_fits(model_cls: Any, cfg: Any, what: str, copies: int = 2,
                      activations: Callable[[nn.Module], int] | None = None,
-                     extra_floats: int = 0, available: int | None = None) -> None:
+                     extra_floats: int = 0, available: int | None = None,
+                     held: bool = False) -> None:
     """Refuse a model whose ``copies`` of weights (and activations) cannot fit in memory.
 
     First on the cheap bound (`at_depth`), then on the model built on the meta device.
@@ -173,9 +183,10 @@ def check_model_fits(model_cls: Any, cfg: Any, what: str, copies: int = 2,
         activations: the floats a model keeps besides its weights (`count_activations`).
         extra_floats: further float32 values (data).
         available: bytes available (default: what the system says).
+        held: count every tensor the model holds, buffers too (`count_held`).
     """
     def need(c: Any) -> tuple[int, ...]:
-        return measure(model_cls, c, activations)
+        return measure(model_cls, c, activations, held)
 
     for bound in (lambda: at_depth(cfg, need), lambda: need(cfg)):  # the cheap bound first
         n_params, kept = bound()

@@ -29,7 +29,7 @@ from iclprobe._checks import check_int
 from iclprobe.errors import InputError, InputTypeError
 from iclprobe.models._tl import HookPoint
 from iclprobe.models.base import ModuleList, Regressor
-from iclprobe.models.config import OracleConfig
+from iclprobe.models.config import MAX_ORACLE_LAYERS, OracleConfig
 from iclprobe.models.size import check_model_fits
 from iclprobe.tasks.covariance import random_orthogonal
 
@@ -160,7 +160,7 @@ def oracle(learner: str, n_dims: int, n_layers: int,
     ``step_of_layer`` is a function of the layer (e.g. ``lambda l: 4 * l``) or the list of
     L + 1 steps; ``hyper`` are the learner's hyperparameters (``lr=0.05``, ``alpha=...``).
     """
-    check_int("oracle", "n_layers", n_layers)
+    check_int("oracle", "n_layers", n_layers, high=MAX_ORACLE_LAYERS + 1)  # before its steps
     steps = list(step_of_layer) if not callable(step_of_layer) else \
         [int(step_of_layer(layer)) for layer in range(n_layers + 1)]
     if len(steps) != n_layers + 1:

@@ -80,3 +80,9 @@ def test_an_oracle_built_in_python_is_measured_first():
                                          r"\(n_dims=5, n_layers=3, n_noise=1000000000\) needs"):
         constructions.LearnerOracle(OracleConfig(n_dims=5, n_layers=3, learner="gd",
                                                  n_noise=10**9))
+
+
+def test_the_oracle_builder_bounds_its_depth_before_listing_its_steps():
+    with pytest.raises(ValueError, match=r"oracle.n_layers must be an integer in \[1, 4097\), "
+                                         r"got 10000000"):
+        constructions.oracle("gd", 5, 10**7, lambda layer: 3 * layer)

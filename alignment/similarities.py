@@ -19,6 +19,7 @@ import csv
 import dataclasses
 import io
 import json
+import logging
 from typing import Any
 
 import torch
@@ -29,6 +30,7 @@ from iclprobe.algorithms.base import Iterates
 from iclprobe.alignment import metrics as M
 from iclprobe.errors import InputError
 
+logger = logging.getLogger(__name__)
 METRICS = M.METRIC_INFO  # the registered metrics, by name (register_metric adds one)
 OVER = ("positions", "sequences")
 
@@ -86,7 +88,15 @@ class Similarity:
 
 
 def bootstrap_weights(batch: int, n_boot: int, seed: int) -> Tensor:
-    """``[boot, batch]`` resampling weights (each row sums to 1), the same for one seed."""
+    """``[boot, batch]`` resampling weights (each row sums to 1), the same for one seed.
+
+    One sequence is resampled as itself every time: its interval is a point, which is
+    said (a warning), since it would read as a certainty.
+    """
+    if batch == 1:
+        logger.warning("a bootstrap over 1 sequence: every resample is that sequence, so its "
+                       "interval is a point (lower == upper) and measures no spread; use 2 "
+                       "or more sequences (tens for intervals worth reading)")
     gen = torch.Generator().manual_seed(seed)
     picks = torch.randint(batch, (n_boot, batch), generator=gen)
     counts = torch.zeros(n_boot, batch, dtype=torch.float64)

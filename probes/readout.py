@@ -12,6 +12,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from iclprobe.errors import InputError
+from iclprobe.probes.inputs import check_finite_inputs
 from iclprobe.probes.ridge import ridge_gcv
 
 
@@ -47,6 +48,7 @@ class ReadoutProbe(RegressorMixin, BaseEstimator):
             raise InputError(f"alpha must be a number >= 0, got {alpha!r} (not finite)")
         X, y = _detached(X), _detached(y)
         X, y = validate_data(self, X, y, y_numeric=True, multi_output=True, dtype=np.float64)
+        check_finite_inputs(X=torch.from_numpy(X), y=torch.from_numpy(np.asarray(y)))
         targets = y[:, None] if y.ndim == 1 else y
         xt = torch.tensor(X).expand(targets.shape[1], -1, -1)
         fit = ridge_gcv(xt, torch.tensor(targets.T),

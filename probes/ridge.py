@@ -110,7 +110,8 @@ def ridge_from_sums(sums: RidgeSums, alphas: Tensor | float | None = None,
     bad = [layer for layer, ok in enumerate(_finite_layers(sums)) if not ok]
     if bad:
         raise InputError(f"the probes' sums of layers {bad} hold NaN or Inf: the residuals "
-                         "at the fitted positions are not finite there")
+                         "at the fitted positions are not finite there, or their squares "
+                         "overflow float64 (values beyond about 1e150): rescale them")
     mx, my, gram, xty, yy = _moments(sums, fit_intercept)
     s, v = sym_eigh(gram, "the probes' Gram matrix")
     s = s.clamp(min=0.0)

@@ -154,3 +154,22 @@ def test_figure_helpers_group_overlaps_and_keep_the_colour_range_useful():
     match = alignment.match_steps(sim, live=[False, True, True])
     vmin, vmax = plots.color_range(sim, match)
     assert vmin > 0.9 and vmax == pytest.approx(0.99)  # the dead layer does not wash it out
+
+
+def test_a_bootstrap_of_one_sequence_is_said_to_be_a_point(caplog):
+    """One sequence resamples as itself: lower == upper, which must not read as certainty."""
+    g = torch.Generator().manual_seed(0)
+    xs, ys = torch.randn(1, 6, 2, generator=g), torch.randn(1, 6, generator=g)
+    it = algorithms.iterates("gd", xs.double(), ys.double(), steps=[1, 2])
+    layers = torch.stack([torch.zeros_like(ys), 0.5 * ys]).double()
+    with caplog.at_level("WARNING"):
+        sim = alignment.similarity(layers, it, ys.double(), n_boot=10)
+    assert torch.equal(sim.lower, sim.upper)
+    assert "a bootstrap over 1 sequence: every resample is that sequence, so its interval " \
+           "is a point (lower == upper)" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        alignment.similarity(torch.cat([layers, layers], 1), it.__class__(
+            it.steps, torch.cat([it.preds, it.preds], 1), None, it.hyper), torch.cat([ys, ys])
+            .double(), n_boot=10)
+    assert "bootstrap over 1 sequence" not in caplog.text

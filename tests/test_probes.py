@@ -235,3 +235,27 @@ def test_cross_fitted_probes_equal_fitting_on_the_other_folds():
     with pytest.raises(ValueError, match=r"too few rows for the probes: the other 1 of 2 folds "
                                          r"\(2 sequences\) x \d+ positions t >= 1 give"):
         probes.cross_fit(model, resid[:, :4], b.ys[:4], folds=2)
+
+
+@pytest.mark.parametrize("scale", [1e200, -1e155])
+def test_readout_probe_on_huge_inputs_names_them(scale):
+    """Inputs whose squares leave float64 are refused by name, not by torch's LinAlgError."""
+    from iclprobe.probes import ReadoutProbe
+
+    X = np.random.default_rng(0).normal(size=(20, 3)) * scale
+    with pytest.raises(ValueError, match=r"X reaches .*: the ridge fit squares it beyond "
+                                         r"float64's range .*rescale it"):
+        ReadoutProbe().fit(X, np.arange(20.0))
+    with pytest.raises(ValueError, match=r"y reaches .*rescale it"):
+        ReadoutProbe().fit(X / scale, np.arange(20.0) * scale)
+
+
+def test_the_ridge_solver_refuses_sums_that_overflow():
+    """The solver every probe shares (ReadoutProbe, LayerProbes, cross_fit) checks its sums."""
+    from iclprobe.probes.ridge import ridge_gcv
+
+    x = torch.full((1, 4000, 2), 1e153, dtype=torch.float64)  # each finite, their sum not
+    x[0, :, 1] = torch.arange(4000, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"the probes' sums of layers \[0\] hold NaN or Inf: "
+                                         r".* or their squares overflow float64"):
+        ridge_gcv(x, torch.ones(4000, dtype=torch.float64))

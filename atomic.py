@@ -31,6 +31,7 @@ from iclprobe.storage import (
     check_output,
     normal_mode,
     read_marker,
+    unwritable,
     write_marker,
     write_text_atomic,
 )
@@ -76,9 +77,13 @@ def atomic_directory(path: str | os.PathLike[str], kind: str,
     elsewhere it is two renames.
     """
     path = check_output(path, kind, overwrite)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_abandoned(path)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{_writer_tag()}.", dir=path.parent))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        remove_abandoned(path)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{_writer_tag()}.",
+                                    dir=path.parent))
+    except OSError as err:  # named by the path asked for, not by our temporary sibling
+        raise unwritable(path, err) from None
     try:
         _mark_temporary(tmp, kind)
         yield tmp

@@ -219,6 +219,7 @@ def check_output(path: str | os.PathLike[str], kind: str, overwrite: bool = Fals
             ``overwrite`` is False, or it holds files that iclprobe did not write.
     """
     path, marker = check_target(path, kind)
+    check_writable(path)
     if marker is None:
         return path
     if not overwrite:
@@ -235,6 +236,30 @@ def check_output(path: str | os.PathLike[str], kind: str, overwrite: bool = Fals
     return path
 
 
+def check_writable(path: Path) -> None:
+    """Refuse, before any work, a path whose directory cannot take a new entry.
+
+    Tried by making (and removing at once) a temporary directory in the nearest existing
+    ancestor, where ``path`` or its parents would be created; the error names ``path``.
+    """
+    ancestor = next((p for p in path.parents if p.is_dir()), None)
+    if ancestor is None:
+        return
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".iclprobe-probe-", dir=ancestor))
+    except OSError as err:
+        raise unwritable(path, err, ancestor) from None
+
+
+def unwritable(path: Path, err: OSError, where: Path | None = None) -> OSError:
+    """An OSError naming ``path`` (what the user asked for) and why, never a temporary name.
+
+    ``where``: the directory that refused (default: ``path``'s parent).
+    """
+    return OSError(f"{path} cannot be written: {err.strerror or err} (in "
+                   f"{where or path.parent})")
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write a text file through a temporary file and ``os.replace``.
 
@@ -246,8 +271,11 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     except FileNotFoundError:
         mode = normal_mode(directory=False)
     # named for its writer (pid and host), so that `remove_abandoned_files` can tell it
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}@{socket.gethostname()}.",
-                               dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(
+            prefix=f".{path.name}.tmp-{os.getpid()}@{socket.gethostname()}.", dir=path.parent)
+    except OSError as err:  # named by the path asked for, not by our temporary file
+        raise unwritable(path, err) from None
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)

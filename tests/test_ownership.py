@@ -128,3 +128,19 @@ def test_a_temporary_directory_with_its_final_marker_is_removed_by_the_next_writ
         (tmp / "model.safetensors").write_bytes(b"y")
     assert sorted(p.name for p in tmp_path.iterdir()) == [".checkpoint.tmp-mine",
                                                           "checkpoint"]
+
+
+@pytest.mark.parametrize("argv", [["align", "CKPT", *FAST], ["probe", "CKPT", "--n-sequences",
+                                                           "16"], ["demo"]])
+def test_an_unwritable_out_is_named_as_typed_before_the_work(ckpt, capsys, argv):
+    if not os.path.isdir("/proc"):
+        pytest.skip("needs /proc, a directory where nothing can be created")
+    argv = [str(ckpt) if a == "CKPT" else a for a in argv]
+    assert main([*argv, "--out", "/proc/x"]) == 2
+    err = one_line_error(capsys, "/proc/x cannot be written", "(in /proc)")  # no work first
+    assert ".tmp-" not in err
+
+
+def test_a_file_write_names_its_path_not_a_temporary_one(tmp_path):
+    with pytest.raises(OSError, match=r"^/proc/notes.txt cannot be written: .* \(in /proc\)$"):
+        storage.write_text_atomic("/proc/notes.txt", "x")

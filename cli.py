@@ -34,20 +34,21 @@ def _cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
     """An argument parser whose errors are one line on stderr and exit status 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        """Print ``PROG: error: MESSAGE`` (no usage) and exit with status 2."""
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
-    parser = _Parser(
+    parser = OneLineParser(
         prog="iclprobe",
         description="Which learning algorithm does each layer of an in-context regressor run?",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     sub.required = True
     p = sub.add_parser("models", help="list the shipped pretrained models",
                        description="List the pretrained models shipped with iclprobe, by "
@@ -96,7 +97,8 @@ def _lazy(name: str) -> Handler:
     return run
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
+    """An argparse type: a positive integer, else a one-line "expected ..." error."""
     try:
         value = int(text)
     except ValueError:
@@ -162,7 +164,7 @@ def _add_analysis(sub: Any) -> None:
                        "generalized cross-validation), print each layer's held-out R² and "
                        "error, and save the probes; align and compare reuse them.")
     p.add_argument("checkpoint", help=CHECKPOINT_HELP)
-    p.add_argument("--n-sequences", type=_positive_int, default=2000,
+    p.add_argument("--n-sequences", type=positive_int, default=2000,
                    help="sequences the probes are fitted on (default: 2000)")
     p.add_argument("--seed", type=_seed, default=0,
                    help="seed as `align --seed`: a later align with this seed uses these "
@@ -180,9 +182,9 @@ def _add_analysis(sub: Any) -> None:
     p.add_argument("--out", default="iclprobe-report", type=_out_path, help="report folder "
                    "(default: ./iclprobe-report)")
     _overwrite_flag(p, "a report")
-    p.add_argument("--n-sequences", type=_positive_int, default=512,
+    p.add_argument("--n-sequences", type=positive_int, default=512,
                    help="evaluation sequences per model (default: 512)")
-    p.add_argument("--n-probe-sequences", type=_positive_int, default=None,
+    p.add_argument("--n-probe-sequences", type=positive_int, default=None,
                    help="use gpt-softmax's probes saved by `iclprobe probe` only if fitted "
                    "on this many sequences (default: however many); otherwise probes are "
                    "cross-fitted on the evaluation sequences")

@@ -21,6 +21,7 @@ from common import alternate, median_ratio
 
 from iclprobe import algorithms, tasks
 from iclprobe.algorithms.reference import gd_direct, newton_direct
+from iclprobe.cli import positive_int
 
 NEWTON_STEPS = list(range(1, 25))
 GD_STEPS = [2**i for i in range(13)]
@@ -28,7 +29,7 @@ GD_STEPS = [2**i for i in range(13)]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=positive_int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(2)
     batch = tasks.RegressionTask(n_dims=20, n_points=41).sample(512, generator=0)

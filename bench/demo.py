@@ -30,6 +30,7 @@ import torch
 
 from iclprobe import models, tasks
 from iclprobe.alignment import AlignConfig, align, write_report
+from iclprobe.cli import positive_int
 from iclprobe.hooks import collect_residuals
 from iclprobe.probes import sample_queries
 
@@ -111,7 +112,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-demo", action="store_true")
     parser.add_argument("--skip-align", action="store_true")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=positive_int, default=3)
     args = parser.parse_args()
     failed: list[str] = []
     cli = [sys.executable, "-m", "iclprobe"]

@@ -37,7 +37,9 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from iclprobe._checks import ConfigError
 from iclprobe.alignment.config import AlignConfig
+from iclprobe.cli import OneLineParser
 from iclprobe.constructions import benchmark as B
 from iclprobe.storage import write_text_atomic
 
@@ -58,8 +60,8 @@ def run_cells(cells: list[B.Cell], cfg: AlignConfig, jobs: int) -> list[B.CellRe
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    """The command line, its counts checked."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """The command line, its counts checked (a bad one is one line, exit status 2)."""
+    parser = OneLineParser(prog="known_answers.py", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--n-sequences", type=int, default=256)
     parser.add_argument("--n-boot", type=int, default=100)
@@ -71,6 +73,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    try:
+        B.bench_config(args.n_sequences, args.n_boot)
+    except ConfigError as err:  # the config's check, named by the flag that set the field
+        flag = {"n_sequences": "--n-sequences", "n_boot": "--n-boot"}.get(err.field)
+        parser.error(f"{flag + ': ' if flag else ''}{err}")
     return args
 
 

@@ -18,6 +18,7 @@ from common import alternate, median_ratio
 from garg import Garg
 
 from iclprobe import models, tasks
+from iclprobe.cli import positive_int
 from iclprobe.models._tl import HookPoint
 
 SIZES = {"garg (12x256, d=20, 41 pts)": (20, 41, 256, 12, 8),
@@ -55,8 +56,8 @@ def step_fn(model, batch):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--repeats", type=positive_int, default=15)
+    parser.add_argument("--batch", type=positive_int, default=64)
     args = parser.parse_args()
     torch.set_num_threads(2)
     for label, (d, n, width, layers, heads) in SIZES.items():

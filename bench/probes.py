@@ -20,12 +20,13 @@ from common import alternate, median_ratio
 from sklearn.linear_model import RidgeCV
 
 from iclprobe import probes
+from iclprobe.cli import positive_int
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--sequences", type=int, default=2000)
+    parser.add_argument("--repeats", type=positive_int, default=3)
+    parser.add_argument("--sequences", type=positive_int, default=2000)
     args = parser.parse_args()
     torch.set_num_threads(2)
     n_layers, width, n_points = 13, 256, 41

@@ -18,12 +18,13 @@ from common import alternate, median_ratio
 from garg import Garg
 
 from iclprobe import models, tasks, training
+from iclprobe.cli import positive_int
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--repeats", type=positive_int, default=7)
+    parser.add_argument("--steps", type=positive_int, default=40)
     args = parser.parse_args()
     torch.set_num_threads(2)
     d, n, width, layers, heads, batch = 8, 24, 64, 8, 4, 64

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from iclprobe import models, probes, tasks, training
+from iclprobe.cli import positive_int
 from iclprobe.storage import write_text_atomic
 
 D = 5
@@ -162,13 +163,13 @@ def plot(results: dict[str, Any], out: Path) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--restarts", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=8000)
-    parser.add_argument("--batch", type=int, default=2000)
-    parser.add_argument("--long-steps", type=int, default=None,
+    parser.add_argument("--restarts", type=positive_int, default=3)
+    parser.add_argument("--steps", type=positive_int, default=8000)
+    parser.add_argument("--batch", type=positive_int, default=2000)
+    parser.add_argument("--long-steps", type=positive_int, default=None,
                         help="steps of the extra long Adam run with B free (default 4x steps)")
     parser.add_argument("--paper", action="store_true", help="batch 20,000, 30,000 steps")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=positive_int, default=2)
     parser.add_argument("--out", type=Path, default=Path("ahn2023-report"))
     parser.add_argument("--plot-only", action="store_true",
                         help="redraw the figure from OUT/results.json")

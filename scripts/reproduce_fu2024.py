@@ -23,6 +23,7 @@ from iclprobe import models, tasks, training
 from iclprobe.alignment.pipeline import AlignConfig, align
 from iclprobe.alignment.report import write_report
 from iclprobe.alignment.tables import text_table
+from iclprobe.cli import positive_int
 
 
 def garg_size_model(out: Path, device: str, steps: int) -> str:
@@ -117,9 +118,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", default="gpt-softmax")
     parser.add_argument("--out", type=Path, default=Path("fu2024-report"))
-    parser.add_argument("--n-sequences", type=int, default=512)
+    parser.add_argument("--n-sequences", type=positive_int, default=512)
     parser.add_argument("--garg-size", action="store_true")
-    parser.add_argument("--garg-steps", type=int, default=500_000)
+    parser.add_argument("--garg-steps", type=positive_int, default=500_000)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     torch.set_num_threads(2)

@@ -26,15 +26,20 @@ import csv
 import dataclasses
 import io
 import json
+import math
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from iclprobe import models, tasks, training
+from iclprobe._checks import is_int, is_number
 from iclprobe._shipped import PRETRAINED_DIR
-from iclprobe.models.files import RUN_CHECKPOINT
+from iclprobe.cli import OneLineParser
+from iclprobe.errors import InputError
+from iclprobe.models.files import RUN_CHECKPOINT, read_json
 from iclprobe.storage import write_text_atomic
 
 
@@ -192,11 +197,30 @@ def export(spec: Spec, result: dict[str, Any], dest_root: Path) -> Path:
 def recurve(spec: Spec, dest_root: Path) -> Path:
     """Recompute a shipped model's documented error curve (weights and log untouched)."""
     dest = dest_root / spec.name
+    if not (dest / "config.json").is_file():
+        raise InputError(f"{dest}: no exported model to recompute the curve of (no "
+                         "config.json); train it first (without --curves-only)")
+    for name in ("error_curve.json", "error_curve.csv"):
+        if (dest / name).exists() and not (dest / name).is_file():
+            raise InputError(f"{dest / name} is not a file: move it away to recompute the "
+                             "curve")
+    steps, minutes = recorded_training(dest / "config.json")
     model = models.load(dest)
-    meta = json.loads((dest / "config.json").read_text())
-    write_curve(spec, model, error_curve(model, model.task), meta["trained_steps"], dest,
-                meta["training_minutes"])
+    write_curve(spec, model, error_curve(model, model.task), steps, dest, minutes)
     return dest
+
+
+def recorded_training(config: Path) -> tuple[int, float]:
+    """``(trained_steps, training_minutes)`` of an exported config.json, checked."""
+    meta = read_json(config)
+    steps, minutes = meta.get("trained_steps"), meta.get("training_minutes")
+    if not is_int(steps) or steps < 0:
+        raise InputError(f"{config}: trained_steps must be an integer >= 0, got {steps!r}"
+                         + (" (absent)" if "trained_steps" not in meta else ""))
+    if not is_number(minutes) or not math.isfinite(minutes) or minutes < 0:
+        raise InputError(f"{config}: training_minutes must be a finite number >= 0, got "
+                         f"{minutes!r}" + (" (absent)" if "training_minutes" not in meta else ""))
+    return steps, float(minutes)
 
 
 def write_curve(spec: Spec, model: torch.nn.Module, curve: list[float], steps: int,
@@ -228,29 +252,47 @@ def write_curve_files(dest: Path, curve: list[float], worst: float, where: str,
     write_text_atomic(dest / "error_curve.csv", rows.getvalue())
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _threads(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of threads, got {text!r}")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Train (or recompute the curves of) the named shipped models; returns the exit status.
+
+    Bad input (a flag, an exported file) is one line and status 2.
+    """
+    parser = OneLineParser(prog="train_pretrained.py", description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="models to train (default: all)")
     parser.add_argument("--work", type=Path, default=Path("runs/pretrained"))
     parser.add_argument("--dest", type=Path, default=PRETRAINED_DIR)
     parser.add_argument("--quick", action="store_true", help="a tenth of the steps")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--threads", type=_threads, default=2, help="torch CPU threads")
     parser.add_argument("--curves-only", action="store_true",
                         help="recompute the shipped models' documented error curves from the "
                              "current sampler, without training")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    args = parser.parse_args(argv)
     by_name = {s.name: s for s in SPECS}
     unknown = [n for n in args.names if n not in by_name]
     if unknown:
         parser.error(f"unknown model(s) {unknown}; known: {sorted(by_name)}")
-    for name in args.names or list(by_name):
-        spec = by_name[name]
-        if args.curves_only:
-            recurve(spec, args.dest)
-            continue
-        export(spec, train_one(spec, args.work, 0.1 if args.quick else 1.0), args.dest)
+    torch.set_num_threads(args.threads)
+    try:
+        for name in args.names or list(by_name):
+            spec = by_name[name]
+            if args.curves_only:
+                recurve(spec, args.dest)
+                continue
+            export(spec, train_one(spec, args.work, 0.1 if args.quick else 1.0), args.dest)
+    except (InputError, OSError) as err:
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""scripts/train_pretrained.py and bench/known_answers.py refuse bad flags and files in one line.
+
+``--curves-only`` recomputes a shipped model's error curve from its exported folder: a
+``config.json`` whose recorded training is not numbers, a folder without a model, a file
+that is a directory, threads that are not positive — each is named, exit status 2, and
+nothing is written.
+"""
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from iclprobe._shipped import PRETRAINED_DIR
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "train_pretrained.py"
+NAME = "pq-isotropic-1layer"
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("train_pretrained", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["train_pretrained"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules["train_pretrained"]
+
+
+@pytest.fixture
+def dest(tmp_path):
+    shutil.copytree(PRETRAINED_DIR / NAME, tmp_path / NAME)
+    return tmp_path
+
+
+def _config(dest, **changes):
+    path = dest / NAME / "config.json"
+    meta = json.loads(path.read_text())
+    meta.update(changes)
+    for key in [k for k, v in changes.items() if v is ...]:
+        del meta[key]
+    path.write_text(json.dumps(meta))
+    return path
+
+
+def _refused(script, capsys, argv, *needles):
+    with pytest.raises(SystemExit) as exit_:
+        script.main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+@pytest.mark.parametrize(("changes", "says"), [
+    ({"trained_steps": "x", "training_minutes": None},
+     "trained_steps must be an integer >= 0, got 'x'"),
+    ({"training_minutes": None}, "training_minutes must be a finite number >= 0, got None"),
+    ({"trained_steps": ...}, "trained_steps must be an integer >= 0, got None (absent)"),
+    ({"training_minutes": float("nan")}, "training_minutes must be a finite number >= 0, "
+                                         "got nan"),
+    ({"trained_steps": True}, "trained_steps must be an integer >= 0, got True"),
+])
+def test_curves_only_refuses_a_recorded_training_that_is_not_numbers(script, dest, capsys,
+                                                                     changes, says):
+    path = _config(dest, **changes)
+    before = path.read_text()
+    _refused(script, capsys, [NAME, "--curves-only", "--dest", str(dest)], str(path), says)
+    assert path.read_text() == before
+
+
+def test_curves_only_refuses_a_nested_config(script, dest, capsys):
+    path = dest / NAME / "config.json"
+    path.write_text("[" * 100000 + "]" * 100000)
+    _refused(script, capsys, [NAME, "--curves-only", "--dest", str(dest)], str(path),
+             "nested too deeply")
+
+
+def test_curves_only_without_an_exported_model_says_so(script, tmp_path, capsys):
+    _refused(script, capsys, [NAME, "--curves-only", "--dest", str(tmp_path)],
+             f"{tmp_path / NAME}: no exported model to recompute the curve of")
+
+
+def test_curves_only_refuses_a_curve_file_that_is_a_directory(script, dest, capsys):
+    (dest / NAME / "error_curve.json").unlink()
+    (dest / NAME / "error_curve.json").mkdir()
+    before = (dest / NAME / "config.json").read_text()
+    _refused(script, capsys, [NAME, "--curves-only", "--dest", str(dest)],
+             f"{dest / NAME / 'error_curve.json'} is not a file")
+    assert (dest / NAME / "config.json").read_text() == before
+
+
+@pytest.mark.parametrize("threads", ["0", "-1", "two"])
+def test_threads_must_be_positive(script, dest, capsys, threads):
+    _refused(script, capsys, [NAME, "--curves-only", "--dest", str(dest), "--threads", threads],
+             "--threads", f"expected a positive number of threads, got '{threads}'")
+
+
+def test_curves_only_recomputes_the_curve(script, dest, capsys):
+    meta = json.loads((dest / NAME / "config.json").read_text())
+    assert script.main([NAME, "--curves-only", "--dest", str(dest)]) == 0
+    out = capsys.readouterr().out
+    assert f"({meta['training_minutes']} min of training)" in out
+    assert json.loads((dest / NAME / "error_curve.json").read_text())["steps"] == \
+        meta["trained_steps"]
+
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "known_answers.py"
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--n-boot", "0"], "--n-boot: AlignConfig.n_boot must be an integer >= 2, got 0"),
+    (["--n-boot", "-1"], "--n-boot: AlignConfig.n_boot must be an integer >= 2, got -1"),
+    (["--n-sequences", "0"], "--n-sequences: AlignConfig.n_sequences must be an integer >= 2, "
+                             "got 0"),
+    (["--n-sequences", "1"], "--n-sequences: AlignConfig.n_sequences must be an integer >= 2, "
+                             "got 1"),
+    (["--n-sequences", "-5"], "--n-sequences: AlignConfig.n_sequences must be an integer >= 2,"
+                              " got -5"),
+    (["--jobs", "0"], "--jobs must be >= 1, got 0"),
+])
+def test_the_benchmark_refuses_bad_sizes_in_one_line(capsys, argv, says):
+    spec = importlib.util.spec_from_file_location("known_answers", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(SystemExit) as exit_:
+        module.parse(argv)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip() == f"known_answers.py: error: {says}"
+
+
+@pytest.mark.parametrize("script_path", ["scripts/reproduce_ahn2023.py", "bench/learners.py"])
+def test_other_scripts_refuse_zero_threads(script_path):
+    """Siblings of --threads 0: every script's counts are positive integers (cli.positive_int)."""
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, str(root / script_path), "--threads", "0"],
+                          capture_output=True, text=True, cwd=root,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert proc.returncode == 2
+    assert "argument --threads: expected a positive integer, got 0" in proc.stderr
+    assert "Traceback" not in proc.stderr

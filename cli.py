@@ -213,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     command = _command_of(words)
     if command in PLUGIN_COMMANDS:
-        from iclprobe.plugins import REPLACED, load_plugins
+        from iclprobe.plugins import load_plugins
 
         try:
             load_plugins()
@@ -221,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"iclprobe {command}: interrupted {err}; nothing was written",
                   file=sys.stderr)
             return 130
-        for sentence in REPLACED:
+        for sentence in replacements_in_force():
             print(f"iclprobe {command}: note: {sentence}", file=sys.stderr)
     parser = build_parser()
     args = parser.parse_args(words)
@@ -237,6 +237,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"iclprobe {args.command}: interrupted; nothing was written (an output folder "
               "is swapped in whole or not at all)", file=sys.stderr)
         return 130
+
+
+def replacements_in_force() -> list[str]:
+    """What ``replace=True`` registrations replaced, where the replacement still stands."""
+    from iclprobe.plugins import REPLACED
+
+    if not REPLACED:
+        return []  # no registry to import
+    from iclprobe.algorithms.base import LEARNERS
+    from iclprobe.alignment.metrics import METRIC_INFO
+    from iclprobe.models.registry import FAMILIES
+
+    registries: dict[str, dict[str, Any]] = {"learner": LEARNERS, "metric": METRIC_INFO,
+                                             "model family": FAMILIES}
+    return [sentence for (kind, name), (sentence, by) in REPLACED.items()
+            if getattr(registries[kind].get(name), "registrant", None) == by]
 
 
 def _report_error(command: str, err: Exception) -> int:

@@ -28,9 +28,10 @@ logger = logging.getLogger(__name__)
 GROUP = "iclprobe.plugins"
 _LOADED: dict[str, str] = {}  # entry-point name -> its value, once loaded
 _LOADING: list[str] = []  # the plugin being loaded now (its entry-point name)
-#: What registrations replaced, one sentence each (``register(..., replace=True)``); every
-#: command that loads the plugins prints them.
-REPLACED: list[str] = []
+#: What registrations replaced, by (registry, name): the sentence saying it and the
+#: replacing registrant (``register(..., replace=True)``); every command that loads the
+#: plugins says those still in force (`iclprobe.cli`).
+REPLACED: dict[tuple[str, str], tuple[str, str]] = {}
 
 
 def registrant(module: str) -> str:
@@ -49,7 +50,8 @@ def claim(kind: str, name: str, taken_by: str | None, by: str, replace: bool) ->
 
     One rule for the three registries (learners, metrics, model families): a name belongs
     to its first registrant; another registration under it is refused, naming the first,
-    unless it passes ``replace=True``, which is then logged and recorded in `REPLACED`.
+    unless it passes ``replace=True``, which is then logged and recorded in `REPLACED`
+    (by registry and name: the latest replacement of a name is the one in force).
 
     Args:
         kind: "learner", "metric" or "model family", for the message.
@@ -74,7 +76,7 @@ def claim(kind: str, name: str, taken_by: str | None, by: str, replace: bool) ->
                          f"register under another name, or pass replace=True to replace it")
     sentence = f"{kind} {name!r} of {taken_by} is replaced by {by}"
     logger.warning("%s", sentence)
-    REPLACED.append(sentence)
+    REPLACED[(kind, name)] = (sentence, by)
 
 
 def load_plugins() -> dict[str, str]:

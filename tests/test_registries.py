@@ -53,7 +53,7 @@ def site(tmp_path, monkeypatch):
     saved = [(reg, dict(reg)) for reg in (algorithms.LEARNERS, METRIC_INFO, registry.FAMILIES)]
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(plugins, "_LOADED", {})
-    monkeypatch.setattr(plugins, "REPLACED", [])
+    monkeypatch.setattr(plugins, "REPLACED", {})
     yield tmp_path
     for reg, items in saved:
         reg.clear()
@@ -119,6 +119,12 @@ def test_a_plugin_replacing_a_built_in_is_said_by_every_command(site, kind, caps
         with pytest.raises(SystemExit):
             main([command, "--help"])
         assert f"iclprobe {command}: {sentence}" in capsys.readouterr().err
+    registered = {"learner": algorithms.LEARNERS, "metric": METRIC_INFO,
+                  "model family": registry.FAMILIES}[kind]
+    registered.pop(name)  # the replacement undone: no longer said
+    with pytest.raises(SystemExit):
+        main(["align", "--help"])
+    assert "replaced" not in capsys.readouterr().err
 
 
 def test_a_plugin_that_prints_leaves_json_output_valid(site, tmp_path, capsys):

@@ -187,7 +187,8 @@ TASK_FIELDS = [
     ("n_dims", 8, "covariate dimension d"),
     ("n_points", 24, "examples per sequence"),
     ("cov", "isotropic", "isotropic | rotated | ill-conditioned"),
-    ("w_prior", "standard", "standard (w ~ N(0, I)) | inverse-cov (w ~ N(0, Σ⁻¹))"),
+    ("w_prior", "standard", "standard (w ~ N(0, I)) | inverse-cov (w ~ N(0, Σ⁻¹)) | rotated "
+     "(w ~ N(0, Σ_w), Σ_w with a rotation of its own, unrelated to Σ)"),
     ("noise_std", 0.0, "label noise standard deviation"),
     ("seed", 0, "seed of the rotated covariance"),
     ("condition_number", 100.0, "κ of the ill-conditioned covariance"),

@@ -106,12 +106,12 @@ class PQAttention(nn.Module):
             (self.A if sparse else self.Q).copy_(key_query)
             (self.B if sparse else self.P).copy_(value)
             return
-        for (left, right), merged, name in (((self.W_K, self.W_Q), key_query,
-                                              "A" if sparse else "Q"),
-                                             ((self.W_O, self.W_V), value, "P")):
-            if name == "P" and sparse:
-                self.B.copy_(value)
-                continue
+        pairs = [((self.W_K, self.W_Q), key_query, "A" if sparse else "Q")]
+        if sparse:
+            self.B.copy_(value)
+        else:
+            pairs.append(((self.W_O, self.W_V), value, "P"))
+        for (left, right), merged, name in pairs:
             wl, wr = factor(merged, k, name)
             left.copy_(wl)
             right.copy_(wr)

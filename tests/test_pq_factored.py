@@ -101,7 +101,7 @@ def test_save_load_train_and_align(tmp_path):
         assert torch.equal(back(b.xs, b.ys), model(b.xs, b.ys))
     _, cache = back.run_with_cache(b.xs, b.ys)
     assert cache["blocks.1.attn.hook_pattern"].shape == (3, 9, 1, 10, 9)
-    res = alignment.align(back, alignment.AlignConfig(n_sequences=32, bootstrap=20))
+    res = alignment.align(back, alignment.AlignConfig(n_sequences=32, n_boot=20))
     assert "pgd_own" in res.similarities and len(res.layer_error) == 3
     assert res.layer_error[-1] < res.layer_error[0]  # trained layers predict
 

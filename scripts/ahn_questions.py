@@ -216,10 +216,11 @@ def dense(sizes: S.Sizes, trained: Models) -> dict[str, Any]:
     pgd = res.matches.get("pgd_inv_cov", {}).get("error_cosine")
     out = {"runs": runs, "best": best, "verdict": res.verdict,
            "verdict_sentence": res.verdict_sentence, "layer_error": res.layer_error,
-           "pgd_inv_cov_cosine": None if pgd is None else list(pgd.best_value)}
+           "pgd_inv_cov_cosine": None if pgd is None else [float(v) for v in pgd.best_value]}
     b = runs[best]
     out["answer"] = (f"align's verdict per layer (best of {sizes.few_restarts}): "
-                     f"{', '.join(res.verdict) or 'none'}; induced A_l dist to Σ⁻¹ "
+                     f"{', '.join(f'L{i} {v}' for i, v in enumerate(res.verdict)) or 'none'}; "
+                     "induced A_l dist to Σ⁻¹ "
                      + ", ".join(f"{v:.2f}" for v in b["dist"]) + "; B_l dist to a multiple "
                      "of I " + ", ".join(f"{v:.2f}" for v in b["b_dist_to_identity"])
                      + ", ‖B_l‖/‖A_l‖ " + ", ".join(f"{v:.2f}" for v in b["b_over_a_norm"])
@@ -245,7 +246,7 @@ def grid(sizes: S.Sizes) -> dict[str, Any]:
                                               batch=sizes.grid_batch, zero_b=True))
                 errs.append(float(S.last_errors(model, test).mean()))
                 bar.update()
-            gd, lr = S.best_step_size("gd", test, n_layers, 1.0)
+            gd, lr = S.best_step_size(test, n_layers, 1.0)
             rows.append({"layers": n_layers, "d": d, "kappa": kappa,
                          "model": S.spread(errs), "gd_best": gd, "gd_lr": lr,
                          "ols": S.ols_error(test)})
@@ -276,7 +277,7 @@ def curve(sizes: S.Sizes, trained: Models) -> dict[str, Any]:
                            "layers_min": stack.min(0).values.tolist(),
                            "layers_max": stack.max(0).values.tolist(), "references": {}}
     for name, hyper in (("gd", {}), ("pgd", {"precond": inv})):
-        _, lr = S.best_step_size(name, test, 3, 1.0, **hyper)
+        _, lr = S.best_step_size(test, 3, 1.0, hyper.get("precond"))
         it = algorithms.iterates(name, xs, ys, steps=[1, 2, 3], lr=lr, weights=False, **hyper)
         out["references"][f"{name} (lr {lr:.3g})"] = ((it.preds - ys) ** 2).mean(1).div(
             norm).tolist()

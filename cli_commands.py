@@ -167,7 +167,7 @@ def preconditioner_notes(checkpoints: list[str], names: list[str]) -> dict[str, 
     for checkpoint, name in zip(checkpoints, names):
         model = models.load(checkpoint)
         task = getattr(model, "task", None)
-        if not callable(getattr(model, "matrices", None)) or getattr(model.cfg, "n_state", 1):
+        if not callable(getattr(model, "matrices", None)) or getattr(model.cfg, "n_state", None) != 0:
             continue  # not a PQ model, or one whose layers are no A_l
         if task is None or task.covariance is None:
             continue

@@ -60,10 +60,10 @@ class Sizes:
     @classmethod
     def small(cls) -> Sizes:
         """A version for the test suite: seconds, not minutes."""
-        return cls(restarts=2, few_restarts=2, steps=8, batch=32, lbfgs_steps=2,
-                   lbfgs_batch=64, segments=2, optimum_steps=2, optimum_batch=128, d_ks=(3, 1),
+        return cls(restarts=2, few_restarts=1, steps=5, batch=32, lbfgs_steps=2,
+                   lbfgs_batch=64, segments=2, optimum_steps=1, optimum_batch=128, d_ks=(3, 1),
                    grid_layers=(1, 2), grid_dims=(3,), grid_kappas=(1.0, 10.0),
-                   grid_restarts=1, grid_steps=2, grid_batch=64, test=128,
+                   grid_restarts=1, grid_steps=1, grid_batch=64, test=128,
                    align_sequences=32, boot=20, mc_samples=4000)
 
 

@@ -168,20 +168,25 @@ def _prior_line(prior: str, res: dict[str, Any]) -> str:
 
 
 def softmax(sizes: S.Sizes, trained: Models, q6: dict[str, Any]) -> dict[str, Any]:
-    """Q4: kernel softmax-ahn (Eq. 8 sparsity), best of the restarts against linear."""
+    """Q4: kernel softmax-ahn (Eq. 8 sparsity), best of the restarts against linear.
+
+    Trained with Adam (L-BFGS at lr 1 jumps to a saturated softmax: a_l ≈ 86 in a trial);
+    the reference is the best linear model of the same optimizer (Q6's Adam restarts).
+    """
     task = S.ahn_task()
     inv, test = torch.linalg.inv(task.covariance), S.eval_batch(task, sizes)
     runs, errors = [], []
     with _bar(sizes.restarts, "Q4 softmax-ahn") as bar:
         for seed in range(sizes.restarts):
             model = S.pq(3, seed, kernel="softmax-ahn")
-            S.train(model, task, S.recipe("lbfgs", sizes, seed, zero_b=True))
+            S.train(model, task, S.recipe("adam", sizes, seed, batch=sizes.softmax_batch,
+                                          zero_b=True))
             errors.append(S.last_errors(model, test))
             runs.append({**S.describe(model, inv), "test_error": float(errors[-1].mean())})
             trained.setdefault("Q4 softmax-ahn", []).append(model)
             bar.update()
-    linear = trained["Q6 lbfgs"]
-    lin_err = [S.last_errors(m, test) for m in linear]
+    lin_err = [S.last_errors(m, test) for m in trained["Q6 adam"]]
+    lbfgs = min(float(S.last_errors(m, test).mean()) for m in trained["Q6 lbfgs"])
     best_s = min(range(len(errors)), key=lambda i: float(errors[i].mean()))
     best_l = min(range(len(lin_err)), key=lambda i: float(lin_err[i].mean()))
     ci = S.boot_ci(lin_err[best_l], sizes)
@@ -189,14 +194,15 @@ def softmax(sizes: S.Sizes, trained: Models, q6: dict[str, Any]) -> dict[str, An
     value = float(errors[best_s].mean())
     out = {"runs": runs, "best": best_s, "best_error": value,
            "linear_errors": [float(e.mean()) for e in lin_err], "linear_best_ci": ci,
-           "difference_ci": diff, "within": ci[0] <= value <= ci[1]}
+           "difference_ci": diff, "within": ci[0] <= value <= ci[1], "linear_lbfgs_best": lbfgs}
     best = runs[best_s]
-    out["answer"] = (f"best of {sizes.restarts} softmax-ahn restarts: error {value:.4f} vs the "
-                     f"best linear {float(lin_err[best_l].mean()):.4f} (95% CI {ci[0]:.4f}–"
+    out["answer"] = (f"best of {sizes.restarts} softmax-ahn restarts (Adam): error {value:.4f} vs "
+                     f"the best linear (Adam) {float(lin_err[best_l].mean()):.4f} (95% CI {ci[0]:.4f}–"
                      f"{ci[1]:.4f}; difference CI {diff[0]:+.4f}…{diff[1]:+.4f}): "
                      f"{'within' if out['within'] else 'outside'} the interval; its "
                      "dist(A_l, Σ⁻¹) " + ", ".join(f"{v:.2f}" for v in best["dist"])
-                     + ", a_l " + ", ".join(f"{v:.2f}" for v in best["scale"]))
+                     + ", a_l " + ", ".join(f"{v:.2f}" for v in best["scale"])
+                     + f"; linear with L-BFGS: {lbfgs:.4f}")
     return out
 
 
@@ -207,8 +213,8 @@ def dense(sizes: S.Sizes, trained: Models) -> dict[str, Any]:
     runs, models = [], []
     with _bar(sizes.few_restarts + 1, "Q5 dense") as bar:
         for seed in range(sizes.few_restarts):
-            model = S.pq(3, seed, sparse=False)
-            S.train(model, task, S.recipe("lbfgs", sizes, seed))
+            model = S.pq(3, seed, sparse=False)  # Adam: L-BFGS at lr 1 diverged here
+            S.train(model, task, S.recipe("adam", sizes, seed))
             p, q = (m.detach().double().sum(1) for m in model.matrices())  # heads summed
             d = S.D
             off = [float(q[i, d].norm().hypot(q[i, :d, d].norm()) / q[i, :d, :d].norm())

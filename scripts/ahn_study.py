@@ -53,6 +53,7 @@ class Sizes:
     grid_steps: int = 10  # Q7: L-BFGS outer steps per cell
     grid_batch: int = 500
     test: int = 2000  # test sequences per task
+    softmax_batch: int = 250  # Q4: Adam sequences per step (softmax-ahn is 3x slower)
     align_sequences: int = 256  # Q5
     boot: int = 200  # bootstrap resamples of the test sequences
     mc_samples: int = 100_000  # Q3's Monte Carlo check of the one-layer optimum
@@ -63,7 +64,7 @@ class Sizes:
         return cls(restarts=2, few_restarts=1, steps=5, batch=32, lbfgs_steps=2,
                    lbfgs_batch=64, segments=2, optimum_steps=1, optimum_batch=128, d_ks=(3, 1),
                    grid_layers=(1, 2), grid_dims=(3,), grid_kappas=(1.0, 10.0),
-                   grid_restarts=1, grid_steps=1, grid_batch=64, test=128,
+                   grid_restarts=1, grid_steps=1, grid_batch=64, test=128, softmax_batch=32,
                    align_sequences=32, boot=20, mc_samples=4000)
 
 

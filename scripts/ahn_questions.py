@@ -213,8 +213,8 @@ def dense(sizes: S.Sizes, trained: Models) -> dict[str, Any]:
     runs, models = [], []
     with _bar(sizes.few_restarts + 1, "Q5 dense") as bar:
         for seed in range(sizes.few_restarts):
-            model = S.pq(3, seed, sparse=False)  # Adam: L-BFGS at lr 1 diverged here
-            S.train(model, task, S.recipe("adam", sizes, seed))
+            model = S.pq(3, seed, sparse=False)  # L-BFGS (lr 1) and Adam at lr 0.05 diverge
+            S.train(model, task, S.recipe("adam", sizes, seed, lr=0.01))
             p, q = (m.detach().double().sum(1) for m in model.matrices())  # heads summed
             d = S.D
             off = [float(q[i, d].norm().hypot(q[i, :d, d].norm()) / q[i, :d, :d].norm())
@@ -237,7 +237,8 @@ def dense(sizes: S.Sizes, trained: Models) -> dict[str, Any]:
            "verdict_sentence": res.verdict_sentence, "layer_error": res.layer_error,
            "pgd_inv_cov_cosine": None if pgd is None else [float(v) for v in pgd.best_value]}
     b = runs[best]
-    out["answer"] = (f"align's verdict per layer (best of {sizes.few_restarts}): "
+    out["answer"] = (f"error {b['test_error']:.4f}; align's verdict per layer (best of "
+                     f"{sizes.few_restarts}): "
                      f"{', '.join(f'L{i} {v}' for i, v in enumerate(res.verdict)) or 'none'}; "
                      "induced A_l dist to Σ⁻¹ "
                      + ", ".join(f"{v:.2f}" for v in b["dist"]) + "; B_l dist to a multiple "

@@ -145,9 +145,11 @@ def cmd_align(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({r.name: {**r.to_dict(), "probes": records[r.name]} for r in results}))
         return 0
+    notes = preconditioner_notes(checkpoints, [r.name for r in results])
     for res in results:
         if not args.verbose:
-            print(screen(res), end="\n\n")
+            print(screen(res), end="\n\n" if res.name not in notes else "\n")
+            print(notes.get(res.name, ""), end="\n\n" if res.name in notes else "")
             continue
         for metric in cfg.metrics:
             print(text_table(res, metric), end="\n\n")
@@ -162,6 +164,22 @@ def cmd_align(args: argparse.Namespace) -> int:
     if args.out is not None:
         print(f"report: {Path(args.out) / 'report.md'}")
     return 0
+
+
+def preconditioner_notes(checkpoints: list[str], names: list[str]) -> dict[str, str]:
+    """By name, for each PQ model with a fixed Σ: is each A_l positive definite (one line)?"""
+    from iclprobe import models, probes
+
+    notes = {}
+    for checkpoint, name in zip(checkpoints, names):
+        model = models.load(checkpoint)
+        task = getattr(model, "task", None)
+        if not callable(getattr(model, "matrices", None)) or getattr(model.cfg, "n_state", None) != 0:
+            continue  # not a PQ model, or one whose layers are no A_l
+        if task is None or task.covariance is None:
+            continue
+        notes[name] = probes.analyze_preconditioners(model).summary(name)  # type: ignore[arg-type]
+    return notes
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
@@ -242,6 +260,7 @@ def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int | None = 
         dists = ", ".join(f"{d:.3f}" for d in analysis.dist_to_inv_cov)
         print(f"{name}: distance of A_l to Σ⁻¹ per layer: {dists}; scales a_l "
               + ", ".join(f"{a:.2f}" for a in analysis.scale))
+        print(analysis.summary(name))
     print(f"report: {report}")
     return report
 

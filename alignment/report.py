@@ -183,19 +183,21 @@ def _pq_section(out: Path, pq: Sequence[tuple[str, Any]], summary: dict[str, Any
     rows = []
     for name, analysis in pq:
         summary["pq"][name] = analysis.to_dict()
-        for layer, (ds, a, di) in enumerate(zip(analysis.dist_to_inv_cov, analysis.scale,
-                                                analysis.dist_to_identity)):
-            rows.append([name, str(layer + 1), nice_float(ds), nice_float(a), nice_float(di)])
-    header = ["model", "layer", "dist(A, Σ⁻¹)", "a_l", "dist(A, I)"]
+        for layer, values in enumerate(zip(analysis.dist_to_inv_cov, analysis.scale,
+                                           analysis.dist_to_identity,
+                                           analysis.min_sym_eigenvalue, analysis.skew_ratio)):
+            rows.append([name, str(layer + 1), *map(nice_float, values)])
+    header = ["model", "layer", "dist(A, Σ⁻¹)", "a_l", "dist(A, I)", "λ_min(sym A)",
+              "‖skew‖/‖A‖"]
     write_text_atomic(out / "pq_preconditioners.csv",
-                      csv_text(["model", "layer", "dist_to_inv_cov", "scale", "dist_to_identity"],
-                           rows))
+                      csv_text(["model", "layer", "dist_to_inv_cov", "scale", "dist_to_identity",
+                                "min_sym_eigenvalue", "skew_ratio"], rows))
     png = plots.preconditioner_distances(pq, out / "pq_preconditioners.png")
     md = ["## PQ transformers: the learned preconditioners", "", markdown_table(header, rows),
           "", f"![preconditioners]({png.name})", "",
           "Left: how far each layer's A_l is from a multiple of Σ⁻¹ and of I "
           "(min_a ‖A − aM‖_F / ‖A‖_F; 0 = exactly proportional); right: the fitted scales "
-          "a_l.", ""]
+          "a_l. λ_min(sym A) > 0 means A_l is positive definite (xᵀA_l x > 0 for x ≠ 0).", ""]
     for name, analysis in pq:
         if analysis.dist_to_optimum is not None:
             md += [f"{name}: distance of A to Ahn et al.'s optimum (n = "

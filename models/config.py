@@ -149,6 +149,9 @@ class PQConfig(ConfigMixin):
     init_std: float = option(0.01, "std of the N(0, init_std²) initialization (Ahn's var)")
     n_state: int = option(0, "state channels between x and y, zero in the input: tokens are "
                              "(x, s, y) rows of width d + 1 + n_state (dense models only)")
+    d_k: int | None = option(None, "factored (standard) parametrization with head width d_k: "
+                             "sparse A = W_Kᵀ W_Q (W_K, W_Q: d_k x d); dense Q = W_Kᵀ W_Q, "
+                             "P = W_Oᵀ W_V (each d_k x D) (default: unfactored A, B or P, Q)")
 
     def __post_init__(self) -> None:
         check_fields(self, check_int, "n_dims", "n_layers", "n_heads")
@@ -157,6 +160,10 @@ class PQConfig(ConfigMixin):
         check_fields(self, check_real, "init_std", low=0.0)
         check_fields(self, check_seed, "seed")
         check_fields(self, check_int, "n_state", low=0)
+        if self.d_k is not None and not (is_int(self.d_k) and self.d_k >= 1):
+            raise ConfigError("PQConfig", "d_k", f"PQConfig.d_k must be a positive integer "
+                              "(the head width of the factored parametrization) or None "
+                              f"(unfactored), got {self.d_k!r}")
         if self.n_state and self.sparse:
             raise ConfigError("PQConfig", "n_state", f"PQConfig.n_state={self.n_state} needs a "
                               "dense model (sparse=False): Eq. 8's sparsity has no state "

@@ -13,11 +13,15 @@ sequence, equal to running each truncated prefix alone (one causal pass is wrong
 second layer on). Axis legend: ``batch``, ``prefix`` (t = 0..n-1), ``row`` (n context
 slots, then the T query rows), ``key`` (context slots), ``head``, ``d_model`` (D = d + 1).
 Rows ``j >= t`` of prefix t's context slots are zero padding and never keys.
+
+``PQConfig.d_k`` selects the standard parametrization: each merged matrix is a product of
+two ``d_k``-row factors (`iclprobe.models.pq_layers.PQAttention`); everything downstream
+(`matrices`, `iclprobe.probes.preconditioners`, alignment) reads the products.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -28,10 +32,7 @@ from iclprobe._checks import ConfigError
 from iclprobe.errors import InputError, InputTypeError
 from iclprobe.models.base import ModuleList, Regressor
 from iclprobe.models.config import PQConfig
-from iclprobe.models.pq_layers import PQBlock, sparse_pq
-
-MatrixLike = Tensor | Sequence[Any]
-
+from iclprobe.models.pq_layers import MatrixLike, PQBlock, as_matrices, per_layer_head, sparse_pq
 
 
 class PQTransformer(Regressor):
@@ -146,6 +147,12 @@ class PQTransformer(Regressor):
             raise ConfigError("TrainConfig", "project_sparse", "TrainConfig.project_sparse "
                               "needs a dense PQ model (PQConfig.sparse=False); this one is "
                               "sparse by construction")
+        if self.cfg.d_k is not None and not self.cfg.sparse and (
+                train_cfg.project_sparse or train_cfg.zero_b):
+            field = "project_sparse" if train_cfg.project_sparse else "zero_b"
+            raise ConfigError("TrainConfig", field, f"TrainConfig.{field} sets entries of P, "
+                              f"Q, which a dense factored model (PQConfig.d_k={self.cfg.d_k}) "
+                              "holds as products W_Kᵀ W_Q, W_Oᵀ W_V; use d_k=None")
         if train_cfg.project_sparse and self.cfg.n_state:
             raise ConfigError("TrainConfig", "project_sparse", "TrainConfig.project_sparse: "
                               "Eq. 8's structure has no state channels (PQConfig.n_state="
@@ -304,14 +311,14 @@ class PQTransformer(Regressor):
         if (A is None) == (P is None and Q is None):
             raise InputError("give either A (and optionally B) or both P and Q")
         if A is not None:
-            a = _per_layer_head(A, "A", cfg, d)
-            b = _per_layer_head(B, "B", cfg, d) if B is not None else torch.zeros_like(a)
+            a = per_layer_head(A, "A", cfg, d)
+            b = per_layer_head(B, "B", cfg, d) if B is not None else torch.zeros_like(a)
             p, q = sparse_pq(a, b)
         else:
             if P is None or Q is None:
                 raise InputError("P and Q must be given together")
             width = cfg.d_model
-            p, q = _per_layer_head(P, "P", cfg, width), _per_layer_head(Q, "Q", cfg, width)
+            p, q = per_layer_head(P, "P", cfg, width), per_layer_head(Q, "Q", cfg, width)
             a, b = -q[..., :d, :d], p[..., :d, :d]
             if cfg.sparse and not all(map(torch.equal, (p, q), sparse_pq(a, b))):
                 raise InputError(
@@ -320,11 +327,9 @@ class PQTransformer(Regressor):
                 )
         for layer, block in enumerate(self.blocks):
             if cfg.sparse:
-                block.attn.A.copy_(a[layer])
-                block.attn.B.copy_(b[layer])
+                block.attn.load_merged(a[layer], b[layer])
             else:
-                block.attn.P.copy_(p[layer])
-                block.attn.Q.copy_(q[layer])
+                block.attn.load_merged(q[layer], p[layer])
         return self
 
     @classmethod
@@ -337,13 +342,15 @@ class PQTransformer(Regressor):
         Q: MatrixLike | None = None,
         kernel: str = "linear",
         n_dims: int | None = None,
+        d_k: int | None = None,
     ) -> PQTransformer:
         """Build a model from matrices (``[layer, head, ., .]``, ``[layer, ., .]`` or lists).
 
         ``A``/``B`` give a sparse model (Eq. 8); ``P``/``Q`` a dense one, of width
-        ``n_dims + 1`` unless ``n_dims`` is given (the rest are state channels).
+        ``n_dims + 1`` unless ``n_dims`` is given (the rest are state channels). ``d_k``: the
+        factored parametrization (`PQConfig.d_k`), the factors taken by `factor`.
         """
-        first = _as_tensor(A if A is not None else P, "A" if A is not None else "P")
+        first = as_matrices(A if A is not None else P, "A" if A is not None else "P")
         if first.ndim not in (3, 4) or first.shape[-1] != first.shape[-2]:
             raise InputError(
                 f"{'A' if A is not None else 'P'} must be square matrices [layer, (head,) k, k], "
@@ -358,40 +365,6 @@ class PQTransformer(Regressor):
                              f"{n_dims!r}")
         cfg = PQConfig(n_dims=n_dims, n_layers=n_layers, n_heads=n_heads,
                        sparse=A is not None, kernel=kernel, init_std=0.0,
-                       n_state=width - n_dims)
+                       n_state=width - n_dims, d_k=d_k)
         return cls(cfg).set_matrices(A, B, P=P, Q=Q)
 
-
-def _as_tensor(m: MatrixLike | None, name: str) -> Tensor:
-    """A float32 tensor from a tensor or (nested) lists of tensors or numbers."""
-    if m is None:
-        raise InputError(f"{name} is required")
-    if isinstance(m, Tensor):
-        return m.detach().to(torch.float32)
-    if isinstance(m, (list, tuple)):
-        parts = [_as_tensor(x, name) for x in m]
-        if len({p.shape for p in parts}) > 1:
-            raise InputError(f"{name}: matrices of different shapes {[tuple(p.shape) for p in parts]}")
-        return torch.stack(parts) if parts else torch.zeros(0)
-    if isinstance(m, (int, float)):
-        return torch.tensor(float(m))
-    raise InputTypeError(f"{name} must be a tensor or a list of matrices, got {type(m).__name__}")
-
-
-def _per_layer_head(m: MatrixLike, name: str, cfg: PQConfig, k: int) -> Tensor:
-    """``m`` as ``[layer, head, k, k]``, accepting ``[layer, k, k]`` when there is one head."""
-    t = _as_tensor(m, name)
-    if t.ndim == 3 and cfg.n_heads == 1:
-        t = t[:, None]
-    expected = (cfg.n_layers, cfg.n_heads, k, k)
-    if t.shape != expected:
-        hint = ""
-        if t.ndim >= 2 and t.shape[-1] != t.shape[-2]:
-            hint = " (blocks must be square)"
-        elif cfg.sparse and t.shape[-1] == cfg.n_dims + 1 and name in "AB":
-            hint = " (a sparse model takes d x d blocks A, B, not dense (d+1) x (d+1) matrices)"
-        raise InputError(
-            f"{name} must have shape [n_layers={cfg.n_layers}, n_heads={cfg.n_heads}, {k}, {k}]"
-            f", got {tuple(t.shape)}{hint}"
-        )
-    return t

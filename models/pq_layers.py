@@ -6,12 +6,17 @@ the first ``n_slots`` rows are context slots, of which prefix i uses ``n_keys[i]
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
-from iclprobe.errors import InputError
+from iclprobe.errors import InputError, InputTypeError
 from iclprobe.models._tl import HookPoint, observed
 from iclprobe.models.config import PQConfig
+
+MatrixLike = Tensor | Sequence[Any]
 
 
 def sparse_pq(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
@@ -23,28 +28,94 @@ def sparse_pq(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
     return nn.functional.pad(b, pad) + corner, -nn.functional.pad(a, pad)
 
 
+def factor(m: Tensor, d_k: int, name: str) -> tuple[Tensor, Tensor]:
+    """Factors ``L, R [head, d_k, k]`` with ``Lᵀ R = m`` for blocks ``m [head, k, k]``.
+
+    ``d_k >= k``: ``L = [I; 0]``, ``R = [m; 0]`` (exact). ``d_k < k``: from the SVD
+    ``m = U S Vᵀ``, ``L = (U S^½)ᵀ``, ``R = S^½ Vᵀ`` over the d_k largest singular values,
+    exact to round-off when m has rank <= d_k; a block of higher rank is a ValueError.
+    """
+    heads, size = m.shape[0], m.shape[-1]
+    if d_k >= size:
+        eye = torch.eye(d_k, size, dtype=m.dtype, device=m.device).expand(heads, -1, -1)
+        return eye.clone(), nn.functional.pad(m, (0, 0, 0, d_k - size))
+    u, s, vh = torch.linalg.svd(m.to(torch.float64))
+    dropped = s[:, d_k:].max()
+    if dropped > 1e-6 * max(float(s.max()), 1e-30):
+        raise InputError(f"{name} has rank above PQConfig.d_k={d_k} (singular value "
+                         f"{float(dropped):.3g} beyond the first {d_k}): a factored layer "
+                         f"holds blocks of rank <= d_k only")
+    root = s[:, :d_k].sqrt()
+    left = (u[..., :d_k] * root[:, None, :]).transpose(-1, -2)
+    return left.to(m.dtype), (root[..., None] * vh[:, :d_k]).to(m.dtype)
+
+
 class PQAttention(nn.Module):
-    """One layer's heads: parameters A, B (sparse) or P, Q (dense), ``[head, ., .]``."""
+    """One layer's heads: parameters A, B (sparse) or P, Q (dense), ``[head, ., .]``.
+
+    With ``cfg.d_k`` set (the standard, factored parametrization) the merged matrices are
+    products of per-head factors of ``d_k`` rows: sparse ``A = W_Kᵀ W_Q`` (``W_K, W_Q
+    [head, d_k, d]``; B stays one matrix), dense ``Q = W_Kᵀ W_Q`` and ``P = W_Oᵀ W_V``
+    (``[head, d_k, D]`` each). Scores are then ``z_iᵀ Q z_j = (W_K z_i)·(W_Q z_j)``: the
+    row being updated (the query row) meets ``W_K``, following ``Q = W_Kᵀ W_Q``.
+    """
 
     def __init__(self, cfg: PQConfig):
         super().__init__()
         self.cfg = cfg
-        h, d = cfg.n_heads, cfg.n_dims
+        h, d, k = cfg.n_heads, cfg.n_dims, cfg.d_k
+        width = d if cfg.sparse else cfg.d_model  # the blocks A, B, or P, Q (D = d + 1 + n_state)
+        if k is not None:
+            self.W_K = nn.Parameter(torch.zeros(h, k, width))  # [head, d_k, width]
+            self.W_Q = nn.Parameter(torch.zeros(h, k, width))
         if cfg.sparse:
-            self.A = nn.Parameter(torch.zeros(h, d, d))  # preconditioner, Q = -[[A, 0], [0, 0]]
+            if k is None:
+                self.A = nn.Parameter(torch.zeros(h, d, d))  # preconditioner, Q = -[[A, 0], [0, 0]]
             self.B = nn.Parameter(torch.zeros(h, d, d))  # P = [[B, 0], [0, 1]]
-        else:
-            width = cfg.d_model  # d + 1 + n_state
+        elif k is None:
             self.P = nn.Parameter(torch.zeros(h, width, width))  # value matrix
             self.Q = nn.Parameter(torch.zeros(h, width, width))  # merged key-query matrix
+        else:
+            self.W_V = nn.Parameter(torch.zeros(h, k, width))  # P = W_Oᵀ W_V
+            self.W_O = nn.Parameter(torch.zeros(h, k, width))
         self.hook_attn_scores = HookPoint()  # [batch, prefix, head, row, key]
         self.hook_pattern = HookPoint()  # [batch, prefix, head, row, key]
 
+    def key_query(self) -> Tensor:
+        """The merged key-query block, ``[head, ., .]``: A (sparse) or Q (dense)."""
+        if self.cfg.d_k is None:
+            return self.A if self.cfg.sparse else self.Q
+        return self.W_K.transpose(-1, -2) @ self.W_Q
+
     def matrices(self) -> tuple[Tensor, Tensor]:
         """Full ``P, Q [head, D, D]`` (for a sparse layer, built from A and B)."""
-        if not self.cfg.sparse:
+        if self.cfg.sparse:
+            return sparse_pq(self.key_query(), self.B)
+        if self.cfg.d_k is None:
             return self.P, self.Q
-        return sparse_pq(self.A, self.B)
+        return self.W_O.transpose(-1, -2) @ self.W_V, self.key_query()
+
+    @torch.no_grad()
+    def load_merged(self, key_query: Tensor, value: Tensor) -> None:
+        """Set the heads from merged blocks ``[head, ., .]``: A, B (sparse) or Q, P (dense).
+
+        A factored layer takes factors of them (`factor`); a block of rank above ``d_k``
+        is a ValueError.
+        """
+        k, sparse = self.cfg.d_k, self.cfg.sparse
+        if k is None:
+            (self.A if sparse else self.Q).copy_(key_query)
+            (self.B if sparse else self.P).copy_(value)
+            return
+        pairs = [((self.W_K, self.W_Q), key_query, "A" if sparse else "Q")]
+        if sparse:
+            self.B.copy_(value)
+        else:
+            pairs.append(((self.W_O, self.W_V), value, "P"))
+        for (left, right), merged, name in pairs:
+            wl, wr = factor(merged, k, name)
+            left.copy_(wl)
+            right.copy_(wr)
 
     def forward(self, rows: Tensor, n_keys: Tensor, n_slots: int) -> Tensor:
         """Update of ``rows [batch, prefix, row, D]``.
@@ -107,3 +178,38 @@ class PQBlock(nn.Module):
         rows = self.hook_resid_pre(rows)
         update = self.attn(rows, n_keys, n_slots)
         return self.hook_resid_post(rows + self.hook_attn_out(update))
+
+
+def as_matrices(m: MatrixLike | None, name: str) -> Tensor:
+    """A float32 tensor from a tensor or (nested) lists of tensors or numbers."""
+    if m is None:
+        raise InputError(f"{name} is required")
+    if isinstance(m, Tensor):
+        return m.detach().to(torch.float32)
+    if isinstance(m, (list, tuple)):
+        parts = [as_matrices(x, name) for x in m]
+        if len({p.shape for p in parts}) > 1:
+            raise InputError(f"{name}: matrices of different shapes {[tuple(p.shape) for p in parts]}")
+        return torch.stack(parts) if parts else torch.zeros(0)
+    if isinstance(m, (int, float)):
+        return torch.tensor(float(m))
+    raise InputTypeError(f"{name} must be a tensor or a list of matrices, got {type(m).__name__}")
+
+
+def per_layer_head(m: MatrixLike, name: str, cfg: PQConfig, k: int) -> Tensor:
+    """``m`` as ``[layer, head, k, k]``, accepting ``[layer, k, k]`` when there is one head."""
+    t = as_matrices(m, name)
+    if t.ndim == 3 and cfg.n_heads == 1:
+        t = t[:, None]
+    expected = (cfg.n_layers, cfg.n_heads, k, k)
+    if t.shape != expected:
+        hint = ""
+        if t.ndim >= 2 and t.shape[-1] != t.shape[-2]:
+            hint = " (blocks must be square)"
+        elif cfg.sparse and t.shape[-1] == cfg.n_dims + 1 and name in "AB":
+            hint = " (a sparse model takes d x d blocks A, B, not dense (d+1) x (d+1) matrices)"
+        raise InputError(
+            f"{name} must have shape [n_layers={cfg.n_layers}, n_heads={cfg.n_heads}, {k}, {k}]"
+            f", got {tuple(t.shape)}{hint}"
+        )
+    return t

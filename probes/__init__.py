@@ -13,10 +13,12 @@ from iclprobe.probes.layer_probes import (
     readout_predictions,
 )
 from iclprobe.probes.preconditioners import (
+    Definiteness,
     PreconditionerAnalysis,
     Preconditioners,
     ahn_optimum,
     analyze_preconditioners,
+    definiteness,
     distance,
     preconditioners,
 )
@@ -25,6 +27,7 @@ from iclprobe.probes.ridge import RidgeFit, ridge_gcv
 
 __all__ = [
     "CrossFit",
+    "Definiteness",
     "LayerProbes",
     "PreconditionerAnalysis",
     "Preconditioners",
@@ -34,6 +37,7 @@ __all__ = [
     "ahn_optimum",
     "analyze_preconditioners",
     "cross_fit",
+    "definiteness",
     "distance",
     "gradient_weights",
     "induced_weights",

@@ -10,6 +10,9 @@
    stationary point A_l = a_l Σ⁻¹, B_l = b_l I?).
 3. One layer as n grows: distance of A to Σ⁻¹ (the inverse of the data's Gram matrix in
    the limit) and to the finite-n optimum n/(n+d+1) Σ⁻¹.
+
+The questions their reviewers left open (definiteness, the factored parametrization, other
+priors, softmax, dense P and Q, depth x d x κ, the in-context curve): scripts/ahn_reviewers.py.
 """
 
 from __future__ import annotations

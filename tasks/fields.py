@@ -13,7 +13,7 @@ from typing import Any
 from iclprobe._checks import option
 
 COVARIANCES = ("isotropic", "rotated", "ill-conditioned")
-W_PRIORS = ("standard", "inverse-cov")
+W_PRIORS = ("standard", "inverse-cov", "rotated")
 EIGENBASES = ("sequence", "batch")
 
 
@@ -24,7 +24,9 @@ class TaskFields:
     n_dims: int = option(help="covariate dimension d")
     n_points: int = option(help="examples per sequence")
     cov: Any = option("isotropic", "isotropic | rotated | ill-conditioned")  # or a [d, d] Tensor
-    w_prior: str = option("standard", "standard (w ~ N(0, I)) | inverse-cov (w ~ N(0, Σ⁻¹))")
+    w_prior: str = option("standard", "standard (w ~ N(0, I)) | inverse-cov (w ~ N(0, Σ⁻¹)) | "
+                          "rotated (w ~ N(0, Σ_w), Σ_w with a rotation of its own, unrelated "
+                          "to Σ)")
     noise_std: float = option(0.0, "label noise standard deviation")
     seed: int = option(0, "seed of the rotated covariance")
     condition_number: float = option(100.0, "κ of the ill-conditioned covariance")

@@ -88,8 +88,12 @@ class RegressionTask(TaskFields):
             root, so ``RegressionTask(cov=task.covariance)`` samples what ``task`` samples;
             a per-sequence Σ = V D Vᵀ draws ``x = V D^{1/2} z`` with the V it was built
             from (`random_orthogonal`, unique). ``w ~ N(0, Σ⁻¹)`` is drawn the same way.
-        w_prior: ``"standard"`` (w ~ N(0, I)) or ``"inverse-cov"`` (w ~ N(0, Σ⁻¹), Ahn et
-            al.'s code with rotated Σ).
+        w_prior: ``"standard"`` (w ~ N(0, I)), ``"inverse-cov"`` (w ~ N(0, Σ⁻¹), Ahn et
+            al.'s code with rotated Σ), or ``"rotated"``: w ~ N(0, Σ_w), Σ_w = V D Vᵀ
+            unrelated to Σ, with D the rotated eigenvalues ({1, 1, 1/4, 1/16, 1} repeated
+            to d) and V the second orthogonal matrix drawn from ``seed`` (the first is the
+            rotation of ``cov="rotated"``); w = V D^{1/2} u, the factor Σ_w is built from
+            (see `w_covariance`).
         noise_std: standard deviation of Gaussian label noise.
         seed: fixes the rotation of ``"rotated"``, and starts the stream `sample` draws from
             when it is given no generator (an integer in [0, 2^63)).
@@ -108,6 +112,7 @@ class RegressionTask(TaskFields):
     _fixed_cov: Tensor | None = field(default=None, init=False, repr=False)
     _fixed_factors: tuple[Tensor, Tensor] | None = field(default=None, init=False, repr=False)
     _stream: torch.Generator | None = field(default=None, init=False, repr=False)
+    _w_factor: Tensor | None = field(default=None, init=False, repr=False)  # V D^{1/2}
 
     def __post_init__(self) -> None:
         check_fields(self, check_int, "n_dims", "n_points")
@@ -138,6 +143,12 @@ class RegressionTask(TaskFields):
         object.__setattr__(self, "_fixed_cov", fixed)
         if fixed is not None:  # factor once: sampling then costs two matmuls
             object.__setattr__(self, "_fixed_factors", symmetric_sqrt_pair(fixed))
+        if self.w_prior == "rotated":
+            gen = torch.Generator().manual_seed(self.seed)
+            random_orthogonal(self.n_dims, gen)  # the rotation of cov="rotated"
+            vecs = random_orthogonal(self.n_dims, gen)
+            root = rotated_eigenvalues(self.n_dims).sqrt()
+            object.__setattr__(self, "_w_factor", vecs * root)
 
     # ------------------------------------------------------------------ covariance
     def _build_fixed_cov(self) -> Tensor | None:
@@ -156,6 +167,17 @@ class RegressionTask(TaskFields):
     def covariance(self) -> Tensor | None:
         """The task's fixed Σ (float64), or None when Σ is drawn with each batch."""
         return self._fixed_cov
+
+    @property
+    def w_covariance(self) -> Tensor | None:
+        """Σ_w, the covariance of the prior of w (float64), or None when it varies with Σ."""
+        if self.w_prior == "standard":
+            return torch.eye(self.n_dims, dtype=torch.float64)
+        if self.w_prior == "rotated":
+            assert self._w_factor is not None
+            return self._w_factor @ self._w_factor.T
+        cov = self.covariance
+        return torch.linalg.inv(cov) if cov is not None else None
 
     # ------------------------------------------------------------------ sampling
     def sample(
@@ -197,6 +219,8 @@ class RegressionTask(TaskFields):
         w_std = torch.randn(batch_size, d, generator=gen, dtype=f64)
         if self.w_prior == "standard":
             ws = w_std
+        elif self._w_factor is not None:  # rotated: w = V D^{1/2} u, Σ_w = V D Vᵀ
+            ws = w_std @ self._w_factor.T
         else:  # w = L⁻ᵀ u has covariance L⁻ᵀ L⁻¹ = Σ⁻¹
             ws = (inv_sqrt_t @ w_std.unsqueeze(-1)).squeeze(-1)
         if k is not None and k < d:

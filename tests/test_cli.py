@@ -142,6 +142,9 @@ def test_demo_writes_the_whole_report(tmp_path, capsys):
     assert main(["demo", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "pq-rotated-3layer: distance of A_l to Σ⁻¹" in printed
+    assert "pq-rotated-3layer: λ_min(sym A_l) 0.422, 0.695, 1.72; max ‖skew‖/‖A‖" in printed
+    assert (out / "pq_preconditioners.csv").read_text().startswith(
+        "model,layer,dist_to_inv_cov,scale,dist_to_identity,min_sym_eigenvalue,skew_ratio")
     names = {str(p.relative_to(out)) for p in out.rglob("*")}
     assert {"report.md", "summary.json", "gpt-softmax/error.png", "matched_newton_steps.png",
             "pq_preconditioners.png", "pq_preconditioners.csv", "comparison_newton.csv",

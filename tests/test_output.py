@@ -213,7 +213,13 @@ def test_align_prints_one_screen_and_verbose_the_full_tables(pq_results, capsys,
     argv = ["align", "pq-isotropic-1layer", "--n-sequences", "32", "--n-boot", "10"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    assert printed.strip() == screen(results[0])  # the library's numbers, on one screen
+    from iclprobe import models, probes
+
+    note = probes.analyze_preconditioners(models.load("pq-isotropic-1layer")).summary(
+        "pq-isotropic-1layer")  # a PQ model's A_l: positive definite or not, one line
+    assert note.endswith(": positive definite")
+    # the library's numbers, on one screen, and the note
+    assert printed.strip() == screen(results[0]) + "\n" + note
     check_screen(results[0], printed)
     import iclprobe.cli_commands as commands
 

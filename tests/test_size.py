@@ -103,7 +103,7 @@ def test_training_memory_counts_adam_activations_and_data(monkeypatch):
     need = (4 * params + kept + 2 * 6 * 9 * 5 * 2) * 4  # weights, grads, 2 moments; data
     check_training_fits(PQTransformer, cfg, task, recipe, available=need)
     with pytest.raises(ValueError, match=r"^training: a model with 192 parameters \(n_dims=4, "
-                                         r"n_layers=3, n_heads=2, n_state=0\) needs at least"):
+                                         r"n_layers=3, n_heads=2, n_state=0, d_k=None\) needs at least"):
         check_training_fits(PQTransformer, cfg, task, recipe, available=need - 1)
     monkeypatch.setattr(iclprobe._checks, "available_memory", lambda: None)  # unknown: passes
     check_training_fits(PQTransformer, cfg, task, TrainConfig(batch_size=10**9))

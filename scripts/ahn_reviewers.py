@@ -30,7 +30,8 @@ import ahn_study as S  # noqa: E402
 import torch  # noqa: E402
 
 from iclprobe import models  # noqa: E402
-from iclprobe.storage import atomic_directory, check_output, write_text_atomic  # noqa: E402
+from iclprobe.atomic import atomic_directory  # noqa: E402
+from iclprobe.storage import check_output, write_text_atomic  # noqa: E402
 
 TITLES = {
     "Q1": "Is each trained A_l positive definite?",

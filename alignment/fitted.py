@@ -203,14 +203,20 @@ def fitted_pairs(layer_preds: Tensor, layer_weights: Tensor | None, xs: Tensor, 
                           ys_m, by["newton"], by["gd"], best["newton"], best["gd"])
         labels = C.verdicts(scores["newton"], scores["gd"], diff, cal, live,
                             by["newton"].higher_is_better, matched)
-        sentence = C.sentence(labels, "newton", "gd", metric).replace(
-            " by ", " (step sizes fitted) by ", 1)
+        sentence = C.sentence(labels, *LEARNERS, metric).replace(" by ", " (step sizes fitted) by ", 1)
         pairs[metric] = C.PairVerdict("newton", "gd", metric, diff, cal, labels, sentence)
         sims[metric] = by
         if on_w and spectral is None:
-            best_w = {k: w[torch.tensor(best[k])] for k in LEARNERS
-                      if (w := its_w[k].weights) is not None}
-            spectral = spectral_view(values, best_w, stats_rows(stats, sub), window, live,
-                                     n_boot, confidence, seed)
+            spectral = _spectral(values, its_w, best, stats_rows(stats, sub), window, live,
+                                 (n_boot, confidence, seed))
     return pairs, sims, spectral
+
+
+def _spectral(layer_weights: Tensor, its_w: dict[str, algorithms.Iterates],
+              best: dict[str, list[int]], stats: PrefixStats, window: tuple[int, int],
+              live: list[bool], boot: tuple[int, float, int]) -> SpectralOrder:
+    """The spectral view, beside each learner's columns that best match the layers."""
+    best_w = {k: w[torch.tensor(best[k])] for k in LEARNERS
+              if (w := its_w[k].weights) is not None}
+    return spectral_view(layer_weights, best_w, stats, window, live, *boot)
 

@@ -38,3 +38,19 @@ def test_fu2024_claims_quote_the_verdict_and_the_filter_orders():
     live = [i for i, r in enumerate(spec.reading) if r != "computes nothing"
             and spec.order[i] is not None]
     assert all(f"L{i} {spec.order[i]:.2f}" in orders for i in live)
+
+
+def test_same_outputs_masks_timestamps_and_names_the_first_differing_line():
+    same = _script("same_outputs")
+    before = {"stdout": b'{"fitted_at": "2024-05-01T12:00:00.5+00:00", "r2": 0.5}\n',
+              "report/a.png": b"\x89PNG\x00\xff", "report/only.csv": b"x\n"}
+    after = {"stdout": b'{"fitted_at": "2025-01-02T03:04:05.1+00:00", "r2": 0.6}\n',
+             "report/a.png": b"\x89PNG\x00\xfe"}
+    verdicts = dict(same.compare(before, after))
+    assert verdicts["report/only.csv"] == "differs: only before"
+    assert verdicts["report/a.png"] == "differs: binary, 6 and 6 bytes"
+    # the one-line JSON is indented, so the line names the field; the timestamps are masked
+    assert verdicts["stdout"] == ('differs: line 3:\n    before:  "r2": 0.5\n'
+                                  '    after:   "r2": 0.6')
+    earlier = {**before, "stdout": before["stdout"].replace(b"2024", b"2023")}
+    assert dict(same.compare(before, earlier))["stdout"] == "identical (timestamps masked)"

@@ -61,7 +61,7 @@ def unique_names(checkpoints: list[str]) -> list[str]:
     A checkpoint is named after its directory, parent-qualified (``a_run``) where two share
     a name, and numbered (``run-2``) where that is not enough.
     """
-    from iclprobe.alignment.probe_source import model_dir
+    from iclprobe.alignment.measuring.probe_source import model_dir
 
     dirs = [model_dir(c) for c in checkpoints]
     base = [d.name or c for d, c in zip(dirs, checkpoints)]
@@ -83,8 +83,8 @@ def align_checkpoints(checkpoints: list[str], cfg: Any) -> tuple[list[Any], dict
     printed on stderr).
     """
     from iclprobe import models
-    from iclprobe.alignment.family import needs_probes
-    from iclprobe.alignment.memory import check_align_fits
+    from iclprobe.alignment.measuring.layers import needs_probes
+    from iclprobe.alignment.measuring.memory import check_align_fits
     from iclprobe.alignment.pipeline import compare, evaluation_task
 
     loaded = [(c, models.load(c, device=cfg.device)) for c in checkpoints]
@@ -103,7 +103,7 @@ def align_checkpoints(checkpoints: list[str], cfg: Any) -> tuple[list[Any], dict
 @contextlib.contextmanager
 def probe_notes() -> Iterator[None]:
     """Print on stderr what `resolve_probes` says of each model's probes, as it decides."""
-    log = logging.getLogger("iclprobe.alignment.probe_source")
+    log = logging.getLogger("iclprobe.alignment.measuring.probe_source")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
     level, propagate = log.level, log.propagate
@@ -120,8 +120,8 @@ def probe_notes() -> Iterator[None]:
 
 def cmd_align(args: argparse.Namespace) -> int:
     """``iclprobe align`` and ``iclprobe compare``."""
-    from iclprobe.alignment.screen import screen
-    from iclprobe.alignment.tables import aligned, comparison_rows, spectral_lines, text_table
+    from iclprobe.alignment.output.screen import screen
+    from iclprobe.alignment.output.tables import aligned, comparison_rows, spectral_lines, text_table
     from iclprobe.atomic import atomic_directory
     from iclprobe.storage import check_output
 
@@ -135,7 +135,7 @@ def cmd_align(args: argparse.Namespace) -> int:
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
         results, records = align_checkpoints(checkpoints, cfg)
         if args.out is not None:
-            from iclprobe.alignment.report import write_report  # matplotlib: for a report
+            from iclprobe.alignment.output.report import write_report  # matplotlib: for a report
 
             command = "iclprobe " + " ".join(args.argv)
             with atomic_directory(args.out, "report", args.overwrite) as tmp:
@@ -185,7 +185,7 @@ def preconditioner_notes(checkpoints: list[str], names: list[str]) -> dict[str, 
 def cmd_probe(args: argparse.Namespace) -> int:
     """``iclprobe probe``: fit and save the layer probes of a checkpoint."""
     from iclprobe import models, probes
-    from iclprobe.alignment.probe_source import probes_dir
+    from iclprobe.alignment.measuring.probe_source import probes_dir
     from iclprobe.probes.inputs import check_fit_fits
     from iclprobe.storage import check_output
 
@@ -216,10 +216,10 @@ def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int | None = 
     ``out`` is checked before any work (`check_output`) and written whole at the end.
     """
     from iclprobe import models, probes
+    from iclprobe.alignment.output.report import write_report
+    from iclprobe.alignment.output.screen import screen
+    from iclprobe.alignment.output.tables import aligned, comparison_rows, fitted_lines, headline_lines
     from iclprobe.alignment.pipeline import AlignConfig, align
-    from iclprobe.alignment.report import write_report
-    from iclprobe.alignment.screen import screen
-    from iclprobe.alignment.tables import aligned, comparison_rows, fitted_lines, headline_lines
     from iclprobe.atomic import atomic_directory
     from iclprobe.storage import check_output
 

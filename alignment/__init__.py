@@ -20,10 +20,10 @@ from iclprobe._lazy import lazy_exports
 _EXPORTS = {
     "LearnerComparison": "iclprobe.alignment.comparison",
     "PairVerdict": "iclprobe.alignment.comparison",
-    "Fit": "iclprobe.alignment.matching",
-    "Match": "iclprobe.alignment.matching",
-    "fit_line": "iclprobe.alignment.matching",
-    "match_steps": "iclprobe.alignment.matching",
+    "Fit": "iclprobe.alignment.measuring.matching",
+    "Match": "iclprobe.alignment.measuring.matching",
+    "fit_line": "iclprobe.alignment.measuring.matching",
+    "match_steps": "iclprobe.alignment.measuring.matching",
     "METRIC_INFO": "iclprobe.alignment.metrics",
     "MetricInfo": "iclprobe.alignment.metrics",
     "error_cosine": "iclprobe.alignment.metrics",
@@ -36,15 +36,15 @@ _EXPORTS = {
     "align_layers": "iclprobe.alignment.pipeline",
     "compare": "iclprobe.alignment.pipeline",
     "AlignConfig": "iclprobe.alignment.config",
-    "resolve_probes": "iclprobe.alignment.probe_source",
+    "resolve_probes": "iclprobe.alignment.measuring.probe_source",
     "PROTOCOLS": "iclprobe.alignment.protocols",
     "Protocol": "iclprobe.alignment.protocols",
     "RunSpec": "iclprobe.alignment.protocols",
     "get_protocol": "iclprobe.alignment.protocols",
-    "METRICS": "iclprobe.alignment.similarities",
-    "Similarity": "iclprobe.alignment.similarities",
-    "similarity": "iclprobe.alignment.similarities",
-    "write_report": "iclprobe.alignment.report",
+    "METRICS": "iclprobe.alignment.measuring.similarities",
+    "Similarity": "iclprobe.alignment.measuring.similarities",
+    "similarity": "iclprobe.alignment.measuring.similarities",
+    "write_report": "iclprobe.alignment.output.report",
 }
 
 __all__ = [
@@ -84,7 +84,9 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 if TYPE_CHECKING:
     from iclprobe.alignment.comparison import LearnerComparison, PairVerdict
     from iclprobe.alignment.config import AlignConfig
-    from iclprobe.alignment.matching import Fit, Match, fit_line, match_steps
+    from iclprobe.alignment.measuring.matching import Fit, Match, fit_line, match_steps
+    from iclprobe.alignment.measuring.probe_source import resolve_probes
+    from iclprobe.alignment.measuring.similarities import METRICS, Similarity, similarity
     from iclprobe.alignment.metrics import (
         METRIC_INFO,
         MetricInfo,
@@ -94,8 +96,6 @@ if TYPE_CHECKING:
         spd,
         weight_cosine,
     )
+    from iclprobe.alignment.output.report import write_report
     from iclprobe.alignment.pipeline import AlignResult, align, align_layers, compare
-    from iclprobe.alignment.probe_source import resolve_probes
     from iclprobe.alignment.protocols import PROTOCOLS, Protocol, RunSpec, get_protocol
-    from iclprobe.alignment.report import write_report
-    from iclprobe.alignment.similarities import METRICS, Similarity, similarity

@@ -17,7 +17,7 @@ Newton, however significant the difference. Verdict per layer:
   least as well as the layer does — closer to A, not attributable to A;
 - ``indistinguishable``: the interval of A − B contains 0;
 - ``computes nothing``: the layer is not live — its normalized error is not below the
-  zero predictor's beyond its interval (`iclprobe.alignment.liveness`, the one rule every
+  zero predictor's beyond its interval (`iclprobe.alignment.measuring.liveness`, the one rule every
   view, protocol, readout and position uses);
 - ``matches no learner``: the layer is live, but none of the learners run matches it
   better than the zero predictor does — a verdict on the learners chosen, not on the layer.
@@ -33,8 +33,8 @@ import torch
 from torch import Tensor
 
 from iclprobe.algorithms.base import Iterates
+from iclprobe.alignment.measuring.similarities import Similarity, interval, similarity
 from iclprobe.alignment.metrics import metric_info
-from iclprobe.alignment.similarities import Similarity, interval, similarity
 from iclprobe.errors import InputError
 
 

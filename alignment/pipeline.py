@@ -23,26 +23,26 @@ from torch import Tensor
 
 from iclprobe import algorithms, probes
 from iclprobe.alignment import comparison as C
-from iclprobe.alignment import display
 from iclprobe.alignment.config import AlignConfig
-from iclprobe.alignment.family import (
+from iclprobe.alignment.measuring.layers import (
     family_runs,
     layer_predictions,
     layer_weight_fn,
     needs_probes,
 )
-from iclprobe.alignment.fitted import fitted_pairs
-from iclprobe.alignment.liveness import live_layers
-from iclprobe.alignment.matching import Match, match_steps
-from iclprobe.alignment.memory import check_align_fits
+from iclprobe.alignment.measuring.liveness import live_layers
+from iclprobe.alignment.measuring.matching import Match, match_steps
+from iclprobe.alignment.measuring.memory import check_align_fits
+from iclprobe.alignment.measuring.probe_source import given_probes, resolve_probes
+from iclprobe.alignment.measuring.runs import run_spec
+from iclprobe.alignment.measuring.similarities import Similarity, similarity
+from iclprobe.alignment.measuring.timing import Timings
 from iclprobe.alignment.metrics import METRIC_INFO, metric_info
-from iclprobe.alignment.probe_source import given_probes, resolve_probes
+from iclprobe.alignment.output import display
 from iclprobe.alignment.protocols import Protocol, RunSpec, verdict_pairs
-from iclprobe.alignment.runs import run_spec
-from iclprobe.alignment.separation import Separation, separation_views
-from iclprobe.alignment.similarities import Similarity, similarity
-from iclprobe.alignment.spectral import SpectralOrder
-from iclprobe.alignment.timing import Timings
+from iclprobe.alignment.views.fitted import fitted_pairs
+from iclprobe.alignment.views.separation import Separation, separation_views
+from iclprobe.alignment.views.spectral import SpectralOrder
 from iclprobe.errors import InputError
 from iclprobe.models.base import Regressor
 from iclprobe.tasks import RegressionBatch, RegressionTask
@@ -71,13 +71,13 @@ class AlignResult:
     comparisons: dict[str, C.LearnerComparison]  # metric -> learner table and verdicts
     separation: Separation | None
     notes: list[str]  # one line each: what was skipped or means little, and why
-    live: list[bool] = dataclasses.field(default_factory=list)  # alignment.liveness, per layer
+    live: list[bool] = dataclasses.field(default_factory=list)  # alignment.measuring.liveness, per layer
     meaningless: str | None = None  # set when no alignment means anything for this model
     probes_info: dict[str, Any] | None = None
     timings: dict[str, float] = dataclasses.field(default_factory=dict)  # seconds per stage
     fitted: dict[str, C.PairVerdict] = dataclasses.field(default_factory=dict)  # metric ->
-    #   Newton vs GD with step sizes fitted (alignment.fitted), the view verdicts come from
-    spectral: SpectralOrder | None = None  # each layer's filter order (alignment.spectral)
+    #   Newton vs GD with step sizes fitted (alignment.views.fitted), the view verdicts come from
+    spectral: SpectralOrder | None = None  # each layer's filter order (alignment.views.spectral)
 
     @property
     def verdict_pairs(self) -> list[C.PairVerdict]:
@@ -152,7 +152,7 @@ class AlignResult:
         return display.to_html(self)
 
     def to_frame(self) -> Any:
-        """A pandas DataFrame, one row per layer (`iclprobe.alignment.display.to_frame`)."""
+        """A pandas DataFrame, one row per layer (`iclprobe.alignment.output.display.to_frame`)."""
         return display.to_frame(self)
 
     def to_dict(self) -> dict[str, Any]:
@@ -350,7 +350,7 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
         timings: where to add the seconds of each stage (`AlignResult.timings`).
         probe_t_min: the layer predictions were read by linear probes fitted on the
             positions ``t >= probe_t_min`` (None: an exact readout); the fitted view then
-            reads the learners the same way (`alignment.fitted.probe_read`).
+            reads the learners the same way (`alignment.views.fitted.probe_read`).
     """
     timings = timings if timings is not None else Timings()
     cfg = cfg or AlignConfig()

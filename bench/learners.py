@@ -4,7 +4,7 @@ Garg size: B = 512 sequences, n = 41 positions, d = 20, isotropic x. The floor i
 ``torch.linalg.eigh`` of the [512, 41, 20, 20] float64 prefix matrices. The learner set is
 what ``align_layers`` runs: ``prefix_stats`` once, then every learner of
 ``algorithms.aligned_learners()`` with its registered steps and hyperparameters (through
-``alignment.runs.run_spec``, as align calls them) on all 512 sequences without weights and
+``alignment.measuring.runs.run_spec``, as align calls them) on all 512 sequences without weights and
 on the first ``AlignConfig().n_weight_sequences`` with weights. Prints, from medians of
 alternating repeats:
 
@@ -40,8 +40,8 @@ from iclprobe import algorithms, tasks
 from iclprobe.algorithms.learners import gd_coefficients
 from iclprobe.algorithms.reference import online_gd_direct
 from iclprobe.alignment.config import AlignConfig
+from iclprobe.alignment.measuring.runs import run_spec
 from iclprobe.alignment.protocols import get_protocol
-from iclprobe.alignment.runs import run_spec
 from iclprobe.cli import positive_int
 
 SUB = slice(0, AlignConfig().n_weight_sequences)  # the weight-metric subset align uses

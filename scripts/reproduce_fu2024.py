@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 
 from iclprobe import models, tasks, training
+from iclprobe.alignment.output.report import write_report
+from iclprobe.alignment.output.tables import text_table
 from iclprobe.alignment.pipeline import AlignConfig, align
-from iclprobe.alignment.report import write_report
-from iclprobe.alignment.tables import text_table
 from iclprobe.cli import positive_int
 
 

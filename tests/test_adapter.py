@@ -18,7 +18,7 @@ from transformer_lens.hook_points import HookPoint
 
 from iclprobe import hooks, models, probes, tasks
 from iclprobe.alignment import AlignConfig, align
-from iclprobe.alignment.family import layer_predictions
+from iclprobe.alignment.measuring.layers import layer_predictions
 from iclprobe.models import HookedAdapter
 from iclprobe.models.garg import convert_garg_state
 

@@ -15,7 +15,7 @@ from torch import nn
 
 from iclprobe import hooks, probes, tasks
 from iclprobe.alignment import AlignConfig, align
-from iclprobe.alignment.family import layer_weight_fn
+from iclprobe.alignment.measuring.layers import layer_weight_fn
 from iclprobe.constructions import gd_transformer, newton_transformer
 from iclprobe.models import HookedAdapter
 

@@ -145,7 +145,7 @@ def test_bad_input():
 
 
 def test_figure_helpers_group_overlaps_and_keep_the_colour_range_useful():
-    from iclprobe.alignment import plots
+    from iclprobe.alignment.output import plots
 
     curves = [[2.0, 1.0, 1.0], [2.0, 1.005, 0.999], [2.0, 0.5, 0.25], [1.0, 0.5, 0.251]]
     assert plots.overlapping_groups(curves) == [[0, 1], [2, 3]]  # t = 0 is not compared

@@ -13,9 +13,9 @@ import torch
 from iclprobe import algorithms, models, tasks
 from iclprobe.algorithms.base import LEARNERS
 from iclprobe.alignment import AlignConfig, align, write_report
+from iclprobe.alignment.measuring.runs import run_spec
 from iclprobe.alignment.metrics import METRIC_INFO, register_metric
 from iclprobe.alignment.protocols import get_protocol
-from iclprobe.alignment.runs import run_spec
 from iclprobe.cli import main
 
 

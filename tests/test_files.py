@@ -106,7 +106,7 @@ def test_reports_refuse_foreign_output_before_any_work(ckpt, tmp_path, capsys, m
 # ---------------------------------------------------------------- reports
 def test_an_interrupted_align_keeps_the_old_report_and_a_new_one_replaces_it_whole(
         ckpt, tmp_path, capsys, monkeypatch):
-    import iclprobe.alignment.report as report
+    import iclprobe.alignment.output.report as report
 
     other = tmp_path / "soft"
     tiny_gpt("softmax", "paired").save(other, task=TASK)

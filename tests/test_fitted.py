@@ -9,7 +9,7 @@ import torch
 from iclprobe import algorithms, tasks
 from iclprobe.algorithms.prefix import prefix_stats
 from iclprobe.alignment import AlignConfig, align_layers
-from iclprobe.alignment.fitted import GD_STEPS, NEWTON_STEPS, reread, variants
+from iclprobe.alignment.views.fitted import GD_STEPS, NEWTON_STEPS, reread, variants
 
 
 def _batch(sequences=96, seed=0, n_dims=4, n_points=14):

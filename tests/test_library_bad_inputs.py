@@ -10,7 +10,7 @@ from helpers import tiny_gpt
 from torch import nn
 
 from iclprobe import algorithms, alignment, models, probes, tasks
-from iclprobe.alignment.similarities import similarity
+from iclprobe.alignment.measuring.similarities import similarity
 from iclprobe.hooks import collect_residuals
 
 TASK = tasks.RegressionTask(n_dims=3, n_points=8)
@@ -157,7 +157,7 @@ def test_layer_probes_predict_and_fit_name_bad_arguments(fitted):
     ({"n_sequences": 10**9}, "n_sequences"), ({"n_boot": 10**9}, "n_boot"),
     ({"n_queries": 10**9, "metrics": ("weight_cosine",)}, "n_queries")])
 def test_align_refuses_counts_that_cannot_fit_before_allocating(kw, field):
-    from iclprobe.alignment.memory import check_align_fits
+    from iclprobe.alignment.measuring.memory import check_align_fits
 
     model = tiny_gpt()
     cfg = alignment.AlignConfig(**kw)

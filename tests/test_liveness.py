@@ -12,11 +12,11 @@ import torch
 
 from iclprobe import algorithms, tasks
 from iclprobe.alignment import comparison as C
-from iclprobe.alignment.liveness import live_layers
+from iclprobe.alignment.measuring.liveness import live_layers
+from iclprobe.alignment.measuring.runs import run_spec
 from iclprobe.alignment.metrics import METRIC_INFO
 from iclprobe.alignment.pipeline import AlignConfig, align, align_layers
 from iclprobe.alignment.protocols import ICLPROBE
-from iclprobe.alignment.runs import run_spec
 from iclprobe.constructions import benchmark as B
 from iclprobe.constructions.pq import newton_transformer
 

@@ -12,11 +12,11 @@ import torch
 from iclprobe import algorithms, tasks
 from iclprobe.alignment import comparison as C
 from iclprobe.alignment.config import AlignConfig
+from iclprobe.alignment.measuring.runs import run_spec
+from iclprobe.alignment.output.screen import MAX_LINES, WIDTH, screen, short_metric
+from iclprobe.alignment.output.tables import main_pair, text_table
 from iclprobe.alignment.pipeline import align_layers
 from iclprobe.alignment.protocols import ICLPROBE
-from iclprobe.alignment.runs import run_spec
-from iclprobe.alignment.screen import MAX_LINES, WIDTH, screen, short_metric
-from iclprobe.alignment.tables import main_pair, text_table
 from iclprobe.cli import main
 
 CFG = AlignConfig(algorithms=("newton", "gd", "online_gd"), n_boot=20, separation=False)
@@ -235,7 +235,7 @@ def test_align_prints_one_screen_and_verbose_the_full_tables(pq_results, capsys,
 def test_the_report_opens_with_the_findings_and_keeps_each_model_in_its_folder(
         shallow, deep, tmp_path):
     from iclprobe import atomic, storage
-    from iclprobe.alignment.report import write_report
+    from iclprobe.alignment.output.report import write_report
 
     deep = dataclasses.replace(deep, name="deep one")  # a name that is no folder name
     with atomic.atomic_directory(tmp_path / "r", "report") as tmp:
@@ -284,7 +284,7 @@ def test_the_report_opens_with_the_findings_and_keeps_each_model_in_its_folder(
 
 
 def test_report_folder_names_are_safe_and_unique():
-    from iclprobe.alignment.report_model import folder_names
+    from iclprobe.alignment.output.report_model import folder_names
 
     assert folder_names(["a b", "a_b", "..", ".hidden", "report.md", "", "a b"]) == \
         ["a_b", "a_b-2", "model-..", "model-.hidden", "model-report.md", "model", "a_b-3"]

@@ -43,6 +43,10 @@ def test_wheel_holds_only_the_package(wheel):
         assert module in names, module
     assert not any(n.startswith(("iclprobe/tests/", "iclprobe/bench/", "iclprobe/scripts/"))
                    for n in names)
+    # every module of the package, subpackages too (each must be in pyproject's packages)
+    modules = [f"iclprobe/{f}" for f in source_files() if f.endswith(".py")
+               and not f.startswith(("tests/", "bench/", "scripts/", "docs/", "."))]
+    assert [m for m in modules if m not in names] == []
     for name in ("gpt-softmax", "pq-rotated-3layer"):  # the shipped models are package data
         for file in ("config.json", "model.safetensors", "task.json", "error_curve.json"):
             assert f"iclprobe/models/pretrained/{name}/{file}" in names

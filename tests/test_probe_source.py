@@ -9,8 +9,8 @@ from helpers import tiny_gpt
 
 from iclprobe import models, probes, tasks
 from iclprobe.alignment.config import AlignConfig
+from iclprobe.alignment.measuring.probe_source import probes_dir, resolve_probes
 from iclprobe.alignment.pipeline import align
-from iclprobe.alignment.probe_source import probes_dir, resolve_probes
 from iclprobe.cli import main
 
 SHIPPED = "gpt-linear-paired"  # the cheapest shipped GPT to run (n tokens, not 2n)

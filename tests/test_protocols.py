@@ -155,7 +155,7 @@ def test_online_gd_init_options():
 def test_a_run_on_some_sequences_is_those_rows_of_the_run_on_all(protocol):
     # align runs the weight metrics on a subset: its iterates (random starts included) must
     # be the rows of the full run, or the two tables would describe different learners
-    from iclprobe.alignment.runs import run_spec
+    from iclprobe.alignment.measuring.runs import run_spec
 
     batch = tasks.RegressionTask(n_dims=3, n_points=8).sample(12, generator=4)
     stats = algorithms.prefix_stats(batch.xs.double(), batch.ys.double())

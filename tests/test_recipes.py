@@ -20,9 +20,9 @@ from recipe_package import PACKAGE, write_package
 
 from iclprobe import algorithms, hooks, models, tasks
 from iclprobe.alignment import AlignConfig, align, compare, similarity
+from iclprobe.alignment.measuring.runs import run_spec
 from iclprobe.alignment.metrics import METRIC_INFO
 from iclprobe.alignment.protocols import get_protocol
-from iclprobe.alignment.runs import run_spec
 from iclprobe.cli import main
 from iclprobe.models import registry
 from iclprobe.training import TrainConfig, train

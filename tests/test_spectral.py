@@ -12,7 +12,7 @@ import torch
 from iclprobe import algorithms, tasks
 from iclprobe.algorithms.prefix import prefix_stats
 from iclprobe.alignment import AlignConfig, align_layers
-from iclprobe.alignment.spectral import filter_factors, reading, spectral_order
+from iclprobe.alignment.views.spectral import filter_factors, reading, spectral_order
 
 
 def _batch(n_dims=4, n_points=12, sequences=32, seed=0):
@@ -111,7 +111,7 @@ def test_align_reports_the_order_of_gd_and_newton_layers():
 
 
 def test_the_spectral_lines_show_each_live_layers_order():
-    from iclprobe.alignment.tables import spectral_lines
+    from iclprobe.alignment.output.tables import spectral_lines
 
     batch = tasks.RegressionTask(n_dims=4, n_points=16).sample(
         64, generator=torch.Generator().manual_seed(4))

@@ -8,12 +8,12 @@ from helpers import tiny_gpt
 
 from iclprobe import algorithms, models, tasks
 from iclprobe.alignment import comparison as C
-from iclprobe.alignment.matching import fit_line, fit_steps, match_steps
+from iclprobe.alignment.measuring.matching import fit_line, fit_steps, match_steps
+from iclprobe.alignment.measuring.runs import run_spec
+from iclprobe.alignment.measuring.similarities import similarity
+from iclprobe.alignment.output.tables import text_table
 from iclprobe.alignment.pipeline import AlignConfig, align, align_layers
 from iclprobe.alignment.protocols import ICLPROBE
-from iclprobe.alignment.runs import run_spec
-from iclprobe.alignment.similarities import similarity
-from iclprobe.alignment.tables import text_table
 
 CFG = AlignConfig(metrics=("error_cosine",), separation=False, n_boot=100)
 

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from iclprobe.alignment import plots
-from iclprobe.alignment import tables as T
 from iclprobe.alignment.metrics import metric_info
+from iclprobe.alignment.output import plots
+from iclprobe.alignment.output import tables as T
 from iclprobe.alignment.pipeline import AlignResult
 from iclprobe.storage import write_text_atomic
 

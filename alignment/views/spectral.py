@@ -16,7 +16,7 @@ sequences): GD at 1/λ_max 1.01–1.21 over steps 1–16, Newton at 1/‖SSᵀ�
 steps 1–6; with φ up to 0.98 the curvature of −log(1 − φ) lifts GD's step 1 to 1.38.
 Near a learner's stability bound the curve bends (Newton at 2/‖SSᵀ‖_F overshoots its top
 eigenvalue: 0.7–1.3 at steps 1–4, isotropic), so the view also
-reports the order of each learner's best fitted match (`alignment.fitted`) on the same
+reports the order of each learner's best fitted match (`alignment.views.fitted`) on the same
 data: a layer is read as GD-like or Newton-like when its interval contains that learner's
 order and excludes the other's.
 
@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from iclprobe.algorithms.prefix import PrefixStats
-from iclprobe.alignment.similarities import bootstrap_weights
+from iclprobe.alignment.measuring.similarities import bootstrap_weights
 
 PHI_RANGE = (0.02, 0.6)  # −log(1 − φ) within 1.53× of φ: the small-step regime
 TIE_RTOL = 1e-6

@@ -13,9 +13,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 import torch  # noqa: E402
 
-from iclprobe.alignment.matching import Match  # noqa: E402
+from iclprobe.alignment.measuring.matching import Match  # noqa: E402
+from iclprobe.alignment.measuring.similarities import Similarity  # noqa: E402
 from iclprobe.alignment.metrics import metric_info  # noqa: E402
-from iclprobe.alignment.similarities import Similarity  # noqa: E402
 
 LEARNER_STYLE = {"ols": ("black", "--"), "gd": ("tab:red", ":"), "newton": ("tab:blue", "-."),
                  "pgd": ("tab:orange", ":"), "cg": ("tab:green", "--"),

@@ -1,4 +1,4 @@
-"""The grid of the fitted view (`iclprobe.alignment.fitted`), torch-free.
+"""The grid of the fitted view (`iclprobe.alignment.views.fitted`), torch-free.
 
 Its one home: `fitted` builds the step-size variants from it, and `AlignConfig`'s
 ``--fitted`` help counts them from it (`FITTED_SIZE`).

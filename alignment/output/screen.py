@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from iclprobe.alignment.comparison import PairVerdict, layer_ranges
 from iclprobe.alignment.metrics import metric_info
-from iclprobe.alignment.tables import (
+from iclprobe.alignment.output.tables import (
     MAIN_PAIR,
     display_runs,
     growth_verdict,

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from iclprobe.algorithms.base import LEARNERS
-from iclprobe.alignment.similarities import Similarity
+from iclprobe.alignment.measuring.similarities import Similarity
 from iclprobe.errors import InputError
 
 MIN_FIT_LAYERS = 3

@@ -1,6 +1,6 @@
 """An `AlignResult` in a notebook: a short repr, an HTML table, a pandas DataFrame.
 
-The HTML table is the one ``iclprobe align`` prints (`alignment.screen`), every layer and
+The HTML table is the one ``iclprobe align`` prints (`alignment.output.screen`), every layer and
 every verdict column shown; the DataFrame has one row per layer.
 """
 
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from iclprobe.alignment.comparison import layer_ranges
 from iclprobe.alignment.metrics import metric_info
-from iclprobe.alignment.screen import (
+from iclprobe.alignment.output.screen import (
     header,
     layer_rows,
     screen,
@@ -19,7 +19,7 @@ from iclprobe.alignment.screen import (
     step_columns,
     verdict_columns,
 )
-from iclprobe.alignment.tables import main_pair, verdict_runs
+from iclprobe.alignment.output.tables import main_pair, verdict_runs
 
 if TYPE_CHECKING:
     from iclprobe.alignment.pipeline import AlignResult

@@ -20,9 +20,9 @@ from torch import Tensor
 
 from iclprobe import algorithms
 from iclprobe.alignment.comparison import imitation
+from iclprobe.alignment.measuring.runs import run_spec
 from iclprobe.alignment.metrics import metric_info
 from iclprobe.alignment.protocols import Protocol
-from iclprobe.alignment.runs import run_spec
 from iclprobe.tasks import RegressionBatch, RegressionTask
 
 NEWTON_PROBE_STEPS = (3, 6, 9, 12, 15, 18)

@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from iclprobe.alignment import plots
-from iclprobe.alignment import tables as T
+from iclprobe.alignment.output import plots
+from iclprobe.alignment.output import tables as T
+from iclprobe.alignment.output.report_model import csv_text, folder_names, markdown_table, model_section
+from iclprobe.alignment.output.tables import nice_float
 from iclprobe.alignment.pipeline import AlignResult
-from iclprobe.alignment.report_model import csv_text, folder_names, markdown_table, model_section
-from iclprobe.alignment.tables import nice_float
 from iclprobe.atomic import atomic_directory, writing_here
 from iclprobe.errors import InputError
 from iclprobe.storage import write_text_atomic

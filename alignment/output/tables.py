@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from iclprobe.alignment.comparison import Interval, PairVerdict, combined
-from iclprobe.alignment.matching import Fit
+from iclprobe.alignment.measuring.matching import Fit
 from iclprobe.alignment.metrics import metric_info
 
 if TYPE_CHECKING:

@@ -37,17 +37,17 @@ from torch import Tensor
 from iclprobe import algorithms
 from iclprobe.algorithms.prefix import PrefixStats, stats_rows
 from iclprobe.alignment import comparison as C
-from iclprobe.alignment.fitted_grid import (
+from iclprobe.alignment.measuring.runs import concat_iterates
+from iclprobe.alignment.measuring.similarities import Similarity, similarity
+from iclprobe.alignment.metrics import METRIC_INFO
+from iclprobe.alignment.views.fitted_grid import (
     GD_SCALES,
     GD_STEPS,
     NEWTON_FIXED,
     NEWTON_SCALES,
     NEWTON_STEPS,
 )
-from iclprobe.alignment.metrics import METRIC_INFO
-from iclprobe.alignment.runs import concat_iterates
-from iclprobe.alignment.similarities import Similarity, similarity
-from iclprobe.alignment.spectral import SpectralOrder, spectral_view
+from iclprobe.alignment.views.spectral import SpectralOrder, spectral_view
 
 LEARNERS = ("newton", "gd")
 
@@ -158,7 +158,7 @@ def fitted_pairs(layer_preds: Tensor, layer_weights: Tensor | None, xs: Tensor, 
                             SpectralOrder | None]:
     """Newton vs GD in the fitted view, per metric, with the similarity tables.
 
-    With induced weights, also the spectral view (`alignment.spectral`): each layer's
+    With induced weights, also the spectral view (`alignment.views.spectral`): each layer's
     filter order, beside the order of each learner's best match by the weight metric.
 
     ``probe_t_min``: the layers were read by linear probes fitted on the positions

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from iclprobe.alignment.similarities import bootstrap_weights, interval
+from iclprobe.alignment.measuring.similarities import bootstrap_weights, interval
 
 
 def live_layers(layer_preds: Tensor, ys: Tensor, window: tuple[int, int], n_boot: int,

@@ -83,9 +83,10 @@ def align_checkpoints(checkpoints: list[str], cfg: Any) -> tuple[list[Any], dict
     printed on stderr).
     """
     from iclprobe import models
+    from iclprobe.alignment.evaluation import evaluation_task
     from iclprobe.alignment.measuring.layers import needs_probes
     from iclprobe.alignment.measuring.memory import check_align_fits
-    from iclprobe.alignment.pipeline import compare, evaluation_task
+    from iclprobe.alignment.pipeline import compare
 
     loaded = [(c, models.load(c, device=cfg.device)) for c in checkpoints]
     task = evaluation_task(loaded[0][1], cfg)

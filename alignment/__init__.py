@@ -31,7 +31,7 @@ _EXPORTS = {
     "register_metric": "iclprobe.alignment.metrics",
     "spd": "iclprobe.alignment.metrics",
     "weight_cosine": "iclprobe.alignment.metrics",
-    "AlignResult": "iclprobe.alignment.pipeline",
+    "AlignResult": "iclprobe.alignment.result",
     "align": "iclprobe.alignment.pipeline",
     "align_layers": "iclprobe.alignment.pipeline",
     "compare": "iclprobe.alignment.pipeline",
@@ -97,5 +97,6 @@ if TYPE_CHECKING:
         weight_cosine,
     )
     from iclprobe.alignment.output.report import write_report
-    from iclprobe.alignment.pipeline import AlignResult, align, align_layers, compare
+    from iclprobe.alignment.pipeline import align, align_layers, compare
     from iclprobe.alignment.protocols import PROTOCOLS, Protocol, RunSpec, get_protocol
+    from iclprobe.alignment.result import AlignResult

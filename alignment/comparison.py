@@ -34,7 +34,7 @@ from torch import Tensor
 
 from iclprobe.algorithms.base import Iterates
 from iclprobe.alignment.measuring.similarities import Similarity, interval, similarity
-from iclprobe.alignment.metrics import metric_info
+from iclprobe.alignment.metrics import metric_info, on_weights
 from iclprobe.errors import InputError
 
 
@@ -168,8 +168,7 @@ def calibrate(it_a: Iterates, it_b: Iterates, ys: Tensor, sim_a: Similarity,
     A column against B's matched columns): the full [K_a, K_b] table is not needed, which
     matters for the fitted view's hundreds of columns.
     """
-    on_w = metric_info(sim_a.metric).on == "weights"
-    values = it_a.weights if on_w else it_a.preds
+    values = it_a.weights if on_weights(sim_a.metric) else it_a.preds
     if values is None:
         raise InputError(f"calibration by {sim_a.metric} needs {it_a.name}'s weights")
     sign = 1.0 if sim_a.higher_is_better else -1.0

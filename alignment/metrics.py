@@ -252,6 +252,11 @@ def metric_info(name: str) -> MetricInfo:
     return METRIC_INFO[name]
 
 
+def on_weights(name: str) -> bool:
+    """Whether metric ``name`` compares induced weights (else predictions)."""
+    return metric_info(name).on == "weights"
+
+
 def per_sequence(name: str, a: Tensor, b: Tensor, ys: Tensor, t_min: int,
                  t_max: int | None) -> Tensor:
     """Metric ``name`` per sequence, ``[..., batch]``, its output's shape checked."""

@@ -169,8 +169,8 @@ def test_the_graph_is_read():
     assert "iclprobe.models.registry" in graph["iclprobe.alignment.config"]
     assert "iclprobe.models.lstm" in graph["iclprobe.models"]
     # annotations only: left out unless asked for
-    assert "iclprobe.alignment.pipeline" not in graph["iclprobe.alignment.output.display"]
-    assert "iclprobe.alignment.pipeline" in import_graph(True)["iclprobe.alignment.output.display"]
+    assert "iclprobe.alignment.result" not in graph["iclprobe.alignment.output.display"]
+    assert "iclprobe.alignment.result" in import_graph(True)["iclprobe.alignment.output.display"]
 
 
 def test_find_cycles_finds_a_planted_cycle():
@@ -194,7 +194,7 @@ def test_no_import_cycles():
 #: The one cycle of annotations allowed: `AlignResult` renders itself (repr, HTML, a
 #: DataFrame) through the modules that format results, and those name its type.
 RENDERING = ["iclprobe.alignment.output.display", "iclprobe.alignment.output.screen",
-             "iclprobe.alignment.output.tables", "iclprobe.alignment.pipeline"]
+             "iclprobe.alignment.output.tables", "iclprobe.alignment.result"]
 
 
 def test_no_other_cycle_even_of_annotations():

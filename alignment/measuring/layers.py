@@ -1,13 +1,16 @@
-"""What alignment needs from each model family: layer readouts and claimed learners.
+"""Every layer's reading: its predictions and induced weights, read exactly or by probes.
 
 A family whose layers carry their own prediction (``Regressor.exact_layer_readout``: a PQ
 transformer's query row, −Z[query, d]) is read exactly; any other is read by ridge probes
-fitted on fresh sequences. A family may claim learners beyond the protocol's
-(``Regressor.claimed_learners``: a PQ model claims preconditioned GD with its own A_l).
+(`iclprobe.alignment.measuring.probe_source` picks them). `read_layers` is `align`'s stage:
+every layer's predictions on the evaluation sequences and, for the weight metrics, its
+induced weights on the first of them; `checked_layers` refuses readings that are not
+finite where they are aligned, for `align` and `align_layers` alike.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -15,8 +18,9 @@ import torch
 from torch import Tensor
 
 from iclprobe import probes
-from iclprobe.algorithms.base import REFERENCE_PAIR
-from iclprobe.alignment.protocols import RunSpec
+from iclprobe.alignment.evaluation import Evaluation, refuse_nonfinite
+from iclprobe.alignment.measuring.timing import Timings
+from iclprobe.alignment.metrics import on_weights
 from iclprobe.errors import InputError
 from iclprobe.hooks.residuals import collect_residuals
 from iclprobe.models.base import Regressor
@@ -24,6 +28,109 @@ from iclprobe.tasks import RegressionBatch, RegressionTask
 
 if TYPE_CHECKING:
     from iclprobe.alignment.config import AlignConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Layers:
+    """Every layer's reading on the evaluation sequences.
+
+    Attributes:
+        preds: ``[layer, batch, pos]`` each layer's predictions (float64 once checked).
+        weights: ``[layer, batch', pos, n_dims]`` their induced weights on the first batch'
+            sequences (None: no weight metric asked for them).
+        readout: how the predictions were read, in words.
+        probe_r2: the layer probes' held-out R² per layer (empty: none measured).
+        probe_t_min: the first position the layer probes were fitted on (None: an exact
+            readout); the fitted view reads the learners the same way.
+        notes: what the check found (`checked_layers`).
+    """
+
+    preds: Tensor
+    weights: Tensor | None = None
+    readout: str = "given layer predictions"
+    probe_r2: list[float] = dataclasses.field(default_factory=list)
+    probe_t_min: int | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def n_layers(self) -> int:
+        """The blocks read (the embedding is layer 0)."""
+        return self.preds.shape[0] - 1
+
+    def of(self, metric: str) -> Tensor:
+        """What ``metric`` compares: the induced weights or the predictions."""
+        if on_weights(metric):
+            assert self.weights is not None  # checked_layers refuses a weight metric without
+            return self.weights
+        return self.preds
+
+
+def read_layers(model: Regressor, ev: Evaluation, layer_probes: probes.LayerProbes | None,
+                timings: Timings) -> Layers:
+    """`align`'s stage: every layer's predictions, and its induced weights where needed.
+
+    ``layer_probes`` as `resolve_probes` gave them (None: cross-fitted on the evaluation
+    sequences, or an exact readout). The induced weights come from fresh queries on the
+    first ``ev.weight_rows`` sequences, read by probes that did not see them.
+    """
+    cfg, batch = ev.cfg, ev.batch
+    assert ev.task is not None  # a model's evaluation has its task
+    with timings.stage("layer predictions (forward pass, probes)"):
+        preds, readout, r2, layer_probes = layer_predictions(
+            model, ev.task, batch, cfg, layer_probes, slice(0, ev.weight_rows), ev.window)
+    weights = None
+    if ev.weight_metrics:
+        sub = slice(0, ev.weight_rows)
+        cov = batch.cov[sub] if batch.cov.ndim == 3 else batch.cov
+        with timings.stage("induced weights (query tokens)"):
+            weights = probes.induced_weights(layer_weight_fn(model, layer_probes),
+                                             batch.xs[sub], batch.ys[sub],
+                                             n_queries=cfg.queries_for(ev.task.n_dims), cov=cov,
+                                             generator=cfg.seed).double()
+    return Layers(preds, weights, readout, r2, probe_rows(model, layer_probes))
+
+
+def checked_layers(ev: Evaluation, layers: Layers) -> Layers:
+    """The readings in float64, refused where they are not finite inside the window.
+
+    Outside the window non-finite predictions are set to 0 (with a note): a model valid
+    only where it is aligned (Ahn et al.'s, at its trained length) may blow up elsewhere.
+
+    Raises:
+        InputError: predictions of the wrong shape; non-finite readings in the window; a
+            weight metric without induced weights.
+    """
+    preds, batch = layers.preds, ev.batch
+    n = batch.xs.shape[1]
+    if preds.shape[1:] != batch.ys.shape:
+        raise InputError(f"layer_preds must have shape [layer, {batch.ys.shape[0]}, {n}], "
+                         f"got {tuple(preds.shape)}")
+    t_lo, t_hi = ev.window
+    refuse_nonfinite("layer predictions (model output read per layer)",
+                     preds[..., t_lo:t_hi + 1])
+    notes = []
+    if not bool(torch.isfinite(preds).all()):  # only outside the aligned window
+        notes.append(f"layer predictions outside t = {t_lo}..{t_hi} are not finite (the model "
+                     f"is valid only where it is aligned); they are not used")
+        inside = torch.zeros(n, dtype=torch.bool)
+        inside[t_lo:t_hi + 1] = True
+        preds = torch.where(inside, preds, torch.zeros_like(preds))
+    weights = layers.weights
+    if ev.weight_metrics:
+        if weights is None:
+            raise InputError(f"metrics {ev.weight_metrics} need layer_weights")
+        refuse_nonfinite("induced weights of the layers", weights[..., t_lo:t_hi + 1, :])
+        weights = torch.nan_to_num(weights.double(), nan=0.0, posinf=0.0,
+                                   neginf=0.0)  # non-finite only outside the window
+    return dataclasses.replace(layers, preds=preds.double(), weights=weights,
+                               notes=(*layers.notes, *notes))
+
+
+def probe_rows(model: Regressor, layer_probes: probes.LayerProbes | None) -> int | None:
+    """The first position the model's layer probes were fitted on; None: an exact readout."""
+    if not needs_probes(model):
+        return None
+    return int(getattr(layer_probes, "t_min", 1)) if layer_probes is not None else 1
 
 
 def needs_probes(model: Regressor) -> bool:
@@ -143,20 +250,3 @@ def check_query_residuals(model: Regressor, xs: Tensor, ys: Tensor) -> None:
                          f"at the readout positions (hooks.collect_residuals), but differs "
                          f"by up to {gap:.3g} (largest residual {scale:.3g}); query j at "
                          "prefix t must be read as if it replaced x_t")
-
-
-def family_runs(model: Regressor, batch: RegressionBatch
-                ) -> tuple[dict[str, RunSpec], list[str]]:
-    """Learners the model's family claims it runs (`Regressor.claimed_learners`), and notes.
-
-    Each claim is a dict with ``learner``, and optionally ``label``, ``steps``, ``hyper``
-    (tensors allowed) and ``compare_with`` (default: Newton and GD).
-    """
-    claimed, notes = model.claimed_learners(batch)
-    runs = {}
-    for key, spec in claimed.items():
-        rivals = tuple(spec.get("compare_with", REFERENCE_PAIR))
-        runs[key] = RunSpec(spec["learner"], spec.get("label", key), spec.get("steps"),
-                            dict(spec.get("hyper", {})),
-                            compare_with=tuple(r for r in rivals if r != key))
-    return runs, list(notes)

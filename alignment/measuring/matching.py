@@ -7,7 +7,8 @@ of the best) are reported, as are layers whose best match does not beat the zero
 predictor by more than its bootstrap interval: a layer that computes nothing matches any
 learner's first tiny step, so by default fits use only the layers above the zero
 predictor. A fit over fewer than three layers, or of a constant series, is undefined (no
-slope, no R²) rather than a perfect line.
+slope, no R²) rather than a perfect line. `match_runs` is `align`'s stage: every run's
+tables under every metric, matched, and which layers compute something.
 """
 
 from __future__ import annotations
@@ -20,8 +21,12 @@ from typing import Any
 
 import torch
 
-from iclprobe.algorithms.base import LEARNERS
-from iclprobe.alignment.measuring.similarities import Similarity
+from iclprobe.algorithms.base import LEARNERS, learner_info
+from iclprobe.alignment.evaluation import Evaluation
+from iclprobe.alignment.measuring.layers import Layers
+from iclprobe.alignment.measuring.liveness import live_layers
+from iclprobe.alignment.measuring.runs import Learners
+from iclprobe.alignment.measuring.similarities import Similarity, similarity
 from iclprobe.errors import InputError
 
 MIN_FIT_LAYERS = 3
@@ -186,3 +191,58 @@ def match_steps(sim: Similarity, steps: Sequence[int] | torch.Tensor | None = No
     return Match(sim.learner, sim.metric, best_step, [float(sign * v) for v in best_score],
                  ties, above_zero if live is None else [bool(v) for v in live],
                  fits["log2" if log2 else "linear"], fits, [int(i) for i in best])
+
+
+@dataclasses.dataclass(frozen=True)
+class Matched:
+    """Every run's tables under every metric, matched, and which layers compute something.
+
+    Attributes:
+        live: per layer, whether it computes something (`liveness.live_layers`).
+        sims: run -> metric -> its similarity table.
+        matches: run -> metric -> the best step per layer, fitted over the live layers.
+        error_matches: run -> its error-cosine match with no liveness applied: where the
+            run beats the zero predictor, and the step that best matches each layer.
+    """
+
+    live: list[bool]
+    sims: dict[str, dict[str, Similarity]]
+    matches: dict[str, dict[str, Match]]
+    error_matches: dict[str, Match]
+
+    @property
+    def matched(self) -> list[bool]:
+        """Per layer: some run matches it better than the zero predictor does."""
+        return [any(m.above_zero[layer] for m in self.error_matches.values())
+                for layer in range(len(self.live))]
+
+
+def match_runs(ev: Evaluation, layers: Layers, learners: Learners) -> Matched:
+    """`align`'s stage: per run and metric, the similarity table and its best steps.
+
+    Liveness comes from the error cosine for every metric: a match counts where the layer
+    is live and the run beats the zero predictor there by the error cosine (the zero
+    reference of other metrics, a cosine with the zero vector or a distance to 0, says
+    nothing of a layer).
+    """
+    live = live_layers(layers.preds, ev.ys, ev.window, **ev.bootstrap)
+    tol, fit_dead = ev.protocol.tie_tol, ev.cfg.fit_layers == "all"
+    sims, matches, error_matches = {}, {}, {}
+    for key, spec in ev.runs.items():
+        log2 = learner_info(spec.learner).step_scale == "log2"
+        sim_e = run_table(ev, layers, learners, key, "error_cosine")
+        error_matches[key] = match_steps(sim_e, tol=tol, log2=log2)
+        above = [a and b for a, b in zip(live, error_matches[key].above_zero)]
+        sims[key] = {m: sim_e if m == "error_cosine" else run_table(ev, layers, learners, key, m)
+                     for m in ev.cfg.metrics}
+        matches[key] = {m: match_steps(sim, tol=tol, log2=log2, live=above, fit_dead=fit_dead)
+                        for m, sim in sims[key].items()}
+    return Matched(live, sims, matches, error_matches)
+
+
+def run_table(ev: Evaluation, layers: Layers, learners: Learners, key: str, metric: str
+              ) -> Similarity:
+    """Run ``key``'s table under ``metric``: its positions, sequences and bootstrap."""
+    return similarity(layers.of(metric), learners.of(metric)[key], ev.ys[ev.rows(metric)],
+                      metric, t_min=ev.t_min(metric), t_max=ev.window[1],
+                      over=ev.over(metric), **ev.bootstrap)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from iclprobe._checks import ConfigError, check_bytes
-from iclprobe.alignment.metrics import METRIC_INFO
+from iclprobe.alignment.metrics import on_weights
 
 if TYPE_CHECKING:
     from iclprobe.alignment.config import AlignConfig
@@ -40,7 +40,7 @@ def align_bytes(model: Any, task: Any, cfg: AlignConfig, residuals: bool) -> dic
         sequences += layers * b * n * width * F32  # every layer's residual stream
     out = {"n_sequences": sequences,
            "n_boot": cfg.n_boot * b * F64}  # the bootstrap's resampling weights
-    if any(METRIC_INFO[m].on == "weights" for m in cfg.metrics):
+    if any(on_weights(m) for m in cfg.metrics):
         sub, t = min(cfg.n_weight_sequences, b), cfg.queries_for(d)
         out["n_queries"] = sub * n * t * (d + layers) * F32  # the queries, their predictions
     return out

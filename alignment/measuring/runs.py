@@ -3,11 +3,13 @@
 Hyperparameters that depend on the data are named symbolically in a protocol and resolved
 here: ``precond="inverse_cov"`` is Σ⁻¹ of the batch. Learners that accept ``stats`` share
 one eigendecomposition of the prefix matrices. A run with a ``grid`` becomes one column per
-(grid value, step count), the values recorded per column in ``hyper``.
+(grid value, step count), the values recorded per column in ``hyper``. `run_learners` is
+`align`'s stage: every run of the evaluation, with weights where a weight metric needs them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from typing import Any
 
@@ -16,8 +18,51 @@ import torch
 from iclprobe import algorithms
 from iclprobe.algorithms.prefix import stats_rows
 from iclprobe.algorithms.sequential import initial_weights
+from iclprobe.alignment.evaluation import Evaluation, refuse_nonfinite
+from iclprobe.alignment.metrics import on_weights
 from iclprobe.alignment.protocols import RunSpec
 from iclprobe.tasks import RegressionBatch
+
+
+@dataclasses.dataclass(frozen=True)
+class Learners:
+    """The learners' iterates on the evaluation sequences (float64).
+
+    Attributes:
+        stats: the prefix statistics they share (one eigendecomposition per prefix).
+        iterates: run key -> its iterates on every sequence, predictions only.
+        with_weights: run key -> its iterates with weights on the first sequences (empty
+            where no weight metric needs them).
+    """
+
+    stats: algorithms.PrefixStats
+    iterates: dict[str, algorithms.Iterates]
+    with_weights: dict[str, algorithms.Iterates]
+
+    def of(self, metric: str) -> dict[str, algorithms.Iterates]:
+        """The iterates ``metric`` compares: with weights for a weight metric."""
+        return self.with_weights if on_weights(metric) else self.iterates
+
+
+def run_learners(ev: Evaluation, n_layers: int) -> Learners:
+    """`align`'s stage: the iterates of every run of ``ev`` (a model of ``n_layers`` blocks).
+
+    Raises:
+        InputError: a learner's iterates are not finite.
+    """
+    stats = algorithms.prefix_stats(ev.batch.xs.double(), ev.ys)
+    iterates, with_weights = {}, {}
+    for key, spec in ev.runs.items():
+        it = run_spec(spec, ev.batch, n_layers, False, stats, ev.cfg.seed)
+        iterates[key] = dataclasses.replace(it, name=key)
+        refuse_nonfinite(f"{key} iterates", it.preds)
+        if ev.weight_metrics:  # weights only where the weight metrics need them
+            it_w = run_spec(spec, ev.batch, n_layers, True, stats, ev.cfg.seed,
+                            sequences=slice(0, ev.weight_rows))
+            assert it_w.weights is not None
+            refuse_nonfinite(f"{key} weight iterates", it_w.weights)
+            with_weights[key] = dataclasses.replace(it_w, name=key)
+    return Learners(stats, iterates, with_weights)
 
 
 def _resolve_hyper(hyper: dict[str, Any], batch: RegressionBatch) -> dict[str, Any]:

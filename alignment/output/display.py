@@ -22,7 +22,7 @@ from iclprobe.alignment.output.screen import (
 from iclprobe.alignment.output.tables import main_pair, verdict_runs
 
 if TYPE_CHECKING:
-    from iclprobe.alignment.pipeline import AlignResult
+    from iclprobe.alignment.result import AlignResult
 
 __all__ = ["screen", "short_repr", "to_frame", "to_html"]
 

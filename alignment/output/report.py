@@ -22,7 +22,7 @@ from iclprobe.alignment.output import plots
 from iclprobe.alignment.output import tables as T
 from iclprobe.alignment.output.report_model import csv_text, folder_names, markdown_table, model_section
 from iclprobe.alignment.output.tables import nice_float
-from iclprobe.alignment.pipeline import AlignResult
+from iclprobe.alignment.result import AlignResult
 from iclprobe.atomic import atomic_directory, writing_here
 from iclprobe.errors import InputError
 from iclprobe.storage import write_text_atomic

@@ -17,7 +17,7 @@ from typing import Any
 from iclprobe.alignment.metrics import metric_info
 from iclprobe.alignment.output import plots
 from iclprobe.alignment.output import tables as T
-from iclprobe.alignment.pipeline import AlignResult
+from iclprobe.alignment.result import AlignResult
 from iclprobe.storage import write_text_atomic
 
 #: Names at the top of a report that no model's folder may take.

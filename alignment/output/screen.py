@@ -32,7 +32,7 @@ from iclprobe.alignment.output.tables import (
 )
 
 if TYPE_CHECKING:
-    from iclprobe.alignment.pipeline import AlignResult
+    from iclprobe.alignment.result import AlignResult
 
 WIDTH = 100
 MAX_LINES = 40

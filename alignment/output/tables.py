@@ -16,7 +16,7 @@ from iclprobe.alignment.measuring.matching import Fit
 from iclprobe.alignment.metrics import metric_info
 
 if TYPE_CHECKING:
-    from iclprobe.alignment.pipeline import AlignResult
+    from iclprobe.alignment.result import AlignResult
 
 
 def nice_float(x: float) -> str:

@@ -37,7 +37,10 @@ from torch import Tensor
 from iclprobe import algorithms
 from iclprobe.algorithms.prefix import PrefixStats, stats_rows
 from iclprobe.alignment import comparison as C
-from iclprobe.alignment.measuring.runs import concat_iterates
+from iclprobe.alignment.evaluation import Evaluation
+from iclprobe.alignment.measuring.layers import Layers
+from iclprobe.alignment.measuring.matching import Matched
+from iclprobe.alignment.measuring.runs import Learners, concat_iterates
 from iclprobe.alignment.measuring.similarities import Similarity, similarity
 from iclprobe.alignment.metrics import METRIC_INFO
 from iclprobe.alignment.views.fitted_grid import (
@@ -220,3 +223,14 @@ def _spectral(layer_weights: Tensor, its_w: dict[str, algorithms.Iterates],
               if (w := its_w[k].weights) is not None}
     return spectral_view(layer_weights, best_w, stats, window, live, *boot)
 
+
+
+def fitted_view(ev: Evaluation, layers: Layers, learners: Learners, matched: Matched
+                ) -> tuple[dict[str, C.PairVerdict], SpectralOrder | None]:
+    """`align`'s stage: Newton vs GD with step sizes fitted, and the spectral view."""
+    cfg = ev.cfg
+    fitted, _, spectral = fitted_pairs(
+        layers.preds, layers.weights, ev.batch.xs.double(), ev.ys, learners.stats, ev.window,
+        ev.protocol.weight_t_min, list(cfg.metrics), ev.averaging, matched.live,
+        matched.matched, cfg.n_boot, cfg.confidence, cfg.seed, layers.probe_t_min)
+    return fitted, spectral

@@ -20,8 +20,9 @@ from torch import Tensor
 
 from iclprobe import algorithms
 from iclprobe.alignment.comparison import imitation
-from iclprobe.alignment.measuring.runs import run_spec
-from iclprobe.alignment.metrics import metric_info
+from iclprobe.alignment.evaluation import Evaluation
+from iclprobe.alignment.measuring.runs import Learners, run_spec
+from iclprobe.alignment.metrics import on_weights
 from iclprobe.alignment.protocols import Protocol
 from iclprobe.tasks import RegressionBatch, RegressionTask
 
@@ -58,7 +59,7 @@ class Separation:
 
 def _best_gd(newton: algorithms.Iterates, gd: algorithms.Iterates, ys: Tensor, cols: list[int],
              metric: str, t_min: int, t_max: int | None) -> tuple[list[int], list[float]]:
-    values = newton.weights if metric_info(metric).on == "weights" else newton.preds
+    values = newton.weights if on_weights(metric) else newton.preds
     assert values is not None
     res, best = imitation(values[cols], gd, ys, metric, t_min=t_min, t_max=t_max)
     return [int(gd.steps[i]) for i in best], res
@@ -105,3 +106,11 @@ def separation_views(d: int, n: int, protocol: Protocol,
     out.append(SeparationView(f"error cosine, ill-conditioned data (κ = {condition_number:g})",
                               probe_steps, gd_steps, res))
     return Separation(sorted(out, key=lambda v: -v.separation))
+
+
+def separation_view(ev: Evaluation, learners: Learners) -> Separation:
+    """`align`'s stage: the separation views of the evaluation's Newton and GD runs."""
+    n, d = ev.batch.xs.shape[1], ev.batch.xs.shape[2]
+    return separation_views(d, n, ev.protocol, learners.iterates, learners.with_weights,
+                            ev.batch, slice(0, ev.weight_rows), ev.window, ev.cfg.seed,
+                            ev.cfg.condition_number)

@@ -220,29 +220,24 @@ class Matched:
 def match_runs(ev: Evaluation, layers: Layers, learners: Learners) -> Matched:
     """`align`'s stage: per run and metric, the similarity table and its best steps.
 
-    Liveness comes from the error cosine for every metric: a match counts where the layer
-    is live and the run beats the zero predictor there by the error cosine (the zero
-    reference of other metrics, a cosine with the zero vector or a distance to 0, says
-    nothing of a layer).
+    Each table is on the metric's positions and sequences (`Evaluation.rows`, `t_min`,
+    `over`), with the evaluation's bootstrap. Liveness comes from the error cosine for every
+    metric: a match counts where the layer is live and the run beats the zero predictor
+    there by the error cosine (the zero reference of other metrics, a cosine with the zero
+    vector or a distance to 0, says nothing of a layer).
     """
     live = live_layers(layers.preds, ev.ys, ev.window, **ev.bootstrap)
     tol, fit_dead = ev.protocol.tie_tol, ev.cfg.fit_layers == "all"
     sims, matches, error_matches = {}, {}, {}
     for key, spec in ev.runs.items():
+        tables = {m: similarity(layers.of(m), learners.of(m)[key], ev.ys[ev.rows(m)], m,
+                                t_min=ev.t_min(m), t_max=ev.window[1], over=ev.over(m),
+                                **ev.bootstrap)
+                  for m in dict.fromkeys([*ev.cfg.metrics, "error_cosine"])}
         log2 = learner_info(spec.learner).step_scale == "log2"
-        sim_e = run_table(ev, layers, learners, key, "error_cosine")
-        error_matches[key] = match_steps(sim_e, tol=tol, log2=log2)
+        error_matches[key] = match_steps(tables["error_cosine"], tol=tol, log2=log2)
         above = [a and b for a, b in zip(live, error_matches[key].above_zero)]
-        sims[key] = {m: sim_e if m == "error_cosine" else run_table(ev, layers, learners, key, m)
-                     for m in ev.cfg.metrics}
-        matches[key] = {m: match_steps(sim, tol=tol, log2=log2, live=above, fit_dead=fit_dead)
-                        for m, sim in sims[key].items()}
+        sims[key] = {m: tables[m] for m in ev.cfg.metrics}
+        matches[key] = {m: match_steps(tables[m], tol=tol, log2=log2, live=above,
+                                       fit_dead=fit_dead) for m in ev.cfg.metrics}
     return Matched(live, sims, matches, error_matches)
-
-
-def run_table(ev: Evaluation, layers: Layers, learners: Learners, key: str, metric: str
-              ) -> Similarity:
-    """Run ``key``'s table under ``metric``: its positions, sequences and bootstrap."""
-    return similarity(layers.of(metric), learners.of(metric)[key], ev.ys[ev.rows(metric)],
-                      metric, t_min=ev.t_min(metric), t_max=ev.window[1],
-                      over=ev.over(metric), **ev.bootstrap)

@@ -194,6 +194,32 @@ def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
             registered with an ``across`` form, such as error_cosine).
     """
     info = M.metric_info(metric)
+    other = _checked(info, layer_values, iterates, ys, n_boot, confidence, seed, chunk, over)
+    a, b = layer_values.to(torch.float64)[:, None], other.to(torch.float64)[None]
+    ys64 = ys.to(torch.float64)
+    _check_defined(metric, iterates.name, a[:, 0], b[0], ys64, t_min, t_max)
+    weights = bootstrap_weights(ys.shape[0], n_boot, seed)
+    values, boots = [], []
+    for s in range(0, b.shape[1], chunk):
+        mom = moments(metric, over, a, b[:, s:s + chunk], ys64, t_min,
+                      t_max)  # [layer, step, batch, pos, m]
+        values.append(combine(mom.mean(2)))
+        boots.append(combine(torch.einsum("lkbtm,rb->lkrtm", mom, weights)))
+    zero_mom = moments(metric, over, torch.zeros_like(a[:1]), b, ys64, t_min, t_max)
+    value, boot = torch.cat(values, dim=1), torch.cat(boots, dim=1)  # boot: [layer, step, boot]
+    lower, upper = interval(boot, confidence)
+    return Similarity(metric, iterates.name, iterates.steps.tolist(), value, lower, upper,
+                      combine(zero_mom.mean(2))[0], info.higher_is_better, t_min, ys.shape[0],
+                      confidence, t_max, over, _labels(iterates), boot)
+
+
+def _checked(info: M.MetricInfo, layer_values: Tensor, iterates: Iterates, ys: Tensor,
+             n_boot: int, confidence: float, seed: int, chunk: int, over: str) -> Tensor:
+    """`similarity`'s arguments checked; returns what the layers are compared with.
+
+    The learner's predictions, or its weights for a weight metric.
+    """
+    metric = info.name
     if over not in OVER or (over == "sequences" and info.across is None):
         raise InputError(f"over must be one of {OVER} ('sequences' only for "
                          f"{[m for m, i in METRICS.items() if i.across is not None]}), got "
@@ -223,20 +249,4 @@ def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
                          ("ys", ys)):
         if not bool(torch.isfinite(tensor).all()):
             raise InputError(f"similarity: the {what} are not finite (found NaN or Inf)")
-    a, ys64 = layer_values.to(torch.float64)[:, None], ys.to(torch.float64)
-    _check_defined(metric, iterates.name, a[:, 0], other.to(torch.float64), ys64, t_min, t_max)
-    batch = ys.shape[0]
-    weights = bootstrap_weights(batch, n_boot, seed)
-    values, boots = [], []
-    for s in range(0, other.shape[0], chunk):
-        mom = moments(metric, over, a, other[s:s + chunk].to(torch.float64)[None], ys64, t_min,
-                      t_max)  # [layer, step, batch, pos, m]
-        values.append(combine(mom.mean(2)))
-        boots.append(combine(torch.einsum("lkbtm,rb->lkrtm", mom, weights)))
-    zero_mom = moments(metric, over, torch.zeros_like(a[:1]),
-                       other.to(torch.float64)[None], ys64, t_min, t_max)
-    value, boot = torch.cat(values, dim=1), torch.cat(boots, dim=1)  # boot: [layer, step, boot]
-    lower, upper = interval(boot, confidence)
-    return Similarity(metric, iterates.name, iterates.steps.tolist(), value, lower, upper,
-                      combine(zero_mom.mean(2))[0], info.higher_is_better, t_min, batch,
-                      confidence, t_max, over, _labels(iterates), boot)
+    return other

@@ -115,12 +115,12 @@ def evaluation(cfg: AlignConfig, batch: RegressionBatch, name: str = "model",
     ``claimed``: runs beyond the protocol's (a model family's claims), ``key -> RunSpec``.
 
     Raises:
-        InputError: a learner asked for by name cannot run here, or the window does not fit
-            the data.
+        InputError: the window does not fit the data, or a learner asked for by name cannot
+            run here.
     """
     claimed = dict(claimed or {})
-    runs = learner_runs(cfg, claimed, name)
     window = aligned_window(cfg, positions, batch.xs.shape[1])
+    runs = learner_runs(cfg, claimed, name)
     return Evaluation(name, cfg, batch, task, positions, window, runs, tuple(claimed),
                       weight_rows, tuple(notes))
 

@@ -15,7 +15,7 @@ from iclprobe._checks import (
     check_seed,
     option,
 )
-from iclprobe.alignment.views.fitted_grid import FITTED_SIZE
+from iclprobe.alignment.fitted_grid import FITTED_SIZE
 
 if TYPE_CHECKING:
     from iclprobe.alignment.protocols import Protocol

@@ -16,16 +16,18 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from iclprobe.alignment.output import plots
 from iclprobe.alignment.output import tables as T
 from iclprobe.alignment.output.report_model import csv_text, folder_names, markdown_table, model_section
 from iclprobe.alignment.output.tables import nice_float
-from iclprobe.alignment.result import AlignResult
 from iclprobe.atomic import atomic_directory, writing_here
 from iclprobe.errors import InputError
 from iclprobe.storage import write_text_atomic
+
+if TYPE_CHECKING:
+    from iclprobe.alignment.result import AlignResult
 
 __all__ = ["markdown_table", "write_report"]
 

@@ -12,13 +12,15 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from iclprobe.alignment.metrics import metric_info
 from iclprobe.alignment.output import plots
 from iclprobe.alignment.output import tables as T
-from iclprobe.alignment.result import AlignResult
 from iclprobe.storage import write_text_atomic
+
+if TYPE_CHECKING:
+    from iclprobe.alignment.result import AlignResult
 
 #: Names at the top of a report that no model's folder may take.
 TOP_NAMES = ("report.md", "summary.json", "matched_newton_steps.png", "comparison_newton.csv",

@@ -38,18 +38,18 @@ from iclprobe import algorithms
 from iclprobe.algorithms.prefix import PrefixStats, stats_rows
 from iclprobe.alignment import comparison as C
 from iclprobe.alignment.evaluation import Evaluation
-from iclprobe.alignment.measuring.layers import Layers
-from iclprobe.alignment.measuring.matching import Matched
-from iclprobe.alignment.measuring.runs import Learners, concat_iterates
-from iclprobe.alignment.measuring.similarities import Similarity, similarity
-from iclprobe.alignment.metrics import METRIC_INFO
-from iclprobe.alignment.views.fitted_grid import (
+from iclprobe.alignment.fitted_grid import (
     GD_SCALES,
     GD_STEPS,
     NEWTON_FIXED,
     NEWTON_SCALES,
     NEWTON_STEPS,
 )
+from iclprobe.alignment.measuring.layers import Layers
+from iclprobe.alignment.measuring.matching import Matched
+from iclprobe.alignment.measuring.runs import Learners, concat_iterates
+from iclprobe.alignment.measuring.similarities import Similarity, similarity
+from iclprobe.alignment.metrics import METRIC_INFO
 from iclprobe.alignment.views.spectral import SpectralOrder, spectral_view
 
 LEARNERS = ("newton", "gd")

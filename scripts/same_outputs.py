@@ -161,21 +161,25 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
-    names = {}
-    for commit in (args.before, args.after):
-        names[commit] = subprocess.run(["git", "-C", str(args.repo), "rev-parse", "--short",
-                                        commit + "^{commit}"], check=True,
-                                       capture_output=True, text=True).stdout.strip()
+    # both commits resolved and unpacked first: a commit made while this runs changes nothing
+    hashes = {side: resolve(args.repo, commit) for side, commit in
+              (("before", args.before), ("after", args.after))}
     results = {}
     with tempfile.TemporaryDirectory(prefix="same-outputs-") as tmp:
-        for side, commit in (("before", args.before), ("after", args.after)):
-            path = unpack(args.repo, commit, Path(tmp) / side)
+        paths = {side: unpack(args.repo, full, Path(tmp) / side) for side, full in hashes.items()}
+        for side, path in paths.items():
             env = environment(path, Path(tmp) / side / "cache")
             check_import(env, path)
-            print(f"{side}: {commit} ({names[commit]}), running {len(args.models)} models "
-                  f"x {len(RUNS)} commands", file=sys.stderr)
+            print(f"{side}: {hashes[side][:12]}, running {len(args.models)} models x "
+                  f"{len(RUNS)} commands", file=sys.stderr)
             results[side] = outputs(env, Path(tmp) / side / "runs", args.models, args.jobs)
-    return report(results, args.models, names[args.before], names[args.after])
+    return report(results, args.models, hashes["before"][:12], hashes["after"][:12])
+
+
+def resolve(repo: Path, commit: str) -> str:
+    """The full hash of ``commit`` (a hash, a branch, ``HEAD~1``, ...)."""
+    return subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", commit + "^{commit}"],
+                          check=True, capture_output=True, text=True).stdout.strip()
 
 
 def report(results: dict[str, dict[tuple[str, str], Output]], models: list[str],

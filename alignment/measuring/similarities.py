@@ -147,7 +147,7 @@ def interval(boot: Tensor, confidence: float) -> tuple[Tensor, Tensor]:
 
 
 def _check_defined(metric: str, learner: str, layers: Tensor, other: Tensor, ys: Tensor,
-                   t_min: int, t_max: int | None) -> None:
+                   t_min: int, t_max: int) -> None:
     """Refuse a cosine table that is undefined everywhere (all-zero data, say).
 
     A cosine with a zero vector counts as 0 (the zero predictor's reference, a learner's
@@ -158,7 +158,6 @@ def _check_defined(metric: str, learner: str, layers: Tensor, other: Tensor, ys:
     """
     if metric not in ("error_cosine", "weight_cosine"):
         return
-    t_max = M.check_window(t_min, t_max, ys.shape[-1])
     window = slice(t_min, t_max + 1)
     at = f"on every sequence and position t = {t_min}..{t_max} (all-zero data?)"
     if metric == "weight_cosine":
@@ -194,10 +193,11 @@ def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
             registered with an ``across`` form, such as error_cosine).
     """
     info = M.metric_info(metric)
-    other = _checked(info, layer_values, iterates, ys, n_boot, confidence, seed, chunk, over)
+    other, last = _checked(info, layer_values, iterates, ys, n_boot, confidence, seed, chunk,
+                           over, t_min, t_max)
     a, b = layer_values.to(torch.float64)[:, None], other.to(torch.float64)[None]
     ys64 = ys.to(torch.float64)
-    _check_defined(metric, iterates.name, a[:, 0], b[0], ys64, t_min, t_max)
+    _check_defined(metric, iterates.name, a[:, 0], b[0], ys64, t_min, last)
     weights = bootstrap_weights(ys.shape[0], n_boot, seed)
     values, boots = [], []
     for s in range(0, b.shape[1], chunk):
@@ -214,10 +214,12 @@ def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
 
 
 def _checked(info: M.MetricInfo, layer_values: Tensor, iterates: Iterates, ys: Tensor,
-             n_boot: int, confidence: float, seed: int, chunk: int, over: str) -> Tensor:
-    """`similarity`'s arguments checked; returns what the layers are compared with.
+             n_boot: int, confidence: float, seed: int, chunk: int, over: str, t_min: int,
+             t_max: int | None) -> tuple[Tensor, int]:
+    """`similarity`'s arguments checked, the window last.
 
-    The learner's predictions, or its weights for a weight metric.
+    Returns what the layers are compared with (the learner's predictions, or its weights
+    for a weight metric) and the window's last position.
     """
     metric = info.name
     if over not in OVER or (over == "sequences" and info.across is None):
@@ -249,4 +251,4 @@ def _checked(info: M.MetricInfo, layer_values: Tensor, iterates: Iterates, ys: T
                          ("ys", ys)):
         if not bool(torch.isfinite(tensor).all()):
             raise InputError(f"similarity: the {what} are not finite (found NaN or Inf)")
-    return other
+    return other, M.check_window(t_min, t_max, ys.shape[-1])

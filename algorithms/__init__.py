@@ -17,6 +17,7 @@ from iclprobe.algorithms.base import (
     Iterates,
     LearnerInfo,
     aligned_learners,
+    candidate_learners,
     iterates,
     learner_info,
     register,
@@ -24,14 +25,15 @@ from iclprobe.algorithms.base import (
 from iclprobe.algorithms.learners import gd, newton, ols, ridge
 from iclprobe.algorithms.pgd import pgd
 from iclprobe.algorithms.prefix import PrefixStats, prefix_stats
-from iclprobe.algorithms.recurrences import cg, momentum
+from iclprobe.algorithms.recurrences import cg, gd_plus_plus, momentum
 from iclprobe.algorithms.schedule import pgd_schedule
-from iclprobe.algorithms.sequential import gd_plus_plus, online_gd
+from iclprobe.algorithms.sequential import online_gd
 
 __all__ = [
     "LEARNERS",
     "LearnerInfo",
     "aligned_learners",
+    "candidate_learners",
     "learner_info",
     "Iterates",
     "PrefixStats",

@@ -16,6 +16,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from iclprobe._checks import is_int
+from iclprobe.algorithms.families import Family, single
 from iclprobe.errors import InputError, InputTypeError
 from iclprobe.plugins import claim, registrant
 
@@ -73,7 +74,9 @@ class LearnerInfo:
     ``align`` runs it by default. ``order``: its place in tables (lower first).
     ``compare_with``: the learners ``align`` compares it with when both ran (a paired
     difference and a verdict per layer); a registration without it is compared with Newton
-    and GD, the library's reference pair.
+    and GD, the library's reference pair. ``family``: the hyperparameter variants × steps
+    the learner is matched over as a candidate of `align`'s answer
+    (`iclprobe.algorithms.families`). ``candidate``: whether it is one by default.
     """
 
     name: str
@@ -86,6 +89,13 @@ class LearnerInfo:
     order: int = 100
     compare_with: tuple[str, ...] = ()
     registrant: str = ""  # who registered it (`iclprobe.plugins.registrant`), for messages
+    family: Family | None = None  # None: `align_hyper` at `steps` (`families.single`)
+    candidate: bool = True
+
+    @property
+    def fitted_family(self) -> Family:
+        """The family the answer matches it over: its own, or its align_hyper at its steps."""
+        return self.family or single(dict(self.align_hyper), self.steps)
 
 
 #: The learner registry, name -> `LearnerInfo` (``register`` adds one).
@@ -96,6 +106,7 @@ def register(name: str, *, label: str | None = None,
              steps: Iterable[int] | str | None = None, step_scale: str = "linear",
              align_hyper: Mapping[str, Any] | None = None, align: bool = False,
              order: int = 100, compare_with: Iterable[str] | None = None,
+             family: Family | None = None, candidate: bool = True,
              replace: bool = False) -> Callable[[Learner], Learner]:
     """Add a learner to the registry under ``name``, with what ``align`` needs of it.
 
@@ -110,6 +121,11 @@ def register(name: str, *, label: str | None = None,
     The function is checked here: it takes ``xs, ys`` first and a ``weights`` keyword (and
     ``steps`` when it has a step grid), and every key of ``align_hyper`` is one of its
     parameters. What it returns is checked on every call, and named ``name`` (`iterates`).
+
+    Every registered learner is a candidate of `align`'s answer ("this layer runs X"),
+    matched over ``family`` (`iclprobe.algorithms.families.Family`: hyperparameter
+    variants × steps; default: ``align_hyper`` at ``steps``); ``candidate=False`` keeps
+    it out by default (a learner that needs a model's own matrices, say).
 
     A name belongs to its first registration: registering it again is refused, naming who
     registered it, unless ``replace=True`` (then every command says what replaced what).
@@ -131,6 +147,7 @@ def register(name: str, *, label: str | None = None,
         raise InputTypeError(f"order must be an integer, got {order!r}")
     hyper = dict(align_hyper or {})
     rivals = _check_rivals(name, compare_with)
+    _check_family(name, family, candidate)
 
     def wrap(fn: Learner) -> Learner:
         _check_learner(name, fn, grid, hyper)
@@ -138,7 +155,7 @@ def register(name: str, *, label: str | None = None,
         taken = LEARNERS.get(name)
         claim("learner", name, taken.registrant if taken else None, by, replace)
         LEARNERS[name] = LearnerInfo(name, fn, label or name, grid, step_scale, hyper, align,
-                                     order, rivals, by)
+                                     order, rivals, by, family, candidate)
         return fn
 
     return wrap
@@ -160,6 +177,15 @@ def _check_rivals(name: str, compare_with: Iterable[str] | None) -> tuple[str, .
     if name in rivals:
         raise InputError(f"learner {name!r}: compare_with names the learner itself")
     return rivals
+
+
+def _check_family(name: str, family: Any, candidate: Any) -> None:
+    """Refuse a ``family`` that is not a `Family` and a ``candidate`` that is not a bool."""
+    if family is not None and not isinstance(family, Family):
+        raise InputTypeError(f"learner {name!r}: family must be an "
+                             f"iclprobe.algorithms.families.Family, got {family!r}")
+    if not isinstance(candidate, bool):
+        raise InputTypeError(f"candidate must be a bool, got {candidate!r}")
 
 
 def _check_grid(name: str, steps: Iterable[int] | str | None) -> tuple[int, ...] | str | None:
@@ -202,6 +228,11 @@ def learner_info(name: str) -> LearnerInfo:
     if name not in LEARNERS:
         raise InputError(f"unknown learner {name!r}; valid: {sorted(LEARNERS)}")
     return LEARNERS[name]
+
+
+def candidate_learners() -> list[LearnerInfo]:
+    """The learners `align`'s answer weighs by default, in table order."""
+    return sorted((i for i in LEARNERS.values() if i.candidate), key=lambda i: i.order)
 
 
 def aligned_learners() -> list[LearnerInfo]:

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from iclprobe.algorithms import families
 from iclprobe.algorithms.base import Iterates, check_steps, register
 from iclprobe.algorithms.numerics import (
     check_positive,
@@ -244,7 +245,8 @@ def gd_core(xs: Tensor, ys: Tensor, steps: Iterable[int] | None, lr: LrSpec, nor
 
 
 @register("gd", label="GD", steps=GD_LOG_GRID, step_scale="log2",
-          align_hyper={"lr": "max", "normalize": True}, align=True, order=1, compare_with=())
+          align_hyper={"lr": "max", "normalize": True}, align=True, order=1, compare_with=(),
+          family=families.GD)
 def gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrSpec = 0.1,
        normalize: bool = True, weights: bool = True,
        stats: PrefixStats | None = None,
@@ -277,7 +279,7 @@ def _named_alpha(alpha: str, lam: Tensor) -> Tensor:
 
 
 @register("newton", label="Newton", steps=range(25), align_hyper={"alpha": "frobenius"},
-          align=True, order=0, compare_with=("gd", "online_gd"))
+          align=True, order=0, compare_with=("gd", "online_gd"), family=families.NEWTON)
 def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
            alpha: float | str | Tensor = "frobenius", weights: bool = True,
            stats: PrefixStats | None = None, alpha_scale: float = 1.0) -> Iterates:
@@ -361,7 +363,7 @@ def _per_prefix_alpha(alpha: Tensor, n_points: int, x_scale: float) -> Tensor:
     return _per_prefix(alpha, n_points, "alpha", 4) * x_scale**4
 
 
-@register("ols", label="OLS", align=True, order=5, compare_with=())
+@register("ols", label="OLS", align=True, order=5, compare_with=(), family=families.OLS)
 def ols(xs: Tensor, ys: Tensor, weights: bool = True,
         stats: PrefixStats | None = None) -> Iterates:
     """Min-norm least squares ``S_t⁺ Xᵀy`` at every prefix (also for t < d)."""
@@ -371,7 +373,8 @@ def ols(xs: Tensor, ys: Tensor, weights: bool = True,
                   (stats.x_scale, stats.y_scale))
 
 
-@register("ridge", label="ridge", align_hyper={"lam": 1.0}, compare_with=())
+@register("ridge", label="ridge", align_hyper={"lam": 1.0}, order=6, compare_with=(),
+          family=families.RIDGE)
 def ridge(xs: Tensor, ys: Tensor, lam: float = 1.0, weights: bool = True,
           stats: PrefixStats | None = None) -> Iterates:
     """Ridge ``(S_t + λ I)⁻¹ Xᵀy``: minimizes ‖y − Xw‖² + λ‖w‖² (scikit-learn's alpha)."""

@@ -54,6 +54,10 @@ def out_dtype(xs: Tensor) -> torch.dtype:
 GROWTH_LIMIT = 1e3
 
 
+class Diverged(InputError):
+    """A learner's iterates grow without bound on these data at these hyperparameters."""
+
+
 def fixed_number(value: Any) -> bool:
     """Whether a hyperparameter is one number (then `finish` checks the iterates' growth).
 
@@ -95,7 +99,8 @@ def finish(name: str, steps: Tensor, preds: Tensor, weights: Tensor | None,
             continue
         cast = t.to(dtype)
         if not bool(torch.isfinite(cast).all()):
-            raise InputError(_not_finite(name, label, t, dtype, unstable))
+            why, diverged = _not_finite(name, label, t, dtype, unstable)
+            raise (Diverged if diverged else InputError)(why)
         out.append(cast)
     if ys is not None and unstable is not None:
         _check_growth(name, steps, preds, ys, unstable)
@@ -119,23 +124,26 @@ def _check_growth(name: str, steps: Tensor, preds: Tensor, ys: Tensor,
     if ratio[worst] > GROWTH_LIMIT:
         why = unstable()
         if why is not None:
-            raise InputError(f"{name}: {why} (after {int(steps[worst])} steps the squared "
+            raise Diverged(f"{name}: {why} (after {int(steps[worst])} steps the squared "
                              f"error is {ratio[worst].item():.3g} times the zero "
                              "predictor's)")
 
 
 def _not_finite(name: str, label: str, t: Tensor, dtype: torch.dtype,
-                unstable: Callable[[], str | None] | None) -> str:
-    """Why a learner's ``label`` (computed in float64 as ``t``) is not finite in ``dtype``."""
+                unstable: Callable[[], str | None] | None) -> tuple[str, bool]:
+    """Why a learner's ``label`` (computed in float64 as ``t``) is not finite in ``dtype``.
+
+    Also whether the hyperparameters are the cause (they diverge on these data).
+    """
     why = unstable() if unstable is not None else None
     if why is not None:
-        return f"{name}: {why}"
+        return f"{name}: {why}", True
     if not bool(torch.isfinite(t).all()):
         return (f"{name}: the {label} overflow float64 on these data (no finite answer); "
-                "check the data's scale and the hyperparameters")
+                "check the data's scale and the hyperparameters"), False
     largest = t.abs().max().item()
     return (f"{name}: the {label} reach {largest:.3g}, beyond the range of {dtype}, the dtype "
-            f"of xs (largest {torch.finfo(dtype).max:.3g}): pass float32 or float64 xs")
+            f"of xs (largest {torch.finfo(dtype).max:.3g}): pass float32 or float64 xs"), False
 
 
 def scaled_number(value: float, exp2: int) -> str:

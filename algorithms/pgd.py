@@ -10,6 +10,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
+from iclprobe.algorithms import families
 from iclprobe.algorithms.base import Iterates, register
 from iclprobe.algorithms.learners import GD_LOG_GRID, LrSpec, gd_core
 from iclprobe.algorithms.numerics import out_dtype
@@ -49,16 +50,19 @@ def _identity_multiple(m: Tensor) -> float | None:
 
 @register("pgd", label="GD preconditioned by Σ⁻¹", steps=GD_LOG_GRID, step_scale="log2",
           align_hyper={"precond": "inverse_cov", "lr": "max", "normalize": True}, align=True,
-          order=3, compare_with=())
+          order=3, compare_with=(), family=families.PGD)
 def pgd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
         precond: Tensor | None = None, lr: LrSpec = 1.0, normalize: bool = True,
-        weights: bool = True, stats: PrefixStats | None = None) -> Iterates:
+        weights: bool = True, stats: PrefixStats | None = None,
+        lr_scale: float = 1.0) -> Iterates:
     """Preconditioned GD ``w <- w − η M ∇R(w)`` from 0 (e.g. M = Σ⁻¹ or Ahn's Γ⁻¹).
 
     Runs GD on ``x' = M^{1/2} x``, where it is plain GD, and maps back ``w = M^{1/2} v``.
     The stability bound on lr is that of GD on ``x'`` (the preconditioned Hessian).
 
     Args:
+        lr_scale: multiplies a number or "max" lr (``lr="max", lr_scale=0.5``: 0.5/λ_max
+            of each prefix's preconditioned Hessian).
         stats: ``prefix_stats(xs, ys)`` to share with other learners. Used when M = a·I
             exactly (Σ⁻¹ of isotropic data) and lr is a number or "max": pgd is then GD
             with step η·a and needs no decomposition of its own; otherwise ignored.
@@ -72,12 +76,12 @@ def pgd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
         if not (isinstance(lr, str) and lr == "tuned") else None
     if a is not None:
         it = gd_core(x64, ys.to(torch.float64), steps, lr, normalize, weights, stats, None,
-                     None, name="pgd", dtype=out_dtype(xs), lr_factor=a)
+                     None, name="pgd", dtype=out_dtype(xs), lr_factor=a, lr_scale=lr_scale)
     else:
         moved = torch.einsum("bnd,de->bne" if root.ndim == 2 else "bnd,bde->bne", x64, root)
         eq = "kbnd,ed->kbne" if root.ndim == 2 else "kbnd,bed->kbne"
         it = gd_core(moved, ys.to(torch.float64), steps, lr, normalize, weights, None, None,
                      None, name="pgd", dtype=out_dtype(xs),
-                     map_weights=lambda v: torch.einsum(eq, v, root))
+                     map_weights=lambda v: torch.einsum(eq, v, root), lr_scale=lr_scale)
     it.hyper["precond"] = precond.tolist()
     return it

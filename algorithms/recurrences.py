@@ -1,10 +1,11 @@
-"""CG and heavy-ball momentum as recurrences in each prefix's eigenbasis.
+"""CG, heavy-ball momentum and GD++ elementwise in each prefix's eigenbasis.
 
 In ``S_t = V Λ Vᵀ`` a step updates the coefficients ``u = Vᵀ w`` elementwise: O(d) per
 prefix, in place on ``[batch, pos, n_dims]`` tensors. The prediction ``uᵀ Vᵀ x_t`` is taken
-at each wanted step count, the weights ``V u`` only when asked. (GD and Newton–Schulz
-have closed forms: `iclprobe.algorithms.learners`.) Axis legend: ``step``, ``batch``,
-``pos`` (prefix t), ``n_dims``.
+at each wanted step count, the weights ``V u`` only when asked. Heavy ball has a closed
+form (powers of a 2×2 matrix per eigenvalue, by repeated squaring); CG and GD++ are
+recurrences. (GD and Newton–Schulz have closed forms: `iclprobe.algorithms.learners`.)
+Axis legend: ``step``, ``batch``, ``pos`` (prefix t), ``n_dims``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TypeVar
 import torch
 from torch import Tensor
 
+from iclprobe.algorithms import families
 from iclprobe.algorithms.base import Iterates, check_steps, register
 from iclprobe.algorithms.learners import (
     GD_LOG_GRID,
@@ -24,9 +26,23 @@ from iclprobe.algorithms.learners import (
     _lr,
     _scale,
     _stats,
+    spectral_iterates,
 )
-from iclprobe.algorithms.numerics import finish, fixed_number, out_dtype
-from iclprobe.algorithms.prefix import PrefixStats, by_blocks, from_eigenbasis
+from iclprobe.algorithms.numerics import (
+    check_positive,
+    finish,
+    fixed_number,
+    log2,
+    out_dtype,
+    rescale,
+    scaled_number,
+)
+from iclprobe.algorithms.prefix import (
+    PrefixStats,
+    by_blocks,
+    from_eigenbasis,
+    safe_inverse,
+)
 from iclprobe.errors import InputError
 
 State = TypeVar("State")
@@ -59,39 +75,71 @@ def _run_recurrence(stats: PrefixStats, k_steps: Tensor, state: State,
     return preds, (from_eigenbasis(stats, coefs) if coefs is not None else None)
 
 
+def heavy_ball_decays(rate: Tensor, beta: float, steps: list[int]) -> list[Tensor]:
+    """Per step count k, ``r_k`` with ``u_k = (b/λ)(1 − r_k)``: heavy ball's closed form.
+
+    With ``a = η c λ`` (``rate``, any shape) the error ``e_k = u_k − b/λ`` obeys
+    ``e_{k+1} = (1 + β − a) e_k − β e_{k−1}`` from ``e_0 = e_{−1} = −b/λ``, so
+    ``r_k = [M^k (1, 1)ᵀ]_0`` with ``M = [[1 + β − a, −β], [1, 0]]``, taken by repeated
+    squaring: O(log k) elementwise 2×2 products per step count instead of k steps.
+    """
+    m = [1.0 + beta - rate, torch.full_like(rate, -beta), torch.ones_like(rate),
+         torch.zeros_like(rate)]  # M = [[m0, m1], [m2, m3]]
+    powers = [m]  # M^(2^j)
+    top = max(steps) if steps else 0
+    while 2 ** len(powers) <= top:
+        p0, p1, p2, p3 = powers[-1]
+        powers.append([p0 * p0 + p1 * p2, p0 * p1 + p1 * p3, p2 * p0 + p3 * p2,
+                       p2 * p1 + p3 * p3])
+    v0, v1, at = torch.ones_like(rate), torch.ones_like(rate), 0
+    out: dict[int, Tensor] = {}
+    for k in sorted(set(steps)):
+        gap, j = k - at, 0
+        while gap:
+            if gap & 1:
+                p0, p1, p2, p3 = powers[j]
+                v0, v1 = p0 * v0 + p1 * v1, p2 * v0 + p3 * v1
+            gap, j = gap >> 1, j + 1
+        at, out[k] = k, v0
+    return [out[k].clone() for k in steps]
+
+
 @register("momentum", label="heavy-ball momentum", steps=GD_LOG_GRID, step_scale="log2",
-          align_hyper={"lr": "max", "beta": 0.9}, compare_with=())
+          align_hyper={"lr": "max", "beta": 0.9}, order=7, compare_with=(),
+          family=families.MOMENTUM)
 def momentum(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrSpec = 0.1,
              beta: float = 0.9, normalize: bool = True, weights: bool = True,
-             stats: PrefixStats | None = None) -> Iterates:
+             stats: PrefixStats | None = None, lr_scale: float = 1.0) -> Iterates:
     """Heavy ball ``w_{k+1} = w_k − η ∇R(w_k) + β (w_k − w_{k−1})`` from w_0 = w_{−1} = 0.
 
-    Stable iff ``η c λ < 2 (1 + β)`` for every eigenvalue λ of every prefix.
+    ``lr``: a number, "max" (1/λ_max of each prefix's Hessian) or a tensor ``[pos]`` of one
+    step size per prefix; ``lr_scale`` multiplies it. Stable iff ``η c λ < 2 (1 + β)`` for
+    every eigenvalue λ of every prefix. In closed form per eigenvalue
+    (`heavy_ball_decays`).
     """
     k_steps = check_steps(steps)
     if not (isinstance(beta, (int, float)) and 0 <= beta < 1):
         raise InputError(f"beta must be a number in [0, 1), got {beta!r}")
+    lr_scale = check_positive(lr_scale, "lr_scale")
     stats = _stats(xs, ys, stats)
     c = _scale(stats, normalize)
 
-    def run(block: PrefixStats) -> tuple[Tensor, Tensor | None]:
-        rate, lam, b = _lr(lr, block, c), block.eigvals, block.xty_eig
-
-        def advance(state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
-            u, prev = state
-            return u - rate * c * (lam * u - b) + beta * (u - prev), u
-
-        zero = torch.zeros_like(b)
-        return _run_recurrence(block, k_steps, (zero, zero), advance, lambda s: s[0], weights)
+    def decays(block: PrefixStats) -> list[Tensor]:
+        rate = _lr(lr, block, c) * lr_scale * c * block.eigvals
+        return heavy_ball_decays(rate, float(beta), k_steps.tolist())
 
     def unstable() -> str | None:
-        checked = [] if lr == "max" else [(lr, float(_lr(lr, stats, c)))]
+        if isinstance(lr, Tensor) or lr == "max":
+            return None  # per prefix: "max" is stable below 2(1 + β), a tensor is the user's
+        checked = [(lr, float(_lr(lr, stats, c)) * lr_scale)]
         return _above_bound("lr", checked, _gd_bound(stats, c, 2.0 * (1 + beta)), stats, 2,
                             "2(1+β)/max(c·λ_max)")
 
-    preds, w = by_blocks(stats, run)
+    preds, w = spectral_iterates(stats, decays, weights)
     return finish("momentum", k_steps, preds, w,
-                  {"lr": lr, "beta": beta, "normalize": normalize}, out_dtype(xs),
+                  {"lr": lr.tolist() if isinstance(lr, Tensor) else lr, "beta": beta,
+                   "normalize": normalize, **({"lr_scale": lr_scale} if lr_scale != 1.0 else {})},
+                  out_dtype(xs),
                   (stats.x_scale, stats.y_scale), unstable, ys=ys if fixed_number(lr) else None)
 
 
@@ -122,7 +170,7 @@ def _cg_block(stats: PrefixStats, k_steps: Tensor, want_weights: bool
     return _run_recurrence(stats, k_steps, start, advance, lambda s: s[0], want_weights)
 
 
-@register("cg", label="CG", steps="cg", align=True, order=4, compare_with=())
+@register("cg", label="CG", steps="cg", align=True, order=4, compare_with=(), family=families.CG)
 def cg(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
        weights: bool = True,
        stats: PrefixStats | None = None) -> Iterates:
@@ -133,3 +181,54 @@ def cg(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     return finish("cg", k_steps, preds, w, {}, out_dtype(xs), (stats.x_scale, stats.y_scale))
 
 
+
+
+GdppState = tuple[Tensor, Tensor, Tensor]  # u, h (the residual moment), c (the covariate map)
+
+
+@register("gd_plus_plus", label="GD++", steps=range(1, 9),
+          align_hyper={"lr": 0.1, "gamma": 0.01}, order=8, compare_with=(),
+          family=families.GD_PLUS_PLUS)
+def gd_plus_plus(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: float = 0.1,
+                 gamma: float = 0.01, weights: bool = True,
+                 stats: PrefixStats | None = None) -> Iterates:
+    """GD++ (von Oswald et al.): a GD step, then the covariates map ``x <- (I − γ S/t) x``.
+
+    Each step, with the current covariates, takes a GD step on the mean loss; then every
+    covariate, the query's included, maps by ``I − γ S/t`` with S from the current context
+    covariates. The PQ construction A = ηI, B = (γ/η) I computes exactly this.
+
+    With C_k the accumulated map (x^(k) = C_k x) and h_k = C_k-free residual moment
+    (h_0 = Xᵀy), ``g_k = C_k h_k / t``, ``h_{k+1} = h_k − η S C_kᵀ g_k``,
+    ``C_{k+1} = (I − γ C_k S C_kᵀ / t) C_k``, and the predictor in the original coordinates
+    is ``w_k = Σ_{m<k} η C_mᵀ g_m``. C_0 = I makes every C_k a polynomial in S, so in S's
+    eigenbasis all of it is elementwise: ``c ← (1 − γ λ c²/t) c``, ``u ← u + η c² h/t``,
+    ``h ← h (1 − η λ c²/t)``.
+    """
+    k_steps = check_steps(steps)
+    lr = check_positive(lr, "lr")
+    gamma = check_positive(gamma, "gamma", allow_zero=True)
+    stats = _stats(xs, ys, stats)
+    sx = stats.x_scale
+    eta, gam = rescale(lr, sx, 2), rescale(gamma, sx, 2)  # on the scaled data
+
+    def run(block: PrefixStats) -> tuple[Tensor, Tensor | None]:
+        lam, inv_t = block.eigvals, safe_inverse(block.counts)[:, None]  # [pos, 1]
+
+        def advance(state: GdppState) -> GdppState:
+            u, h, c = state
+            c2 = c * c * inv_t
+            return u + eta * c2 * h, h * (1.0 - eta * lam * c2), c * (1.0 - gam * lam * c2)
+
+        start = (torch.zeros_like(lam), block.xty_eig.clone(), torch.ones_like(lam))
+        return _run_recurrence(block, k_steps, start, advance, lambda s: s[0], weights)
+
+    def unstable() -> str | None:
+        top = (safe_inverse(stats.counts) * stats.eigvals[..., -1]).max().item()
+        bound = scaled_number(2.0 / top, -2 * log2(sx)) if top > 0 else "inf"
+        return (f"lr={lr!r}, gamma={gamma!r} make the iterates diverge on these data: lower "
+                f"them (the GD step alone is stable for lr < 2/max(λ_max(S_t)/t) = {bound})")
+
+    preds, w = by_blocks(stats, run)
+    return finish("gd_plus_plus", k_steps, preds, w, {"lr": lr, "gamma": gamma},
+                  out_dtype(xs), (sx, stats.y_scale), unstable, ys=ys)

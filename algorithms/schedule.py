@@ -35,7 +35,7 @@ def _check_preconds(preconds: Tensor | None, n_dims: int, batch: int) -> Tensor:
 
 
 @register("pgd_schedule", label="GD with a preconditioner per step", steps="layers",
-          compare_with=())
+          compare_with=(), candidate=False)
 def pgd_schedule(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
                  preconds: Tensor | None = None, normalize: bool = True,
                  weights: bool = True) -> Iterates:

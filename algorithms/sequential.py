@@ -1,7 +1,7 @@
-"""Learners whose iterates are not functions of S_t alone: online GD and GD++.
+"""Online GD: a learner whose iterates are not functions of S_t alone.
 
-Axis legend: ``batch``, ``pos`` (prefix t), ``n_dims``. Both are batched over every prefix
-and sequence. Online GD is sequential within a pass, but a pass over prefix t is an affine
+Axis legend: ``batch``, ``pos`` (prefix t), ``n_dims``. Batched over every prefix and
+sequence. Online GD is sequential within a pass, but a pass over prefix t is an affine
 map of w built from prefix t − 1's by one rank-one update: the maps are built once (a loop
 over examples) and each pass is one batched matrix-vector product.
 """
@@ -13,6 +13,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
+from iclprobe.algorithms import families
 from iclprobe.algorithms.base import Iterates, check_steps, register
 from iclprobe.algorithms.numerics import (
     check_positive,
@@ -23,7 +24,7 @@ from iclprobe.algorithms.numerics import (
     rescale,
     scaled_number,
 )
-from iclprobe.algorithms.prefix import prefix_stats, rowdot, safe_inverse, scaled
+from iclprobe.algorithms.prefix import rowdot, safe_inverse, scaled
 from iclprobe.errors import InputError
 from iclprobe.tasks import as_generator
 
@@ -100,16 +101,20 @@ def _passes(x: Tensor, y: Tensor, eta: Tensor, start: Tensor, k_max: int) -> Ten
 
 
 @register("online_gd", label="online GD", steps=range(1, 9), step_scale="log2",
-          align_hyper={"lr": "normalized", "init": "zero"}, align=True, order=2, compare_with=())
+          align_hyper={"lr": "normalized", "init": "zero"}, align=True, order=2, compare_with=(),
+          family=families.ONLINE_GD)
 def online_gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
               lr: float | str = "normalized", weights: bool = True,
               init: str | Tensor = "zero",
-              generator: torch.Generator | int | None = None) -> Iterates:
+              generator: torch.Generator | int | None = None,
+              lr_scale: float = 1.0) -> Iterates:
     """Online (single-example) GD; step k = k passes over the prefix's examples.
 
     Each update is ``w <- w − η_j x_j (x_jᵀ w − y_j)`` for j = 0..t−1 in order, with
     ``η_j = lr`` or, for ``lr="normalized"``, ``1/‖x_j‖²`` (Kaczmarz: each update fits
-    example j exactly). ``init``: "zero" (w = 0), "uniform" (each prefix's w drawn from
+    example j exactly); ``lr_scale`` multiplies either (``lr="normalized", lr_scale=0.5``:
+    relaxed Kaczmarz, ``η_j = 0.5/‖x_j‖²``). ``init``: "zero" (w = 0), "uniform" (each
+    prefix's w drawn from
     U[0, 1)^d with ``generator``, as Fu et al.'s code draws ``torch.rand``), or a tensor
     ``[batch, pos, n_dims]``. Prefix t = 0 has no examples and predicts 0 in every case. A
     number lr is stable for ``lr < 2/max‖x_j‖²``; iterates that overflow raise a ValueError.
@@ -118,73 +123,32 @@ def online_gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     x, y, sx, sy = scaled(xs, ys)
     if lr != "normalized":
         lr = check_positive(lr, "lr")
-    rate = rescale(lr, sx, 2) if isinstance(lr, float) else 0.0
+    lr_scale = check_positive(lr_scale, "lr_scale")
+    rate = rescale(lr, sx, 2) * lr_scale if isinstance(lr, float) else 0.0
     b, n, d = x.shape
     w = initial_weights(init, (b, n, d), generator, xs.device)  # one w per prefix
     if (sx, sy) != (1.0, 1.0):
         w = w * (sx / sy)  # the start in the units of the scaled data
     w[:, 0] = 0.0
-    eta = safe_inverse(x.pow(2).sum(-1)) if lr == "normalized" else torch.full_like(y, rate)
+    eta = safe_inverse(x.pow(2).sum(-1)) * lr_scale if lr == "normalized" else \
+        torch.full_like(y, rate)
     passes = _passes(x, y, eta, w, int(k_steps.max()))  # [pass, batch, pos, n_dims]
 
     def unstable() -> str | None:
         top = x[:, :-1].pow(2).sum(-1).max().item() if n > 1 else 0.0
-        if lr == "normalized" or top == 0 or rate < 2.0 / top:
+        if lr == "normalized":
+            return None if lr_scale < 2 else (
+                f"lr_scale={lr_scale!r} with lr='normalized' (relaxed Kaczmarz) diverges: "
+                "each update overshoots its example; keep lr_scale below 2")
+        if top == 0 or rate < 2.0 / top:
             return None
-        largest = scaled_number(2.0 / top, -2 * log2(sx))
+        largest = scaled_number(2.0 / top / lr_scale, -2 * log2(sx))
         return (f"lr={lr!r} diverges on these data (the iterates grow without bound): the "
                 f"largest stable lr here is 2/max‖x_j‖² = {largest}")
 
     preds = torch.stack([rowdot(passes[k], x) for k in k_steps.tolist()])
     ws = passes[k_steps] if weights else None
-    hyper = {"lr": lr, "init": init if isinstance(init, str) else "given"}
+    hyper = {"lr": lr, "init": init if isinstance(init, str) else "given",
+             **({"lr_scale": lr_scale} if lr_scale != 1.0 else {})}
     return finish("online_gd", k_steps, preds, ws, hyper, out_dtype(xs), (sx, sy), unstable,
                   ys=ys if fixed_number(lr) else None)
-
-
-@register("gd_plus_plus", label="GD++", steps=range(1, 9), align_hyper={"lr": 0.1, "gamma": 0.01},
-          compare_with=())
-def gd_plus_plus(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: float = 0.1,
-                 gamma: float = 0.01, weights: bool = True) -> Iterates:
-    """GD++ (von Oswald et al.): a GD step, then the covariates map ``x <- (I − γ S/t) x``.
-
-    Each step, with the current covariates, takes a GD step on the mean loss; then every
-    covariate, the query's included, maps by ``I − γ S/t`` with S from the current context
-    covariates. The PQ construction A = ηI, B = (γ/η) I computes exactly this.
-
-    Tracked without per-prefix copies: with C_k the accumulated map (x^(k) = C_k x),
-    ``g_k = C_k h_k / t``, ``h_{k+1} = h_k − η S_0 C_kᵀ g_k`` (h = X₀ᵀ r),
-    ``C_{k+1} = (I − γ C_k S_0 C_kᵀ / t) C_k``; the predictor in the original coordinates is
-    ``w_k = Σ_{m<k} η C_mᵀ g_m``.
-    """
-    k_steps = check_steps(steps)
-    lr = check_positive(lr, "lr")
-    gamma = check_positive(gamma, "gamma", allow_zero=True)
-    stats = prefix_stats(xs, ys)
-    sx = stats.x_scale
-    eta, gam = rescale(lr, sx, 2), rescale(gamma, sx, 2)  # on the scaled data
-    s0, inv_t = stats.gram, safe_inverse(stats.counts)[:, None]  # [batch, pos, d, d], [pos, 1]
-    d = xs.shape[-1]
-    eye = torch.eye(d, dtype=torch.float64, device=xs.device)
-    c = eye.expand_as(s0).clone()
-    h, w = stats.xty.clone(), torch.zeros_like(stats.xty)
-    saved = {0: w.clone()}
-    for k in range(1, int(k_steps.max()) + 1):
-        g = (c @ h[..., None])[..., 0] * inv_t
-        ct_g = (c.transpose(-1, -2) @ g[..., None])[..., 0]
-        w = w + eta * ct_g
-        h = h - eta * (s0 @ ct_g[..., None])[..., 0]
-        c = (eye - gam * inv_t[..., None] * (c @ s0 @ c.transpose(-1, -2))) @ c
-        saved[k] = w.clone()
-    x = xs.detach().to(torch.float64)
-    x = x / sx if sx != 1.0 else x
-    preds, ws = _record(k_steps, saved, x, weights)
-
-    def unstable() -> str | None:
-        top = (inv_t[:, 0] * stats.eigvals[..., -1]).max().item()  # inv_t: [pos, 1]
-        bound = scaled_number(2.0 / top, -2 * log2(sx)) if top > 0 else "inf"
-        return (f"lr={lr!r}, gamma={gamma!r} make the iterates diverge on these data: lower "
-                f"them (the GD step alone is stable for lr < 2/max(λ_max(S_t)/t) = {bound})")
-
-    return finish("gd_plus_plus", k_steps, preds, ws, {"lr": lr, "gamma": gamma},
-                  out_dtype(xs), (sx, stats.y_scale), unstable, ys=ys)

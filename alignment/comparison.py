@@ -152,7 +152,7 @@ def imitation(values: Tensor, other: Iterates, ys: Tensor, metric: str, **kw: An
     matched steps against the other learner) and the separation views. Returns the best
     similarity per row and the column that reaches it.
     """
-    sim = similarity(values, other, ys, metric, n_boot=2, **kw)
+    sim = similarity(values, other, ys, metric, n_boot=2, check=False, **kw)
     sign = 1.0 if sim.higher_is_better else -1.0
     best = (sign * sim.values).argmax(1)
     return sim.values.gather(1, best[:, None])[:, 0].tolist(), best.tolist()
@@ -177,7 +177,7 @@ def calibrate(it_a: Iterates, it_b: Iterates, ys: Tensor, sim_a: Similarity,
     a_value, a_col = imitation(values[torch.tensor(ua)], it_b, ys, sim_a.metric, **kw)
     b_sub = Iterates(it_b.steps[ub], it_b.preds[ub],
                      it_b.weights[ub] if it_b.weights is not None else None, {}, it_b.name)
-    b_cols = sign * similarity(values, b_sub, ys, sim_a.metric, n_boot=2,
+    b_cols = sign * similarity(values, b_sub, ys, sim_a.metric, n_boot=2, check=False,
                                **kw).values  # [K_a, |ub|]: every A column as a layer
     b_best = [b_cols[:, ub.index(c)] for c in cols_b]
     return Calibration(

@@ -15,7 +15,6 @@ from iclprobe._checks import (
     check_seed,
     option,
 )
-from iclprobe.alignment.fitted_grid import FITTED_SIZE
 
 if TYPE_CHECKING:
     from iclprobe.alignment.protocols import Protocol
@@ -41,8 +40,11 @@ class AlignConfig:
                            "sizes, t >= 1) or fu2024 (Fu et al.'s evaluation code: GD step 0.01 "
                            "on the summed loss, Newton alpha 2/||SS^T||_F, t >= 0)")
     algorithms: tuple[str, ...] | None = option(
-        None, "comma-separated subset of the protocol's learners (default: all of them; "
-        "iclprobe: newton,gd,online_gd,pgd,cg,ols; fu2024: newton,gd,online_gd,ols)")
+        None, "comma-separated learners to consider (default: every registered learner, "
+        "newton,gd,online_gd,pgd,cg,ols,ridge,momentum,gd_plus_plus, and the model family's "
+        "own, e.g. pgd_own): the answer's candidates and, of them, those the protocol runs in "
+        "its tables (by default the protocol's, iclprobe: newton,gd,online_gd,pgd,cg,ols; "
+        "fu2024: newton,gd,online_gd,ols)")
     metrics: tuple[str, ...] = option(
         DEFAULT_METRICS, "comma-separated similarity metrics: error_cosine, weight_cosine, spd, "
         "ilwd (and any registered), or both = error_cosine,weight_cosine",
@@ -78,8 +80,9 @@ class AlignConfig:
     n_boot: int = option(200, "bootstrap resamples of the sequences")
     confidence: float = option(0.95, "confidence level of the bootstrap intervals")
     separation: bool = option(True, "measure which views separate Newton from GD")
-    fitted: bool = option(True, "also compare Newton with GD with their step sizes fitted "
-                          f"({FITTED_SIZE}; the verdict's view)")
+    fitted: bool = option(True, "match every candidate learner over its fitted family of "
+                          "step sizes (or λ, β, ...) and steps: the per-layer answer over "
+                          "the candidates, and the Newton-vs-GD verdict")
     seed: int = option(0, "seed of the evaluation data (the probes' data: seed + 1)")
     device: str = option("cpu", "where the model runs", choices=DEVICES)
 
@@ -136,14 +139,13 @@ class AlignConfig:
             # runs a registered family adds (PQ: GD preconditioned by its own A_l, ...);
             # whether this model has them is checked by align
             family_runs = [r for family in FAMILIES.values() for r in family.runs]
-            unknown = [a for a in self.algorithms
-                       if not protocol.accepts(a) and a not in family_runs]
+            unknown = [a for a in self.algorithms if not protocol.accepts(a)
+                       and a not in family_runs and a not in algorithms.LEARNERS]
             if unknown or not self.algorithms:
-                choices = (list(protocol.runs) if protocol.explicit_runs is not None
-                           else sorted(algorithms.LEARNERS))
+                choices = sorted({*protocol.runs, *algorithms.LEARNERS})
                 raise ConfigError(_OWNER, "algorithms", f"{_OWNER}.algorithms "
-                                  f"{unknown or list(self.algorithms)} are not in protocol "
-                                  f"{self.protocol!r}; choose from {choices + family_runs}")
+                                  f"{unknown or list(self.algorithms)} are not registered "
+                                  f"learners; choose from {choices + family_runs}")
         bad = [m for m in self.metrics if m not in METRIC_INFO]
         if bad or not self.metrics:
             raise ConfigError(_OWNER, "metrics", f"{_OWNER}.metrics must be among "

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from iclprobe import algorithms
 from iclprobe.algorithms.base import REFERENCE_PAIR
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.metrics import metric_info, on_weights
@@ -190,22 +191,25 @@ def aligned_window(cfg: AlignConfig, positions: str, n: int) -> tuple[int, int]:
 
 def learner_runs(cfg: AlignConfig, claimed: Mapping[str, RunSpec], name: str
                  ) -> dict[str, RunSpec]:
-    """The runs to align with: those chosen (default: the claimed, then the protocol's).
+    """The protocol tables' runs: those chosen (default: the claimed, then the protocol's).
 
-    A run the protocol does not have and the model does not claim is refused where it was
-    asked for by name, and left out where it is a default.
+    ``cfg.algorithms`` names the learners to consider: the answer's candidates, and of them
+    those the protocol (or the model) runs in its tables. A name that is neither a
+    registered learner nor a run of this model is refused; where none of the chosen
+    learners is the protocol's, its tables keep the protocol's own.
     """
     protocol = cfg.protocol_spec
     chosen = cfg.algorithms or [*claimed, *protocol.runs]
-    unavailable = [k for k in chosen if not (protocol.accepts(k) or k in claimed)]
-    if cfg.algorithms and unavailable:
+    unknown = [k for k in chosen if not (protocol.accepts(k) or k in claimed
+                                         or k in algorithms.LEARNERS)]
+    if unknown:
         offered = ", ".join([*claimed, *(k for k in protocol.runs if k not in claimed)])
-        if protocol.explicit_runs is None:
-            offered += ", or any learner registered in iclprobe.algorithms"
-        raise InputError(f"algorithms: {', '.join(map(repr, unavailable))} cannot be run on "
-                         f"{name} under protocol {protocol.name!r}; available here: {offered}")
-    return {k: claimed[k] if k in claimed else protocol.run(k)
-            for k in chosen if k not in unavailable}
+        raise InputError(f"algorithms: {', '.join(map(repr, unknown))} cannot be run on "
+                         f"{name}; available here: {offered}, or any learner registered in "
+                         "iclprobe.algorithms")
+    runs = [k for k in chosen if protocol.accepts(k) or k in claimed] or \
+        [*claimed, *protocol.runs]
+    return {k: claimed[k] if k in claimed else protocol.run(k) for k in runs}
 
 
 def family_runs(model: Regressor, batch: RegressionBatch

@@ -114,6 +114,11 @@ class MetricInfo:
     position, ``(a, b, ys, t_min, t_max) -> [..., batch, pos', 3]``: per sequence and
     position of the window the products ``(u·v, u·u, v·v)`` of two vectors whose batch means
     make a cosine across sequences (the error cosine's are those of the residuals).
+    ``geometry``: how the metric relates to a distance, for the answer's geometric tests
+    and the correction of a probe readout's noise: "cosine" (a mean of cosines: the angle
+    is ``arccos``, independent noise scales it down), "squared" (a mean squared distance:
+    the distance is its square root, independent noise adds its power), or None (neither
+    is applied).
     """
 
     name: str
@@ -124,15 +129,17 @@ class MetricInfo:
     across: MetricFn | None = None
     verdict: bool = True
     registrant: str = ""  # who registered it (`iclprobe.plugins.registrant`), for messages
+    geometry: str | None = None
 
 
 METRIC_INFO: dict[str, MetricInfo] = {}
 METRIC_ON = ("preds", "weights")
+GEOMETRIES = ("cosine", "squared")
 
 
 def register_metric(name: str, *, on: str, higher_is_better: bool, label: str | None = None,
                     across: MetricFn | None = None, verdict: bool = True,
-                    replace: bool = False
+                    geometry: str | None = None, replace: bool = False
                     ) -> Callable[[MetricFn], MetricFn]:
     """Add a metric to the registry.
 
@@ -151,6 +158,8 @@ def register_metric(name: str, *, on: str, higher_is_better: bool, label: str | 
             readouts (noisy induced weights, squared) the known-answer benchmark measured 15
             false attributions by ilwd on its main grid, and its leans the other way cost
             the verdict layers; it is reported per metric all the same.
+        geometry: "cosine", "squared" or None (see `MetricInfo`): what lets the answer test
+            whether a layer lies between two learners, and correct a probe readout's noise.
         replace: replace the metric registered as ``name`` (without it, a name taken is
             refused, naming who registered it); every command then says what replaced what.
 
@@ -166,8 +175,9 @@ def register_metric(name: str, *, on: str, higher_is_better: bool, label: str | 
         raise InputTypeError(f"higher_is_better must be a bool, got {higher_is_better!r}")
     if label is not None and not isinstance(label, str):
         raise InputTypeError(f"label must be a string, got {label!r}")
-    if not isinstance(verdict, bool):
-        raise InputTypeError(f"verdict must be a bool, got {verdict!r}")
+    if not isinstance(verdict, bool) or (geometry is not None and geometry not in GEOMETRIES):
+        raise InputTypeError(f"verdict must be a bool and geometry one of {GEOMETRIES} or "
+                             f"None, got verdict={verdict!r}, geometry={geometry!r}")
     if across is not None:
         if isinstance(across, bool) or not callable(across):
             raise InputTypeError(f"metric {name!r}: across must be None or a function (a, b, ys, "
@@ -182,7 +192,8 @@ def register_metric(name: str, *, on: str, higher_is_better: bool, label: str | 
         taken = METRIC_INFO.get(name)
         claim("metric", name, taken.registrant if taken else None, by, replace)
         METRIC_INFO[name] = MetricInfo(name, fn, on, higher_is_better,
-                                       label or name.replace("_", " "), across, verdict, by)
+                                       label or name.replace("_", " "), across, verdict, by,
+                                       geometry)
         return fn
 
     return wrap
@@ -303,23 +314,24 @@ def _residual_products(a: Tensor, b: Tensor, ys: Tensor, t_min: int, t_max: int)
     return torch.stack(torch.broadcast_tensors(ra * rb, ra * ra, rb * rb), dim=-1)
 
 
-@register_metric("error_cosine", on="preds", higher_is_better=True, across=_residual_products)
+@register_metric("error_cosine", on="preds", higher_is_better=True, across=_residual_products,
+                 geometry="cosine")
 def _error_cosine(a: Tensor, b: Tensor, ys: Tensor, t_min: int, t_max: int) -> Tensor:
     return error_cosine_per_sequence(a, b, ys, t_min, t_max)
 
 
-@register_metric("weight_cosine", on="weights", higher_is_better=True)
+@register_metric("weight_cosine", on="weights", higher_is_better=True, geometry="cosine")
 def _weight_cosine(a: Tensor, b: Tensor, ys: Tensor, t_min: int, t_max: int) -> Tensor:
     return weight_cosine_per_sequence(a, b, t_min, t_max)
 
 
 @register_metric("spd", on="preds", higher_is_better=False,
-                 label="squared prediction difference")
+                 label="squared prediction difference", geometry="squared")
 def _spd(a: Tensor, b: Tensor, ys: Tensor, t_min: int, t_max: int) -> Tensor:
     return spd_per_sequence(a, b, t_min, t_max=t_max)
 
 
 @register_metric("ilwd", on="weights", higher_is_better=False,
-                 label="implicit linear weight difference", verdict=False)
+                 label="implicit linear weight difference", verdict=False, geometry="squared")
 def _ilwd(a: Tensor, b: Tensor, ys: Tensor, t_min: int, t_max: int) -> Tensor:
     return ilwd_per_sequence(a, b, t_min, t_max=t_max)

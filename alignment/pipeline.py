@@ -22,6 +22,7 @@ several models on the same data.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,6 +32,7 @@ from iclprobe import probes
 from iclprobe.alignment.comparison import PairVerdict
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.evaluation import Evaluation, evaluation, evaluation_task, model_evaluation
+from iclprobe.alignment.measuring.candidates import measure_candidates
 from iclprobe.alignment.measuring.layers import Layers, checked_layers, needs_probes, read_layers
 from iclprobe.alignment.measuring.matching import match_runs
 from iclprobe.alignment.measuring.memory import check_align_fits
@@ -39,6 +41,7 @@ from iclprobe.alignment.measuring.runs import run_learners
 from iclprobe.alignment.measuring.timing import Timings
 from iclprobe.alignment.protocols import RunSpec
 from iclprobe.alignment.result import AlignResult, Views, build_result
+from iclprobe.alignment.views.answer import Answer, answer_view, matched_by
 from iclprobe.alignment.views.fitted import fitted_view
 from iclprobe.alignment.views.protocol import protocol_view
 from iclprobe.alignment.views.separation import Separation, separation_view
@@ -87,13 +90,20 @@ def run_stages(ev: Evaluation, layers: Layers, timings: Timings,
     fitted: dict[str, PairVerdict] = {}
     spectral: SpectralOrder | None = None
     separation: Separation | None = None
-    if ev.cfg.fitted and {"newton", "gd"} <= set(ev.runs):
-        with timings.stage("fitted step sizes"):
-            fitted, spectral = fitted_view(ev, layers, learners, matched)
+    answer: Answer | None = None
+    if ev.cfg.fitted:
+        with timings.stage("candidates: fitted families and tables"):
+            cands = measure_candidates(ev, layers, learners.stats)
+        with timings.stage("the answer, Newton vs GD"):
+            answer = answer_view(ev, matched.live, cands)
+            fitted, spectral = fitted_view(ev, learners.stats, matched.live, matched_by(answer),
+                                           cands)
     if ev.cfg.separation and ev.positions == "all" and {"newton", "gd"} <= set(ev.runs):
         with timings.stage("separation views"):
             separation = separation_view(ev, learners)
-    views = Views(comparisons, fitted, spectral, separation)
+    if answer is not None and answer.notes:
+        ev = dataclasses.replace(ev, notes=(*ev.notes, *answer.notes))
+    views = Views(comparisons, fitted, spectral, separation, answer)
     return build_result(ev, layers, learners, matched, views, timings, probes_info)
 
 
@@ -134,7 +144,8 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
                  notes: list[str] | None = None,
                  task: RegressionTask | None = None,
                  timings: Timings | None = None,
-                 probe_t_min: int | None = None) -> AlignResult:
+                 probe_t_min: int | None = None,
+                 readout_noise: tuple[Tensor, Tensor | None] | None = None) -> AlignResult:
     """Align per-layer predictions of any model with the protocol's learners.
 
     Args:
@@ -149,11 +160,16 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
         task: the task ``batch`` came from (recorded; default: dims and points only).
         timings: where to add the seconds of each stage (`AlignResult.timings`).
         probe_t_min: the layer predictions were read by linear probes fitted on the
-            positions ``t >= probe_t_min`` (None: an exact readout); the fitted view then
-            reads the learners the same way (`alignment.views.fitted.probe_read`).
+            positions ``t >= probe_t_min`` (None: an exact readout); the candidates are
+            then read the same way (`alignment.measuring.reading.probe_read`).
+        readout_noise: a sample of the readout's own noise in ``layer_preds`` and (or None)
+            in ``layer_weights`` (`probes.ReadoutNoise`): the candidates' tables are
+            corrected for it (`alignment.measuring.candidates.noise_ceilings`).
     """
     rows = layer_weights.shape[1] if layer_weights is not None else 0
     ev = evaluation(cfg or AlignConfig(), batch, name, positions, extra_runs, notes or (), task,
                     rows)
-    layers = Layers(layer_preds, layer_weights, probe_t_min=probe_t_min)
+    noise, weight_noise = readout_noise if readout_noise is not None else (None, None)
+    layers = Layers(layer_preds, layer_weights, probe_t_min=probe_t_min, noise=noise,
+                    weight_noise=weight_noise)
     return run_stages(ev, layers, timings if timings is not None else Timings())

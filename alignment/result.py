@@ -20,6 +20,7 @@ from iclprobe.alignment.measuring.runs import Learners
 from iclprobe.alignment.measuring.similarities import Similarity
 from iclprobe.alignment.metrics import metric_info
 from iclprobe.alignment.output import display
+from iclprobe.alignment.views.answer import Answer
 from iclprobe.alignment.views.separation import Separation
 from iclprobe.alignment.views.spectral import SpectralOrder
 
@@ -53,6 +54,7 @@ class AlignResult:
     fitted: dict[str, C.PairVerdict] = dataclasses.field(default_factory=dict)  # metric ->
     #   Newton vs GD with step sizes fitted (alignment.views.fitted), the view verdicts come from
     spectral: SpectralOrder | None = None  # each layer's filter order (alignment.views.spectral)
+    answer: Answer | None = None  # what each layer runs over every candidate (views.answer)
 
     @property
     def verdict_pairs(self) -> list[C.PairVerdict]:
@@ -145,6 +147,7 @@ class AlignResult:
             "separation": self.separation.to_dict() if self.separation else None,
             "fitted": {m: dataclasses.asdict(p) for m, p in self.fitted.items()},
             "spectral": self.spectral.to_dict() if self.spectral else None,
+            "answer": self.answer.to_dict() if self.answer else None,
             "verdict": {"view": "fitted step sizes, metrics combined", "layers": self.verdict,
                         "source": self.verdict_source},
             "similarities": {r: {m: s.to_dict() for m, s in by.items()}
@@ -162,6 +165,7 @@ class Views:
     fitted: dict[str, C.PairVerdict] = dataclasses.field(default_factory=dict)
     spectral: SpectralOrder | None = None
     separation: Separation | None = None
+    answer: Answer | None = None
 
 
 def build_result(ev: Evaluation, layers: Layers, learners: Learners, matched: Matched,
@@ -190,7 +194,7 @@ def build_result(ev: Evaluation, layers: Layers, learners: Learners, matched: Ma
         similarities=matched.sims, matches=matched.matches, comparisons=views.comparisons,
         separation=views.separation, notes=[*ev.notes, *layers.notes], live=matched.live,
         meaningless=meaningless, probes_info=probes_info, timings=timings,
-        fitted=views.fitted, spectral=views.spectral)
+        fitted=views.fitted, spectral=views.spectral, answer=views.answer)
 
 
 def learner_curves(iterates: dict[str, algorithms.Iterates], matches: dict[str, Match],

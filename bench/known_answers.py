@@ -1,25 +1,25 @@
-"""Known-answer benchmark: the confusion matrix of `align`'s Newton-vs-GD verdicts.
+"""Known-answer benchmark: what `align` says of models whose algorithm is known.
 
-    python bench/known_answers.py [--setting main|held-out|fresh|all] [--out DIR]
-                                  [--n-sequences 256] [--n-boot 100]
+    python bench/known_answers.py [--setting main|held-out|fresh|hard-d10|hard-d3|all]
+                                  [--out DIR] [--n-sequences 256] [--n-boot 100] [--jobs 2]
 
-Models whose algorithm is known by construction (iclprobe.constructions): GD and Newton
-oracles (the learner's iterates as layers, behind a rotation with distractor channels) at
-½, 1 and 2 × each protocol's step rule, and the GD (PQ, Eq. 8) and Newton–Schulz
-(linear attention) constructions at 0.3, 0.6 and 0.9 × their stability bound on the
-evaluation batch; × protocols iclprobe and fu2024 × isotropic and ill-conditioned (κ = 100)
-evaluation data × exact and probe readout; each cell counted for error and weight cosine.
-Views: the protocol's learner table; the fitted view (Newton and GD matched over step
-sizes as well as steps), per metric; the spectral view's reading; and **the verdict**
-`align` reports (the fitted view's metrics combined, `AlignResult.verdict`), which the
-targets are held to. Per cell and view: live layers with the true learner preferred, the
-other preferred (a false attribution), or no attribution, and the separable layers.
-Sizes: d = 5, n = 21, 8 layers (Newton construction: 12), 256 sequences, 100 bootstrap
-resamples; held-out settings (d = 4, n = 17, seed 7, κ = 50, multipliers 0.7 and 1.5,
-fractions 0.45 and 0.75; and "fresh": d = 6, n = 19, seed 11, κ = 30, multipliers 0.6 and
-1.3, fractions 0.4 and 0.8) are run too. Exits 1 while the verdict makes any false
-attribution, or prefers the true learner at fewer than 80% of the separable live layers
-of a setting. --out writes known_answers.json/.csv.
+Models whose algorithm is known by construction (`iclprobe.constructions`): oracles of GD,
+Newton, ridge, CG, heavy ball and online GD, the GD and Newton PQ constructions, and two
+models that run no candidate (the average of GD's and Newton's predictions, and GD
+preconditioned by a fixed random SPD matrix), over step sizes, protocols, isotropic and
+ill-conditioned data and exact and probe readouts (`constructions.benchmark`). Printed:
+
+- the answer's confusion matrix per setting, truth and readout (`constructions.scoring`):
+  live layers named right, falsely, "cannot tell", "none of them", and the separable
+  layers with the right answers among them; then per metric;
+- the Newton-vs-GD verdict's totals (the view of earlier rounds), for GD and Newton truths;
+- per cell, the answer through probes at the layers the exact readout names the truth.
+
+Exits 1 while a target is missed: any false attribution by the answer (or the verdict);
+fewer than 90% of a setting's separable layers named right read exactly, 80% through
+probes; fewer than 30 separable layers of a truth in the main setting; a cell where probes
+name the truth at fewer than 80% of the layers the exact readout names it at. --out writes
+known_answers.json and .csv (every cell and view).
 """
 
 from __future__ import annotations
@@ -41,7 +41,10 @@ from iclprobe._checks import ConfigError
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.cli import OneLineParser
 from iclprobe.constructions import benchmark as B
+from iclprobe.constructions import scoring as S
 from iclprobe.storage import write_text_atomic
+
+COLUMNS = ("true", "false", "cannot tell", "none", "separable", "true_separable")
 
 
 def _one_thread() -> None:
@@ -63,11 +66,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     """The command line, its counts checked (a bad one is one line, exit status 2)."""
     parser = OneLineParser(prog="known_answers.py", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--n-sequences", type=int, default=256)
+    parser.add_argument("--n-sequences", type=int, default=256)  # checked by the config
     parser.add_argument("--n-boot", type=int, default=100)
     parser.add_argument("--setting", choices=[*B.SETTINGS, "all"], default="all",
-                        help="main: the slice views are chosen on; held-out, fresh: other "
-                             "seed, d, n, κ and step multipliers (fresh: used for no choice)")
+                        help="main: the slice choices are made on; held-out, fresh, hard-*: "
+                             "other seeds, d, n, κ, step sizes and cells found off the grid")
     parser.add_argument("--jobs", type=int, default=2,
                         help="worker processes, one torch thread each (cells are independent)")
     args = parser.parse_args(argv)
@@ -81,85 +84,107 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def cell_rows(results: list[B.CellResult]) -> tuple[list[str], list[list[str]]]:
-    """The per-cell table: one row per cell and view."""
-    header = ["setting", "model", "protocol", "data", "readout", "mult", "view", "true",
-              "false", "none", "separable", "true@sep"]
-    rows = []
+def _share(hit: int, of: int) -> str:
+    return f"{hit}/{of} ({hit / of:.0%})" if of else "—"
+
+
+def confusion(results: list[B.CellResult], view: str = S.ANSWER
+              ) -> dict[tuple[str, str, str], dict[str, int]]:
+    """``(setting, truth, readout) -> counts`` of ``view`` (truth "none": no learner)."""
+    out: dict[tuple[str, str, str], dict[str, int]] = {}
     for r in results:
-        c = r.cell
-        base = [c.setting, c.kind, c.protocol, c.data, c.readout, f"{c.multiplier:g}"]
-        if r.diverges:
-            rows.append(base + ["all", "diverges", "", "", "", ""])
+        if r.diverges or view not in r.counts:
             continue
-        for view, counts in r.counts.items():
-            rows.append(base + [view, str(counts["true"]), str(counts["false"]),
-                                str(counts["none"]), str(counts.get("separable", "")),
-                                str(counts.get("true_separable", ""))])
-    return header, rows
+        key = (r.cell.setting, r.cell.truth or "none", r.cell.readout)
+        tot = out.setdefault(key, dict.fromkeys(COLUMNS, 0))
+        for k, v in r.counts[view].items():
+            tot[k] += v
+    return out
 
 
-def print_table(header: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
-    for row in [header, *rows]:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths)))
+def print_confusion(table: dict[tuple[str, str, str], dict[str, int]], title: str) -> None:
+    print(f"\n{title}: live layers named right / falsely / cannot tell / none of them; "
+          "separable layers named right")
+    print(f"{'setting':9} {'truth':10} {'readout':7} {'right':>6} {'false':>6} {'cannot':>7} "
+          f"{'none':>6}  right at separable")
+    for (setting, truth, readout), c in table.items():
+        sep = _share(c["true_separable"], c["separable"]) if truth != "none" else "—"
+        print(f"{setting:9} {truth:10} {readout:7} {c['true']:6} {c['false']:6} "
+              f"{c['cannot tell']:7} {c['none']:6}  {sep}")
 
 
-def print_totals(by_view: dict[str, dict[str, int]]) -> None:
-    for key, tot in by_view.items():
-        share = tot["true_separable"] / tot["separable"] if tot["separable"] else float("nan")
-        sep = (f"; separable layers {tot['separable']}, true preferred at "
-               f"{tot['true_separable']} ({share:.0%})") if tot["separable"] else ""
-        print(f"{key} view, live layers: true preferred {tot['true']}, false attributions "
-              f"{tot['false']}, no attribution {tot['none']}; cells that diverge "
-              f"(not counted) {tot['diverges']}{sep}")
+def verdict_totals(results: list[B.CellResult], settings: list[str]) -> dict[str, Any]:
+    """The Newton-vs-GD verdict's totals per setting (GD and Newton truths)."""
+    out = {}
+    for name in settings:
+        here = [r for r in results if r.cell.setting == name]
+        for view in ("verdict", S.DEFAULT_VIEW):
+            tot = S.totals(here, view)
+            out[f"{name} {view}"] = tot
+            print(f"{name} {view}: true {tot['true']}, false {tot['false']}, no attribution "
+                  f"{tot['none']}; separable {_share(tot['true_separable'], tot['separable'])}; "
+                  f"diverging cells {tot['diverges']}")
+    return out
 
 
-def print_probe_power(power: list[B.ProbePower], view: str = B.JUDGED,
-                      per_cell: bool = True) -> list[B.ProbePower]:
-    """Per cell, ``view`` through probes where the exact readout names the truth."""
-    print(f"\n{view} through probes, at the layers where the exact readout names the true "
-          "learner" + (" (per cell; * = below 80%):" if per_cell else ":"))
-    short = [p for p in power if p.short]
-    for p in power if per_cell else []:
-        print(f"{'*' if p.short else ' '} {p.key}: {p.named_by_probe}/{p.named_exactly}"
-              + (f" ({p.named_by_probe / p.named_exactly:.0%})" if p.named_exactly else ""))
+def print_power(power: list[S.ProbePower]) -> list[S.ProbePower]:
+    """The answer through probes at the layers the exact readout names the truth at."""
+    print(f"\n{S.JUDGED} through probes at the layers the exact readout names the truth at "
+          "(cells below 80% listed):")
+    for p in power:
+        if p.short:
+            print(f"* {p.key}: {_share(p.named_by_probe, p.named_exactly)}")
     for setting in dict.fromkeys(p.cell.setting for p in power):
         here = [p for p in power if p.cell.setting == setting]
         hit, of = sum(p.named_by_probe for p in here), sum(p.named_exactly for p in here)
-        share = f" ({hit / of:.0%})" if of else ""
-        print(f"{setting}: through probes {hit}/{of}{share} of the exactly named layers; "
-              f"{sum(p.short for p in here)} cell(s) below 80%")
-    return short
+        print(f"{setting}: {_share(hit, of)}; {sum(p.short for p in here)} of {len(here)} "
+              "cells below 80%")
+    return [p for p in power if p.short]
 
 
-def write_outputs(out: Path, by_view: dict[str, Any], results: list[B.CellResult],
-                  power: list[B.ProbePower], header: list[str], rows: list[list[str]]) -> None:
+def write_outputs(out: Path, summary: dict[str, Any], results: list[B.CellResult]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / "known_answers.json", json.dumps(
-        {"totals": by_view, "probe_power": [p.to_dict() for p in power],
-         "cells": [r.to_dict() for r in results]}, indent=1))
+        {**summary, "cells": [r.to_dict() for r in results]}, indent=1))
     buf = io.StringIO()
-    csv.writer(buf).writerows([header, *rows])
+    writer = csv.writer(buf)
+    writer.writerow(["setting", "kind", "truth", "protocol", "data", "readout", "mult", "beta",
+                     "view", *COLUMNS])
+    for r in results:
+        c = r.cell
+        for view, counts in r.counts.items():
+            writer.writerow([c.setting, c.kind, c.truth or "none", c.protocol, c.data,
+                             c.readout, c.multiplier, c.beta or "", view,
+                             *(counts.get(k, "") for k in COLUMNS)])
     write_text_atomic(out / "known_answers.csv", buf.getvalue())
 
 
-def judge(by_view: dict[str, dict[str, int]], short_power: list[B.ProbePower]) -> int:
-    """0 where the verdict meets its targets, else 1 (and why)."""
-    judged = [tot for key, tot in by_view.items() if key.endswith(" " + B.JUDGED)]
-    false = sum(tot["false"] for tot in judged)
-    short = [tot for tot in judged
-             if tot["separable"] and tot["true_separable"] < 0.8 * tot["separable"]]
-    if false or short or short_power:
-        print(f"FAIL: {B.JUDGED}: {false} false attributions (target 0); true learner "
-              f"preferred at < 80% of the separable live layers in {len(short)} setting(s); "
-              f"{len(short_power)} cell(s) where probes name the true learner at < 80% of "
-              "the layers the exact readout names it at")
-        return 1
-    print(f"PASS: {B.JUDGED}: no false attribution, true learner preferred at >= 80% of the "
-          "separable live layers in every setting, and through probes at >= 80% of the "
-          "layers the exact readout names it at, in every cell")
-    return 0
+def judge(table: dict[tuple[str, str, str], dict[str, int]], verdicts: dict[str, Any],
+          short_power: list[S.ProbePower]) -> int:
+    """0 where every target is met, else 1 (and which)."""
+    missed = []
+    for setting in dict.fromkeys(k[0] for k in table):
+        for readout, floor in (("exact", 0.9), ("probe", 0.8)):
+            here = [c for (s, t, r), c in table.items() if s == setting and r == readout]
+            false = sum(c["false"] for c in here)
+            sep = sum(c["separable"] for c in here)
+            hit = sum(c["true_separable"] for c in here)
+            if false:
+                missed.append(f"{setting} {readout}: {false} false attributions")
+            if sep and hit < floor * sep:
+                missed.append(f"{setting} {readout}: right at {hit}/{sep} separable < {floor:.0%}")
+    thin = [t for (s, t, r), c in table.items() if s == "main" and r == "exact" and t != "none"
+            and c["separable"] < 30]
+    missed += [f"main: {t} has fewer than 30 separable layers" for t in thin]
+    missed += [f"{k}: {v['false']} false attributions" for k, v in verdicts.items() if v["false"]]
+    if short_power:
+        missed.append(f"{len(short_power)} cell(s) where probes name the truth at < 80% of the "
+                      "layers the exact readout names it at")
+    print("\n" + ("FAIL: " + "; ".join(missed) if missed else
+                  "PASS: no false attribution; right at >= 90% (exact) and >= 80% (probes) of "
+                  "the separable layers; >= 30 separable layers per truth; probe power >= 80% "
+                  "in every cell"))
+    return 1 if missed else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,19 +194,21 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     cells = [cell for name in settings for cell in B.grid(setting=name)]
     results = run_cells(cells, cfg, args.jobs)
-    header, rows = cell_rows(results)
-    print_table(header, rows)
-    by_view = {f"{name} {view}": B.totals([r for r in results if r.cell.setting == name], view)
-               for name in settings for view in B.VIEWS}
-    print(f"sizes: {cfg.n_sequences} sequences, {cfg.n_boot} bootstrap resamples, metrics "
-          f"{', '.join(cfg.metrics)}; {len(cells)} cells in {time.perf_counter() - started:.0f} s")
-    print_totals(by_view)
-    print_probe_power(B.probe_power(results, B.DEFAULT_VIEW), B.DEFAULT_VIEW, per_cell=False)
-    power = B.probe_power(results)
-    short_power = print_probe_power(power)
+    print(f"{len(cells)} cells in {time.perf_counter() - started:.0f} s ({args.jobs} jobs; "
+          f"{cfg.n_sequences} sequences, {cfg.n_boot} bootstrap resamples)")
+    table = confusion(results)
+    print_confusion(table, "the answer (every candidate; error cosine, weight cosine and spd)")
+    for metric in ("error_cosine", "weight_cosine", "spd"):
+        print_confusion(confusion(results, f"{S.ANSWER} {metric}"), f"the answer by {metric}")
+    print()
+    verdicts = verdict_totals(results, settings)
+    power = S.probe_power(results)
+    short = print_power(power)
     if args.out is not None:
-        write_outputs(args.out, by_view, results, power, header, rows)
-    return judge(by_view, short_power)
+        summary = {"answer": {" ".join(k): v for k, v in table.items()}, "verdict": verdicts,
+                   "probe_power": [p.to_dict() for p in power]}
+        write_outputs(args.out, summary, results)
+    return judge(table, verdicts, short)
 
 
 if __name__ == "__main__":

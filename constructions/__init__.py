@@ -15,6 +15,7 @@ explains the benchmark (``bench/known_answers.py``) that counts the verdicts the
 
 from typing import Any
 
+from iclprobe.constructions import blend as _blend  # noqa: F401  (registers gd_newton_blend)
 from iclprobe.constructions import oracle as _oracle_module
 from iclprobe.constructions import pq as _pq_module
 from iclprobe.constructions.oracle import LearnerOracle, OracleConfig, oracle

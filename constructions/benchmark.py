@@ -1,13 +1,14 @@
 """The known-answer benchmark: how often `align` names the wrong learner.
 
 Each cell aligns one known-answer model (`constructions`) under one protocol, evaluation
-data and readout, and counts, per metric, the live layers whose Newton-vs-GD verdict is
-the true learner preferred (``true``), the other one preferred (``false``: a false
-attribution) or neither (``none``: leans, indistinguishable). Layers that compute nothing
-are not counted. A cell whose known-answer model runs at or beyond its learner's
-stability bound on the evaluation data (e.g. Newton at 2 × fu2024's α = 4/‖SSᵀ‖_F) is
-reported as ``diverges`` and not counted. ``bench/known_answers.py`` runs the grid and
-prints the confusion matrix; docs/known-answers.md explains how to read it.
+data and readout. Its truths: GD and Newton (oracles and the PQ constructions), ridge,
+conjugate gradient, heavy-ball momentum and online GD (oracles), and two models whose
+right answer is "cannot tell" or "none of them" (the average of GD's and Newton's
+predictions, and GD preconditioned by a fixed random SPD matrix). `scoring` counts, per
+view, the live layers that get the true learner, a false attribution or neither. A cell
+whose model runs at or beyond its learner's stability bound on the evaluation data is
+reported as ``diverges`` and not counted. ``bench/known_answers.py`` runs the grid;
+docs/known-answers.md explains how to read it.
 """
 
 from __future__ import annotations
@@ -20,24 +21,30 @@ from typing import Any
 
 import torch
 
-from iclprobe import tasks
+from iclprobe import algorithms, tasks
 from iclprobe.algorithms.prefix import prefix_stats
-from iclprobe.alignment.comparison import PairVerdict, combined
-from iclprobe.alignment.config import DEFAULT_METRICS
-from iclprobe.alignment.metrics import metric_info
-from iclprobe.alignment.pipeline import AlignConfig, align, evaluation_task
+from iclprobe.alignment.pipeline import AlignConfig, AlignResult, align, evaluation_task
+from iclprobe.constructions import scoring
 from iclprobe.constructions.oracle import oracle
-from iclprobe.constructions.pq import gd_transformer, newton_transformer
+from iclprobe.constructions.pq import gd_transformer, newton_transformer, newton_transformer_alpha
 from iclprobe.models.base import Regressor
+from iclprobe.tasks.covariance import random_orthogonal
 
 KINDS = ("gd oracle", "newton oracle", "gd construction", "newton construction")
+#: Truths beyond Newton and GD (oracles, under the iclprobe protocol: the answer's view
+#: does not depend on a protocol's step rule), and the two cells with no learner to name.
+NEW_KINDS = ("ridge oracle", "cg oracle", "momentum oracle", "online_gd oracle",
+             "blend oracle", "random pgd oracle")
 #: Kinds of the "hard" slice only: GD oracles run long (steps 500–16000 at 0.3/λ_max per
 #: prefix), models aligned at their last position (the Newton construction diverges at
 #: shorter prefixes; a GD oracle on κ = 1000 data).
 HARD_KINDS = ("gd oracle long", "gd oracle last", "newton construction last")
-TRUTH = {"gd oracle": "gd", "newton oracle": "newton", "gd construction": "gd",
-         "newton construction": "newton", "gd oracle long": "gd", "gd oracle last": "gd",
-         "newton construction last": "newton"}
+TRUTH: dict[str, str | None] = {
+    "gd oracle": "gd", "newton oracle": "newton", "gd construction": "gd",
+    "newton construction": "newton", "gd oracle long": "gd", "gd oracle last": "gd",
+    "newton construction last": "newton", "ridge oracle": "ridge", "cg oracle": "cg",
+    "momentum oracle": "momentum", "online_gd oracle": "online_gd", "blend oracle": None,
+    "random pgd oracle": None}
 #: GD steps of a long oracle's 8 layers: 500 at layer 1 to 16000 at layer 8 (geometric)
 LONG_STEPS = tuple([0] + [round(500 * 2 ** (5 * (layer - 1) / 7)) for layer in range(1, 9)])
 PROTOCOLS = ("iclprobe", "fu2024")
@@ -45,6 +52,7 @@ DATA = ("isotropic", "ill-conditioned")
 READOUTS = ("exact", "probe")
 METRICS = ("error_cosine", "weight_cosine", "spd", "ilwd")  # every built-in metric
 N_LAYERS = 8
+RANDOM_PGD_KAPPA = 20.0  # condition number of the random preconditioner
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +65,9 @@ class Setting:
     condition_number: float  # κ of the ill-conditioned evaluation data
     oracle_multipliers: tuple[float, ...]  # of each protocol's rule
     construction_fractions: tuple[float, ...]  # of the stability bound on the batch
+    ridge_lams: tuple[float, ...] = ()  # λ of the ridge oracles
+    momentum_betas: tuple[float, ...] = (0.5, 0.9)
+    online_scales: tuple[float, ...] = ()  # relaxations of online GD's Kaczmarz steps
 
 
 #: The slice views are chosen on, and held-out ones they are judged on as well (other
@@ -64,9 +75,12 @@ class Setting:
 #: multiples √2 apart, after its 0.7 × 1/‖SSᵀ‖_F fell between octave-spaced ones), so
 #: "fresh", added after that choice and used for none, is the clean test.
 SETTINGS = {
-    "main": Setting(5, 21, 0, 100.0, (0.5, 1.0, 2.0), (0.3, 0.6, 0.9)),
-    "held-out": Setting(4, 17, 7, 50.0, (0.7, 1.5), (0.45, 0.75)),
-    "fresh": Setting(6, 19, 11, 30.0, (0.6, 1.3), (0.4, 0.8)),
+    "main": Setting(5, 21, 0, 100.0, (0.5, 1.0, 2.0), (0.3, 0.6, 0.9), (0.1, 1.0, 10.0),
+                    online_scales=(0.5, 1.0, 1.5)),
+    "held-out": Setting(4, 17, 7, 50.0, (0.7, 1.5), (0.45, 0.75), (0.3, 3.0),
+                        online_scales=(0.7, 1.2)),
+    "fresh": Setting(6, 19, 11, 30.0, (0.6, 1.3), (0.4, 0.8), (0.05, 20.0),
+                     online_scales=(0.6, 1.3)),
     # held out too, cells found off the grid (`hard_cells`): d = 10 and d = 3, κ = 1000
     "hard-d10": Setting(10, 21, 13, 1000.0, (0.3,), (0.15, 0.5)),
     "hard-d3": Setting(3, 9, 17, 1000.0, (1.0,), (0.15, 0.5)),
@@ -81,24 +95,25 @@ class Cell:
     protocol: str
     data: str
     readout: str
-    multiplier: float  # of the protocol's rule (oracles) or of the stability bound
+    multiplier: float  # of the protocol's rule, the stability bound, or λ (ridge)
     setting: str = "main"  # a key of SETTINGS
     condition_number: float | None = None  # κ of the data, where not the setting's
+    beta: float | None = None  # heavy ball's momentum
 
     @property
-    def truth(self) -> str:
-        """The learner the model runs."""
+    def truth(self) -> str | None:
+        """The learner the model runs (None: no learner; "cannot tell" or "none" is right)."""
         return TRUTH[self.kind]
 
 
 @dataclasses.dataclass
 class CellResult:
-    """The verdict counts of a cell, per metric (or ``diverges``)."""
+    """The counts of a cell per view (or ``diverges``)."""
 
     cell: Cell
     diverges: bool
-    counts: dict[str, dict[str, int]]  # "VIEW METRIC" -> {"true", "false", "none"}
-    verdicts: dict[str, list[str]]  # "VIEW METRIC" -> the Newton-vs-GD verdict per layer
+    counts: dict[str, dict[str, int]]  # view -> {"true", "false", "none", ...}
+    verdicts: dict[str, list[str]]  # view -> the label per layer
     hyper: dict[str, Any]
 
     def to_dict(self) -> dict[str, Any]:
@@ -108,20 +123,32 @@ class CellResult:
                 "hyper": {k: v for k, v in self.hyper.items() if not isinstance(v, torch.Tensor)}}
 
 
-def grid(kinds: tuple[str, ...] = KINDS, protocols: tuple[str, ...] = PROTOCOLS,
+def grid(kinds: tuple[str, ...] = KINDS + NEW_KINDS, protocols: tuple[str, ...] = PROTOCOLS,
          data: tuple[str, ...] = DATA, readouts: tuple[str, ...] = READOUTS,
          multipliers: tuple[float, ...] | None = None, setting: str = "main"
          ) -> Iterator[Cell]:
     """Every cell of the benchmark (or of the slice the arguments choose)."""
-    spec = SETTINGS[setting]
     if setting.startswith("hard"):
         yield from hard_cells(setting, protocols, readouts)
         return
-    for kind, protocol, d, readout in itertools.product(kinds, protocols, data, readouts):
-        mults = multipliers or (spec.oracle_multipliers if "oracle" in kind
-                                else spec.construction_fractions)
-        for m in mults:
-            yield Cell(kind, protocol, d, readout, m, setting)
+    for kind, d, readout in itertools.product(kinds, data, readouts):
+        for protocol in (protocols if kind in KINDS else ("iclprobe",)):
+            for m, beta in _multipliers(kind, SETTINGS[setting], multipliers):
+                yield Cell(kind, protocol, d, readout, m, setting, beta=beta)
+
+
+def _multipliers(kind: str, spec: Setting, given: tuple[float, ...] | None
+                 ) -> list[tuple[float, float | None]]:
+    """A kind's (multiplier, β) pairs in a setting."""
+    if given is not None:
+        return [(m, None) for m in given]
+    if kind == "momentum oracle":
+        return [(m, b) for b in spec.momentum_betas for m in spec.oracle_multipliers]
+    by_kind = {"ridge oracle": spec.ridge_lams, "online_gd oracle": spec.online_scales,
+               "cg oracle": (1.0,), "blend oracle": (1.0,), "random pgd oracle": (1.0,)}
+    mults = by_kind.get(kind) or (spec.oracle_multipliers if "oracle" in kind
+                                  else spec.construction_fractions)
+    return [(m, None) for m in mults]
 
 
 def hard_cells(setting: str, protocols: tuple[str, ...] = PROTOCOLS,
@@ -144,6 +171,35 @@ def hard_cells(setting: str, protocols: tuple[str, ...] = PROTOCOLS,
             yield Cell("newton construction", "fu2024", "ill-conditioned", readout, 0.3, setting)
 
 
+def random_spd(n_dims: int, kappa: float, seed: int) -> torch.Tensor:
+    """A fixed SPD matrix with eigenvalues geometric from 1 to κ, in a Haar-random basis."""
+    q = random_orthogonal(n_dims, torch.Generator().manual_seed(seed))
+    eig = kappa ** torch.linspace(0.0, 1.0, n_dims, dtype=torch.float64)
+    return (q * eig) @ q.T
+
+
+def oracle_spec(cell: Cell, n_dims: int, seed: int) -> tuple[str, Any, dict[str, Any]]:
+    """The oracle's learner, step of each layer, and hyperparameters."""
+    truth, m = cell.truth, cell.multiplier
+    if cell.kind == "gd oracle long":  # the rule at 0.3/λ_max per prefix, run long
+        return "gd", list(LONG_STEPS), {"lr": "max", "normalize": True, "lr_scale": m}
+    if truth in ("gd", "newton"):
+        return truth, (lambda layer: 3 * layer) if truth == "gd" else (lambda layer: layer), \
+            _oracle_hyper(truth, cell.protocol, m)
+    if cell.kind == "ridge oracle":
+        return "ridge", lambda layer: 0, {"lam": m}
+    if cell.kind == "cg oracle":
+        return "cg", lambda layer: layer, {}
+    if cell.kind == "momentum oracle":
+        return "momentum", lambda layer: 2 * layer, {"lr": "max", "lr_scale": m, "beta": cell.beta}
+    if cell.kind == "online_gd oracle":
+        return "online_gd", lambda layer: layer, {"lr": "normalized", "lr_scale": m}
+    if cell.kind == "blend oracle":  # from step 1: at step 0 it is Newton's at α/2
+        return "gd_newton_blend", lambda layer: layer + 1, {"lr": "max", "lr_scale": m}
+    precond = random_spd(n_dims, RANDOM_PGD_KAPPA, seed + 101)
+    return "pgd", lambda layer: 3 * layer, {"precond": precond.tolist(), "lr": "max", "lr_scale": m}
+
+
 def _oracle_hyper(truth: str, protocol: str, m: float) -> dict[str, Any]:
     """The protocol's rule for the true learner, times m."""
     if truth == "gd":
@@ -160,8 +216,10 @@ def diverges(truth: str, hyper: dict[str, Any], xs: torch.Tensor, t_min: int) ->
     α λ_max² ≥ 2) at most (sequence, prefix ≥ t_min) pairs (GD at 2/λ_max sits on it
     everywhere), or beyond it at some prefix of most sequences (Newton at 4/‖SSᵀ‖_F, on
     every rank-deficient prefix). A bound met only at rank-1 prefixes (2/‖SSᵀ‖_F at
-    t = 1) is not divergence.
+    t = 1) is not divergence. Other learners' oracles run within their bounds.
     """
+    if truth not in ("gd", "newton"):
+        return False
     lam = prefix_stats(xs.double(), torch.zeros(xs.shape[:2], dtype=torch.float64)).eigvals
     lam = lam[:, max(t_min, 1):]
     top = lam[..., -1]
@@ -190,14 +248,25 @@ def _stability_bound(kind: str, xs: torch.Tensor, positions: str) -> float:
     return float(2.0 / top.pow(2).max())
 
 
-def _evaluation_batch(task: tasks.RegressionTask, cfg: AlignConfig) -> tasks.RegressionBatch:
+def evaluation_batch(task: tasks.RegressionTask, cfg: AlignConfig) -> tasks.RegressionBatch:
     """The sequences `align` evaluates a model of ``task`` on under ``cfg``."""
     eval_task = evaluation_task(SimpleNamespace(task=task), cfg)  # type: ignore[arg-type]
     return eval_task.sample(cfg.n_sequences, generator=torch.Generator().manual_seed(cfg.seed))
 
 
-def build(cell: Cell, cfg: AlignConfig) -> tuple[Regressor, dict[str, Any], bool, AlignConfig]:
-    """The model, its hyperparameters, whether it diverges, and the cell's AlignConfig."""
+@dataclasses.dataclass
+class Built:
+    """A cell's model, what it runs, and the AlignConfig it is aligned under."""
+
+    model: Regressor
+    hyper: dict[str, Any]
+    diverges: bool
+    cfg: AlignConfig
+    truth_columns: Any  # (xs, ys, weights) -> Iterates: each layer's own column
+
+
+def build(cell: Cell, cfg: AlignConfig) -> Built:
+    """The cell's model, its hyperparameters, whether it diverges, its AlignConfig."""
     spec = SETTINGS[cell.setting]
     d = spec.n_dims
     task = tasks.RegressionTask(n_dims=d, n_points=spec.n_points)
@@ -205,162 +274,64 @@ def build(cell: Cell, cfg: AlignConfig) -> tuple[Regressor, dict[str, Any], bool
                               condition_number=cell.condition_number or spec.condition_number)
     exact = cell.readout == "exact"
     if "oracle" in cell.kind:
-        hyper = _oracle_hyper(cell.truth, cell.protocol, cell.multiplier)
-        steps: Any = (lambda layer: 3 * layer) if cell.truth == "gd" else (lambda layer: layer)
-        if cell.kind == "gd oracle long":  # the rule at 0.3/λ_max per prefix, run long
-            hyper = {"lr": "max", "normalize": True, "lr_scale": cell.multiplier}
-            steps = list(LONG_STEPS)
-        model = oracle(cell.truth, d, N_LAYERS, steps, task=task, exact_readout=exact,
+        learner, steps, hyper = oracle_spec(cell, d, spec.seed)
+        model = oracle(learner, d, N_LAYERS, steps, task=task, exact_readout=exact,
                        seed=spec.seed, **hyper)
         cfg = dataclasses.replace(cfg, positions="last" if cell.kind.endswith("last") else "all")
-        batch = _evaluation_batch(task, cfg)
+        batch = evaluation_batch(task, cfg)
         t_min = batch.xs.shape[1] - 1 if cfg.positions == "last" else \
             1 if cell.protocol == "iclprobe" else 0
-        return model, hyper, diverges(cell.truth, hyper, batch.xs, t_min), cfg
+        unstable = cell.truth is not None and diverges(cell.truth, hyper, batch.xs, t_min)
+        return Built(model, hyper, unstable, cfg, model.iterates)
     positions = "last" if cell.kind in ("gd construction", "newton construction last") \
         else "all"
     cfg = dataclasses.replace(cfg, positions=positions)
-    batch = _evaluation_batch(task, cfg)
+    batch = evaluation_batch(task, cfg)
     value = cell.multiplier * _stability_bound(cell.kind, batch.xs, positions)
+    inside = torch.zeros(spec.n_points, dtype=torch.float64)  # where the model is aligned
+    inside[-1 if positions == "last" else 0:] = 1.0
     if cell.kind == "gd construction":
         pq, hyper = gd_transformer(d, N_LAYERS, lr=value), {"lr": value}
+
+        def columns(xs: torch.Tensor, ys: torch.Tensor, weights: bool = False
+                    ) -> algorithms.Iterates:
+            return algorithms.iterates("gd", xs.double(), ys.double(), steps=range(N_LAYERS + 1),
+                                       lr=value * inside, normalize=True, weights=weights)
     else:
         pq, hyper = newton_transformer(d, N_LAYERS + 4, a=value), {"a": value}
+        alpha = newton_transformer_alpha(value, spec.n_points) * inside
+
+        def columns(xs: torch.Tensor, ys: torch.Tensor, weights: bool = False
+                    ) -> algorithms.Iterates:
+            it = algorithms.iterates("newton", xs.double(), ys.double(),
+                                     steps=[0, 0, *range(N_LAYERS + 3)], alpha=alpha,
+                                     weights=weights)
+            zero = torch.zeros_like(it.preds[:2])  # layers 0 and 1 predict 0
+            w = None if it.weights is None else torch.cat([torch.zeros_like(it.weights[:2]),
+                                                           it.weights[2:]])
+            return algorithms.Iterates(it.steps, torch.cat([zero, it.preds[2:]]), w, it.hyper)
     pq.task = task
     pq.exact_layer_readout = exact  # type: ignore[misc]
-    return pq, hyper, False, cfg
+    return Built(pq, hyper, False, cfg, columns)
 
 
 def run_cell(cell: Cell, cfg: AlignConfig) -> CellResult:
-    """Align the cell's model and count its Newton-vs-GD verdicts per metric."""
-    model, hyper, diverges, cell_cfg = build(cell, cfg)
-    if diverges:
-        return CellResult(cell, True, {}, {}, hyper)
-    res = align(model, cell_cfg)
-    other = "newton" if cell.truth == "gd" else "gd"
-    views = {f"protocol {metric}": next(p for p in table.pairs if {p.a, p.b} == {"newton", "gd"})
-             for metric, table in res.comparisons.items()}
-    views.update({f"fitted {metric}": pair for metric, pair in res.fitted.items()})
-    counts, verdicts = {}, {}
-    for view, pair in views.items():
-        live = [i for i, v in enumerate(pair.verdicts)
-                if v not in ("computes nothing", "matches no learner")]
-        said = [pair.verdicts[i] for i in live]
-        counts[view] = {"true": said.count(f"prefers {cell.truth}"),
-                        "false": said.count(f"prefers {other}"),
-                        "none": sum(not v.startswith("prefers") for v in said)}
-        if view.startswith("fitted"):
-            sep = [i for i in live if separable(pair, cell.truth, i)]
-            counts[view]["separable"] = len(sep)
-            counts[view]["true_separable"] = sum(
-                pair.verdicts[i] == f"prefers {cell.truth}" for i in sep)
-        verdicts[view] = list(pair.verdicts)
-    if res.fitted:  # the verdict align reports: the fitted view's verdict metrics combined
-        default = [p for m, p in res.fitted.items() if m in DEFAULT_METRICS]
-        for view, said_by in (("verdict", res.verdict),
-                              (DEFAULT_VIEW, combined(default)[0] if default else [])):
-            counts[view] = _verdict_counts(said_by, list(res.fitted.values()), cell.truth)
-            verdicts[view] = list(said_by)
-    if res.spectral is not None:  # the spectral view's reading, as a verdict
-        said = [r for r in res.spectral.reading if r != "computes nothing"]
-        counts["spectral order"] = {"true": said.count(f"{cell.truth}-like"),
-                                    "false": said.count(f"{other}-like"),
-                                    "none": sum(not r.endswith("-like") for r in said)}
-        verdicts["spectral order"] = list(res.spectral.reading)
-    return CellResult(cell, False, counts, verdicts, hyper)
-
-
-def _verdict_counts(said_by: list[str], pairs: list[PairVerdict], truth: str) -> dict[str, int]:
-    """A combined verdict's counts over the live layers, and at the separable ones."""
-    other = "newton" if truth == "gd" else "gd"
-    live = [i for i, v in enumerate(said_by) if v not in ("computes nothing",
-                                                           "matches no learner")]
-    sep = [i for i in live if any(separable(p, truth, i) for p in pairs)]
-    said = [said_by[i] for i in live]
-    return {"true": said.count(f"prefers {truth}"), "false": said.count(f"prefers {other}"),
-            "none": sum(not v.startswith("prefers") for v in said), "separable": len(sep),
-            "true_separable": sum(said_by[i] == f"prefers {truth}" for i in sep)}
-
-
-def separable(pair: PairVerdict, truth: str, layer: int) -> bool:
-    """Whether the learners alone can tell the true learner's iterate from the other's.
-
-    The other learner's best match (over its whole fitted family) to the true learner's
-    matched column falls short of 1 by more than the width of the Newton − GD interval.
-    """
-    cal, diff = pair.calibration, pair.difference
-    rival = cal.a_by_b[layer] if truth == pair.a else cal.b_by_a[layer]
-    # how far the rival's imitation is from a perfect one: 1 for a cosine, 0 for a distance
-    gap = 1.0 - rival if metric_info(pair.metric).higher_is_better else rival
-    return gap > diff.upper[layer] - diff.lower[layer]
+    """Align the cell's model and count its verdicts and answers per view (`scoring`)."""
+    built = build(cell, cfg)
+    if built.diverges:
+        return CellResult(cell, True, {}, {}, built.hyper)
+    res: AlignResult = align(built.model, built.cfg)
+    batch = evaluation_batch(built.model.task, built.cfg)  # type: ignore[arg-type]
+    counts, verdicts = scoring.score(res, cell.truth, batch, built.truth_columns)
+    return CellResult(cell, False, counts, verdicts, built.hyper)
 
 
 def bench_config(n_sequences: int = 256, n_boot: int = 100) -> AlignConfig:
-    """The AlignConfig the benchmark runs (Newton and GD only, no separation views)."""
-    return AlignConfig(n_sequences=n_sequences, n_boot=n_boot, algorithms=("newton", "gd"),
-                       metrics=METRICS, separation=False)
+    """The AlignConfig the benchmark runs.
 
-
-#: The verdict of `align`'s default metrics (error and weight cosine) alone: what a user
-#: who does not ask for spd gets.
-DEFAULT_VIEW = "verdict, default metrics"
-VIEWS = ("protocol", "fitted", "spectral", "verdict", DEFAULT_VIEW)
-JUDGED = "verdict"  # the view the targets are held to: the verdict align reports
-
-
-def totals(results: list[CellResult], view: str | None = None) -> dict[str, int]:
-    """Counts over every counted cell (of one view: "protocol", "fitted"), and divergences."""
-    out = {"true": 0, "false": 0, "none": 0, "diverges": 0, "separable": 0,
-           "true_separable": 0}
-    for r in results:
-        if r.diverges:
-            out["diverges"] += 1
-            continue
-        for name, counts in r.counts.items():
-            if view is not None and name != view and not name.startswith(view + " "):
-                continue
-            for key, value in counts.items():
-                out[key] += value
-    return out
-
-
-@dataclasses.dataclass
-class ProbePower:
-    """A cell's verdict through probes at the layers where the exact readout names the truth."""
-
-    cell: Cell  # the probe-readout cell
-    named_exactly: int  # layers whose exact-readout verdict prefers the true learner
-    named_by_probe: int  # of those, layers whose probe-readout verdict prefers it too
-
-    @property
-    def short(self) -> bool:
-        """Probes name the truth at fewer than 80% of the exactly named layers."""
-        return self.named_by_probe < 0.8 * self.named_exactly
-
-    @property
-    def key(self) -> str:
-        """The cell in words (its readout left out)."""
-        c = self.cell
-        return f"{c.setting} {c.kind} {c.protocol} {c.data} x{c.multiplier:g}"
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready."""
-        return {**dataclasses.asdict(self.cell), "named_exactly": self.named_exactly,
-                "named_by_probe": self.named_by_probe, "short": self.short}
-
-
-def probe_power(results: list[CellResult], view: str = "verdict") -> list[ProbePower]:
-    """Per cell, `ProbePower` of ``view``: probe readout against the same cell read exactly."""
-    exact = {dataclasses.replace(r.cell, readout="probe"): r for r in results
-             if r.cell.readout == "exact" and not r.diverges}
-    out = []
-    for r in results:
-        twin = exact.get(r.cell)
-        if r.cell.readout != "probe" or r.diverges or twin is None:
-            continue
-        want = f"prefers {r.cell.truth}"
-        named = [i for i, v in enumerate(twin.verdicts.get(view, [])) if v == want]
-        probe = r.verdicts.get(view, [])
-        out.append(ProbePower(r.cell, len(named),
-                              sum(i < len(probe) and probe[i] == want for i in named)))
-    return out
+    Every built-in metric; the candidates are the registered learners (a PQ construction's
+    own preconditioned GD restates its truth); no separation views.
+    """
+    learners = tuple(i.name for i in algorithms.candidate_learners())
+    return AlignConfig(n_sequences=n_sequences, n_boot=n_boot, metrics=METRICS,
+                       algorithms=learners, separation=False)

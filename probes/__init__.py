@@ -4,7 +4,7 @@ Probes are fitted on fresh sequences (`LayerProbes`) or cross-fitted on the eval
 sequences themselves (`cross_fit`).
 """
 
-from iclprobe.probes.crossfit import CrossFit, cross_fit
+from iclprobe.probes.crossfit import CrossFit, ReadoutNoise, cross_fit, readout_noise
 from iclprobe.probes.induced import gradient_weights, induced_weights, sample_queries
 from iclprobe.probes.layer_probes import (
     LayerProbes,
@@ -27,6 +27,7 @@ from iclprobe.probes.ridge import RidgeFit, ridge_gcv
 
 __all__ = [
     "CrossFit",
+    "ReadoutNoise",
     "Definiteness",
     "LayerProbes",
     "PreconditionerAnalysis",
@@ -37,6 +38,7 @@ __all__ = [
     "ahn_optimum",
     "analyze_preconditioners",
     "cross_fit",
+    "readout_noise",
     "definiteness",
     "distance",
     "gradient_weights",

@@ -26,7 +26,7 @@ from iclprobe.probes.layer_probes import (
     model_hash,
     probe_metrics,
 )
-from iclprobe.probes.ridge import RidgeSums, ridge_from_sums, ridge_sums
+from iclprobe.probes.ridge import RidgeSums, ridge_at, ridge_from_sums, ridge_sums
 
 
 @dataclasses.dataclass
@@ -41,14 +41,18 @@ class CrossFit:
     t_min: int
     alphas: Tensor | None
 
-    def probes_excluding(self, rows: slice) -> LayerProbes:
-        """Probes fitted on every fold that holds none of the sequences ``rows``."""
+    def others(self, rows: slice) -> list[int]:
+        """The folds that hold none of the sequences ``rows``."""
         start, stop = rows.start or 0, rows.stop
         keep = [k for k, (a, b) in enumerate(self.folds) if b <= start or a >= stop]
         if not keep:
             raise InputError(f"every fold holds some of the sequences {start}..{stop - 1}: "
                              "no probe is out of sample for them")
-        fit = ridge_from_sums(_total([self.sums[k] for k in keep]), self.alphas)
+        return keep
+
+    def probes_excluding(self, rows: slice) -> LayerProbes:
+        """Probes fitted on every fold that holds none of the sequences ``rows``."""
+        fit = ridge_from_sums(_total([self.sums[k] for k in self.others(rows)]), self.alphas)
         probes = LayerProbes(t_min=self.t_min)
         probes.coef_, probes.intercept_, probes.alpha_ = fit.coef, fit.intercept, fit.alpha
         probes.n_layers_, probes.model = fit.coef.shape[0], self.model
@@ -86,11 +90,81 @@ def cross_fit(model: Regressor, resid: Tensor, ys: Tensor, folds: int = 4, t_min
                 f"({fitted_on} sequences) x {n - t_min} positions t >= {t_min}", n - t_min)
     sums = [ridge_sums(resid[:, a:b, t_min:].flatten(1, 2), ys[a:b, t_min:].flatten())
             for a, b in bounds]
+    preds = _out_of_fold(resid, sums, bounds, alphas)
+    metrics = probe_metrics(preds, ys, ys, t_min, model.cfg.n_dims)  # the target is y
+    return CrossFit(preds, metrics, bounds, sums, model, t_min, alphas)
+
+
+def _out_of_fold(resid: Tensor, sums: list[RidgeSums], bounds: list[tuple[int, int]],
+                 alphas: Tensor | None) -> Tensor:
+    """Every fold read by the ridge fit on the other folds' sums, ``[layer, batch, pos]``."""
+    n_layers, batch, n, _ = resid.shape
     total = _total(sums)
     preds = torch.empty(n_layers, batch, n, dtype=torch.float64)
     for (a, b), own in zip(bounds, sums):
         fit = ridge_from_sums(total - own, alphas)
         block = resid[:, a:b].to(torch.float64)
         preds[:, a:b] = torch.einsum("lbnd,ld->lbn", block, fit.coef) + fit.intercept[:, None, None]
-    metrics = probe_metrics(preds, ys, ys, t_min, model.cfg.n_dims)  # the target is y
-    return CrossFit(preds, metrics, bounds, sums, model, t_min, alphas)
+    return preds
+
+
+@dataclasses.dataclass
+class ReadoutNoise:
+    """A sample of the cross-fitted readout's own estimation noise (`readout_noise`).
+
+    ``noise [layer, batch, pos]``: zero-mean, with the variance and structure of the error
+    the probes add to each layer's prediction of each sequence.
+    """
+
+    noise: Tensor
+    fit: CrossFit
+
+    def noise_probes(self, rows: slice) -> LayerProbes:
+        """Probes whose reading of a residual is a sample of that noise there.
+
+        For the sequences ``rows`` (one fold's, as `CrossFit.probes_excluding` reads them):
+        the scaled difference of probes fitted on two disjoint halves of the other folds.
+        """
+        keep = self.fit.others(rows)
+        probes = self.fit.probes_excluding(rows)
+        coef, intercept = _half_difference(self.fit, keep, probes.alpha_)
+        probes.coef_, probes.intercept_ = coef, intercept
+        return probes
+
+
+def readout_noise(fit: CrossFit, resid: Tensor) -> ReadoutNoise:
+    """The cross-fitted probes' estimation noise, measured by split halves.
+
+    A probe fitted on finite data reads a layer with an error of its own, which lowers
+    every similarity of the read layer. Fold k is read by the probe fitted on the other
+    K − 1 folds; split those into two disjoint halves A and B, fit a probe on each (at
+    fold k's α, scaled with the rows, so each is the same estimator on less data) and read
+    fold k with both: their difference is the sum of two independent estimation errors,
+    of variances ∝ 1/n_A and 1/n_B, and scaled by ``√((1/n) / (1/n_A + 1/n_B))`` it is a
+    sample of the error of the probe on all n rows. Measured on the data themselves
+    (their heteroscedasticity and correlations across positions included); only the
+    folds' sums are refitted.
+    """
+    n_layers, batch, n, _ = resid.shape
+    noise = torch.empty(n_layers, batch, n, dtype=torch.float64)
+    for k, (a, b) in enumerate(fit.folds):
+        keep = [j for j in range(len(fit.folds)) if j != k]
+        alpha = ridge_from_sums(_total([fit.sums[j] for j in keep]), fit.alphas).alpha
+        coef, intercept = _half_difference(fit, keep, alpha)
+        block = resid[:, a:b].to(torch.float64)
+        noise[:, a:b] = torch.einsum("lbnd,ld->lbn", block, coef) + intercept[:, None, None]
+    return ReadoutNoise(noise, fit)
+
+
+def _half_difference(fit: CrossFit, keep: list[int], alpha: Tensor) -> tuple[Tensor, Tensor]:
+    """The scaled difference of ridge fits on two halves of the folds ``keep`` (see above)."""
+    if len(keep) < 2:
+        raise InputError("the readout's noise needs at least 3 folds (two halves of the "
+                         "others)")
+    halves = [keep[:len(keep) // 2], keep[len(keep) // 2:]]
+    sums = [_total([fit.sums[j] for j in half]) for half in halves]
+    rows = sum(s.n for s in sums)
+    fits = [ridge_at(s, alpha * s.n / rows) for s in sums]
+    scale = ((1 / rows) / (1 / sums[0].n + 1 / sums[1].n)) ** 0.5
+    return scale * (fits[0].coef - fits[1].coef), scale * (fits[0].intercept
+                                                             - fits[1].intercept)

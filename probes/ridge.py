@@ -127,3 +127,27 @@ def ridge_from_sums(sums: RidgeSums, alphas: Tensor | float | None = None,
     coef = (v @ (z * chosen_inv)[..., None])[..., 0]
     intercept = my - (mx * coef).sum(-1)
     return RidgeFit(coef, intercept, grid[best], gcv[layers, best])
+
+
+def ridge_at(sums: RidgeSums, alpha: Tensor, fit_intercept: bool = True) -> RidgeFit:
+    """Ridge per layer at a given α per layer (``[layer]``, no search), from sums.
+
+    The fit `ridge_from_sums` would make with its grid reduced to each layer's α (its GCV
+    score included).
+    """
+    n_rows = sums.n
+    alpha = torch.as_tensor(alpha, dtype=torch.float64).reshape(-1)
+    if alpha.numel() != sums.sx.shape[0] or not bool((alpha >= 0).all()):
+        raise InputError(f"alpha must hold one value >= 0 per layer ({sums.sx.shape[0]}), got "
+                         f"{alpha.tolist()}")
+    mx, my, gram, xty, yy = _moments(sums, fit_intercept)
+    s, v = sym_eigh(gram, "the probes' Gram matrix")
+    s = s.clamp(min=0.0)
+    z = (v.transpose(1, 2) @ xty[..., None])[..., 0]  # [layer, feature]
+    den = s + alpha[:, None]
+    inv = torch.where(den > 0, 1.0 / torch.where(den > 0, den, 1.0), 0.0)
+    rss = yy - (z**2 * (2 * inv - s * inv**2)).sum(-1)
+    df = (s * inv).sum(-1) + (1.0 if fit_intercept else 0.0)
+    gcv = (rss.clamp(min=0) / n_rows) / (1 - df / n_rows).clamp(min=1e-12) ** 2
+    coef = (v @ (z * inv)[..., None])[..., 0]
+    return RidgeFit(coef, my - (mx * coef).sum(-1), alpha, gcv)

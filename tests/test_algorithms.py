@@ -277,7 +277,7 @@ def test_float32_in_float32_out_float64_in_float64_out():
     ("call", "match"),
     [
         (lambda xs, ys: algorithms.iterates("sgd", xs, ys, [1]),
-         r"unknown learner 'sgd'; valid: \['cg', 'gd', 'gd_plus_plus'"),
+         r"unknown learner 'sgd'; valid: \['cg', 'gd', "),
         (lambda xs, ys: algorithms.iterates("gd", xs, ys, [1], eta=0.1),
          r"unknown hyperparameter\(s\) \['eta'\] for 'gd'"),
         (lambda xs, ys: algorithms.gd(xs, ys, [1, -2]), "steps must be integers >= 0, got -2"),

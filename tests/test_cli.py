@@ -109,7 +109,7 @@ def test_compare_and_probe(ckpts, tmp_path, capsys):
     [
         (["align", "no/such/checkpoint"], "checkpoint 'no/such/checkpoint' not found"),
         (["align", "{soft}", "--algorithms", "newton,sgd"],
-         "AlignConfig.algorithms ['sgd'] are not in protocol 'iclprobe'"),
+         "AlignConfig.algorithms ['sgd'] are not registered learners"),
         (["align", "{soft}", "--metric", "cka"], "AlignConfig.metrics must be among ['error_cosine'"),
         (["align", "{soft}", "--n-sequences", "0"],
          "AlignConfig.n_sequences must be an integer >= 2, got 0"),

@@ -7,9 +7,11 @@ import pytest
 import torch
 
 from iclprobe import algorithms, tasks
+from iclprobe.algorithms import families
+from iclprobe.algorithms.families import FamilyContext
 from iclprobe.algorithms.prefix import prefix_stats
 from iclprobe.alignment import AlignConfig, align_layers
-from iclprobe.alignment.views.fitted import GD_STEPS, NEWTON_STEPS, reread, variants
+from iclprobe.alignment.measuring.reading import reread
 
 
 def _batch(sequences=96, seed=0, n_dims=4, n_points=14):
@@ -45,8 +47,9 @@ def test_both_learners_get_the_same_flexibility_and_stay_stable():
     xs, ys = b.xs.double(), b.ys.double()
     stats = prefix_stats(xs, ys)
     window = (1, 13)
-    gd, newton = variants("gd", stats, window), variants("newton", stats, window)
-    assert len(gd) == len(newton) == 15 and len(GD_STEPS) == len(NEWTON_STEPS) == 25
+    ctx = FamilyContext(stats, b.cov, window)
+    gd, newton = families.GD.variants(ctx), families.NEWTON.variants(ctx)
+    assert len(gd) == len(newton) == 15  # the same flexibility for both
     lam = stats.eigvals[:, 1:, -1]  # λ_max(S_t), t >= 1
     t = stats.counts[1:]
     for label, hyper in gd:  # every GD variant inside its stability bound, η c λ_max < 2
@@ -97,14 +100,6 @@ def test_a_probed_layer_is_compared_with_learners_read_the_same_way():
     assert raw.verdicts[1:] != ["prefers gd"] * 3  # what the re-read repairs
 
 
-def test_the_fitted_help_counts_the_variants_the_code_runs():
-    """``--fitted``'s help says how many step-size variants and steps the view runs: the
-    numbers are those `variants` and the grids give, whatever they become."""
-    b = tasks.RegressionTask(n_dims=3, n_points=9).sample(4, generator=0)
-    stats = prefix_stats(b.xs.double(), b.ys.double())
-    counts = {(len(variants(name, stats, (1, 8))), len(steps))
-              for name, steps in (("newton", NEWTON_STEPS), ("gd", GD_STEPS))}
-    assert len(counts) == 1  # both learners alike: the help gives one number of each
-    (n_variants, n_steps), = counts
+def test_the_fitted_help_says_what_the_switch_turns_on():
     help_text = {f.name: f.metadata["help"] for f in dataclasses.fields(AlignConfig)}["fitted"]
-    assert f"({n_variants} step-size variants x {n_steps} steps each;" in help_text
+    assert "per-layer answer over the candidates" in help_text and "Newton-vs-GD" in help_text

@@ -18,6 +18,7 @@ from iclprobe.alignment.metrics import METRIC_INFO
 from iclprobe.alignment.pipeline import AlignConfig, align, align_layers
 from iclprobe.alignment.protocols import ICLPROBE
 from iclprobe.constructions import benchmark as B
+from iclprobe.constructions import scoring as S
 from iclprobe.constructions.pq import newton_transformer
 
 BUILT_IN = ("error_cosine", "weight_cosine", "spd", "ilwd")
@@ -147,30 +148,31 @@ def test_the_verdict_combines_its_verdict_metrics_else_every_metric_computed(dat
     assert alone.verdict == alone.fitted["ilwd"].verdicts
 
 
-def test_probe_power_pairs_each_probe_cell_with_its_exact_twin():
-    def result(readout, verdict):
+@pytest.mark.parametrize("view, named, other", [
+    ("verdict", "prefers gd", "indistinguishable"),
+    (S.ANSWER, "gd (1/λmax, step 3)", "cannot tell gd from momentum")])
+def test_probe_power_pairs_each_probe_cell_with_its_exact_twin(view, named, other):
+    def result(readout, labels):
         cell = B.Cell("gd oracle", "iclprobe", "isotropic", readout, 1.0)
-        return B.CellResult(cell, False, {}, {"verdict": verdict}, {})
+        return B.CellResult(cell, False, {}, {view: labels}, {})
 
-    exact = result("exact", ["computes nothing", "prefers gd", "prefers gd", "leans gd",
-                             "prefers gd", "prefers gd"])
-    probe = result("probe", ["computes nothing", "prefers gd", "indistinguishable",
-                             "prefers gd", "prefers gd", "prefers gd"])
-    (power,) = B.probe_power([exact, probe])
+    exact = result("exact", ["computes nothing", named, named, "leans gd", named, named])
+    probe = result("probe", ["computes nothing", named, other, named, named, named])
+    (power,) = S.probe_power([exact, probe], view)
     # the exact readout names GD at 4 layers; probes at 3 of those (layer 3 is not counted)
     assert (power.named_exactly, power.named_by_probe, power.short) == (4, 3, True)
-    assert B.ProbePower(probe.cell, 5, 4).short is False
+    assert S.ProbePower(probe.cell, 5, 4).short is False
 
 
 def test_separable_reads_a_distance_from_zero_and_a_cosine_from_one():
     cal = C.Calibration("newton", "gd", "spd", [0.02], ["1"], [0.02], ["1"])
     pair = C.PairVerdict("newton", "gd", "spd", _iv(-0.05, -0.065, -0.035), cal, [""], "")
-    assert not B.separable(pair, "newton", 0)  # the rival's 0.02 is not above the width 0.03
+    assert not S.separable(pair, "newton", 0)  # the rival's 0.02 is not above the width 0.03
     narrow = dataclasses.replace(pair, difference=_iv(-0.05, -0.055, -0.045))
-    assert B.separable(narrow, "newton", 0)
+    assert S.separable(narrow, "newton", 0)
     wide = dataclasses.replace(pair, difference=_iv(-0.05, -0.08, -0.03))
-    assert not B.separable(wide, "newton", 0)
+    assert not S.separable(wide, "newton", 0)
     cos = dataclasses.replace(narrow, metric="error_cosine",
                               calibration=dataclasses.replace(cal, a_by_b=[0.98]))
-    assert B.separable(cos, "newton", 0)  # 1 − 0.98 = 0.02 > 0.01
-    assert not B.separable(dataclasses.replace(cos, difference=_iv(0.05, 0.0, 0.1)), "newton", 0)
+    assert S.separable(cos, "newton", 0)  # 1 − 0.98 = 0.02 > 0.01
+    assert not S.separable(dataclasses.replace(cos, difference=_iv(0.05, 0.0, 0.1)), "newton", 0)

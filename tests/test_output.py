@@ -81,6 +81,8 @@ def expected_labels(res, group: str, head: str):
     metric = {short_metric(m): m for m in res.comparisons}.get(head)
     if (group, head) == ("newton vs gd", "verdict"):
         return res.verdict
+    if (group, head) == ("what it runs", "answer"):
+        return [a.short for a in res.answer.layers]
     if group == "fitted view":
         return res.fitted[metric].verdicts
     if group == "protocol view":
@@ -88,7 +90,7 @@ def expected_labels(res, group: str, head: str):
     return None
 
 
-PRIORITY = ["verdict", "fitted view", "spectral", "protocol view"]
+PRIORITY = ["what it runs", "verdict", "fitted view", "spectral", "protocol view"]
 
 
 def check_screen(res, text: str) -> list[str]:
@@ -114,7 +116,11 @@ def check_screen(res, text: str) -> list[str]:
         assert all(res.live[layer] for layer in layers)
         for j, (group, head) in enumerate(columns):
             labels = expected_labels(res, group, head)
-            if labels is not None:
+            if labels is not None and group == "what it runs":  # first–last of a run
+                ends = [labels[layers[0]], labels[layers[-1]]]
+                assert cells[j] == (ends[0] if ends[0] == ends[1] else "–".join(ends))
+                assert len({res.answer.layers[i].key for i in layers}) == 1
+            elif labels is not None:
                 assert {labels[layer] for layer in layers} == {cells[j]}
             if group == "spectral":
                 orders = [spectral_text(res, i) for i in (layers[0], layers[-1])]
@@ -148,7 +154,9 @@ def shallow():
 
 def test_a_shallow_model_gets_a_row_per_live_layer_and_its_views(shallow):
     text = screen(shallow)
-    assert check_screen(shallow, text)[:2] == ["verdict", "fitted view"]
+    assert check_screen(shallow, text)[:2] == ["what it runs", "verdict"]
+    assert shallow.answer.sentence(shallow.live) in " ".join(line.strip()
+                                                             for line in text.splitlines())
     _, rows = parse_table(text)
     live = [layers for layers, _, span in rows if span is None]
     assert live == [[layer] for layer in range(3, 9)]
@@ -184,6 +192,8 @@ def test_alternating_verdicts_stay_within_the_budget(deep):
     for pair in [*res.fitted.values(), *(p for c in res.comparisons.values() for p in c.pairs)]:
         pair.verdicts = [v if not res.live[i] else f"prefers {(pair.a, pair.b)[i % 2]}"
                          for i, v in enumerate(pair.verdicts)]
+    res.answer.layers = [a if not res.live[i] else dataclasses.replace(
+        a, kind="runs", learner=("newton", "gd")[i % 2]) for i, a in enumerate(res.answer.layers)]
     text = screen(res)
     lines = text.splitlines()
     assert len(lines) <= MAX_LINES and max(map(len, lines)) <= WIDTH
@@ -255,7 +265,9 @@ def test_the_report_opens_with_the_findings_and_keeps_each_model_in_its_folder(
     rows = [line.split(" | ") for line in findings.splitlines() if line.startswith("| deep one")]
     protocol = C.combined([main_pair(deep, m) for m in deep.comparisons])[0]
     assert len(rows) == 1
-    for cell, labels in zip(rows[0][2:], (deep.verdict, protocol)):  # runs of the verdicts
+    answer = [a.learner if a.kind == "runs" else a.short for a in deep.answer.layers]
+    assert rows[0][2].startswith("0–2 computes nothing; 3–13 newton; 14–24 gd")
+    for cell, labels in zip(rows[0][2:], (answer, deep.verdict, protocol)):  # their runs
         runs = cell.rstrip(" |").split("; ")
         assert sum(len(expand(r.split(" ")[0])) for r in runs) == len(labels)
         for run in runs:
@@ -312,7 +324,7 @@ def test_a_result_renders_compactly_in_a_notebook(shallow):
         cells = re.findall(r"<td>(.*?)</td>", row)
         layer = int(cells[0])
         assert cells[2:] == [steps_text(res, "newton", layer), steps_text(res, "gd", layer),
-                             res.verdict[layer],
+                             res.answer.layers[layer].short, res.verdict[layer],
                              res.fitted["error_cosine"].verdicts[layer],
                              res.fitted["weight_cosine"].verdicts[layer],
                              spectral_text(res, layer),

@@ -122,8 +122,9 @@ def test_protocols_are_recorded_and_listed():
     assert set(PROTOCOLS) == {"iclprobe", "fu2024"}
     with pytest.raises(ValueError, match=r"protocol must be one of \['fu2024', 'iclprobe'\]"):
         get_protocol("garg")
-    with pytest.raises(ValueError, match="not in protocol 'fu2024'"):
-        AlignConfig(protocol="fu2024", algorithms=("cg",))
+    with pytest.raises(ValueError, match=r"algorithms \['heavy'\] are not registered learners"):
+        AlignConfig(protocol="fu2024", algorithms=("cg", "heavy"))
+    AlignConfig(protocol="fu2024", algorithms=("cg",))  # a candidate the protocol does not run
     d = get_protocol("iclprobe").to_dict()
     assert d["runs"]["gd"]["hyper"] == {"lr": "max", "normalize": True} and d["t_min"] == 1
 

@@ -9,6 +9,7 @@ import torch
 from iclprobe import models, tasks
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.evaluation import evaluation, model_evaluation
+from iclprobe.alignment.measuring.candidates import measure_candidates
 from iclprobe.alignment.measuring.layers import Layers, checked_layers, read_layers
 from iclprobe.alignment.measuring.matching import Matched, match_runs, match_steps
 from iclprobe.alignment.measuring.runs import Learners, run_learners, run_spec
@@ -17,6 +18,7 @@ from iclprobe.alignment.measuring.timing import Timings
 from iclprobe.alignment.pipeline import align_layers, run_stages
 from iclprobe.alignment.protocols import ICLPROBE, RunSpec
 from iclprobe.alignment.result import Views, build_result
+from iclprobe.alignment.views.answer import answer_view, matched_by
 from iclprobe.alignment.views.fitted import fitted_view
 from iclprobe.alignment.views.protocol import protocol_view
 from iclprobe.alignment.views.separation import separation_view
@@ -62,9 +64,13 @@ def test_evaluation_checks_the_window_and_the_learners_before_any_work(batch):
     assert last.over("weight_cosine") == "positions"  # it has no form across sequences
     with pytest.raises(ValueError, match=r"t_min=5, t_max=3: need t_min <= t_max <= 9"):
         evaluation(dataclasses.replace(CFG, t_min=5, t_max=3), batch)
-    with pytest.raises(ValueError, match=r"algorithms: 'pgd_own' cannot be run on m under "
-                                         r"protocol 'iclprobe'; available here: newton, gd"):
+    with pytest.raises(ValueError, match=r"algorithms: 'pgd_own' cannot be run on m; "
+                                         r"available here: newton, gd"):
         evaluation(dataclasses.replace(CFG, algorithms=("newton", "pgd_own")), batch, "m")
+    # a registered learner the protocol does not run is a candidate only: not in its tables
+    fu = evaluation(dataclasses.replace(CFG, protocol="fu2024", algorithms=("gd", "ridge")),
+                    batch, "m")
+    assert list(fu.runs) == ["gd"]
 
 
 def test_a_claimed_run_joins_the_runs_first_and_a_default_that_cannot_run_is_left_out(batch):
@@ -176,7 +182,12 @@ def test_fitted_and_separation_views_read_the_same_stages(ev, newton):
     ev = dataclasses.replace(ev, cfg=dataclasses.replace(CFG, metrics=("error_cosine",),
                                                          n_boot=10))
     layers, learners, matched = hand_matched(ev, newton)
-    fitted, spectral = fitted_view(ev, layers, learners, matched)
+    cands = measure_candidates(ev, layers, learners.stats)
+    assert list(cands.members) == ["newton", "gd"] and list(cands.tables) == ["error_cosine"]
+    said = answer_view(ev, matched.live, cands)
+    assert said.layers[0].kind == "computes nothing"
+    assert [a.learner for a in said.layers[1:]] == ["newton"] * 3  # Newton's own columns
+    fitted, spectral = fitted_view(ev, learners.stats, matched.live, matched_by(said), cands)
     assert list(fitted) == ["error_cosine"] and spectral is None  # no weight metric
     assert fitted["error_cosine"].verdicts[0] == "computes nothing"
     separation = separation_view(ev, learners)
@@ -202,5 +213,6 @@ def test_align_layers_is_the_stages_composed(ev, newton, batch):
     by_hand = run_stages(dataclasses.replace(ev, cfg=cfg), layers, Timings())
     assert res.to_dict() == by_hand.to_dict()
     assert list(res.timings) == ["learners", "similarities, bootstrap, matching",
-                                 "learner table, calibration", "fitted step sizes",
-                                 "separation views"]
+                                 "learner table, calibration",
+                                 "candidates: fitted families and tables",
+                                 "the answer, Newton vs GD", "separation views"]

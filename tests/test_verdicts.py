@@ -191,8 +191,8 @@ def test_an_algorithm_the_model_cannot_have_is_refused_before_the_forward_work(m
         raise AssertionError("the forward pass ran before the algorithms were checked")
 
     monkeypatch.setattr(pipeline, "read_layers", no_forward)
-    with pytest.raises(ValueError, match=r"algorithms: 'pgd_own' cannot be run on tiny under "
-                                         r"protocol 'iclprobe'; available here: newton, gd"):
+    with pytest.raises(ValueError, match=r"algorithms: 'pgd_own' cannot be run on tiny; "
+                                         r"available here: newton, gd"):
         align(model, AlignConfig(algorithms=("newton", "pgd_own"), n_sequences=32), name="tiny")
 
 

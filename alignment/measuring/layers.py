@@ -41,8 +41,10 @@ class Layers:
         readout: how the predictions were read, in words.
         probe_r2: the layer probes' held-out R² per layer (empty: none measured).
         probe_t_min: the first position the layer probes were fitted on (None: an exact
-            readout); the fitted view reads the learners the same way.
+            readout); the candidates are read the same way.
         notes: what the check found (`checked_layers`).
+        noise: a sample of the probes' own noise in ``preds`` (`probes.readout_noise`;
+            None: not measured, as for an exact readout); ``weight_noise``: in ``weights``.
     """
 
     preds: Tensor
@@ -51,6 +53,8 @@ class Layers:
     probe_r2: list[float] = dataclasses.field(default_factory=list)
     probe_t_min: int | None = None
     notes: tuple[str, ...] = ()
+    noise: Tensor | None = None
+    weight_noise: Tensor | None = None
 
     @property
     def n_layers(self) -> int:
@@ -75,19 +79,23 @@ def read_layers(model: Regressor, ev: Evaluation, layer_probes: probes.LayerProb
     """
     cfg, batch = ev.cfg, ev.batch
     assert ev.task is not None  # a model's evaluation has its task
+    sub = slice(0, ev.weight_rows)
     with timings.stage("layer predictions (forward pass, probes)"):
-        preds, readout, r2, layer_probes = layer_predictions(
-            model, ev.task, batch, cfg, layer_probes, slice(0, ev.weight_rows), ev.window)
-    weights = None
+        preds, readout, r2, layer_probes, noise = layer_predictions(
+            model, ev.task, batch, cfg, layer_probes, sub, ev.window)
+    weights = weight_noise = None
     if ev.weight_metrics:
-        sub = slice(0, ev.weight_rows)
         cov = batch.cov[sub] if batch.cov.ndim == 3 else batch.cov
+        noisy = noise.noise_probes(sub) if noise is not None else None
         with timings.stage("induced weights (query tokens)"):
-            weights = probes.induced_weights(layer_weight_fn(model, layer_probes),
+            weights = probes.induced_weights(layer_weight_fn(model, layer_probes, noisy),
                                              batch.xs[sub], batch.ys[sub],
                                              n_queries=cfg.queries_for(ev.task.n_dims), cov=cov,
                                              generator=cfg.seed).double()
-    return Layers(preds, weights, readout, r2, probe_rows(model, layer_probes))
+        if noisy is not None:  # the noise's weights came from the same query tokens
+            weights, weight_noise = weights.chunk(2)
+    return Layers(preds, weights, readout, r2, probe_rows(model, layer_probes),
+                  noise=None if noise is None else noise.noise, weight_noise=weight_noise)
 
 
 def checked_layers(ev: Evaluation, layers: Layers) -> Layers:
@@ -122,8 +130,11 @@ def checked_layers(ev: Evaluation, layers: Layers) -> Layers:
         refuse_nonfinite("induced weights of the layers", weights[..., t_lo:t_hi + 1, :])
         weights = torch.nan_to_num(weights.double(), nan=0.0, posinf=0.0,
                                    neginf=0.0)  # non-finite only outside the window
+    noise, weight_noise = (None if v is None else torch.nan_to_num(v.double(), 0.0, 0.0, 0.0)
+                           for v in (layers.noise, layers.weight_noise))  # as the readings
     return dataclasses.replace(layers, preds=preds.double(), weights=weights,
-                               notes=(*layers.notes, *notes))
+                               notes=(*layers.notes, *notes), noise=noise,
+                               weight_noise=weight_noise)
 
 
 def probe_rows(model: Regressor, layer_probes: probes.LayerProbes | None) -> int | None:
@@ -141,7 +152,8 @@ def needs_probes(model: Regressor) -> bool:
 def layer_predictions(model: Regressor, task: RegressionTask, batch: RegressionBatch,
                       cfg: AlignConfig, layer_probes: probes.LayerProbes | None,
                       weight_rows: slice | None = None, window: tuple[int, int] | None = None
-                      ) -> tuple[Tensor, str, list[float], probes.LayerProbes | None]:
+                      ) -> tuple[Tensor, str, list[float], probes.LayerProbes | None,
+                                 probes.ReadoutNoise | None]:
     """Every layer's prediction ``[L+1, B, n]`` (float64), how it was read, probe R², probes.
 
     Given ``layer_probes`` (`resolve_probes` picks them for `align`) read the batch; else
@@ -149,13 +161,14 @@ def layer_predictions(model: Regressor, task: RegressionTask, batch: RegressionB
     pass, every sequence read by probes fitted on the others) or fitted on fresh sequences
     (``"fresh"``, seed + 1), on the aligned ``window``'s positions (`probe_start`; None:
     every t >= 1). The probes returned are the ones to read the sequences ``weight_rows``
-    with (out of sample for them).
+    with (out of sample for them). Probes cross-fitted on 3 folds or more also measure
+    their own noise (`probes.readout_noise`, last; else None).
     """
     xs, ys = batch.xs.to(cfg.device), batch.ys.to(cfg.device)
     if model.exact_layer_readout:
         preds = probes.readout_predictions(model, xs, ys)
         return preds.double().cpu(), "the exact readout of each layer (its own prediction)", \
-            [], None
+            [], None, None
     if layer_probes is None and cfg.probe_fit == "crossfit":
         resid = collect_residuals(model, xs, ys).cpu()
         batch_size, n = batch.ys.shape
@@ -163,9 +176,10 @@ def layer_predictions(model: Regressor, task: RegressionTask, batch: RegressionB
             window, n, resid.shape[-1], batch_size - -(-batch_size // cfg.probe_folds))
         fit = probes.cross_fit(model, resid, batch.ys, folds=cfg.probe_folds, t_min=start)
         rows = weight_rows or slice(0, batch.xs.shape[0] // cfg.probe_folds)
+        noise = probes.readout_noise(fit, resid) if cfg.probe_folds >= 3 else None
         return (fit.preds, f"ridge probes cross-fitted on the evaluation sequences "
                 f"({cfg.probe_folds} folds: each sequence read by probes fitted on the others)",
-                fit.metrics.r2, fit.probes_excluding(rows))
+                fit.metrics.r2, fit.probes_excluding(rows), noise)
     if layer_probes is None:
         gen = torch.Generator().manual_seed(cfg.seed + 1)
         width = getattr(model.cfg, "d_model", None)  # unknown before a forward pass: t >= 1
@@ -179,7 +193,7 @@ def layer_predictions(model: Regressor, task: RegressionTask, batch: RegressionB
            else "given ridge probes")
     r2 = list(layer_probes.metrics_.r2) if hasattr(layer_probes, "metrics_") else []
     preds = layer_probes.predict(xs, ys).double().cpu()
-    return preds, how, r2, layer_probes
+    return preds, how, r2, layer_probes, None
 
 
 def probe_start(window: tuple[int, int], n_points: int, width: int, fitted_on: int) -> int:
@@ -196,17 +210,27 @@ def probe_start(window: tuple[int, int], n_points: int, width: int, fitted_on: i
     return lo if fitted_on * (n_points - lo) > 2 * (width + 1) else 1
 
 
-def layer_weight_fn(model: Regressor, layer_probes: probes.LayerProbes | None
+def layer_weight_fn(model: Regressor, layer_probes: probes.LayerProbes | None,
+                    noise_probes: probes.LayerProbes | None = None
                     ) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
     """``(xs, ys, queries) -> [L+1, B, n, T]``: every layer's prediction at fresh queries.
 
-    Its first call checks the family's ``query_residuals`` (`check_query_residuals`).
+    With ``noise_probes`` (`ReadoutNoise.noise_probes`), ``[2(L+1), B, n, T]``: below them
+    the readout noise at the same queries, from the same pass over the query tokens. Its
+    first call checks the family's ``query_residuals`` (`check_query_residuals`).
     """
     if model.exact_layer_readout:
         def read(xs: Tensor, ys: Tensor, queries: Tensor) -> Tensor:
             return model.query_residuals(xs, ys, queries, reduce=model.readout_residual)
     elif layer_probes is None:
         raise InputError("induced weights of a GPT's layers need its fitted layer probes")
+    elif noise_probes is not None:
+        both = (layer_probes, noise_probes)
+
+        def read(xs: Tensor, ys: Tensor, queries: Tensor) -> Tensor:
+            with torch.no_grad():
+                return model.query_residuals(
+                    xs, ys, queries, reduce=lambda r: torch.cat([p.apply(r) for p in both]))
     else:
         read = layer_probes.predict_queries
     checked: list[bool] = []

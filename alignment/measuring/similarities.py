@@ -103,6 +103,54 @@ def bootstrap_weights(batch: int, n_boot: int, seed: int) -> Tensor:
     return counts.scatter_add_(1, picks, torch.ones(n_boot, batch, dtype=torch.float64)) / batch
 
 
+def _pair_cosines(num: Tensor, norm_a: Tensor, norm_b: Tensor) -> Tensor:
+    """Cosines from products ``[L, K, ...]`` and norms ``[L, ...]``, ``[K, ...]`` (0 at 0)."""
+    den = norm_a[:, None] * norm_b[None]
+    return torch.where(den > 0, num / torch.where(den > 0, den, 1.0), 0.0)
+
+
+def _fast_error_cosine(a: Tensor, b: Tensor, ys: Tensor, w: slice) -> Tensor:
+    ra, rb = (a - ys)[..., w], (b - ys)[..., w]  # [L, B, T], [K, B, T]
+    return _pair_cosines(torch.einsum("lbt,kbt->lkb", ra, rb), ra.norm(dim=-1),
+                         rb.norm(dim=-1))
+
+
+def _fast_weight_cosine(a: Tensor, b: Tensor, ys: Tensor, w: slice) -> Tensor:
+    wa, wb = a[..., w, :], b[..., w, :]  # [L, B, T, d], [K, B, T, d]
+    return _pair_cosines(torch.einsum("lbtd,kbtd->lkbt", wa, wb), wa.norm(dim=-1),
+                         wb.norm(dim=-1)).mean(-1)
+
+
+def _fast_spd(a: Tensor, b: Tensor, ys: Tensor, w: slice) -> Tensor:
+    pa, pb = a[..., w], b[..., w]
+    cross = torch.einsum("lbt,kbt->lkb", pa, pb)
+    sq = pa.pow(2).sum(-1)[:, None] + pb.pow(2).sum(-1)[None] - 2.0 * cross
+    return sq.clamp(min=0.0) / pa.shape[-1]
+
+
+def _fast_ilwd(a: Tensor, b: Tensor, ys: Tensor, w: slice) -> Tensor:
+    wa, wb = a[..., w, :], b[..., w, :]
+    cross = torch.einsum("lbtd,kbtd->lkbt", wa, wb)
+    sq = wa.pow(2).sum(-1)[:, None] + wb.pow(2).sum(-1)[None] - 2.0 * cross
+    return sq.clamp(min=0.0).mean(-1)
+
+
+#: Layer × column forms of the built-in metrics (``[L, B, ...] × [K, B, ...] -> [L, K, B]``
+#: as contractions, without the ``[L, K, B, pos]`` broadcast of the generic path); used
+#: only while the registered function is the built-in one.
+_FAST = {"error_cosine": ("_error_cosine", _fast_error_cosine),
+         "weight_cosine": ("_weight_cosine", _fast_weight_cosine),
+         "spd": ("_spd", _fast_spd), "ilwd": ("_ilwd", _fast_ilwd)}
+
+
+def _fast_form(metric: str) -> Any:
+    entry = _FAST.get(metric)
+    if entry is None:
+        return None
+    builtin = getattr(M, entry[0], None)
+    return entry[1] if M.metric_info(metric).per_sequence is builtin else None
+
+
 def moments(metric: str, over: str, a: Tensor, b: Tensor, ys: Tensor, t_min: int,
             t_max: int | None) -> Tensor:
     """Per-sequence moments ``[..., batch, pos, m]`` whose batch mean `combine` reduces.
@@ -112,6 +160,10 @@ def moments(metric: str, over: str, a: Tensor, b: Tensor, ys: Tensor, t_min: int
     """
     if over == "sequences":
         return M.across_moments(metric, a, b, ys, t_min, t_max)
+    fast = _fast_form(metric)
+    if fast is not None and a.ndim == b.ndim and a.shape[1] == 1 and b.shape[0] == 1:
+        t_max = M.check_window(t_min, t_max, ys.shape[-1])
+        return fast(a[:, 0], b[0], ys, slice(t_min, t_max + 1))[..., None, None]
     return M.per_sequence(metric, a, b, ys, t_min, t_max)[..., None, None]
 
 
@@ -174,7 +226,8 @@ def _check_defined(metric: str, learner: str, layers: Tensor, other: Tensor, ys:
 def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
                metric: str = "error_cosine", t_min: int = 1, n_boot: int = 200,
                confidence: float = 0.95, seed: int = 0, chunk: int = 64,
-               t_max: int | None = None, over: str = "positions") -> Similarity:
+               t_max: int | None = None, over: str = "positions",
+               check: bool = True) -> Similarity:
     """Similarity of every layer with every step count of a learner.
 
     Args:
@@ -191,13 +244,17 @@ def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
         over: "positions" (a value per sequence, averaged) or "sequences" (a cosine across
             sequences at each position, averaged over positions: only for the metrics
             registered with an ``across`` form, such as error_cosine).
+        check: refuse values that are not finite and tables undefined everywhere; False
+            only for inputs already checked (the pipeline's learners and layers, compared
+            many times over).
     """
     info = M.metric_info(metric)
     other, last = _checked(info, layer_values, iterates, ys, n_boot, confidence, seed, chunk,
-                           over, t_min, t_max)
+                           over, t_min, t_max, check)
     a, b = layer_values.to(torch.float64)[:, None], other.to(torch.float64)[None]
     ys64 = ys.to(torch.float64)
-    _check_defined(metric, iterates.name, a[:, 0], b[0], ys64, t_min, last)
+    if check:
+        _check_defined(metric, iterates.name, a[:, 0], b[0], ys64, t_min, last)
     weights = bootstrap_weights(ys.shape[0], n_boot, seed)
     values, boots = [], []
     for s in range(0, b.shape[1], chunk):
@@ -215,7 +272,7 @@ def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
 
 def _checked(info: M.MetricInfo, layer_values: Tensor, iterates: Iterates, ys: Tensor,
              n_boot: int, confidence: float, seed: int, chunk: int, over: str, t_min: int,
-             t_max: int | None) -> tuple[Tensor, int]:
+             t_max: int | None, finite: bool = True) -> tuple[Tensor, int]:
     """`similarity`'s arguments checked, the window last.
 
     Returns what the layers are compared with (the learner's predictions, or its weights
@@ -249,6 +306,6 @@ def _checked(info: M.MetricInfo, layer_values: Tensor, iterates: Iterates, ys: T
                          f"{tuple(ys.shape)} [batch, pos]")
     for what, tensor in (("layer values", layer_values), (f"{iterates.name} iterates", other),
                          ("ys", ys)):
-        if not bool(torch.isfinite(tensor).all()):
+        if finite and not bool(torch.isfinite(tensor).all()):
             raise InputError(f"similarity: the {what} are not finite (found NaN or Inf)")
     return other, M.check_window(t_min, t_max, ys.shape[-1])

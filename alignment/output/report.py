@@ -64,14 +64,16 @@ GLOSSARY = """\
   the zero predictor does.
 """
 
-FINDINGS = ("Newton vs GD at each layer (0 = the embedded input, l = block l's output). "
-            "**The verdict** comes from the fitted view, which matches both learners over "
-            "their step sizes as well as their steps, its metrics combined (no false "
-            "attribution on the known-answer benchmark); the **protocol view** matches each "
-            "learner at the protocol's step sizes, its metrics combined the same way. "
-            "\"prefers X\": attributable to X; \"leans X\": closer to X, but within the "
-            "learners' own resemblance; each model's section has every metric's tables, and "
-            "the glossary at the end says more.")
+FINDINGS = ("What each layer runs (0 = the embedded input, l = block l's output), among "
+            "every candidate learner, each matched over its fitted family of step sizes (or "
+            "λ, β, ...) and steps: the learner named, \"≈ X, Y\" where the data cannot tell "
+            "them apart, \"none (nearest X)\" where the layer is farther from every candidate "
+            "than the candidates are from each other (no false attribution on the known-answer "
+            "benchmark). Then Newton vs GD: **the verdict** from the fitted view, both learners "
+            "over their step sizes, its metrics combined; the **protocol view** matches each "
+            "learner at the protocol's step sizes. \"prefers X\": attributable to X; \"leans "
+            "X\": closer to X, but within the learners' own resemblance; each model's section "
+            "has every metric's tables, and the glossary at the end says more.")
 
 
 def write_report(out: str | os.PathLike[str], results: Sequence[AlignResult],
@@ -156,6 +158,7 @@ def _findings_json(results: Sequence[AlignResult], folders: Sequence[str]) -> di
                 {"a": pair.a, "b": pair.b, "verdicts": pair.verdicts}}
         proto = T.protocol_verdict(res)
         out[res.name] = {"folder": folder, "meaningless": res.meaningless,
+                         "answer": res.answer.texts if res.answer is not None else None,
                          "verdict": res.verdict, "protocol_view": None if proto is None else
                          {"a": proto[0], "b": proto[1], "verdicts": proto[2]},
                          "by_metric": views}

@@ -52,7 +52,7 @@ class Column:
     head: str
     cell: Callable[[Sequence[int]], str]  # the cell of a row of these layers
     labels: list[str] | None = None  # a verdict column's labels per layer (rows collapse on)
-    view: str = ""  # "verdict", "fitted", "protocol", "spectral" ("": the matched steps)
+    view: str = ""  # "answer", "verdict", "fitted", "protocol", "spectral" ("": steps)
 
 
 def verdict_columns(result: AlignResult) -> list[Column]:
@@ -65,7 +65,13 @@ def verdict_columns(result: AlignResult) -> list[Column]:
         return Column(group, head, lambda layers: labels[layers[0]], labels, view)
 
     a, b = MAIN_PAIR
-    cols = [labelled(f"{a} vs {b}", "verdict", result.verdict, "verdict")] \
+    cols = []
+    if result.answer is not None:
+        shorts = [x.short for x in result.answer.layers]
+        cols.append(Column("what it runs", "answer",
+                           lambda layers: _first_last([shorts[i] for i in layers]),
+                           [x.key for x in result.answer.layers], "answer"))
+    cols += [labelled(f"{a} vs {b}", "verdict", result.verdict, "verdict")] \
         if result.verdict else []
     cols += [labelled("fitted view", short_metric(m), p.verdicts, "fitted")
              for m, p in result.fitted.items()]
@@ -250,7 +256,8 @@ def sentences(result: AlignResult) -> list[str]:
 
     The pairs: the fitted view's first, then the protocol's.
     """
-    out = [result.verdict_sentence] if result.verdict_sentence else []
+    out = [result.answer.sentence(result.live)] if result.answer is not None else []
+    out += [result.verdict_sentence] if result.verdict_sentence else []
     if result.fitted:
         out.append(pair_sentence(list(result.fitted.values()), result.live, True))
     by_pair: dict[tuple[str, str], list[PairVerdict]] = {}
@@ -281,7 +288,8 @@ LEGEND = {"prefers": "prefers X = closer to X beyond the 95% interval, and than 
           "comes to X",
           "leans": "leans X = closer to X, but within the learners' own resemblance",
           "indistinguishable": "indistinguishable = no difference beyond the interval"}
-VIEWS = {"verdict": "verdict = the fitted view's metrics combined",
+VIEWS = {"answer": "answer = the candidate the layer runs (≈: cannot tell among them)",
+         "verdict": "verdict = the fitted view's metrics combined",
          "fitted": "fitted view = learners matched over their step sizes too",
          "spectral": "order p = spectral filter order (GD 1, Newton 2)",
          "protocol": "protocol view = at the protocol's step sizes"}

@@ -355,17 +355,28 @@ def protocol_verdict(result: AlignResult) -> tuple[str, str, list[str]] | None:
     return (pairs[0].a, pairs[0].b, combined(pairs)[0]) if pairs else None
 
 
+def answer_labels(result: AlignResult) -> list[str]:
+    """Per layer, the answer without its step ("gd", "≈ gd, cg", "none (nearest gd)")."""
+    if result.answer is None:
+        return []
+    return [str(a.learner) if a.kind == "runs" else a.short for a in result.answer.layers]
+
+
 def findings_rows(results: Sequence[AlignResult]) -> tuple[list[str], list[list[str]]]:
-    """Per model: the verdict per layer (fitted view) and the protocol view's beside it."""
-    header = ["model", "protocol", "the verdict, newton vs gd (fitted view)", "protocol view"]
+    """Per model: what each layer runs, the Newton-vs-GD verdict and the protocol view's."""
+    header = ["model", "protocol", "what each layer runs (every candidate)",
+              "newton vs gd, the verdict (fitted view)", "protocol view"]
     body = []
     for res in results:
         if res.meaningless:
-            body.append([res.name, res.protocol["name"], f"no alignment: {res.meaningless}", ""])
+            body.append([res.name, res.protocol["name"], f"no alignment: {res.meaningless}",
+                         "", ""])
             continue
         proto = protocol_verdict(res)
         shown = "" if proto is None or proto[:2] == MAIN_PAIR else f"{proto[0]} vs {proto[1]}: "
+        answer = answer_labels(res)
         body.append([res.name, res.protocol["name"],
+                     verdict_runs(answer) if answer else "no fitted families",
                      verdict_runs(res.verdict) if res.verdict else "no fitted view",
                      shown + verdict_runs(proto[2]) if proto else "no learner pair"])
     return header, body

@@ -1,0 +1,214 @@
+"""Each learner's fitted family: the hyperparameter variants × step counts it is matched over.
+
+A protocol runs a learner at one rule (GD at 1/λ_max, Newton at α = 1/‖SSᵀ‖_F). A model
+that runs the same algorithm at another step size then sits between that learner's
+columns and can sit nearer another learner's, so `align`'s answer ("this layer runs X")
+gives every candidate learner the same flexibility: each is matched over a *family* of
+variants (step sizes, λ, β, ...) × step counts, and the candidates' best matches are
+compared. A learner's family is part of its registration (``register(..., family=...)``);
+a learner registered without one is matched at its ``align_hyper`` and step grid alone.
+
+The built-in families (m: a multiple of the rule or of the stability bound):
+
+- ``gd``: per-prefix ``m/λ_max(S_t/t)``, fixed ``η = m/max λ_max(S_t/t)`` on the mean loss
+  and ``η = m/max λ_max(S_t)`` on the summed loss (maxima over the window), m ∈ `GD_SCALES`;
+  steps 0…16, then 2^(1/3) apart to 4096 (`GD_STEPS`).
+- ``newton`` (Newton–Schulz): ``α = m/‖SSᵀ‖_F`` per prefix, m ∈ `NEWTON_SCALES`; fixed
+  ``α_t = (m/max λ_max(S_t/t)²)/t²`` and fixed ``α = m/max λ_max(S_t)²``, m ∈
+  `NEWTON_FIXED`; steps 0…`NEWTON_MAX_STEP` (a Newton step doubles the effective step, so
+  its multiples are √2 apart, and it has converged on any κ ≤ 10⁶ data by step 32).
+- ``pgd`` (GD preconditioned by Σ⁻¹): GD's per-prefix rule (on the preconditioned
+  Hessian) at `GD_SCALES`, GD's steps. Where Σ ∝ I it is GD itself, and not a candidate
+  of its own.
+- ``momentum`` (heavy ball): β ∈ `MOMENTUM_BETAS` × per-prefix ``m/λ_max(S_t/t)``, m ∈
+  `MOMENTUM_SCALES` (stable below 2(1 + β)); steps 0…1024 on GD's grid.
+- ``ridge``: λ = s · 2^(j/2), j = −12…12, s the mean eigenvalue of S_t/t over the window
+  (λ on the summed loss, scikit-learn's alpha); one column each.
+- ``online_gd``: relaxed Kaczmarz ``η_j = m/‖x_j‖²``, m ∈ `ONLINE_SCALES`; passes
+  `ONLINE_STEPS`.
+- ``gd_plus_plus``: ``η = m/max λ_max(S_t/t)``, ``γ = g/max λ_max(S_t/t)``, m ∈
+  `GDPP_SCALES`, g ∈ `GDPP_GAMMAS`; steps 0…8.
+- ``cg``: steps 0…d + 1; ``ols``: its one column.
+
+Fixed steps act inside the evaluation window only (0 elsewhere: a model valid only at its
+trained length is matched there).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from iclprobe.algorithms.prefix import PrefixStats
+from iclprobe.errors import InputError, InputTypeError
+
+GD_SCALES = (0.125, 0.25, 0.5, 1.0, 1.5)  # 2 / λ_max is on the boundary
+# every step up to 16, then 2^(1/3) apart to 4096: a layer between two step counts of the
+# same rule is then nearer its match than other learners' imitations of that match are
+# (with steps √2 apart, GD at 1/λ_max for 21 steps was nearer heavy ball's imitation)
+GD_STEPS = tuple(sorted(set(range(17)) | {round(2 ** (j / 3)) for j in range(13, 37)}))
+# Newton's step count doubles its effective step (α λ² → 2^k α λ²): multiples an octave
+# apart are nearly redundant, so Newton's are √2 apart within [1/2, 2] (2/‖SSᵀ‖_F still
+# converges at rank >= 2), and its fixed steps' likewise below the bound
+NEWTON_SCALES = (0.5, 0.71, 1.0, 1.41, 2.0)
+NEWTON_FIXED = (0.35, 0.5, 0.71, 1.0, 1.41)
+NEWTON_MAX_STEP = 32
+NEWTON_STEPS = tuple(range(NEWTON_MAX_STEP + 1))
+MOMENTUM_BETAS = (0.5, 0.75, 0.9)
+MOMENTUM_SCALES = (0.25, 0.5, 1.0, 2.0)
+MOMENTUM_STEPS = tuple(s for s in GD_STEPS if s <= 1024)  # heavy ball converges faster
+RIDGE_EXPONENTS = tuple(range(-12, 13))  # λ = s · 2^(j/2)
+ONLINE_SCALES = (0.25, 0.5, 1.0, 1.5)
+ONLINE_STEPS = (0, 1, 2, 3, 4, 6, 8, 11, 16)
+GDPP_SCALES = (0.25, 0.5, 1.0)
+# GD++ at γ → 0 is GD: its γ stay well away from 0 (≥ 1/4 of the top curvature), so that
+# it is a hypothesis of its own, not GD at finer step sizes than GD's own grid (measured:
+# at γ = 0.1/λ_max it took GD construction layers on ill-conditioned data)
+GDPP_GAMMAS = (0.25, 0.5)
+GDPP_STEPS = tuple(range(9))
+
+Variant = tuple[str, dict[str, Any]]  # (label, hyperparameters)
+
+
+class NotACandidate(InputError):
+    """Raised by a family's variants where the learner is no candidate of its own here.
+
+    E.g. GD preconditioned by Σ⁻¹ on data whose Σ is a multiple of I is GD itself. The
+    message says why; `align` notes it.
+    """
+
+
+@dataclasses.dataclass(frozen=True)
+class FamilyContext:
+    """What a family's variants may depend on: the evaluation data and window.
+
+    ``stats``: ``prefix_stats`` of the evaluation batch (its moments are of the scaled data,
+    ``xs / stats.x_scale``). ``cov``: the population covariance, ``[d, d]`` or
+    ``[batch, d, d]``. ``window``: the positions ``(t_min, t_max)`` aligned.
+    """
+
+    stats: PrefixStats
+    cov: Tensor
+    window: tuple[int, int]
+
+    @property
+    def rows(self) -> slice:
+        """The prefixes of the window with at least one example (t >= 1)."""
+        return slice(max(self.window[0], 1), self.window[1] + 1)
+
+    def inside(self) -> Tensor:
+        """``[pos]``: 1 inside the window (t >= 1), 0 elsewhere (float64)."""
+        mask = torch.zeros(self.stats.counts.numel(), dtype=torch.float64)
+        mask[self.rows] = 1.0
+        return mask
+
+    def top_mean(self) -> float:
+        """The largest λ_max(S_t/t) over the window, in the data's units (the mean loss's Hessian)."""
+        t = self.stats.counts[self.rows].clamp(min=1)
+        top = self.stats.eigvals[:, self.rows, -1] / t
+        return _positive(top) * self.stats.x_scale**2
+
+    def top_sum(self) -> float:
+        """The largest λ_max(S_t) over the window, in the data's units (the summed loss's Hessian)."""
+        return _positive(self.stats.eigvals[:, self.rows, -1]) * self.stats.x_scale**2
+
+    def mean_eigenvalue(self) -> float:
+        """The mean eigenvalue of S_t/t over the window's prefixes, in the data's units."""
+        t = self.stats.counts[self.rows].clamp(min=1)
+        mean = self.stats.eigvals[:, self.rows].mean(-1) / t
+        return float(mean.mean()) * self.stats.x_scale**2 if mean.numel() else 1.0
+
+
+def _positive(values: Tensor) -> float:
+    top = float(values.max()) if values.numel() else 1.0
+    return top if top > 0 else 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """A learner's fitted family: ``variants(ctx)`` × ``steps``.
+
+    ``steps``: step counts, a rule resolved per model (``"cg"``: 0…d+1; ``"layers"``:
+    0…L), or None for a closed form (one column per variant).
+    """
+
+    variants: Callable[[FamilyContext], list[Variant]]
+    steps: tuple[int, ...] | str | None = None
+
+    def __post_init__(self) -> None:
+        if not callable(self.variants):
+            raise InputTypeError(f"Family.variants must be a function of a FamilyContext, got "
+                                 f"{self.variants!r}")
+
+
+def single(hyper: dict[str, Any], steps: tuple[int, ...] | str | None) -> Family:
+    """The family of a learner registered without one: its ``align_hyper`` at its steps."""
+    return Family(lambda ctx: [("", dict(hyper))], steps)
+
+
+def _gd_variants(ctx: FamilyContext) -> list[Variant]:
+    inside, top, top_sum = ctx.inside(), ctx.top_mean(), ctx.top_sum()
+    rule = [(f"{m:g}/λmax", {"lr": "max", "normalize": True, "lr_scale": m})
+            for m in GD_SCALES]
+    fixed = [(f"η {m / top:.3g}", {"lr": inside * (m / top), "normalize": True})
+             for m in GD_SCALES]
+    summed = [(f"η {m / top_sum:.3g} (sum)", {"lr": inside * (m / top_sum), "normalize": False})
+              for m in GD_SCALES]
+    return rule + fixed + summed
+
+
+def _newton_variants(ctx: FamilyContext) -> list[Variant]:
+    t = ctx.stats.counts.clamp(min=1)
+    inside, top, top_sum = ctx.inside(), ctx.top_mean(), ctx.top_sum()
+    rule = [(f"{m:g}/‖SSᵀ‖", {"alpha": "frobenius", "alpha_scale": m}) for m in NEWTON_SCALES]
+    fixed = [(f"a {m / top**2:.3g}", {"alpha": inside * (m / top**2) / t**2})
+             for m in NEWTON_FIXED]
+    constant = [(f"α {m / top_sum**2:.3g}", {"alpha": inside * (m / top_sum**2)})
+                for m in NEWTON_FIXED]
+    return rule + fixed + constant
+
+
+def _pgd_variants(ctx: FamilyContext) -> list[Variant]:
+    cov = ctx.cov.to(torch.float64)
+    eye = torch.eye(cov.shape[-1], dtype=cov.dtype)
+    scale = cov.diagonal(dim1=-2, dim2=-1).mean(-1)[..., None, None]
+    if bool(torch.allclose(cov, scale * eye, rtol=1e-9, atol=0.0)):
+        raise NotACandidate("pgd: Σ is a multiple of I in these data, so GD preconditioned by "
+                            "Σ⁻¹ is GD (one candidate, gd)")
+    return [(f"{m:g}/λmax", {"precond": "inverse_cov", "lr": "max", "normalize": True,
+                             "lr_scale": m}) for m in GD_SCALES]
+
+
+def _momentum_variants(ctx: FamilyContext) -> list[Variant]:
+    return [(f"β {beta:g}, {m:g}/λmax", {"lr": "max", "beta": beta, "lr_scale": m})
+            for beta in MOMENTUM_BETAS for m in MOMENTUM_SCALES]
+
+
+def _ridge_variants(ctx: FamilyContext) -> list[Variant]:
+    s = ctx.mean_eigenvalue()
+    return [(f"λ {s * 2 ** (j / 2):.3g}", {"lam": s * 2 ** (j / 2)}) for j in RIDGE_EXPONENTS]
+
+
+def _online_variants(ctx: FamilyContext) -> list[Variant]:
+    return [(f"{m:g}/‖x‖²", {"lr": "normalized", "lr_scale": m}) for m in ONLINE_SCALES]
+
+
+def _gdpp_variants(ctx: FamilyContext) -> list[Variant]:
+    top = ctx.top_mean()
+    return [(f"η {m / top:.3g}, γ {g / top:.3g}", {"lr": m / top, "gamma": g / top})
+            for m in GDPP_SCALES for g in GDPP_GAMMAS]
+
+
+GD = Family(_gd_variants, GD_STEPS)
+NEWTON = Family(_newton_variants, NEWTON_STEPS)
+PGD = Family(_pgd_variants, GD_STEPS)
+MOMENTUM = Family(_momentum_variants, MOMENTUM_STEPS)
+RIDGE = Family(_ridge_variants, None)
+ONLINE_GD = Family(_online_variants, ONLINE_STEPS)
+GD_PLUS_PLUS = Family(_gdpp_variants, GDPP_STEPS)
+CG = Family(lambda ctx: [("", {})], "cg")
+OLS = Family(lambda ctx: [("", {})], None)

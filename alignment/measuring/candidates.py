@@ -1,0 +1,362 @@
+"""The candidates of `align`'s answer: every learner, each over its fitted family.
+
+A candidate is a registered learner (`iclprobe.algorithms.candidate_learners`: newton, gd,
+online_gd, pgd, cg, ols, ridge, momentum, gd_plus_plus, and any registered since) or a
+learner the model's family claims (a PQ model's ``pgd_own``), matched over its family of
+hyperparameter variants × steps (`iclprobe.algorithms.families`). Each candidate's
+columns are run on the evaluation sequences (with weights on the weight sequences), read
+as the layers are read (`fitted.probe_read` when probes read the layers), and compared
+with every layer by each metric: one similarity table per candidate and metric, with the
+bootstrap replicates the answer's intervals come from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from iclprobe import algorithms
+from iclprobe.algorithms.families import FamilyContext, NotACandidate
+from iclprobe.algorithms.numerics import Diverged
+from iclprobe.algorithms.prefix import PrefixStats
+from iclprobe.alignment.measuring.reading import probe_read, reread
+from iclprobe.alignment.measuring.runs import concat_iterates, run_spec
+from iclprobe.alignment.measuring.similarities import Similarity, similarity
+from iclprobe.alignment.metrics import METRIC_INFO, metric_info
+from iclprobe.alignment.protocols import RunSpec
+from iclprobe.errors import InputError
+from iclprobe.tasks import RegressionBatch
+
+if TYPE_CHECKING:
+    from iclprobe.alignment.evaluation import Evaluation
+    from iclprobe.alignment.measuring.layers import Layers
+
+
+@dataclasses.dataclass
+class Candidate:
+    """One candidate learner over its family: every column, described.
+
+    ``preds``: its columns on every evaluation sequence; ``weights``: the same with weights
+    on the weight sequences (None where no weight metric is computed). ``columns[k]``: how
+    column k is shown ("0.5/λmax, step 8").
+    """
+
+    key: str
+    label: str
+    preds: algorithms.Iterates
+    weights: algorithms.Iterates | None
+    columns: list[str]
+    variant: list[int]  # per column, the index of its variant
+    closed: bool  # a closed form: one column per variant (ridge over λ)
+
+    def neighbors(self, col: int) -> list[int]:
+        """The columns next to ``col`` on the family's grid.
+
+        The adjacent step counts of the same variant, and the same step count of the
+        adjacent variants (the next step size up and down; for a closed form, the next λ).
+        """
+        steps = self.preds.steps.tolist()
+        out = [k for k in (col - 1, col + 1) if 0 <= k < len(self.variant)
+               and self.variant[k] == self.variant[col]]
+        for v in (self.variant[col] - 1, self.variant[col] + 1):
+            out += [k for k, (vk, sk) in enumerate(zip(self.variant, steps))
+                    if vk == v and sk == steps[col]]
+        return sorted(set(out))
+
+    def of(self, metric: str) -> algorithms.Iterates:
+        """The iterates ``metric`` compares: with weights for a weight metric."""
+        if METRIC_INFO[metric].on == "weights":
+            if self.weights is None:
+                raise InputError(f"candidate {self.key!r} has no weights for {metric!r}")
+            return self.weights
+        return self.preds
+
+
+def candidate_keys(chosen: Sequence[str] | None, claims: Mapping[str, RunSpec]) -> list[str]:
+    """The answer's candidates: every registered candidate learner and the family's claims.
+
+    ``chosen`` (``AlignConfig.algorithms``) restricts them, keeping the table order; a
+    registered learner named in it joins even if it is no candidate by default.
+    """
+    default = [i.name for i in algorithms.candidate_learners()] + \
+        [k for k in claims if k not in algorithms.LEARNERS]
+    if chosen is None:
+        return default
+    return [k for k in default if k in chosen] + \
+        [k for k in chosen if k not in default and (k in algorithms.LEARNERS or k in claims)]
+
+
+def _describe(variant: str, step: int | None) -> str:
+    parts = [variant] if variant else []
+    if step is not None:
+        parts.append(f"step {step}")
+    return ", ".join(parts) or "closed form"
+
+
+def family_iterates(key: str, batch: RegressionBatch, stats: PrefixStats, window: tuple[int, int],
+                    n_layers: int, weights: bool, sequences: slice | None = None,
+                    claim: RunSpec | None = None, skip: Sequence[str] = ()
+                    ) -> tuple[algorithms.Iterates, list[str], list[str]]:
+    """Every (variant, step) column of candidate ``key`` on ``batch`` (float64), described.
+
+    Returns the iterates, each column's description, and the variants left out.
+
+    ``claim``: a family's claimed run (one variant: its own hyperparameters and steps).
+    ``sequences``: run on those sequences only (``stats`` is of the whole batch). ``skip``:
+    variants (by label) to leave out. A variant
+    whose iterates diverge on these data (GD++ at its larger steps on some data) is left
+    out; raises `NotACandidate` where the learner's family says it is none here, or where
+    every variant diverges.
+    """
+    if claim is not None:
+        specs = [("", claim)]
+    else:
+        info = algorithms.learner_info(key)
+        family = info.fitted_family
+        ctx = FamilyContext(stats, batch.cov, window)
+        specs = [(label, RunSpec(key, info.label, family.steps, hyper))
+                 for label, hyper in family.variants(ctx) if label not in skip]
+    parts, columns, labels, variant = [], [], [], []
+    dropped = []
+    for label, spec in specs:
+        try:
+            it = run_spec(spec, batch, n_layers, weights, stats, sequences=sequences)
+        except Diverged:
+            if claim is not None:
+                raise
+            dropped.append(label)
+            continue
+        closed = it.steps.numel() == 1 and spec.steps is None
+        parts.append(it)
+        labels.append(label)
+        columns += [_describe(label, None if closed else int(s)) for s in it.steps.tolist()]
+        variant += [len(parts) - 1] * it.steps.numel()
+    if not parts:
+        raise NotACandidate(f"{key}: every variant of its family diverges on these data")
+    it = concat_iterates(parts, "variant", labels) if len(parts) > 1 else parts[0]
+    if len(parts) > 1:
+        for name in ("lr", "alpha", "lr_scale", "alpha_scale", "lam", "beta", "gamma"):
+            it.hyper.pop(name, None)  # recorded per column in "variant"
+    it.hyper["variant_index"] = variant
+    return dataclasses.replace(it, name=key), columns, dropped
+
+
+def build_candidates(keys: Sequence[str], batch: RegressionBatch, stats: PrefixStats,
+                     window: tuple[int, int], n_layers: int, weight_rows: slice | None,
+                     claims: Mapping[str, RunSpec], probe_rows: tuple[int, int] | None
+                     ) -> tuple[dict[str, Candidate], list[str]]:
+    """Every candidate's columns (read as probes read, given ``probe_rows``), and notes.
+
+    ``weight_rows``: the sequences the weight metrics use (None: no weights). A candidate
+    whose family says it is none here (`NotACandidate`) is left out with a note.
+    """
+    xs, ys = batch.xs.double(), batch.ys.double()
+    out, notes = {}, []
+    for key in keys:
+        claim = claims.get(key) if key not in algorithms.LEARNERS else None
+        try:
+            preds, columns, w, dropped = _family(key, batch, stats, window, n_layers,
+                                                 weight_rows, claim)
+        except NotACandidate as why:
+            notes.append(str(why))
+            continue
+        if dropped:
+            notes.append(f"{key}: variant(s) {', '.join(dropped)} diverge on these data (left "
+                         "out of its family)")
+        if probe_rows is not None:
+            preds, w = probe_read(preds, xs, ys, probe_rows, w)
+        label = claim.label if claim is not None else algorithms.learner_info(key).label
+        variant = preds.hyper.pop("variant_index")
+        if w is not None:
+            w.hyper.pop("variant_index", None)
+        closed = len(set(variant)) == len(variant)  # one column per variant
+        out[key] = Candidate(key, label, preds, w, columns, variant, closed)
+    return out, notes
+
+
+def _family(key: str, batch: RegressionBatch, stats: PrefixStats, window: tuple[int, int],
+            n_layers: int, weight_rows: slice | None, claim: RunSpec | None
+            ) -> tuple[algorithms.Iterates, list[str], algorithms.Iterates | None, list[str]]:
+    """A candidate's columns, its weights' on ``weight_rows``, the same variants in both."""
+    preds, columns, dropped = family_iterates(key, batch, stats, window, n_layers, False,
+                                              claim=claim)
+    if weight_rows is None:
+        return preds, columns, None, dropped
+    w, _, more = family_iterates(key, batch, stats, window, n_layers, True, weight_rows,
+                                 claim, skip=dropped)
+    if more:  # diverging on the weight sequences only: left out of both
+        dropped += more
+        preds, columns, _ = family_iterates(key, batch, stats, window, n_layers, False,
+                                            claim=claim, skip=dropped)
+    return preds, columns, w, dropped
+
+
+@dataclasses.dataclass(frozen=True)
+class TableSpec:
+    """How the candidates' tables are computed (the protocol's window and statistics)."""
+
+    window: tuple[int, int]
+    weight_t_min: int
+    over: str  # "positions" or "sequences" (a model aligned at one position)
+    n_boot: int
+    confidence: float
+    seed: int
+    ceilings: Mapping[str, Tensor] | None = None  # metric -> per layer (`noise_ceilings`)
+
+    def correct(self, metric: str, values: Tensor, layers: Tensor | slice = slice(None)
+                ) -> Tensor:
+        """Similarities of the layers ``layers`` (first axis) corrected for readout noise.
+
+        By the metric's geometry: a cosine divided by the layer's ceiling (what a perfect
+        copy of the layer reaches through the noise), a squared distance less it.
+        """
+        if self.ceilings is None or metric not in self.ceilings:
+            return values
+        c = self.ceilings[metric][layers].to(values.dtype)
+        c = c.reshape(-1, *[1] * (values.ndim - 1))
+        if metric_info(metric).geometry == "cosine":
+            return values / c
+        return values - c
+
+    def corrected(self, sim: Similarity) -> Similarity:
+        """``sim`` with its values, bounds and replicates corrected (`correct`)."""
+        if self.ceilings is None or sim.metric not in self.ceilings:
+            return sim
+        fix = functools.partial(self.correct, sim.metric)
+        return dataclasses.replace(sim, values=fix(sim.values), lower=fix(sim.lower),
+                                   upper=fix(sim.upper),
+                                   boots=None if sim.boots is None else fix(sim.boots))
+
+    def t_min(self, metric: str) -> int:
+        """First position of ``metric``'s window (weights: from the protocol's weight t)."""
+        if METRIC_INFO[metric].on == "weights" and self.over == "positions":
+            return max(self.window[0], self.weight_t_min)
+        return self.window[0]
+
+    def over_for(self, metric: str) -> str:
+        """Across sequences only for the metrics that have that form."""
+        return self.over if METRIC_INFO[metric].across else "positions"
+
+    def kw(self, metric: str) -> dict[str, Any]:
+        """The window and pooling of ``metric`` as `similarity` keywords."""
+        return {"t_min": self.t_min(metric), "t_max": self.window[1],
+                "over": self.over_for(metric)}
+
+
+def read_as_probes(layer_preds: Tensor, layer_weights: Tensor | None, xs: Tensor, ys: Tensor,
+                   probe_rows: tuple[int, int] | None) -> tuple[Tensor, Tensor | None]:
+    """The layers as the candidates are read: re-read on ``[prediction, x_t, 1]`` by probes."""
+    if probe_rows is None:
+        return layer_preds, layer_weights
+    return reread(layer_preds, layer_weights, xs, ys, probe_rows)
+
+
+def candidate_tables(cands: Mapping[str, Candidate], layer_preds: Tensor,
+                     layer_weights: Tensor | None, ys: Tensor, metrics: Sequence[str],
+                     spec: TableSpec) -> dict[str, dict[str, Similarity]]:
+    """``metric -> candidate -> table`` of every layer against every column of the family.
+
+    A weight metric is computed where the layers' induced weights are given.
+    """
+    n_w = layer_weights.shape[1] if layer_weights is not None else 0
+    out: dict[str, dict[str, Similarity]] = {}
+    for metric in metrics:
+        on_w = METRIC_INFO[metric].on == "weights"
+        if on_w and (layer_weights is None or any(c.weights is None for c in cands.values())):
+            continue
+        values = layer_weights if on_w else layer_preds
+        assert values is not None
+        ys_m = ys[:n_w] if on_w else ys
+        out[metric] = {key: spec.corrected(similarity(
+            values, c.of(metric), ys_m, metric, n_boot=spec.n_boot, confidence=spec.confidence,
+            seed=spec.seed, check=False, **spec.kw(metric))) for key, c in cands.items()}
+    return out
+
+
+def noise_ceilings(layer_preds: Tensor, layer_weights: Tensor | None,
+                   noise: tuple[Tensor, Tensor | None], xs: Tensor, ys: Tensor,
+                   probe_rows: tuple[int, int] | None, metrics: Sequence[str],
+                   spec: TableSpec) -> dict[str, Tensor]:
+    """Per metric with a geometry, what each layer reaches through its readout's noise.
+
+    A layer read by probes is the layer plus the probes' estimation noise, which lowers its
+    similarity to any learner by a factor (cosines) or adds the noise's power (squared
+    distances) — the same for every learner, so the layer's match is kept, but a layer
+    that runs a learner falls short of it by the noise, below the learners' resemblance to
+    one another, and is read as "none of them". The ceiling is the similarity of the layer
+    read with a second sample of the noise (``noise``: `probes.ReadoutNoise`'s, in the
+    predictions and, where measured, the induced weights) to the layer read without it,
+    both read as the learners are (`read_as_probes`).
+    """
+    noise_p, noise_w = noise
+    clean = read_as_probes(layer_preds, layer_weights, xs, ys, probe_rows)
+    noisy_w = None if layer_weights is None or noise_w is None else layer_weights + noise_w
+    noisy = read_as_probes(layer_preds + noise_p.to(layer_preds), noisy_w, xs, ys, probe_rows)
+    out = {}
+    for metric in metrics:
+        info = metric_info(metric)
+        on_w = info.on == "weights"
+        a, b = (noisy[1], clean[1]) if on_w else (noisy[0], clean[0])
+        if info.geometry is None or a is None or b is None:
+            continue
+        layers = algorithms.Iterates(torch.arange(b.shape[0]), b if not on_w else b[..., 0],
+                                     b if on_w else None, {}, "layers")
+        table = similarity(a, layers, ys[:b.shape[1]], metric, n_boot=2, check=False,
+                           **spec.kw(metric)).values
+        out[metric] = table.diagonal().clone()
+    return out
+
+
+def columns_of(it: algorithms.Iterates, cols: Sequence[int], weights: bool) -> Tensor:
+    """The values of columns ``cols`` (predictions or weights), as layers to compare."""
+    values = it.weights if weights else it.preds
+    if values is None:
+        raise InputError(f"{it.name} has no weights")
+    return values[torch.as_tensor(list(cols), dtype=torch.long)]
+
+
+@dataclasses.dataclass
+class Candidates:
+    """`align`'s candidates measured: their families, and their tables against the layers.
+
+    ``layers``: the layers as the tables compared them (``"preds"``, ``"weights"``: read on
+    ``[prediction, x_t, 1]`` where probes read them). ``spec``: the tables' window,
+    bootstrap and readout-noise correction. ``notes``: candidates or variants left out.
+    """
+
+    members: dict[str, Candidate]
+    tables: dict[str, dict[str, Similarity]]
+    layers: dict[str, Tensor | None]
+    spec: TableSpec
+    notes: list[str]
+
+
+def measure_candidates(ev: Evaluation, layers: Layers, stats: PrefixStats) -> Candidates:
+    """`align`'s stage: every candidate over its family, and its tables against the layers.
+
+    The candidates are the registered learners and the model's claims that
+    ``ev.cfg.algorithms`` allows (`candidate_keys`); where probes read the layers, the
+    learners are read the same way and the tables are corrected for the probes' own noise
+    (`noise_ceilings`).
+    """
+    claims = {k: ev.runs[k] for k in ev.claimed if k in ev.runs}
+    keys = candidate_keys(ev.cfg.algorithms, claims)
+    rows = None if layers.probe_t_min is None else \
+        (max(ev.window[0], layers.probe_t_min), ev.window[1])
+    spec = TableSpec(ev.window, ev.protocol.weight_t_min, ev.averaging, **ev.bootstrap)
+    members, notes = build_candidates(keys, ev.batch, stats, ev.window, layers.n_layers,
+                                      slice(0, ev.weight_rows) if ev.weight_metrics else None,
+                                      claims, rows)
+    xs = ev.batch.xs.double()
+    read_p, read_w = read_as_probes(layers.preds, layers.weights, xs, ev.ys, rows)
+    if layers.noise is not None:
+        spec = dataclasses.replace(spec, ceilings=noise_ceilings(
+            layers.preds, layers.weights, (layers.noise, layers.weight_noise), xs, ev.ys, rows,
+            ev.cfg.metrics, spec))
+    tables = candidate_tables(members, read_p, read_w, ev.ys, ev.cfg.metrics, spec)
+    return Candidates(members, tables, {"preds": read_p, "weights": read_w}, spec, notes)

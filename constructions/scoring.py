@@ -1,0 +1,276 @@
+"""Counting a known-answer cell: what `align` said of each live layer, against the truth.
+
+Views and what they count over the live layers (layers that compute nothing are not
+counted):
+
+- ``answer`` (the per-layer answer over every candidate, `AlignResult.answer`; judged):
+  ``true`` (it names the truth — or OLS where the truth's iterate has converged to OLS's
+  within the interval), ``false`` (it names another learner: a false attribution),
+  ``cannot tell`` and ``none``; and the **separable** layers — those where the truth's
+  own family reaches its iterate better than every other candidate's family does, by
+  more than the width of the layer's interval, under some verdict metric — with the true
+  answers among them. For a model that runs no candidate (truth None) naming any learner
+  is false, and "cannot tell" or "none of them" is right. ``answer METRIC``: each metric's
+  own answer, counted the same way.
+- For GD and Newton truths, the Newton-vs-GD views as before: ``protocol METRIC`` (the
+  protocol's learner table), ``fitted METRIC`` (step sizes fitted), ``verdict`` (the
+  fitted view's verdict metrics combined), ``verdict, default metrics`` and ``spectral
+  order``: ``true`` (prefers the truth), ``false`` (prefers the other), ``none``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from iclprobe import algorithms
+from iclprobe.alignment import comparison as C
+from iclprobe.alignment.comparison import PairVerdict, combined
+from iclprobe.alignment.config import DEFAULT_METRICS
+from iclprobe.alignment.measuring.candidates import TableSpec, build_candidates
+from iclprobe.alignment.metrics import METRIC_INFO, metric_info
+from iclprobe.alignment.pipeline import AlignResult
+from iclprobe.alignment.views.answer import CANNOT_TELL, DEAD, NONE, RUNS, LayerAnswer
+from iclprobe.tasks import RegressionBatch
+
+#: The verdict of `align`'s default metrics (error and weight cosine) alone: what a user
+#: who does not ask for spd gets.
+DEFAULT_VIEW = "verdict, default metrics"
+ANSWER = "answer"
+VIEWS = ("protocol", "fitted", "spectral", "verdict", DEFAULT_VIEW, ANSWER)
+JUDGED = ANSWER  # the view the targets are held to: the answer align reports first
+TruthColumns = Callable[..., algorithms.Iterates]
+
+
+def score(res: AlignResult, truth: str | None, batch: RegressionBatch,
+          truth_columns: TruthColumns) -> tuple[dict[str, dict[str, int]], dict[str, list[str]]]:
+    """Every view's counts and per-layer labels for one aligned cell."""
+    counts: dict[str, dict[str, int]] = {}
+    verdicts: dict[str, list[str]] = {}
+    if truth in ("gd", "newton"):
+        _pair_views(res, truth, counts, verdicts)
+    if res.answer is not None:
+        reach = truth_reach(res, truth, batch, truth_columns) if truth else {}
+        for view, said in [(ANSWER, res.answer.layers), *(
+                (f"{ANSWER} {m}", by) for m, by in res.answer.by_metric.items())]:
+            metrics = list(res.answer.by_metric) if view == ANSWER else [view.split(" ")[1]]
+            counts[view] = answer_counts(said, truth, {m: reach[m] for m in metrics
+                                                       if m in reach})
+            verdicts[view] = [a.text for a in said]
+    return counts, verdicts
+
+
+def _pair_views(res: AlignResult, truth: str, counts: dict[str, dict[str, int]],
+                verdicts: dict[str, list[str]]) -> None:
+    """The Newton-vs-GD views: protocol and fitted per metric, verdicts, spectral."""
+    other = "newton" if truth == "gd" else "gd"
+    views = {f"protocol {metric}": next(p for p in table.pairs if {p.a, p.b} == {"newton", "gd"})
+             for metric, table in res.comparisons.items()
+             if any({p.a, p.b} == {"newton", "gd"} for p in table.pairs)}
+    views.update({f"fitted {metric}": pair for metric, pair in res.fitted.items()})
+    for view, pair in views.items():
+        live = [i for i, v in enumerate(pair.verdicts) if v not in DEAD]
+        said = [pair.verdicts[i] for i in live]
+        counts[view] = {"true": said.count(f"prefers {truth}"),
+                        "false": said.count(f"prefers {other}"),
+                        "none": sum(not v.startswith("prefers") for v in said)}
+        if view.startswith("fitted"):
+            sep = [i for i in live if separable(pair, truth, i)]
+            counts[view]["separable"] = len(sep)
+            counts[view]["true_separable"] = sum(
+                pair.verdicts[i] == f"prefers {truth}" for i in sep)
+        verdicts[view] = list(pair.verdicts)
+    if res.fitted:
+        default = [p for m, p in res.fitted.items() if m in DEFAULT_METRICS]
+        for view, said_by in (("verdict", res.verdict),
+                              (DEFAULT_VIEW, combined(default)[0] if default else [])):
+            counts[view] = _verdict_counts(said_by, list(res.fitted.values()), truth)
+            verdicts[view] = list(said_by)
+    if res.spectral is not None:
+        said = [r for r in res.spectral.reading if r != "computes nothing"]
+        counts["spectral order"] = {"true": said.count(f"{truth}-like"),
+                                    "false": said.count(f"{other}-like"),
+                                    "none": sum(not r.endswith("-like") for r in said)}
+        verdicts["spectral order"] = list(res.spectral.reading)
+
+
+def _verdict_counts(said_by: list[str], pairs: list[PairVerdict], truth: str) -> dict[str, int]:
+    """A combined verdict's counts over the live layers, and at the separable ones."""
+    other = "newton" if truth == "gd" else "gd"
+    live = [i for i, v in enumerate(said_by) if v not in DEAD]
+    sep = [i for i in live if any(separable(p, truth, i) for p in pairs)]
+    said = [said_by[i] for i in live]
+    return {"true": said.count(f"prefers {truth}"), "false": said.count(f"prefers {other}"),
+            "none": sum(not v.startswith("prefers") for v in said), "separable": len(sep),
+            "true_separable": sum(said_by[i] == f"prefers {truth}" for i in sep)}
+
+
+def separable(pair: PairVerdict, truth: str, layer: int) -> bool:
+    """Whether the learners alone can tell the true learner's iterate from the other's.
+
+    The other learner's best match (over its whole fitted family) to the true learner's
+    matched column falls short of a perfect match by more than the width of the
+    Newton − GD interval.
+    """
+    cal, diff = pair.calibration, pair.difference
+    rival = cal.a_by_b[layer] if truth == pair.a else cal.b_by_a[layer]
+    gap = 1.0 - rival if metric_info(pair.metric).higher_is_better else rival
+    return gap > diff.upper[layer] - diff.lower[layer]
+
+
+@dataclasses.dataclass
+class Reach:
+    """Per layer, by one metric: how far the truth's own family stands out.
+
+    ``margin[l]``: the truth's family's best imitation of layer l's true column minus the
+    best of every other candidate's (higher-is-better space); ``ols_margin[l]``: the same
+    against OLS alone; ``width[l]``: the width of the layer's interval for the truth.
+    """
+
+    margin: list[float]
+    ols_margin: list[float]
+    width: list[float]
+
+    def separable(self, layer: int) -> bool:
+        """The truth's family reaches its own iterate better than any rival, beyond noise."""
+        return self.margin[layer] > self.width[layer]
+
+    def converged(self, layer: int) -> bool:
+        """OLS reaches the true iterate as well as the truth's family, within noise."""
+        return self.ols_margin[layer] <= self.width[layer]
+
+
+def truth_reach(res: AlignResult, truth: str | None, batch: RegressionBatch,
+                truth_columns: TruthColumns) -> dict[str, Reach]:
+    """`Reach` per verdict metric of the answer: the candidates' families on the true columns.
+
+    Computed from the learners alone (raw, as an exact readout sees them), on the batch
+    the model was aligned on; the width comes from the layer's interval in ``res``.
+    """
+    assert res.answer is not None and truth is not None
+    if truth not in res.answer.candidates:
+        return {}
+    spec = TableSpec(tuple(res.window), res.protocol["weight_t_min"],  # type: ignore[arg-type]
+                     "sequences" if res.positions == "last" else "positions", 2, 0.95, 0)
+    n_w = max((n for m, n in res.answer.sequences.items() if METRIC_INFO[m].on == "weights"),
+              default=0)
+    stats = algorithms.prefix_stats(batch.xs.double(), batch.ys.double())
+    cands, _ = build_candidates(res.answer.candidates, batch, stats, spec.window, res.n_layers,
+                                slice(0, n_w) if n_w else None, {}, None)
+    ys = batch.ys.double()
+    out = {}
+    for metric in res.answer.metrics:
+        on_w = METRIC_INFO[metric].on == "weights"
+        rows = slice(0, n_w) if on_w else slice(None)
+        cols = truth_columns(batch.xs[rows], batch.ys[rows], weights=on_w)
+        picked = cols.weights if on_w else cols.preds
+        assert picked is not None  # asked for with weights=on_w
+        values = picked.double()
+        sign = 1.0 if metric_info(metric).higher_is_better else -1.0
+        reach = {k: [sign * v for v in C.imitation(values, c.of(metric), ys[rows], metric,
+                                                   **spec.kw(metric))[0]]
+                 for k, c in cands.items()}
+        own = reach.pop(truth)
+        score = res.answer.scores[metric][truth].score
+        out[metric] = Reach(
+            [o - max(r[i] for r in reach.values()) for i, o in enumerate(own)],
+            [o - reach["ols"][i] if "ols" in reach else float("inf") for i, o in enumerate(own)],
+            [u - lo for u, lo in zip(score.upper, score.lower)])
+    return out
+
+
+def answer_counts(said: list[LayerAnswer], truth: str | None, reach: dict[str, Reach]
+                  ) -> dict[str, int]:
+    """Counts of one answer view over the live layers (see the module docstring)."""
+    out = {"true": 0, "false": 0, "cannot tell": 0, "none": 0}
+    if truth is not None:
+        out.update(separable=0, true_separable=0)
+    for layer, a in enumerate(said):
+        if a.kind in DEAD:
+            continue
+        right = _right(a, truth, reach, layer)
+        key = "true" if right and a.kind == RUNS else "false" if a.kind == RUNS else \
+            "cannot tell" if a.kind == CANNOT_TELL else "none"
+        out[key] += 1
+        if truth is not None and any(r.separable(layer) for r in reach.values()):
+            out["separable"] += 1
+            out["true_separable"] += key == "true"
+    return out
+
+
+def _right(a: LayerAnswer, truth: str | None, reach: dict[str, Reach], layer: int) -> bool:
+    """Whether naming ``a.learner`` is right: the truth, or OLS on a converged iterate."""
+    if a.kind != RUNS or truth is None:
+        return a.kind in (CANNOT_TELL, NONE) and truth is None
+    if a.learner == truth:
+        return True
+    return a.learner == "ols" and bool(reach) and all(r.converged(layer)
+                                                      for r in reach.values())
+
+
+def totals(results: list[Any], view: str | None = None) -> dict[str, int]:
+    """Counts over every counted cell (of one view: "protocol", "answer"), and divergences."""
+    out = {"true": 0, "false": 0, "none": 0, "cannot tell": 0, "diverges": 0, "separable": 0,
+           "true_separable": 0}
+    for r in results:
+        if r.diverges:
+            out["diverges"] += 1
+            continue
+        for name, counts in r.counts.items():
+            if view is not None and name != view and not name.startswith(view + " "):
+                continue
+            if view == ANSWER and name != ANSWER:
+                continue  # the per-metric answers are not summed into the answer
+            for key, value in counts.items():
+                out[key] += value
+    return out
+
+
+@dataclasses.dataclass
+class ProbePower:
+    """A cell's answer through probes at the layers where the exact readout names the truth."""
+
+    cell: Any  # the probe-readout cell
+    named_exactly: int  # layers whose exact-readout answer names the true learner
+    named_by_probe: int  # of those, layers whose probe-readout answer names it too
+
+    @property
+    def short(self) -> bool:
+        """Probes name the truth at fewer than 80% of the exactly named layers."""
+        return self.named_by_probe < 0.8 * self.named_exactly
+
+    @property
+    def key(self) -> str:
+        """The cell in words (its readout left out)."""
+        c = self.cell
+        beta = f" β {c.beta:g}" if c.beta is not None else ""
+        return f"{c.setting} {c.kind} {c.protocol} {c.data} x{c.multiplier:g}{beta}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {**dataclasses.asdict(self.cell), "named_exactly": self.named_exactly,
+                "named_by_probe": self.named_by_probe, "short": self.short}
+
+
+def probe_power(results: list[Any], view: str = JUDGED) -> list[ProbePower]:
+    """Per cell with a truth, `ProbePower` of ``view``: probe readout against exact."""
+    exact = {dataclasses.replace(r.cell, readout="probe"): r for r in results
+             if r.cell.readout == "exact" and not r.diverges}
+    out = []
+    for r in results:
+        twin = exact.get(r.cell)
+        if r.cell.readout != "probe" or r.diverges or twin is None or r.cell.truth is None:
+            continue
+        named = [i for i, v in enumerate(twin.verdicts.get(view, [])) if _names(v, r.cell.truth)]
+        probe = r.verdicts.get(view, [])
+        out.append(ProbePower(r.cell, len(named),
+                              sum(i < len(probe) and _names(probe[i], r.cell.truth)
+                                  for i in named)))
+    return out
+
+
+def _names(label: str, truth: str) -> bool:
+    """Whether a view's label names ``truth`` ("prefers gd", or the answer "gd (...)")."""
+    return label == f"prefers {truth}" or label == truth or label.startswith(truth + " (")
+

@@ -1,0 +1,126 @@
+"""What a layer runs: the answer over every candidate learner, on layers built by hand."""
+
+import dataclasses
+import functools
+
+import pytest
+import torch
+
+from iclprobe import algorithms, tasks
+from iclprobe.alignment.measuring.candidates import TableSpec, build_candidates, candidate_tables
+from iclprobe.alignment.views.answer import CANNOT_TELL, NONE, RUNS, LayerAnswer, answer, combine
+
+KEYS = ("newton", "gd", "cg", "ols", "ridge", "momentum")
+
+
+@functools.cache
+def _setup(cov="ill-conditioned", sequences=96, seed=3):
+    task = tasks.RegressionTask(n_dims=3, n_points=10, cov=cov)
+    batch = task.sample(sequences, generator=torch.Generator().manual_seed(seed))
+    stats = algorithms.prefix_stats(batch.xs.double(), batch.ys.double())
+    cands, _ = build_candidates(KEYS, batch, stats, (1, 9), 3, None, {}, None)
+    spec = TableSpec((1, 9), 1, "positions", 60, 0.95, 0)
+    return batch, cands, spec
+
+
+def _answer(layers, batch, cands, spec, metrics=("error_cosine", "spd")):
+    ys = batch.ys.double()
+    tables = candidate_tables(cands, layers, None, ys, metrics, spec)
+    return answer(tables, cands, {"preds": layers, "weights": None}, ys, spec,
+                  [True] * layers.shape[0], 1e-3)
+
+
+def _column(it, label):
+    return it.preds[[i for i, c in enumerate(label) if c][0]]
+
+
+def test_a_layer_that_is_a_learners_column_is_named_with_its_step():
+    batch, cands, spec = _setup()
+    gd, newton = cands["gd"], cands["newton"]
+    k_gd = gd.columns.index("1/λmax, step 5")
+    k_newton = newton.columns.index("1/‖SSᵀ‖, step 3")
+    layers = torch.stack([gd.preds.preds[k_gd], newton.preds.preds[k_newton]]).float().double()
+    res = _answer(layers, batch, cands, spec)
+    assert [a.kind for a in res.layers] == [RUNS, RUNS]
+    assert res.layers[0].learner == "gd" and res.layers[0].column == "1/λmax, step 5"
+    assert res.layers[1].learner == "newton" and res.layers[1].column == "1/‖SSᵀ‖, step 3"
+    assert res.layers[0].text == "gd (1/λmax, step 5)"
+    assert res.candidates == list(KEYS) and res.metrics == ["error_cosine", "spd"]
+
+
+@pytest.mark.parametrize("step", [3, 4])
+def test_a_layer_between_two_learners_is_neither(step):
+    # the benchmark's blend: GD's and Newton's step-k predictions averaged
+    batch, cands, spec = _setup()
+    gd = cands["gd"].preds.preds[cands["gd"].columns.index(f"1/λmax, step {step}")]
+    newton = cands["newton"].preds.preds[cands["newton"].columns.index(f"1/‖SSᵀ‖, step {step}")]
+    alone = _answer(torch.stack([gd, newton]), batch, cands, spec)
+    assert [a.learner for a in alone.layers] == ["gd", "newton"]
+    res = _answer(((gd + newton) / 2)[None], batch, cands, spec)
+    assert res.layers[0].kind == CANNOT_TELL, res.layers[0].text
+    assert {"gd", "newton"} <= {res.layers[0].learner, *res.layers[0].others}
+
+
+def test_a_layer_far_from_every_learner_is_none_of_them_with_the_nearest():
+    batch, cands, spec = _setup()
+    gd = cands["gd"].preds.preds[cands["gd"].columns.index("1/λmax, step 3")]
+    g = torch.Generator().manual_seed(0)
+    off = gd + 0.1 * batch.ys.double().std() * torch.randn(gd.shape, generator=g,
+                                                            dtype=torch.float64)
+    res = _answer(off[None], batch, cands, spec)
+    a = res.layers[0]
+    assert a.kind == NONE and a.learner is not None and a.runner_up is not None
+    assert a.value < a.resemblance  # farther from its nearest than the runner-up's match is
+    assert a.detail().startswith(f"none of them: nearest {a.learner}")
+
+
+def test_a_converged_layer_cannot_be_told_from_ols():
+    batch, cands, spec = _setup(cov="isotropic")
+    ols = cands["ols"].preds.preds[0]
+    res = _answer(ols[None].float().double(), batch, cands, spec)
+    a = res.layers[0]
+    assert a.kind == CANNOT_TELL and "ols" in [a.learner, *a.others], a.text
+
+
+def test_layers_that_are_not_live_compute_nothing():
+    batch, cands, spec = _setup()
+    ys = batch.ys.double()
+    layers = cands["gd"].preds.preds[:2]
+    tables = candidate_tables(cands, layers, None, ys, ("error_cosine",), spec)
+    res = answer(tables, cands, {"preds": layers, "weights": None}, ys, spec, [False, True], 1e-3)
+    assert res.layers[0].kind == "computes nothing" and res.layers[0].text == "computes nothing"
+
+
+def _said(kind, learner=None, others=(), metric="error_cosine"):
+    return LayerAnswer(kind, learner, "step 1" if kind == RUNS else None, 0.9, list(others),
+                       "gd", 0.95, metric)
+
+
+@pytest.mark.parametrize("error, spd, weight, want", [
+    (("runs", "gd"), ("runs", "gd"), ("runs", "gd"), ("runs", "gd")),
+    (("runs", "gd"), ("cannot tell", "gd", ["cg"]), ("none of them", "newton"), ("runs", "gd")),
+    (("runs", "gd"), ("runs", "gd"), ("runs", "momentum"), ("cannot tell", "gd")),
+    (("runs", "gd"), ("none of them", "gd"), ("runs", "gd"), ("cannot tell", "gd")),
+    (("cannot tell", "gd", ["newton"]), ("runs", "gd"), ("runs", "gd"), ("cannot tell", "gd")),
+    (("none of them", "gd"), ("none of them", "cg"), ("runs", "gd"), ("none of them", "gd")),
+])
+def test_the_prediction_metrics_lead_and_a_weight_metric_can_only_object(error, spd, weight,
+                                                                          want):
+    def make(spec_, metric):
+        kind, learner, *rest = spec_
+        return _said(kind, learner, rest[0] if rest else (), metric)
+
+    out = combine({"error_cosine": [make(error, "error_cosine")],
+                   "spd": [make(spd, "spd")],
+                   "weight_cosine": [make(weight, "weight_cosine")]})[0]
+    assert (out.kind, out.learner) == want
+
+
+def test_the_answer_is_json_ready_and_names_its_candidates():
+    batch, cands, spec = _setup()
+    layers = cands["cg"].preds.preds[1:3]
+    res = _answer(layers, batch, cands, spec)
+    out = res.to_dict()
+    assert out["candidates"] == list(KEYS) and len(out["layers"]) == 2
+    assert set(out["scores"]["error_cosine"]) == set(KEYS)
+    assert dataclasses.asdict(res.layers[0]) == out["layers"][0]

@@ -1,0 +1,159 @@
+"""Learner families: the variants × steps each candidate of the answer is matched over."""
+
+import math
+
+import pytest
+import torch
+
+from iclprobe import algorithms, tasks
+from iclprobe.algorithms import families
+from iclprobe.algorithms.families import Family, FamilyContext, NotACandidate
+from iclprobe.algorithms.numerics import Diverged
+from iclprobe.alignment.measuring.candidates import build_candidates, candidate_keys, family_iterates
+from iclprobe.errors import InputError
+
+
+def _batch(cov="isotropic", sequences=24, seed=0):
+    task = tasks.RegressionTask(n_dims=3, n_points=8, cov=cov)
+    return task.sample(sequences, generator=torch.Generator().manual_seed(seed))
+
+
+def _stats(batch):
+    return algorithms.prefix_stats(batch.xs.double(), batch.ys.double())
+
+
+@pytest.mark.parametrize("name", [i.name for i in algorithms.candidate_learners()])
+def test_every_candidate_family_runs_and_describes_its_columns(name):
+    batch = _batch("ill-conditioned")
+    stats = _stats(batch)
+    it, columns, dropped = family_iterates(name, batch, stats, (1, 7), 4, False)
+    assert it.preds.shape[1:] == batch.ys.shape and len(columns) == it.preds.shape[0]
+    assert dropped == [] and bool(torch.isfinite(it.preds).all())
+    w, _, _ = family_iterates(name, batch, stats, (1, 7), 4, True, slice(0, 5))
+    assert w.weights is not None and w.weights.shape[:2] == (it.preds.shape[0], 5)
+    # the weight run on a slice is that slice of the run on every sequence
+    torch.testing.assert_close(w.preds, it.preds[:, :5], rtol=1e-10, atol=1e-10)
+
+
+def test_each_column_is_its_variant_run_alone():
+    batch = _batch()
+    stats = _stats(batch)
+    it, columns, _ = family_iterates("ridge", batch, stats, (1, 7), 4, False)
+    ctx = FamilyContext(stats, batch.cov, (1, 7))
+    for k, (label, hyper) in enumerate(families.RIDGE.variants(ctx)):
+        alone = algorithms.ridge(batch.xs.double(), batch.ys.double(), **hyper)
+        torch.testing.assert_close(it.preds[k], alone.preds[0])
+        assert columns[k] == label  # a closed form: no step in its description
+    mean_eig = ctx.mean_eigenvalue()
+    lams = [families.RIDGE.variants(ctx)[k][1]["lam"] for k in (0, 12, 24)]
+    assert lams == pytest.approx([mean_eig / 64, mean_eig, mean_eig * 64])
+
+
+def test_gd_family_is_the_rules_and_fixed_steps_at_each_scale():
+    batch = _batch()
+    stats = _stats(batch)
+    ctx = FamilyContext(stats, batch.cov, (1, 7))
+    variants = families.GD.variants(ctx)
+    assert len(variants) == 3 * len(families.GD_SCALES)
+    top = max(float(stats.eigvals[:, t, -1].max()) / t for t in range(1, 8))
+    fixed = dict(variants)["η " + f"{1 / top:.3g}"]
+    assert float(fixed["lr"][3]) == pytest.approx(1 / top) and float(fixed["lr"][0]) == 0.0
+    assert families.GD_STEPS[:17] == tuple(range(17)) and families.GD_STEPS[-1] == 4096
+    steps = families.GD_STEPS[16:]
+    assert all(b / a < 1.3 for a, b in zip(steps, steps[1:]))  # 2^(1/3), rounded
+
+
+def test_pgd_is_no_candidate_where_the_covariance_is_a_multiple_of_identity():
+    batch = _batch()
+    with pytest.raises(NotACandidate, match="Σ is a multiple of I"):
+        family_iterates("pgd", batch, _stats(batch), (1, 7), 4, False)
+    cands, notes = build_candidates(["gd", "pgd"], batch, _stats(batch), (1, 7), 4, None, {},
+                                    None)
+    assert list(cands) == ["gd"] and "pgd" in notes[0]
+
+
+def test_a_diverging_variant_is_left_out_of_its_family_with_a_note():
+    def variants(ctx):
+        return [("stable", {"lr": 0.01, "gamma": 0.01}), ("wild", {"lr": 50.0, "gamma": 0.01})]
+
+    @algorithms.register("gdpp_test_family", steps=range(4), align_hyper={"lr": 0.01},
+                         family=Family(variants, (0, 1, 2, 3)), candidate=False)
+    def gdpp(xs, ys, steps=None, lr=0.1, gamma=0.01, weights=True):
+        return algorithms.gd_plus_plus(xs, ys, steps=steps, lr=lr, gamma=gamma, weights=weights)
+
+    try:
+        batch = _batch()
+        with pytest.raises(Diverged):
+            algorithms.gd_plus_plus(batch.xs, batch.ys, steps=[3], lr=50.0)
+        cands, notes = build_candidates(["gdpp_test_family"], batch, _stats(batch), (1, 7), 4,
+                                        slice(0, 4), {}, None)
+        assert cands["gdpp_test_family"].columns == [f"stable, step {k}" for k in range(4)]
+        assert notes == ["gdpp_test_family: variant(s) wild diverge on these data (left out "
+                         "of its family)"]
+    finally:
+        algorithms.LEARNERS.pop("gdpp_test_family")
+
+
+def test_a_learner_registered_without_a_family_is_a_candidate_at_its_align_hyper():
+    @algorithms.register("plain_test_learner", steps=(1, 2), align_hyper={"lr": 0.05})
+    def plain(xs, ys, steps=None, lr=0.1, weights=True):
+        return algorithms.gd(xs, ys, steps=steps, lr=lr, weights=weights)
+
+    try:
+        assert "plain_test_learner" in candidate_keys(None, {})
+        assert candidate_keys(("gd", "plain_test_learner"), {}) == ["gd", "plain_test_learner"]
+        batch = _batch()
+        it, columns, _ = family_iterates("plain_test_learner", batch, _stats(batch), (1, 7), 4,
+                                         False)
+        ref = algorithms.gd(batch.xs.double(), batch.ys.double(), steps=(1, 2), lr=0.05)
+        torch.testing.assert_close(it.preds, ref.preds) and None
+        assert columns == ["step 1", "step 2"]
+    finally:
+        algorithms.LEARNERS.pop("plain_test_learner")
+    assert "pgd_schedule" not in candidate_keys(None, {})  # needs a model's own matrices
+
+
+def test_register_refuses_a_family_that_is_not_one():
+    with pytest.raises(TypeError, match="family must be an iclprobe.algorithms.families.Family"):
+        algorithms.register("bad_family", family=[("x", {})])(lambda xs, ys, weights=True: None)
+    with pytest.raises(TypeError, match="Family.variants must be a function"):
+        Family(variants=[("x", {})])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="candidate must be a bool"):
+        algorithms.register("bad_family", candidate=1)(lambda xs, ys, weights=True: None)
+    assert "bad_family" not in algorithms.LEARNERS
+
+
+def test_heavy_ball_closed_form_is_the_recurrence_at_long_steps():
+    batch = _batch("ill-conditioned")
+    xs, ys = batch.xs.double(), batch.ys.double()
+    stats = _stats(batch)
+    it = algorithms.momentum(xs, ys, steps=[0, 1, 7, 100, 1000], lr="max", lr_scale=0.5,
+                             beta=0.75, stats=stats)
+    # the recurrence, directly on the weights of each prefix
+    c = 1.0 / stats.counts.clamp(min=1)
+    lam_max = stats.eigvals[..., -1]
+    eta = torch.where(lam_max > 0, 0.5 / (c[None] * lam_max), 0.0)  # [batch, pos]
+    w = prev = torch.zeros_like(stats.xty)
+    want = {0: None, 1: None, 7: None, 100: None, 1000: None}
+    for k in range(1001):
+        if k in want:
+            want[k] = (w * xs).sum(-1)
+        grad = c[None, :, None] * (torch.einsum("bnij,bnj->bni", stats.gram, w) - stats.xty)
+        w, prev = w - eta[..., None] * grad + 0.75 * (w - prev), w
+    for i, k in enumerate(want):
+        torch.testing.assert_close(it.preds[i], want[k], rtol=1e-7, atol=1e-8)
+
+
+def test_online_gd_relaxation_scales_the_kaczmarz_step():
+    batch = _batch()
+    xs, ys = batch.xs.double(), batch.ys.double()
+    half = algorithms.online_gd(xs, ys, steps=[1], lr="normalized", lr_scale=0.5)
+    w = torch.zeros(xs.shape[0], xs.shape[2], dtype=torch.float64)
+    t = 5  # one pass over prefix 5 by hand
+    for j in range(t):
+        x = xs[:, j]
+        w = w - 0.5 / (x * x).sum(-1, keepdim=True) * x * ((w * x).sum(-1) - ys[:, j])[:, None]
+    torch.testing.assert_close(half.preds[0, :, t], (w * xs[:, t]).sum(-1))
+    with pytest.raises(InputError, match="lr_scale must be"):
+        algorithms.online_gd(xs, ys, steps=[1], lr_scale=-1.0)
+    assert math.isfinite(float(half.preds.abs().max()))

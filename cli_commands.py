@@ -22,6 +22,7 @@ logger = logging.getLogger(__name__)
 DEMO_MODELS = ("gpt-softmax", "gpt-softmax-paired", "gpt-linear-paired")
 DEMO_PQ = ("pq-rotated-3layer", "pq-isotropic-1layer")
 DEMO_RECURRENT = "lstm"  # the recurrent baseline, on gpt-softmax's task
+DEMO_KNOWN = ("ka-gd-oracle", "ka-newton-pq")  # read first: the instrument on known answers
 
 
 class UsageError(InputError):
@@ -218,8 +219,7 @@ def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int | None = 
     """
     from iclprobe import models, probes
     from iclprobe.alignment.output.report import write_report
-    from iclprobe.alignment.output.screen import screen
-    from iclprobe.alignment.output.tables import aligned, comparison_rows, fitted_lines, headline_lines
+    from iclprobe.alignment.output.tables import answer_lines
     from iclprobe.alignment.pipeline import AlignConfig, align
     from iclprobe.atomic import atomic_directory
     from iclprobe.storage import check_output
@@ -234,14 +234,34 @@ def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int | None = 
     paired, _ = align_checkpoints(list(DEMO_MODELS[1:]), cfg)
     recurrent = align_checkpoints([DEMO_RECURRENT], cfg)[0][0]
     pq_aligned = [align_checkpoints([name], cfg)[0][0] for name in DEMO_PQ]
+    known = [align_checkpoints([name], cfg)[0][0] for name in DEMO_KNOWN]
     pq = []
     for name in DEMO_PQ:
         pq.append((name, probes.analyze_preconditioners(models.load(name))))  # type: ignore[arg-type]
     with atomic_directory(out, "report", overwrite) as tmp:
-        write_report(tmp, gpt + paired + [recurrent] + pq_aligned, pq,
+        write_report(tmp, known + gpt + paired + [recurrent] + pq_aligned, pq,
                      title="iclprobe demo: which algorithm does each layer run?",
                      command="iclprobe demo", side_by_side=[list(DEMO_MODELS[1:])])
     report = Path(out) / "report.md"
+    print("what each layer runs, among every candidate learner: first two models whose "
+          "algorithm is known by construction, then the trained ones")
+    print("\n".join(answer_lines(known + gpt + paired + [recurrent] + pq_aligned)), end="\n\n")
+    _print_demo(gpt, paired, recurrent, pq_aligned, pq)
+    print(f"report: {report}")
+    return report
+
+
+def _print_demo(gpt: list[Any], paired: list[Any], recurrent: Any, pq_aligned: list[Any],
+                pq: list[tuple[str, Any]]) -> None:
+    """The demo's screen after the answers: gpt-softmax's, the comparisons, the PQ models."""
+    from iclprobe.alignment.output.screen import screen
+    from iclprobe.alignment.output.tables import (
+        aligned,
+        comparison_rows,
+        fitted_lines,
+        headline_lines,
+    )
+
     print(screen(gpt[0]), end="\n\n")
     print("Fu et al.'s headline (Newton closer than GD) at the last layer: gpt-softmax "
           "under both protocols, every transformer under iclprobe's:")
@@ -262,8 +282,6 @@ def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int | None = 
         print(f"{name}: distance of A_l to Σ⁻¹ per layer: {dists}; scales a_l "
               + ", ".join(f"{a:.2f}" for a in analysis.scale))
         print(analysis.summary(name))
-    print(f"report: {report}")
-    return report
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -43,7 +43,7 @@ class AlignConfig:
         None, "comma-separated learners to consider (default: every registered learner, "
         "newton,gd,online_gd,pgd,cg,ols,ridge,momentum,gd_plus_plus, and the model family's "
         "own, e.g. pgd_own): the answer's candidates and, of them, those the protocol runs in "
-        "its tables (by default the protocol's, iclprobe: newton,gd,online_gd,pgd,cg,ols; "
+        "its tables (unset: the protocol's own, iclprobe: newton,gd,online_gd,pgd,cg,ols; "
         "fu2024: newton,gd,online_gd,ols)")
     metrics: tuple[str, ...] = option(
         DEFAULT_METRICS, "comma-separated similarity metrics: error_cosine, weight_cosine, spd, "

@@ -265,7 +265,7 @@ def test_the_report_opens_with_the_findings_and_keeps_each_model_in_its_folder(
     rows = [line.split(" | ") for line in findings.splitlines() if line.startswith("| deep one")]
     protocol = C.combined([main_pair(deep, m) for m in deep.comparisons])[0]
     assert len(rows) == 1
-    answer = [a.learner if a.kind == "runs" else a.short for a in deep.answer.layers]
+    answer = deep.answer.labels
     assert rows[0][2].startswith("0–2 computes nothing; 3–13 newton; 14–24 gd")
     for cell, labels in zip(rows[0][2:], (answer, deep.verdict, protocol)):  # their runs
         runs = cell.rstrip(" |").split("; ")

@@ -355,11 +355,13 @@ def protocol_verdict(result: AlignResult) -> tuple[str, str, list[str]] | None:
     return (pairs[0].a, pairs[0].b, combined(pairs)[0]) if pairs else None
 
 
-def answer_labels(result: AlignResult) -> list[str]:
-    """Per layer, the answer without its step ("gd", "≈ gd, cg", "none (nearest gd)")."""
-    if result.answer is None:
-        return []
-    return [str(a.learner) if a.kind == "runs" else a.short for a in result.answer.layers]
+def answer_lines(results: Sequence[AlignResult]) -> list[str]:
+    """One line per model: its layers' answers, in runs ("0 computes nothing; 1–8 gd")."""
+    width = max((len(r.name) for r in results), default=0)
+    return [f"{r.name.ljust(width)}  " + (f"no alignment: {r.meaningless}" if r.meaningless
+                                          else verdict_runs(r.answer.labels if r.answer else [])
+                                          or "no answer")
+            for r in results]
 
 
 def findings_rows(results: Sequence[AlignResult]) -> tuple[list[str], list[list[str]]]:
@@ -374,7 +376,7 @@ def findings_rows(results: Sequence[AlignResult]) -> tuple[list[str], list[list[
             continue
         proto = protocol_verdict(res)
         shown = "" if proto is None or proto[:2] == MAIN_PAIR else f"{proto[0]} vs {proto[1]}: "
-        answer = answer_labels(res)
+        answer = res.answer.labels if res.answer is not None else []
         body.append([res.name, res.protocol["name"],
                      verdict_runs(answer) if answer else "no fitted families",
                      verdict_runs(res.verdict) if res.verdict else "no fitted view",

@@ -59,7 +59,7 @@ class Answer:
     """The answer per layer over the candidates, per metric and combined."""
 
     candidates: list[str]
-    labels: dict[str, str]  # candidate -> what it is
+    learner_labels: dict[str, str]  # candidate -> what it is
     metrics: list[str]  # the metrics combined (the verdict metrics computed)
     layers: list[LayerAnswer]  # combined
     by_metric: dict[str, list[LayerAnswer]]
@@ -71,6 +71,11 @@ class Answer:
     def texts(self) -> list[str]:
         """Per layer, the combined answer in words."""
         return [a.text for a in self.layers]
+
+    @property
+    def labels(self) -> list[str]:
+        """Per layer, the answer without its step ("gd", "≈ gd, cg", "none (nearest gd)")."""
+        return [str(a.learner) if a.kind == RUNS else a.short for a in self.layers]
 
     def sentence(self, live: Sequence[bool]) -> str:
         """The answer over the live layers in words, one clause per run of equal answers.

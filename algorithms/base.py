@@ -161,7 +161,10 @@ def register(name: str, *, label: str | None = None,
     return wrap
 
 
-#: Whom a learner registered without ``compare_with`` is compared with.
+#: Newton vs GD, Fu et al.'s question: the one home of the pair that the Newton-vs-GD views
+#: (the fitted view's verdict, the protocol tables' main pair, the separation views) and a
+#: learner registered without ``compare_with`` are compared by. The answer weighs every
+#: candidate instead.
 REFERENCE_PAIR = ("newton", "gd")
 
 

@@ -29,6 +29,7 @@ from typing import Any
 from torch import Tensor
 
 from iclprobe import probes
+from iclprobe.algorithms.base import REFERENCE_PAIR
 from iclprobe.alignment.comparison import PairVerdict
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.evaluation import Evaluation, evaluation, evaluation_task, model_evaluation
@@ -98,7 +99,7 @@ def run_stages(ev: Evaluation, layers: Layers, timings: Timings,
             answer = answer_view(ev, matched.live, cands)
             fitted, spectral = fitted_view(ev, learners.stats, matched.live, matched_by(answer),
                                            cands)
-    if ev.cfg.separation and ev.positions == "all" and {"newton", "gd"} <= set(ev.runs):
+    if ev.cfg.separation and ev.positions == "all" and set(REFERENCE_PAIR) <= set(ev.runs):
         with timings.stage("separation views"):
             separation = separation_view(ev, learners)
     if answer is not None and answer.notes:

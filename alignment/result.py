@@ -12,6 +12,7 @@ from typing import Any
 from torch import Tensor
 
 from iclprobe import algorithms
+from iclprobe.algorithms.base import REFERENCE_PAIR
 from iclprobe.alignment import comparison as C
 from iclprobe.alignment.evaluation import Evaluation
 from iclprobe.alignment.measuring.layers import Layers
@@ -85,7 +86,7 @@ class AlignResult:
     def verdict_sentence(self) -> str:
         """`verdict` in words (empty where the fitted view was not run)."""
         labels = self.verdict
-        return C.sentence(labels, "newton", "gd", None) if labels else ""
+        return C.sentence(labels, *REFERENCE_PAIR, None) if labels else ""
 
     @property
     def verdict_source(self) -> list[str]:

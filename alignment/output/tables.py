@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from iclprobe.algorithms.base import REFERENCE_PAIR
 from iclprobe.alignment.comparison import Interval, PairVerdict, combined
 from iclprobe.alignment.measuring.matching import Fit
 from iclprobe.alignment.metrics import metric_info
@@ -176,7 +177,7 @@ def growth_lines(result: AlignResult, metric: str) -> list[str]:
     """For each displayed step learner: both fits and which explains the steps better."""
     lines = []
     for run in result.step_runs:
-        if run not in ("newton", "gd") and run not in display_runs(result):
+        if run not in MAIN_PAIR and run not in display_runs(result):
             continue
         fits = result.matches[run][metric].fits
         lin, log = fits["linear"], fits["log2"]
@@ -322,7 +323,7 @@ def spectral_lines(result: AlignResult) -> list[str]:
              "Newton 2 at small steps), beside each learner's best fitted match; not a "
              "ground of the verdict"]
     return [*title, *aligned(header, body, right=False)] if body else [*title, "no live layer"]
-MAIN_PAIR = ("newton", "gd")
+MAIN_PAIR = REFERENCE_PAIR  # the Newton-vs-GD views' pair, from its one home
 
 
 def main_pair(result: AlignResult, metric: str) -> PairVerdict | None:

@@ -24,10 +24,15 @@ from iclprobe.alignment.metrics import METRIC_INFO, metric_info
 
 RUNS, CANNOT_TELL, NONE = "runs", "cannot tell", "none of them"
 DEAD = ("computes nothing", "matches no learner")
-#: Similarities closer than this are equal: a model's layers are float32 (relative precision
-#: ~1e-7), so a layer that is a learner's column matches it to ~1e-8, not to float64's 1e-16,
-#: and two converged columns (CG past d steps, OLS) are equal to round-off.
-PRECISION = 1e-6
+#: Similarities closer than this are equal. A model's layers are float32, so a layer that is
+#: a learner's column matches it to ~1e-8, not to float64's 1e-16; two converged columns (CG
+#: past d steps, OLS) are equal to round-off; and near convergence GD and heavy ball follow
+#: each other to a few 1e-6, so a family's grid alone decided between them (at 1e-6 the
+#: held-out slice named heavy ball for 6 GD oracle layers read exactly; none at 1e-5).
+PRECISION = 1e-5
+#: A mix fits a layer better than X alone where its gain's lower bound exceeds this (float
+#: round-off only: the mix test is a paired bootstrap's, not a margin between learners).
+MIX_FLOOR = 1e-8
 
 
 @dataclasses.dataclass
@@ -134,6 +139,7 @@ class _Yardsticks:
     runner_up: dict[int, float]  # the runner-up's matched column's similarity to X's match
     own: dict[int, Tensor]  # X as a continuum: its best per bootstrap replicate [boot]
     own_value: dict[int, float]  # ... and its best
+    rival_own: dict[str, dict[int, Tensor]]  # every rival as a continuum, per replicate
     mixed: dict[str, dict[int, bool]]  # rival -> layer -> a mix of X and it fits better
 
 
@@ -168,12 +174,15 @@ def _resemblances(x: str, layers: Sequence[int], ev: _Evidence, cands: Mapping[s
                                               ycols.index(ev.best[y][i])])
     own: dict[int, Tensor] = {}
     own_value: dict[int, float] = {}
+    rival_own: dict[str, dict[int, Tensor]] = {}
     mixed: dict[str, dict[int, bool]] = {}
     for i in layers:
-        own_value[i], own[i], by_y = _mixes(x, i, ev, cands, metric, ys, spec, values_of_layers)
+        own_value[i], own[i], theirs, by_y = _mixes(x, i, ev, cands, metric, ys, spec,
+                                                    values_of_layers)
         for y, flag in by_y.items():
             mixed.setdefault(y, {})[i] = flag
-    return _Yardsticks(imit, runner, own, own_value, mixed)
+            rival_own.setdefault(y, {})[i] = theirs[y]
+    return _Yardsticks(imit, runner, own, own_value, rival_own, mixed)
 
 
 #: The weights w of the mixes ``(1 − w) a + w b`` tried (`_mixes`). A layer that runs X
@@ -186,29 +195,39 @@ MIX_WEIGHTS = (0.35, 0.5, 0.65)
 OWN_MIXES = 3
 
 
-def _mixes(x: str, layer: int, ev: _Evidence, cands: Mapping[str, Candidate], metric: str,
-           ys: Tensor, spec: TableSpec, values_of_layers: Tensor
-           ) -> tuple[float, Tensor, dict[str, bool]]:
-    """X as a continuum at ``layer``, and whether a mix with each rival fits the layer better.
+def _continuum(c: str, layer: int, ev: _Evidence, cands: Mapping[str, Candidate], metric: str,
+               ys: Tensor, spec: TableSpec, values_of_layers: Tensor) -> tuple[float, Tensor]:
+    """Candidate ``c`` as a continuum at ``layer``: its best value and best per replicate.
 
-    A family is matched on a grid; a layer that runs X between grid points is closer to a
-    mix of X's nearest columns than to any one of them, so X's similarity is taken over
-    its matched column and the mixes ``(1 − w) m + w k`` with its grid neighbours, its
-    next-best columns and each variant's best column k (its best per bootstrap
-    replicate). A layer between X and a rival Y (the known-answer benchmark's average of
-    GD and Newton) is fitted better still by a mix of X's and Y's matched columns:
-    "better" is beyond the paired interval (every table shares the bootstrap's
-    resamples).
+    A family is matched on a grid; a layer that runs it between grid points is closer to a
+    mix of its nearest columns than to any one of them, so its similarity is taken over
+    its matched column and the mixes ``(1 − w) m + w k`` with the match's grid neighbours,
+    its next-best columns and each variant's best column k. Every candidate is read so
+    (a denser family must not win by its grid alone: heavy ball's took GD layers between
+    GD's step counts).
     """
     on_w = METRIC_INFO[metric].on == "weights"
-    fam = cands[x].of(metric)
-    mine = columns_of(fam, [ev.best[x][layer]], on_w)[0]
-    nearest = list(dict.fromkeys([*cands[x].neighbors(ev.best[x][layer]),
-                                  *_next_best(x, layer, ev, OWN_MIXES),
-                                  *_variant_bests(cands[x], ev.table[x][layer])]))
-    rivals = [y for y in cands if y != x]
-    parts = [columns_of(fam, [k], on_w)[0] for k in nearest] + \
-        [columns_of(cands[y].of(metric), [ev.best[y][layer]], on_w)[0] for y in rivals]
+    fam, best = cands[c].of(metric), ev.best[c][layer]
+    nearest = list(dict.fromkeys([*cands[c].neighbors(best), *_next_best(c, layer, ev, OWN_MIXES),
+                                  *_variant_bests(cands[c], ev.table[c][layer])]))
+    nearest = [k for k in nearest if k != best]
+    own, value = ev.boot[c][layer], float(ev.value[c][layer])
+    if not nearest:
+        return value, own
+    mine = columns_of(fam, [best], on_w)[0]
+    parts = columns_of(fam, nearest, on_w)
+    values, boots = _mix_tables(mine, parts, layer, ev, metric, ys, spec, values_of_layers)
+    return max(value, float(values.max())), torch.maximum(own, boots.flatten(0, 1).max(0).values)
+
+
+def _mix_tables(mine: Tensor, parts: Tensor, layer: int, ev: _Evidence, metric: str,
+                ys: Tensor, spec: TableSpec, values_of_layers: Tensor) -> tuple[Tensor, Tensor]:
+    """The layer's similarity to each mix ``(1 − w) mine + w part``.
+
+    Values ``[part, w]`` and replicates ``[part, w, boot]``, in higher-is-better space and
+    corrected for the readout's noise as the tables are.
+    """
+    on_w = METRIC_INFO[metric].on == "weights"
     mixes = torch.stack([(1 - w) * mine + w * other for other in parts for w in MIX_WEIGHTS])
     it = Iterates(torch.zeros(len(mixes), dtype=torch.long),
                   mixes if not on_w else mixes.new_zeros(mixes.shape[:-1]),
@@ -216,17 +235,35 @@ def _mixes(x: str, layer: int, ev: _Evidence, cands: Mapping[str, Candidate], me
     sim = similarity(values_of_layers[layer:layer + 1], it, ys, metric, n_boot=spec.n_boot,
                      confidence=ev.confidence, seed=spec.seed, check=False, **spec.kw(metric))
     assert sim.boots is not None
-    boots = spec.correct(metric, sim.boots, slice(layer, layer + 1))  # as the tables are
-    boots = (ev.sign * boots[0]).view(len(parts), len(MIX_WEIGHTS), -1)  # [part, w, boot]
-    values = ev.sign * spec.correct(metric, sim.values, slice(layer, layer + 1))[0]
-    own, own_value = ev.boot[x][layer], float(ev.value[x][layer])
-    if nearest:
-        own = torch.maximum(own, boots[:len(nearest)].flatten(0, 1).max(0).values)
-        own_value = max(own_value, float(values[:len(nearest) * len(MIX_WEIGHTS)].max()))
-    q = (1 - ev.confidence) / 2
-    gains = boots[len(nearest):] - own  # [rival, w, boot]
-    low = torch.quantile(gains, q, dim=-1)  # [rival, w]
-    return own_value, own, {y: bool((low[j] > PRECISION).any()) for j, y in enumerate(rivals)}
+    rows = slice(layer, layer + 1)
+    boots = ev.sign * spec.correct(metric, sim.boots, rows)[0]
+    values = ev.sign * spec.correct(metric, sim.values, rows)[0]
+    return values.view(len(parts), len(MIX_WEIGHTS)), boots.view(len(parts), len(MIX_WEIGHTS), -1)
+
+
+def _mixes(x: str, layer: int, ev: _Evidence, cands: Mapping[str, Candidate], metric: str,
+           ys: Tensor, spec: TableSpec, values_of_layers: Tensor
+           ) -> tuple[float, Tensor, dict[str, Tensor], dict[str, bool]]:
+    """X and every rival as continua (`_continuum`) at ``layer``, and the mixes of X and Y.
+
+    Returns X's best value and replicates, each rival's replicates, and per rival whether
+    a mix of X's and its matched columns fits the layer better than X does — a layer
+    between X and Y (the known-answer benchmark's average of GD and Newton) is neither's;
+    "better" is beyond the paired interval (every table shares the bootstrap's resamples).
+    """
+    on_w = METRIC_INFO[metric].on == "weights"
+    kw = {"ev": ev, "cands": cands, "metric": metric, "ys": ys, "spec": spec,
+          "values_of_layers": values_of_layers}
+    own_value, own = _continuum(x, layer, **kw)
+    rivals = [y for y in cands if y != x]
+    rival_own = {y: _continuum(y, layer, **kw)[1] for y in rivals}
+    mine = columns_of(cands[x].of(metric), [ev.best[x][layer]], on_w)[0]
+    parts = torch.stack([columns_of(cands[y].of(metric), [ev.best[y][layer]], on_w)[0]
+                         for y in rivals])
+    _, boots = _mix_tables(mine, parts, layer, ev, metric, ys, spec, values_of_layers)
+    low = torch.quantile(boots - own, (1 - ev.confidence) / 2, dim=-1)  # [rival, w]
+    return own_value, own, rival_own, {y: bool((low[j] > MIX_FLOOR).any())
+                                       for j, y in enumerate(rivals)}
 
 
 def _variant_bests(cand: Candidate, values: Tensor) -> list[int]:
@@ -310,7 +347,7 @@ def _decide(metric: str, ev: _Evidence, tables: Mapping[str, Similarity],
     ranked = _ranked(ev, layer)
     unseparated = []
     for y in ranked[1:]:
-        diff_low = float(torch.quantile(own - ev.boot[y][layer], q[0]))
+        diff_low = float(torch.quantile(own - sticks.rival_own[y][layer], q[0]))
         close = sticks.own_value[layer] > sticks.imitation[y][layer] + PRECISION
         if not (diff_low > PRECISION and close and not sticks.mixed[y][layer]):
             unseparated.append(y)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from iclprobe.algorithms.base import REFERENCE_PAIR
 from iclprobe.algorithms.prefix import PrefixStats, stats_rows
 from iclprobe.alignment import comparison as C
 from iclprobe.alignment.measuring.candidates import Candidate, Candidates
@@ -30,7 +31,7 @@ from iclprobe.alignment.views.spectral import SpectralOrder, spectral_view
 if TYPE_CHECKING:
     from iclprobe.alignment.evaluation import Evaluation
 
-LEARNERS = ("newton", "gd")
+LEARNERS = REFERENCE_PAIR  # Newton vs GD: Fu et al.'s question
 
 
 def fitted_pairs(tables: Mapping[str, Mapping[str, Similarity]],
@@ -62,7 +63,7 @@ def fitted_pairs(tables: Mapping[str, Mapping[str, Similarity]],
                             by["newton"].higher_is_better, matched)
         sentence = C.sentence(labels, *LEARNERS, metric).replace(
             " by ", " (step sizes fitted) by ", 1)
-        pairs[metric] = C.PairVerdict("newton", "gd", metric, diff, cal, labels, sentence)
+        pairs[metric] = C.PairVerdict(*LEARNERS, metric, diff, cal, labels, sentence)
         if METRIC_INFO[metric].on == "weights" and spectral is None \
                 and layer_weights is not None:
             rows = stats_rows(stats, slice(0, layer_weights.shape[1]))

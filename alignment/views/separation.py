@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from iclprobe import algorithms
+from iclprobe.algorithms.base import REFERENCE_PAIR
 from iclprobe.alignment.comparison import imitation
 from iclprobe.alignment.evaluation import Evaluation
 from iclprobe.alignment.measuring.runs import Learners, run_spec
@@ -100,7 +101,7 @@ def separation_views(d: int, n: int, protocol: Protocol,
                            generator=torch.Generator().manual_seed(seed + 7))
     ill_stats = algorithms.prefix_stats(ill_batch.xs.double(), ill_batch.ys.double())
     its = {k: run_spec(protocol.runs[k], ill_batch, 0, False, ill_stats, seed)
-           for k in ("newton", "gd")}
+           for k in REFERENCE_PAIR}
     gd_steps, res = _best_gd(its["newton"], its["gd"], ill_batch.ys.double(), cols,
                              "error_cosine", window[0], window[1])
     out.append(SeparationView(f"error cosine, ill-conditioned data (κ = {condition_number:g})",

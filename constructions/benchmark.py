@@ -95,7 +95,7 @@ class Cell:
     protocol: str
     data: str
     readout: str
-    multiplier: float  # of the protocol's rule, the stability bound, or λ (ridge)
+    multiplier: float  # of the protocol's rule, the stability bound, λ (ridge), steps (CG)
     setting: str = "main"  # a key of SETTINGS
     condition_number: float | None = None  # κ of the data, where not the setting's
     beta: float | None = None  # heavy ball's momentum
@@ -145,7 +145,7 @@ def _multipliers(kind: str, spec: Setting, given: tuple[float, ...] | None
     if kind == "momentum oracle":
         return [(m, b) for b in spec.momentum_betas for m in spec.oracle_multipliers]
     by_kind = {"ridge oracle": spec.ridge_lams, "online_gd oracle": spec.online_scales,
-               "cg oracle": (1.0,), "blend oracle": (1.0,), "random pgd oracle": (1.0,)}
+               "cg oracle": (0.5, 1.0), "blend oracle": (1.0,), "random pgd oracle": (1.0,)}
     mults = by_kind.get(kind) or (spec.oracle_multipliers if "oracle" in kind
                                   else spec.construction_fractions)
     return [(m, None) for m in mults]
@@ -188,8 +188,8 @@ def oracle_spec(cell: Cell, n_dims: int, seed: int) -> tuple[str, Any, dict[str,
             _oracle_hyper(truth, cell.protocol, m)
     if cell.kind == "ridge oracle":
         return "ridge", lambda layer: 0, {"lam": m}
-    if cell.kind == "cg oracle":
-        return "cg", lambda layer: layer, {}
+    if cell.kind == "cg oracle":  # step ⌊m·l⌋: at m = 1/2 every layer is short of d steps
+        return "cg", lambda layer: int(m * layer), {}
     if cell.kind == "momentum oracle":
         return "momentum", lambda layer: 2 * layer, {"lr": "max", "lr_scale": m, "beta": cell.beta}
     if cell.kind == "online_gd oracle":

@@ -124,3 +124,12 @@ def test_the_answer_is_json_ready_and_names_its_candidates():
     assert out["candidates"] == list(KEYS) and len(out["layers"]) == 2
     assert set(out["scores"]["error_cosine"]) == set(KEYS)
     assert dataclasses.asdict(res.layers[0]) == out["layers"][0]
+
+
+def test_none_of_them_prints_its_two_numbers_apart():
+    """Both numbers can round to 1.000; printed so, "none of them" would read as a tie."""
+    close = LayerAnswer(NONE, learner="gd", column="1/λmax, step 3", value=0.99961,
+                        runner_up="newton", resemblance=0.99994, metric="error_cosine")
+    assert "error cosine 0.9996, while newton's matched column is at 0.9999" in close.detail()
+    far = dataclasses.replace(close, value=0.831, resemblance=0.979)
+    assert "0.831, while newton's matched column is at 0.979" in far.detail()

@@ -12,7 +12,8 @@ def test_readme_examples_run(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
 
     exec(compile(verdict, "README.md", "exec"), {})
-    score, sentence, linear, log2 = capsys.readouterr().out.splitlines()
+    answer, score, sentence, linear, log2 = capsys.readouterr().out.splitlines()
+    assert answer.startswith("none of them: nearest ")  # what the README says of gpt-softmax
     value, lower, upper = (float(v) for v in re.findall(r"-?\d+\.\d+", score))
     assert 0 < lower <= value <= upper <= 1
     assert sentence.startswith("newton vs gd by error cosine: ")

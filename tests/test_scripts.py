@@ -30,9 +30,12 @@ def test_fu2024_claims_quote_the_verdict_and_the_filter_orders():
         results.append(align(model, cfg, name=f"gd3-{data}"))
     rows = dict(fu.claims(*results))
     headline = next(v for k, v in rows.items() if k.startswith("Headline"))
+    answer = results[0].answer.sentence(results[0].live).split(": ", 1)[1].rstrip(".")
+    assert headline.startswith(answer + "; κ=100: ")  # what each layer runs, the answer
+    verdict = next(v for k, v in rows.items() if k.startswith("... and not GD"))
     iso = results[0].verdict
     first = iso[0]
-    assert f"{first} at {layer_ranges([i for i, v in enumerate(iso) if v == first])}" in headline
+    assert f"{first} at {layer_ranges([i for i, v in enumerate(iso) if v == first])}" in verdict
     orders = next(v for k, v in rows.items() if k.startswith("Filter order"))
     spec = results[0].spectral
     live = [i for i, r in enumerate(spec.reading) if r != "computes nothing"

@@ -45,6 +45,7 @@ from iclprobe.alignment.views.answer_rule import (
     _evidence,
     _sign,
     answer_metric,
+    places_apart,
 )
 
 if TYPE_CHECKING:
@@ -110,9 +111,10 @@ class Answer:
             nearest.setdefault(str(a.learner), []).append(i)
         label = metric_info(said[0].metric).label if said[0].metric else "similarity"
         where = ", ".join(f"{k} at {_where(v, short=True)}" for k, v in nearest.items())
-        return (f"none of them (nearest {where}; {label} {_span([a.value for a in said])} to "
-                f"it, while the runner-up's match is at {_span([a.resemblance for a in said])} "
-                "to it)")
+        places = places_apart([(a.value, a.resemblance) for a in said])
+        return (f"none of them (nearest {where}; {label} "
+                f"{_span([a.value for a in said], places)} to it, while the runner-up's match "
+                f"is at {_span([a.resemblance for a in said], places)} to it)")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
@@ -229,10 +231,10 @@ def _where(layers: Sequence[int], short: bool = False) -> str:
     return span if short else f"layer{'s' if len(layers) > 1 else ''} {span}"
 
 
-def _span(values: Sequence[float | None]) -> str:
-    """The range of some numbers, to 3 places ("0.839–0.945")."""
+def _span(values: Sequence[float | None], places: int = 3) -> str:
+    """The range of some numbers, to ``places`` places ("0.839–0.945")."""
     got = [v for v in values if v is not None]
     if not got:
         return "—"
-    lo, hi = f"{min(got):.3f}", f"{max(got):.3f}"
+    lo, hi = f"{min(got):.{places}f}", f"{max(got):.{places}f}"
     return lo if lo == hi else f"{lo}–{hi}"

@@ -89,9 +89,23 @@ class LayerAnswer:
         if self.kind != NONE or self.metric is None:
             return self.text
         label = metric_info(self.metric).label
+        p = places_apart([(self.value, self.resemblance)])
         return (f"none of them: nearest {self.learner} ({self.column}) at {label} "
-                f"{self.value:.3f}, while {self.runner_up}'s matched column is at "
-                f"{self.resemblance:.3f} to it")
+                f"{self.value:.{p}f}, while {self.runner_up}'s matched column is at "
+                f"{self.resemblance:.{p}f} to it")
+
+
+def places_apart(pairs: Sequence[tuple[float | None, float | None]]) -> int:
+    """Decimal places (3 to 6) at which each pair's two numbers print differently.
+
+    A layer's similarity to its nearest candidate and the runner-up's resemblance to that
+    candidate can both round to 1.000; printed so, "none of them" would read as a tie.
+    """
+    for places in range(3, 7):
+        if all(a is None or b is None or f"{a:.{places}f}" != f"{b:.{places}f}"
+               for a, b in pairs):
+            return places
+    return 6
 
 
 def _sign(sim: Similarity) -> float:
@@ -252,8 +266,8 @@ def _mixes(x: str, layer: int, ev: _Evidence, cands: Mapping[str, Candidate], me
     "better" is beyond the paired interval (every table shares the bootstrap's resamples).
     """
     on_w = METRIC_INFO[metric].on == "weights"
-    kw = {"ev": ev, "cands": cands, "metric": metric, "ys": ys, "spec": spec,
-          "values_of_layers": values_of_layers}
+    kw: dict[str, Any] = {"ev": ev, "cands": cands, "metric": metric, "ys": ys, "spec": spec,
+                          "values_of_layers": values_of_layers}
     own_value, own = _continuum(x, layer, **kw)
     rivals = [y for y in cands if y != x]
     rival_own = {y: _continuum(y, layer, **kw)[1] for y in rivals}

@@ -152,7 +152,8 @@ def test_demo_writes_the_whole_report(tmp_path, capsys):
     top = {p.name for p in out.iterdir() if p.is_file()}
     assert len(top) <= 8, top  # the rest lies in a folder per model
     summary = json.loads((out / "summary.json").read_text())
-    assert set(summary["models"]) == {"gpt-softmax", "gpt-softmax-fu2024", "gpt-softmax-paired",
+    assert set(summary["models"]) == {"ka-gd-oracle", "ka-newton-pq",  # known answers first
+                                      "gpt-softmax", "gpt-softmax-fu2024", "gpt-softmax-paired",
                                       "gpt-linear-paired", "lstm", "pq-rotated-3layer",
                                       "pq-isotropic-1layer"}
     assert summary["models"]["gpt-softmax-fu2024"]["protocol"]["name"] == "fu2024"

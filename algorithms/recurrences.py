@@ -80,28 +80,40 @@ def heavy_ball_decays(rate: Tensor, beta: float, steps: list[int]) -> list[Tenso
 
     With ``a = η c λ`` (``rate``, any shape) the error ``e_k = u_k − b/λ`` obeys
     ``e_{k+1} = (1 + β − a) e_k − β e_{k−1}`` from ``e_0 = e_{−1} = −b/λ``, so
-    ``r_k = [M^k (1, 1)ᵀ]_0`` with ``M = [[1 + β − a, −β], [1, 0]]``, taken by repeated
-    squaring: O(log k) elementwise 2×2 products per step count instead of k steps.
+    ``r_k = [M^k (1, 1)ᵀ]_0`` with ``M = [[1 + β − a, −β], [1, 0]]``. From one wanted step
+    count to the next: one step of the recurrence where they are 1 apart, else the gap by
+    squared powers of M (O(log gap) elementwise 2×2 products, powers only as far as the
+    largest gap needs).
     """
-    m = [1.0 + beta - rate, torch.full_like(rate, -beta), torch.ones_like(rate),
-         torch.zeros_like(rate)]  # M = [[m0, m1], [m2, m3]]
-    powers = [m]  # M^(2^j)
-    top = max(steps) if steps else 0
-    while 2 ** len(powers) <= top:
-        p0, p1, p2, p3 = powers[-1]
-        powers.append([p0 * p0 + p1 * p2, p0 * p1 + p1 * p3, p2 * p0 + p3 * p2,
-                       p2 * p1 + p3 * p3])
-    v0, v1, at = torch.ones_like(rate), torch.ones_like(rate), 0
+    tau = (1.0 + beta) - rate
+    wanted = sorted(set(steps))
+    gaps = [k - at for at, k in zip([0, *wanted[:-1]], wanted)]
+    powers = _matrix_powers(tau, beta, max(gaps, default=0)) if any(g > 1 for g in gaps) else []
+    v0, v1 = torch.ones_like(rate), torch.ones_like(rate)
     out: dict[int, Tensor] = {}
-    for k in sorted(set(steps)):
-        gap, j = k - at, 0
-        while gap:
+    for k, gap in zip(wanted, gaps):
+        if gap == 1:  # one step of the recurrence
+            v0, v1 = torch.mul(tau, v0).sub_(v1, alpha=beta), v0
+            gap = 0
+        j = 0
+        while gap:  # M^gap, a power of two at a time
             if gap & 1:
                 p0, p1, p2, p3 = powers[j]
-                v0, v1 = p0 * v0 + p1 * v1, p2 * v0 + p3 * v1
+                v0, v1 = torch.addcmul(p0 * v0, p1, v1), torch.addcmul(p2 * v0, p3, v1)
             gap, j = gap >> 1, j + 1
-        at, out[k] = k, v0
+        out[k] = v0
     return [out[k].clone() for k in steps]
+
+
+def _matrix_powers(tau: Tensor, beta: float, top: int) -> list[tuple[Tensor, ...]]:
+    """``M^(2^j)`` for ``2^j <= top``, each as its entries ``(m00, m01, m10, m11)``."""
+    powers = [(tau, torch.full_like(tau, -beta), torch.ones_like(tau), torch.zeros_like(tau))]
+    while 2 ** len(powers) <= top:
+        p0, p1, p2, p3 = powers[-1]
+        cross, trace = p1 * p2, p0 + p3  # [[a, b], [c, d]]² = [[a² + bc, b(a+d)], [c(a+d), d² + bc]]
+        powers.append((torch.addcmul(cross, p0, p0), p1 * trace, p2 * trace,
+                       torch.addcmul(cross, p3, p3)))
+    return powers
 
 
 @register("momentum", label="heavy-ball momentum", steps=GD_LOG_GRID, step_scale="log2",

@@ -303,3 +303,20 @@ def test_bad_input(call, match):
     xs, ys = linear_data(d=4)
     with pytest.raises(ValueError, match=match):
         call(xs, ys)
+
+
+@pytest.mark.parametrize("steps", [[0, 1, 2, 3, 9, 10, 40, 41, 300], [300, 5, 5, 0, 1], [7], [0]])
+def test_heavy_ball_decays_are_the_recurrence(steps):
+    # r_k = [M^k (1, 1)]_0 stepped one at a time, against the closed form's mix of single
+    # steps and squared powers (stable and unstable rates, β at both ends)
+    from iclprobe.algorithms.recurrences import heavy_ball_decays
+    rate = torch.linspace(0.0, 3.9, 40, dtype=torch.float64)
+    for beta in (0.0, 0.5, 0.95):
+        prev, cur, naive = torch.ones_like(rate), torch.ones_like(rate), {0: torch.ones_like(rate)}
+        for k in range(1, max(steps) + 1):
+            prev, cur = cur, (1 + beta - rate) * cur - beta * prev
+            naive[k] = cur
+        got = heavy_ball_decays(rate, beta, steps)
+        for k, r in zip(steps, got):
+            scale = naive[k].abs().clamp(min=1.0)  # unstable rates grow: relative there
+            assert torch.allclose(r / scale, naive[k] / scale, rtol=0, atol=1e-9), (beta, k)

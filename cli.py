@@ -133,6 +133,11 @@ def _align_options(p: argparse.ArgumentParser) -> None:
     add_flags(p.add_argument_group("alignment (AlignConfig)"), align_flags())
     p.add_argument("--out", type=_out_path,
                    help="write a report folder (report.md, PNGs, CSVs, JSON) here")
+    p.add_argument("--design", action="store_true",
+                   help="also align on designed data: the evaluation distribution (Σ's "
+                        "spectrum, examples, label noise, queries) where the candidates' "
+                        "matched columns differ most, chosen from the learners alone; both "
+                        "answers side by side")
     _overwrite_flag(p, "a report")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     p.add_argument("--verbose", action="store_true", help="print the full tables (every learner "

@@ -102,6 +102,21 @@ def align_checkpoints(checkpoints: list[str], cfg: Any) -> tuple[list[Any], dict
     return results, {res.name: res.probes_info for res in results}
 
 
+def design_checkpoints(checkpoints: list[str], results: list[Any], cfg: Any) -> dict[str, Any]:
+    """Each model aligned again on its designed data (`alignment.design.align_designed`)."""
+    from iclprobe import models
+    from iclprobe.alignment.design import align_designed
+
+    if not cfg.fitted:
+        raise UsageError("--design needs the fitted view: drop --no-fitted")
+    out = {}
+    for checkpoint, res in zip(checkpoints, results):
+        model = models.load(checkpoint, device=cfg.device)
+        with probe_notes():
+            out[res.name] = align_designed(model, cfg, res.name, own=res, progress=True)
+    return out
+
+
 @contextlib.contextmanager
 def probe_notes() -> Iterator[None]:
     """Print on stderr what `resolve_probes` says of each model's probes, as it decides."""
@@ -144,14 +159,19 @@ def cmd_align(args: argparse.Namespace) -> int:
                 write_report(tmp, results, title=f"iclprobe {args.command}", command=command,
                              side_by_side=[[r.name for r in results]] if len(results) > 1
                              else [])
+        designed = design_checkpoints(checkpoints, results, cfg) if args.design else {}
     if args.json:
-        print(json.dumps({r.name: {**r.to_dict(), "probes": records[r.name]} for r in results}))
+        print(json.dumps({r.name: {**r.to_dict(), "probes": records[r.name],
+                                   **({"designed": designed[r.name].to_dict()}
+                                      if r.name in designed else {})} for r in results}))
         return 0
     notes = preconditioner_notes(checkpoints, [r.name for r in results])
     for res in results:
         if not args.verbose:
             print(screen(res), end="\n\n" if res.name not in notes else "\n")
             print(notes.get(res.name, ""), end="\n\n" if res.name in notes else "")
+            if res.name in designed:
+                print("\n".join(designed[res.name].lines()), end="\n\n")
             continue
         for metric in cfg.metrics:
             print(text_table(res, metric), end="\n\n")

@@ -107,7 +107,8 @@ def heavy_ball_decays(rate: Tensor, beta: float, steps: list[int]) -> list[Tenso
 
 def _matrix_powers(tau: Tensor, beta: float, top: int) -> list[tuple[Tensor, ...]]:
     """``M^(2^j)`` for ``2^j <= top``, each as its entries ``(m00, m01, m10, m11)``."""
-    powers = [(tau, torch.full_like(tau, -beta), torch.ones_like(tau), torch.zeros_like(tau))]
+    powers: list[tuple[Tensor, ...]] = [
+        (tau, torch.full_like(tau, -beta), torch.ones_like(tau), torch.zeros_like(tau))]
     while 2 ** len(powers) <= top:
         p0, p1, p2, p3 = powers[-1]
         cross, trace = p1 * p2, p0 + p3  # [[a, b], [c, d]]² = [[a² + bc, b(a+d)], [c(a+d), d² + bc]]

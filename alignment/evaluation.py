@@ -229,7 +229,11 @@ def family_runs(model: Regressor, batch: RegressionBatch
     return runs, list(notes)
 
 
+class NonFinite(InputError):
+    """A model's reading or a learner's iterates hold NaN or Inf on the data aligned."""
+
+
 def refuse_nonfinite(what: str, tensor: Tensor) -> None:
     """Refuse a reading that holds NaN or Inf (naming ``what``)."""
     if not bool(torch.isfinite(tensor).all()):
-        raise InputError(f"align: the {what} are not finite (found NaN or Inf)")
+        raise NonFinite(f"align: the {what} are not finite (found NaN or Inf)")

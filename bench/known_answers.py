@@ -2,6 +2,7 @@
 
     python bench/known_answers.py [--setting main|held-out|fresh|hard-d10|hard-d3|all]
                                   [--out DIR] [--n-sequences 256] [--n-boot 100] [--jobs 2]
+                                  [--design]
 
 Models whose algorithm is known by construction (`iclprobe.constructions`): oracles of GD,
 Newton, ridge, CG, heavy ball and online GD, the GD and Newton PQ constructions, and two
@@ -51,12 +52,13 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
-def run_cells(cells: list[B.Cell], cfg: AlignConfig, jobs: int) -> list[B.CellResult]:
+def run_cells(cells: list[B.Cell], cfg: AlignConfig, jobs: int, design: bool = False
+              ) -> list[B.CellResult]:
     """Every cell's result, in the cells' order (seeded: the same in any process)."""
     if jobs == 1:
-        return [B.run_cell(cell, cfg) for cell in tqdm(cells, desc="cells")]
+        return [B.run_cell(cell, cfg, design) for cell in tqdm(cells, desc="cells")]
     with ProcessPoolExecutor(jobs, initializer=_one_thread) as pool:
-        futures = [pool.submit(B.run_cell, cell, cfg) for cell in cells]
+        futures = [pool.submit(B.run_cell, cell, cfg, design) for cell in cells]
         for _ in tqdm(as_completed(futures), total=len(futures), desc="cells"):
             pass
         return [f.result() for f in futures]
@@ -71,6 +73,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--setting", choices=[*B.SETTINGS, "all"], default="all",
                         help="main: the slice choices are made on; held-out, fresh, hard-*: "
                              "other seeds, d, n, κ, step sizes and cells found off the grid")
+    parser.add_argument("--design", action="store_true",
+                        help="count each cell's answer on its designed data (alignment.design: "
+                             "the distribution where the candidates disagree most), n kept")
     parser.add_argument("--jobs", type=int, default=2,
                         help="worker processes, one torch thread each (cells are independent)")
     args = parser.parse_args(argv)
@@ -193,8 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     settings = list(B.SETTINGS) if args.setting == "all" else [args.setting]
     started = time.perf_counter()
     cells = [cell for name in settings for cell in B.grid(setting=name)]
-    results = run_cells(cells, cfg, args.jobs)
-    print(f"{len(cells)} cells in {time.perf_counter() - started:.0f} s ({args.jobs} jobs; "
+    results = run_cells(cells, cfg, args.jobs, args.design)
+    print(f"{len(cells)} cells{' on their designed data' if args.design else ''} in "
+          f"{time.perf_counter() - started:.0f} s ({args.jobs} jobs; "
           f"{cfg.n_sequences} sequences, {cfg.n_boot} bootstrap resamples)")
     table = confusion(results)
     print_confusion(table, "the answer (every candidate; error cosine, weight cosine and spd)")

@@ -23,6 +23,7 @@ import torch
 
 from iclprobe import algorithms, tasks
 from iclprobe.algorithms.prefix import prefix_stats
+from iclprobe.alignment.design import DesignFamily, align_designed
 from iclprobe.alignment.pipeline import AlignConfig, AlignResult, align, evaluation_task
 from iclprobe.constructions import scoring
 from iclprobe.constructions.oracle import oracle
@@ -315,15 +316,31 @@ def build(cell: Cell, cfg: AlignConfig) -> Built:
     return Built(pq, hyper, False, cfg, columns)
 
 
-def run_cell(cell: Cell, cfg: AlignConfig) -> CellResult:
-    """Align the cell's model and count its verdicts and answers per view (`scoring`)."""
+def run_cell(cell: Cell, cfg: AlignConfig, design: bool = False) -> CellResult:
+    """Align the cell's model and count its verdicts and answers per view (`scoring`).
+
+    ``design``: count the alignment on the designed data instead (`alignment.design`; n
+    kept, as a construction's truth is written for its own length), or on its own task
+    where the model is out of distribution there (that answer is not used).
+    """
     built = build(cell, cfg)
     if built.diverges:
         return CellResult(cell, True, {}, {}, built.hyper)
     res: AlignResult = align(built.model, built.cfg)
     batch = evaluation_batch(built.model.task, built.cfg)  # type: ignore[arg-type]
+    hyper = built.hyper
+    if design:
+        done = align_designed(built.model, built.cfg, own=res,
+                              family=DesignFamily(examples=()))
+        if not done.out_of_distribution and done.designed is not None:
+            res = done.designed
+            task = done.design.chosen.task(SETTINGS[cell.setting].n_dims, done.design.seed)
+            batch = task.sample(built.cfg.n_sequences,
+                                generator=torch.Generator().manual_seed(built.cfg.seed))
+        hyper = {**hyper, "design": done.design.chosen.to_dict(),
+                 "out_of_distribution": done.out_of_distribution}
     counts, verdicts = scoring.score(res, cell.truth, batch, built.truth_columns)
-    return CellResult(cell, False, counts, verdicts, built.hyper)
+    return CellResult(cell, False, counts, verdicts, hyper)
 
 
 def bench_config(n_sequences: int = 256, n_boot: int = 100) -> AlignConfig:

@@ -15,6 +15,7 @@ from iclprobe._checks import option
 COVARIANCES = ("isotropic", "rotated", "ill-conditioned")
 W_PRIORS = ("standard", "inverse-cov", "rotated")
 EIGENBASES = ("sequence", "batch")
+QUERIES = ("context", "low-variance")
 
 
 @dataclass(frozen=True, eq=False)
@@ -36,3 +37,6 @@ class TaskFields:
     active_dims: int | None = option(
         None, "Garg's truncation: only the first k coordinates are non-zero (default: all "
         "n_dims)")
+    query: str = option("context", "the last example's x: context (x ~ N(0, Σ), as every "
+                        "other) | low-variance (x ~ N(0, s Σ⁻¹), s = tr Σ / tr Σ⁻¹: along Σ's "
+                        "low-variance directions, at the same mean energy)")

@@ -37,7 +37,7 @@ from iclprobe.tasks.covariance import (
     rotated_eigenvalues,
     symmetric_sqrt_pair,
 )
-from iclprobe.tasks.fields import COVARIANCES, EIGENBASES, W_PRIORS, TaskFields
+from iclprobe.tasks.fields import COVARIANCES, EIGENBASES, QUERIES, W_PRIORS, TaskFields
 
 _OWNER = "RegressionTask"
 TASK_FORMAT_VERSION = 1
@@ -106,6 +106,11 @@ class RegressionTask(TaskFields):
             (repeated cyclically for d ≠ 5).
         active_dims: Garg et al.'s curriculum truncation: only the first k coordinates of x
             and w are non-zero (None: all d).
+        query: the last example's x: ``"context"`` (drawn as every other) or
+            ``"low-variance"``: from N(0, s Σ⁻¹), s = tr Σ / tr Σ⁻¹ (the same mean squared
+            norm), so that its energy lies along Σ's low-variance directions, where GD has
+            moved least and Newton most. It is the same draw z as under "context" (x = s^{1/2}
+            L⁻ᵀ z instead of L z): the context is the same, only the query moves.
     """
 
     # the fields are `TaskFields`' (their one home, torch-free for the CLI's flags)
@@ -127,6 +132,7 @@ class RegressionTask(TaskFields):
         check_fields(self, check_seed, "seed")
         check_fields(self, check_real, "condition_number", low=1.0, high=MAX_CONDITION)
         check_fields(self, check_choice, "eigenbasis", choices=EIGENBASES)
+        check_fields(self, check_choice, "query", choices=QUERIES)
         if self.active_dims is not None:
             check_fields(self, check_int, "active_dims")
             if self.active_dims > self.n_dims:
@@ -216,6 +222,11 @@ class RegressionTask(TaskFields):
         sqrt_cov, inv_sqrt_t, cov = self._factors(batch_size, gen)
         z = torch.randn(batch_size, n, d, generator=gen, dtype=f64)
         xs = z @ sqrt_cov.transpose(-1, -2)  # x = L z, Σ = L Lᵀ
+        if self.query == "low-variance":  # x_n = s^{1/2} L⁻ᵀ z_n ~ N(0, s Σ⁻¹)
+            inv_trace = inv_sqrt_t.pow(2).sum((-2, -1))  # tr Σ⁻¹ = ‖L⁻ᵀ‖²_F
+            scale = (cov.diagonal(dim1=-2, dim2=-1).sum(-1) / inv_trace).sqrt()
+            last = z[:, -1:] @ inv_sqrt_t.transpose(-1, -2)
+            xs[:, -1:] = last * (scale[..., None, None] if scale.ndim else scale)
         w_std = torch.randn(batch_size, d, generator=gen, dtype=f64)
         if self.w_prior == "standard":
             ws = w_std
@@ -269,6 +280,8 @@ class RegressionTask(TaskFields):
             "eigenbasis": self.eigenbasis,
             "eigenvalues": list(self.eigenvalues) if self.eigenvalues is not None else None,
             "active_dims": self.active_dims,
+            # written where it is not the default: every task.json before it stays valid
+            **({"query": self.query} if self.query != "context" else {}),
         }
 
     @classmethod

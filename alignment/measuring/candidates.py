@@ -53,6 +53,9 @@ class Candidate:
     columns: list[str]
     variant: list[int]  # per column, the index of its variant
     closed: bool  # a closed form: one column per variant (ridge over λ)
+    #: per column, (its variant's place in the family's variants, its step): the same
+    #: column on other data (the variants' numbers, e.g. a fixed η, are the data's)
+    places: list[tuple[int, int]] = dataclasses.field(default_factory=list)
 
     def neighbors(self, col: int) -> list[int]:
         """The columns next to ``col`` on the family's grid.
@@ -121,9 +124,9 @@ def family_iterates(key: str, batch: RegressionBatch, stats: PrefixStats, window
         ctx = FamilyContext(stats, batch.cov, window)
         specs = [(label, RunSpec(key, info.label, family.steps, hyper))
                  for label, hyper in family.variants(ctx) if label not in skip]
-    parts, columns, labels, variant = [], [], [], []
+    parts, columns, labels, variant, rank = [], [], [], [], []
     dropped = []
-    for label, spec in specs:
+    for at, (label, spec) in enumerate(specs):
         try:
             it = run_spec(spec, batch, n_layers, weights, stats, sequences=sequences)
         except Diverged:
@@ -136,6 +139,7 @@ def family_iterates(key: str, batch: RegressionBatch, stats: PrefixStats, window
         labels.append(label)
         columns += [_describe(label, None if closed else int(s)) for s in it.steps.tolist()]
         variant += [len(parts) - 1] * it.steps.numel()
+        rank += [at] * it.steps.numel()
     if not parts:
         raise NotACandidate(f"{key}: every variant of its family diverges on these data")
     it = concat_iterates(parts, "variant", labels) if len(parts) > 1 else parts[0]
@@ -143,6 +147,7 @@ def family_iterates(key: str, batch: RegressionBatch, stats: PrefixStats, window
         for name in ("lr", "alpha", "lr_scale", "alpha_scale", "lam", "beta", "gamma"):
             it.hyper.pop(name, None)  # recorded per column in "variant"
     it.hyper["variant_index"] = variant
+    it.hyper["variant_rank"] = rank
     return dataclasses.replace(it, name=key), columns, dropped
 
 
@@ -171,11 +176,13 @@ def build_candidates(keys: Sequence[str], batch: RegressionBatch, stats: PrefixS
         if probe_rows is not None:
             preds, w = probe_read(preds, xs, ys, probe_rows, w)
         label = claim.label if claim is not None else algorithms.learner_info(key).label
-        variant = preds.hyper.pop("variant_index")
+        variant, rank = preds.hyper.pop("variant_index"), preds.hyper.pop("variant_rank")
         if w is not None:
             w.hyper.pop("variant_index", None)
+            w.hyper.pop("variant_rank", None)
         closed = len(set(variant)) == len(variant)  # one column per variant
-        out[key] = Candidate(key, label, preds, w, columns, variant, closed)
+        out[key] = Candidate(key, label, preds, w, columns, variant, closed,
+                             [(r, int(k)) for r, k in zip(rank, preds.steps.tolist())])
     return out, notes
 
 

@@ -67,6 +67,9 @@ class Answer:
     scores: dict[str, dict[str, C.LearnerScore]]  # metric -> candidate -> best per layer
     sequences: dict[str, int]  # metric -> the sequences its tables were computed on
     notes: list[str] = dataclasses.field(default_factory=list)  # candidates left out, why
+    #: candidate -> per layer, its matched column's place in its family (variant, step), by
+    #: the error cosine where computed: the same columns on other data (`alignment.design`)
+    places: dict[str, list[tuple[int, int]]] = dataclasses.field(default_factory=dict)
 
     @property
     def texts(self) -> list[str]:
@@ -210,8 +213,10 @@ def answer(tables: Mapping[str, Mapping[str, Similarity]], cands: Mapping[str, C
     for metric, by in tables.items():
         best = _evidence(by).best
         scores[metric] = {k: C.learner_score(sim, best[k]) for k, sim in by.items()}
+    ref_best = _evidence(ref).best
+    places = {k: [c.places[col] for col in ref_best[k]] for k, c in cands.items() if c.places}
     return Answer(list(cands), {k: c.label for k, c in cands.items()}, verdict,
-                  combine(by_metric), by_metric, scores, sequences, list(notes))
+                  combine(by_metric), by_metric, scores, sequences, list(notes), places)
 
 
 def answer_view(ev: Evaluation, live: Sequence[bool], cands: Candidates) -> Answer:

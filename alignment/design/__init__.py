@@ -1,0 +1,62 @@
+"""Data that tell the learners apart: align where the candidates disagree most.
+
+On a model's own task the candidate learners can resemble each other as much as any of
+them resembles a layer (Newton, GD, CG and heavy ball within 0.01 of each other on
+isotropic data): the answer is then "cannot tell", whatever the model runs. Which data
+separate the learners is a property of the learners alone, so it is chosen before the
+model is run there.
+
+**The family** (`DesignFamily`): evaluation distributions of the model's dimension d, each
+a `RegressionTask` with
+
+- Σ's spectrum: condition number κ ∈ {1, 10, 100, 1000} and the shape of its decay,
+  *geometric* (eigenvalues κ^(−i/(d−1))) or *split* (half of them 1, half 1/κ, Fu et
+  al.'s), scaled to mean 1 (tr Σ = d, the isotropic task's energy), in a random basis;
+- the number of examples n: the model's own, and m·d + 1 for m ∈ {1, 1.5, 2} below it
+  (a model aligned at its trained length only keeps its own);
+- label noise σ ∈ {0, 0.5};
+- the query: drawn as the context is, or along Σ's low-variance directions
+  (``query="low-variance"``: x_n ~ N(0, s Σ⁻¹), the same mean energy), where GD has moved
+  least and Newton most; such data are aligned at their last position only.
+
+**The objective** (`separation`): the layers' matched columns, taken from the answer on the
+model's own task (each candidate's best column per layer: its hyperparameter rule and
+step), are run on the candidate distribution. For each live layer the contenders are the
+answer's learner and those it could not be told from (the runner-up where it named one, or
+found none): a pair's separation is 1 minus the best similarity (error cosine) with which
+either learner's family imitates the other's matched column — the learners' own
+resemblance, the yardstick the answer judges a layer by. A layer's separation is that of its
+closest pair; the objective is the mean over the live layers.
+
+**The search** (`design_evaluation`): coordinate ascent from the distribution nearest the
+model's own task (its κ, shape, n, noise, query): each factor in turn (spectrum, examples,
+noise, query) takes the value with the largest objective, the others held; a tie keeps the
+earlier value. Every candidate distribution is sampled with the same seed, so rerunning
+reproduces the choice (on one machine and torch, to the last digit).
+
+`align_designed` aligns the model on its own task and on the designed data and returns both
+answers, with the model's error on each: where the model's output error on the designed
+data is not below ``OOD_ERROR`` × the zero predictor's, the model no longer does
+regression there, and that answer is marked out of distribution and not used.
+"""
+
+from iclprobe.alignment.design.designed import OOD_ERROR, Designed, align_designed
+from iclprobe.alignment.design.family import (
+    FACTORS,
+    SHAPES,
+    DesignFamily,
+    Distribution,
+    nearest_distribution,
+    spectrum,
+)
+from iclprobe.alignment.design.search import (
+    METRIC,
+    Design,
+    contending_pairs,
+    design_evaluation,
+    separation,
+)
+
+__all__ = ["FACTORS", "METRIC", "OOD_ERROR", "SHAPES", "Design", "DesignFamily", "Designed",
+           "Distribution", "align_designed", "contending_pairs", "design_evaluation",
+           "nearest_distribution", "separation", "spectrum"]

@@ -1,0 +1,106 @@
+"""A model aligned on its own task and on its designed data, side by side."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from iclprobe.algorithms.numerics import Diverged
+from iclprobe.alignment.config import AlignConfig
+from iclprobe.alignment.design.family import DesignFamily
+from iclprobe.alignment.design.search import Design, design_evaluation
+from iclprobe.alignment.evaluation import NonFinite
+from iclprobe.alignment.result import AlignResult
+from iclprobe.errors import InputError
+from iclprobe.models.base import Regressor
+
+#: The model does regression on data where its output's normalized error is below this
+#: fraction of the zero predictor's; elsewhere its answer there is out of distribution.
+OOD_ERROR = 0.9
+
+
+@dataclasses.dataclass
+class Designed:
+    """A model aligned on its own task and on the designed data (`align_designed`)."""
+
+    own: AlignResult
+    design: Design
+    designed: AlignResult | None  # None: the model's outputs are not finite there
+    out_of_distribution: bool  # the model's output error there is near the zero predictor's
+    why: str = ""  # where out of distribution: what the model did there
+
+    def model_error(self, res: AlignResult) -> float:
+        """The model output's normalized error over ``res``'s window (zero predictor: 1)."""
+        if not res.zero_error > 0:
+            raise InputError(f"{res.name}: the zero predictor's error is {res.zero_error!r} "
+                             "on these data (every target 0?): no error to normalize by")
+        return res.layer_error[-1] / res.zero_error
+
+    def lines(self) -> list[str]:
+        """Both answers per live layer, side by side, and the model's error on each."""
+        own_a = self.own.answer
+        assert own_a is not None
+        des = self.designed
+        there = f"{self.model_error(des):.3f}" if des is not None else "not finite"
+        head = [self.design.sentence(),
+                f"the model's error (normalized, zero predictor = 1): "
+                f"{self.model_error(self.own):.3f} on its own task, {there} on the designed data"]
+        if self.out_of_distribution:
+            head.append(f"the designed data are out of the model's distribution ({self.why}): "
+                        "it no longer does regression there, and its answer there is not used")
+        if des is None or des.answer is None:
+            return head
+        width = max(len(a.short) for a in own_a.layers) + 2
+        rows = [f"{'layer':>5}  {'own task':{width}}designed data"]
+        for layer, (a, b) in enumerate(zip(own_a.layers, des.answer.layers)):
+            if not (self.own.live[layer] or des.live[layer]):
+                continue
+            right = b.short + (" (out of distribution)" if self.out_of_distribution else "")
+            rows.append(f"{layer:>5}  {a.short:{width}}{right}")
+        return head + rows
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields: the design and the designed alignment."""
+        des = self.designed
+        return {"design": self.design.to_dict(), "out_of_distribution": self.out_of_distribution,
+                "why": self.why,
+                "model_error": {"own": self.model_error(self.own),
+                                "designed": self.model_error(des) if des is not None else None},
+                "designed": des.to_dict() if des is not None else None}
+
+
+def align_designed(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
+                   own: AlignResult | None = None, family: DesignFamily | None = None,
+                   progress: bool = False) -> Designed:
+    """Align ``model`` on its own task and on the designed data (`design_evaluation`).
+
+    ``own``: its alignment on its own task with ``cfg``, where already computed. The
+    designed data are aligned with the same ``cfg`` (at their last position where the
+    queries are drawn apart), with probes fitted on them.
+    """
+    from iclprobe.alignment.pipeline import align
+
+    cfg = cfg or AlignConfig()
+    if not cfg.fitted:
+        raise InputError("the designed evaluation needs the fitted view (fitted=True)")
+    own = own if own is not None else align(model, cfg, name=name)
+    design = design_evaluation(model, own, cfg, family, progress=progress)
+    task = design.chosen.task(own_task_dims(own), design.seed)
+    positions = "last" if task.query == "low-variance" else cfg.positions
+    designed_cfg = dataclasses.replace(cfg, positions=positions, t_max=None,
+                                       refit_probes=True)
+    try:
+        designed = align(model, designed_cfg, name=name, eval_task=task)
+    except (Diverged, NonFinite) as err:  # the model itself blows up on these data
+        return Designed(own, design, None, True, f"its outputs are not finite there: {err}")
+    ood = not designed.layer_error[-1] < OOD_ERROR * designed.zero_error
+    why = (f"its error there is not below {OOD_ERROR:g} × the zero predictor's" if ood else "")
+    return Designed(own, design, designed, ood, why)
+
+
+def own_task_dims(res: AlignResult) -> int:
+    """The dimension d of the data ``res`` was aligned on."""
+    d = res.task.get("n_dims")
+    if not isinstance(d, int):
+        raise InputError(f"{res.name}: its result names no n_dims")
+    return d

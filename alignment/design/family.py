@@ -1,0 +1,145 @@
+"""The family of evaluation distributions the designed evaluation chooses from.
+
+Each `Distribution` is a `RegressionTask` of the model's dimension d: Σ's spectrum (κ and
+the shape of its decay), the number of examples, label noise, and where the query is
+drawn (see `iclprobe.alignment.design`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from iclprobe.errors import InputError
+from iclprobe.tasks import RegressionTask
+
+#: The factors of the family, in the order the search takes them.
+FACTORS = ("spectrum", "examples", "noise", "query")
+SHAPES = ("geometric", "split")
+#: The model does regression on data where its output's normalized error is below this
+
+def spectrum(n_dims: int, condition_number: float, shape: str) -> tuple[float, ...]:
+    """Σ's eigenvalues, largest first, with mean 1 and ratio ``condition_number``."""
+    if shape not in SHAPES:
+        raise InputError(f"shape must be one of {SHAPES}, got {shape!r}")
+    if not (isinstance(condition_number, (int, float)) and 1 <= condition_number <= 1e6):
+        raise InputError(f"condition_number must be a number in [1, 1e6], got "
+                         f"{condition_number!r}")
+    d = n_dims
+    if shape == "geometric":
+        raw = [condition_number ** (-i / (d - 1)) if d > 1 else 1.0 for i in range(d)]
+    else:
+        raw = [1.0 if i < (d + 1) // 2 else 1.0 / condition_number for i in range(d)]
+    mean = sum(raw) / d
+    return tuple(v / mean for v in raw)
+
+
+@dataclasses.dataclass(frozen=True)
+class Distribution:
+    """One evaluation distribution of the family (see the module docstring)."""
+
+    condition_number: float
+    shape: str
+    n_points: int
+    noise_std: float
+    query: str
+
+    def task(self, n_dims: int, seed: int) -> RegressionTask:
+        """The `RegressionTask` that samples it (``seed``: the rotation of its Σ)."""
+        if self.condition_number == 1:
+            return RegressionTask(n_dims=n_dims, n_points=self.n_points,
+                                  noise_std=self.noise_std, query=self.query)
+        return RegressionTask(n_dims=n_dims, n_points=self.n_points, cov="rotated",
+                              eigenvalues=spectrum(n_dims, self.condition_number, self.shape),
+                              noise_std=self.noise_std, seed=seed, query=self.query)
+
+    @property
+    def text(self) -> str:
+        """"κ 1000 (geometric), n 21, noise 0, queries along low-variance directions"."""
+        sigma = "isotropic Σ" if self.condition_number == 1 else \
+            f"κ {self.condition_number:g} ({self.shape})"
+        query = "queries along Σ's low-variance directions" if self.query == "low-variance" \
+            else "queries as the context"
+        return f"{sigma}, n {self.n_points}, noise {self.noise_std:g}, {query}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class DesignFamily:
+    """The distributions `design_evaluation` chooses from (see the module docstring).
+
+    ``examples``: n as multiples m of d (n = round(m·d) + 1), besides the model's own n and
+    below it (empty: the own n alone). ``n_sequences``: the sequences each candidate
+    distribution is judged on.
+    """
+
+    condition_numbers: tuple[float, ...] = (1.0, 10.0, 100.0, 1000.0)
+    shapes: tuple[str, ...] = SHAPES
+    examples: tuple[float, ...] = (1.0, 1.5, 2.0)
+    noise: tuple[float, ...] = (0.0, 0.5)
+    queries: tuple[str, ...] = ("context", "low-variance")
+    n_sequences: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("condition_numbers", "shapes", "noise", "queries"):  # examples: may be ()
+            if not getattr(self, name):
+                raise InputError(f"DesignFamily.{name} must not be empty")
+        bad = [s for s in self.shapes if s not in SHAPES]
+        if bad:
+            raise InputError(f"DesignFamily.shapes must be among {SHAPES}, got {bad}")
+        if not (isinstance(self.n_sequences, int) and self.n_sequences >= 8):
+            raise InputError(f"DesignFamily.n_sequences must be an integer >= 8, got "
+                             f"{self.n_sequences!r}")
+
+    def spectra(self) -> list[tuple[float, str]]:
+        """(κ, shape) pairs: κ = 1 once (isotropic), every shape for the others."""
+        out = [(1.0, SHAPES[0])] if 1 in self.condition_numbers else []
+        return out + [(float(k), s) for k in self.condition_numbers if k != 1
+                      for s in self.shapes]
+
+    def n_options(self, n_dims: int, own: int, fixed: bool) -> list[int]:
+        """The numbers of examples: the model's own, and m·d + 1 below it."""
+        if fixed:
+            return [own]
+        more = sorted({round(m * n_dims) + 1 for m in self.examples} - {own})
+        return [own, *[n for n in more if 2 <= n < own]]
+
+    def options(self, factor: str, current: Distribution, n_dims: int, own_n: int,
+                fixed_n: bool) -> list[Distribution]:
+        """``current`` with ``factor`` (one of `FACTORS`) set to each of its values."""
+        if factor == "spectrum":
+            return [dataclasses.replace(current, condition_number=k, shape=s)
+                    for k, s in self.spectra()]
+        if factor == "examples":
+            return [dataclasses.replace(current, n_points=n)
+                    for n in self.n_options(n_dims, own_n, fixed_n)]
+        if factor == "noise":
+            return [dataclasses.replace(current, noise_std=float(s)) for s in self.noise]
+        if factor == "query":
+            return [dataclasses.replace(current, query=q) for q in self.queries]
+        raise InputError(f"factor must be one of {FACTORS}, got {factor!r}")
+
+
+def nearest_distribution(task: RegressionTask, family: DesignFamily) -> Distribution:
+    """The family's member nearest the model's own task (where the search starts)."""
+    kappa, shape = 1.0, SHAPES[0]
+    if task.cov == "ill-conditioned":
+        kappa, shape = float(task.condition_number), "split"
+    elif isinstance(task.cov, Tensor) or task.cov == "rotated":
+        cov = task.covariance
+        assert cov is not None  # a fixed Σ
+        eig = torch.linalg.eigvalsh(cov.double())
+        kappa = float(eig.max() / eig.min())
+    spectra = family.spectra()
+    kappa, shape = min(spectra, key=lambda ks: (abs(math.log(ks[0]) - math.log(kappa)),
+                                                ks[1] != shape))
+    noise = min(family.noise, key=lambda s: abs(s - float(task.noise_std)))
+    query = task.query if task.query in family.queries else family.queries[0]
+    return Distribution(kappa, shape, task.n_points, float(noise), query)

@@ -1,0 +1,192 @@
+"""The objective and the search of the designed evaluation (`iclprobe.alignment.design`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from iclprobe import algorithms
+from iclprobe.algorithms.families import NotACandidate
+from iclprobe.algorithms.numerics import Diverged
+from iclprobe.alignment import comparison as C
+from iclprobe.alignment.config import AlignConfig
+from iclprobe.alignment.design.family import (
+    FACTORS,
+    DesignFamily,
+    Distribution,
+    nearest_distribution,
+)
+from iclprobe.alignment.evaluation import aligned_window, evaluation_task, family_runs
+from iclprobe.alignment.measuring.candidates import family_iterates
+from iclprobe.alignment.metrics import metric_info
+from iclprobe.alignment.result import AlignResult
+from iclprobe.alignment.views.answer_rule import CANNOT_TELL, NONE, RUNS
+from iclprobe.errors import InputError
+from iclprobe.models.base import Regressor
+from iclprobe.tasks import RegressionTask
+
+#: The metric the objective is computed with (the answer's reference metric).
+METRIC = "error_cosine"
+
+@dataclasses.dataclass
+class Design:
+    """The chosen distribution, and every one tried with its objective."""
+
+    chosen: Distribution
+    objective: float  # the chosen distribution's
+    own: float  # on the model's own task
+    tried: list[tuple[Distribution, float]]
+    pairs: dict[int, list[tuple[str, str]]]  # live layer -> its contending pairs
+    seed: int
+
+    def sentence(self) -> str:
+        """The choice in words, with the objective beside the own task's."""
+        return (f"designed evaluation: {self.chosen.text} (the candidates' matched columns "
+                f"{self.objective:.3g} apart by error cosine, against {self.own:.3g} on the "
+                f"model's own task; {len(self.tried)} distributions tried)")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        return {"chosen": self.chosen.to_dict(), "objective": self.objective, "own": self.own,
+                "seed": self.seed, "pairs": {str(k): [list(p) for p in v]
+                                             for k, v in self.pairs.items()},
+                "tried": [{**d.to_dict(), "objective": v} for d, v in self.tried]}
+
+
+def contending_pairs(res: AlignResult) -> dict[int, list[tuple[str, str]]]:
+    """Per live layer, the pairs of candidates its answer turns on (module docstring)."""
+    if res.answer is None:
+        raise InputError(f"{res.name}: the designed evaluation needs the answer (run align with "
+                         "the fitted view on)")
+    scores = res.answer.scores.get(METRIC) or next(iter(res.answer.scores.values()))
+    out: dict[int, list[tuple[str, str]]] = {}
+    for layer, (a, live) in enumerate(zip(res.answer.layers, res.live)):
+        if not live or a.learner is None or a.kind not in (RUNS, CANNOT_TELL, NONE):
+            continue
+        rivals = a.others if a.kind == CANNOT_TELL else [a.runner_up or _runner_up(
+            scores, a.learner, layer)]
+        pairs = [(a.learner, r) for r in rivals if r is not None and r != a.learner]
+        if pairs:
+            out[layer] = pairs
+    return out
+
+
+def _runner_up(scores: Mapping[str, C.LearnerScore], learner: str, layer: int) -> str | None:
+    """The candidate other than ``learner`` that matches ``layer`` best."""
+    sign = 1.0 if metric_info(next(iter(scores.values())).metric).higher_is_better else -1.0
+    others = [(sign * s.score.value[layer], k) for k, s in scores.items() if k != learner]
+    return max(others)[1] if others else None
+
+
+def separation(task: RegressionTask, pairs: Mapping[int, Sequence[tuple[str, str]]],
+               places: Mapping[str, Sequence[tuple[int, int]]], n_layers: int,
+               cfg: AlignConfig, positions: str, n_sequences: int, seed: int,
+               model: Regressor | None = None) -> float:
+    """The objective on ``task``: the mean over layers of its closest pair's separation.
+
+    ``places``: per candidate, each layer's matched column as (variant, step) in its family
+    (`Answer.places`). ``model``: whose family's claimed learners (a PQ model's
+    ``pgd_own``) are run on these data. A pair one of whose learners is no candidate here
+    (GD preconditioned by Σ⁻¹ on isotropic data is GD) or diverges is not separated (0).
+    """
+    if not pairs:
+        return 0.0
+    batch = task.sample(n_sequences, generator=seed, dtype=torch.float64)
+    xs, ys = batch.xs, batch.ys
+    stats = algorithms.prefix_stats(xs, ys)
+    window = aligned_window(cfg, positions, task.n_points)
+    claims = family_runs(model, batch)[0] if model is not None else {}
+    needed = sorted({c for ps in pairs.values() for p in ps for c in p})
+    fams: dict[str, tuple[algorithms.Iterates, dict[tuple[int, int], int]] | None] = {}
+    for key in needed:
+        try:
+            it, _, _ = family_iterates(key, batch, stats, window, n_layers, False,
+                                       claim=claims.get(key) if key not in algorithms.LEARNERS
+                                       else None)
+        except (NotACandidate, Diverged):
+            fams[key] = None
+            continue
+        at = {(r, int(k)): i for i, (r, k) in
+              enumerate(zip(it.hyper["variant_rank"], it.steps.tolist()))}
+        fams[key] = (it, at)
+    kw = {"t_min": window[0], "t_max": window[1],
+          "over": "sequences" if positions == "last" else "positions"}
+    per_layer = []
+    for layer, ps in sorted(pairs.items()):
+        gaps = [_pair_gap(a, b, layer, fams, places, ys, kw) for a, b in ps]
+        per_layer.append(min(gaps))
+    return float(sum(per_layer) / len(per_layer))
+
+
+def _pair_gap(a: str, b: str, layer: int, fams: Mapping[str, Any],
+              places: Mapping[str, Sequence[tuple[int, int]]], ys: Tensor,
+              kw: Mapping[str, Any]) -> float:
+    """1 − the best imitation either way between a's and b's matched columns (0: none)."""
+    gaps = []
+    for x, y in ((a, b), (b, a)):
+        fx, fy = fams.get(x), fams.get(y)
+        if fx is None or fy is None or x not in places:
+            return 0.0
+        col = fx[1].get(tuple(places[x][layer]))
+        if col is None:  # its matched variant diverges here
+            return 0.0
+        best, _ = C.imitation(fx[0].preds[col][None], fy[0], ys, METRIC, **kw)
+        value = best[0]
+        if not math.isfinite(value):
+            return 0.0
+        gaps.append(1.0 - value)
+    return max(0.0, min(gaps))
+
+
+def design_evaluation(model: Regressor, res: AlignResult, cfg: AlignConfig | None = None,
+                      family: DesignFamily | None = None, seed: int | None = None,
+                      progress: bool = False) -> Design:
+    """The distribution of ``family`` where the candidates' matched columns differ most.
+
+    Args:
+        model: the model ``res`` aligned (its layers are not run here: only its family's
+            claimed learners and its dimension, positions and trained length are used).
+        res: `align`'s result on the model's own task (its answer names the matched columns
+            and the contending pairs).
+        cfg: the configuration ``res`` was computed with (its window rules).
+        family: the distributions to choose from (default `DesignFamily()`).
+        seed: of every candidate distribution's sample and rotation (default ``cfg.seed``).
+        progress: show a tqdm bar over the distributions tried.
+    """
+    cfg = cfg or AlignConfig()
+    family = family or DesignFamily()
+    seed = cfg.seed if seed is None else seed
+    if res.answer is None or not res.answer.places:
+        raise InputError(f"{res.name}: the designed evaluation needs the answer's matched "
+                         "columns (run align with the fitted view on)")
+    own_task = evaluation_task(model, cfg)
+    pairs = contending_pairs(res)
+    places = res.answer.places
+    fixed_n = res.positions == "last" and own_task.query == "context"
+
+
+    def objective(task: RegressionTask) -> float:
+        positions = "last" if fixed_n or task.query == "low-variance" else res.positions
+        return separation(task, pairs, places, res.n_layers, cfg, positions,
+                          family.n_sequences, seed, model)
+
+    tried: dict[Distribution, float] = {}
+    bar = tqdm(total=None, desc=f"{res.name}: designing the evaluation", disable=not progress,
+               unit=" distributions", leave=False)
+    own = objective(own_task)
+    current = nearest_distribution(own_task, family)
+    for factor in FACTORS:  # coordinate ascent: each factor's best, the others held
+        options = family.options(factor, current, own_task.n_dims, own_task.n_points, fixed_n)
+        for option in options:
+            if option not in tried:
+                tried[option] = objective(option.task(own_task.n_dims, seed))
+                bar.update()
+        current = max(options, key=lambda o: (tried[o], -options.index(o)))
+    bar.close()
+    return Design(current, tried[current], own, list(tried.items()), pairs, seed)

@@ -1,0 +1,164 @@
+"""The designed evaluation: data that tell the candidate learners apart (alignment.design)."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from iclprobe import algorithms, tasks
+from iclprobe.alignment import AlignConfig, align
+from iclprobe.alignment import design as D
+from iclprobe.alignment.measuring.candidates import family_iterates
+from iclprobe.cli import main
+from iclprobe.constructions.oracle import oracle
+
+CFG = AlignConfig(n_sequences=128, n_boot=50, separation=False)
+
+
+def test_spectrum_has_its_condition_number_and_mean_one():
+    for shape in D.SHAPES:
+        eig = D.spectrum(6, 100.0, shape)
+        assert len(eig) == 6 and math.isclose(sum(eig) / 6, 1.0, rel_tol=1e-12)
+        assert math.isclose(max(eig) / min(eig), 100.0, rel_tol=1e-12)
+    assert D.spectrum(4, 1000.0, "split")[1:3] == pytest.approx((4 / (2 + 2e-3), 4e-3 / (2 + 2e-3)))
+    with pytest.raises(ValueError, match="shape must be one of"):
+        D.spectrum(4, 10.0, "flat")
+
+
+@pytest.mark.parametrize("cov", ["isotropic", "rotated", "ill-conditioned"])
+def test_low_variance_queries_move_only_the_query(cov):
+    # the context is the same draw as under "context"; the query is N(0, s Σ⁻¹), s = tr Σ / tr Σ⁻¹
+    kw = dict(n_dims=3, n_points=5, cov=cov, condition_number=10.0, eigenvalues=None)
+    if cov == "rotated":
+        kw["eigenvalues"] = (4.0, 1.0, 0.25)
+    low = tasks.RegressionTask(**kw, query="low-variance").sample(40000, generator=3,
+                                                                   dtype=torch.float64)
+    ctx = tasks.RegressionTask(**kw).sample(40000, generator=3, dtype=torch.float64)
+    assert torch.equal(low.xs[:, :-1], ctx.xs[:, :-1]) and torch.equal(low.ws, ctx.ws)
+    assert torch.allclose(low.ys, torch.einsum("bnd,bd->bn", low.xs, low.ws))
+    if cov != "ill-conditioned":  # one Σ for the batch: its empirical covariance
+        sigma = low.cov.double()
+        inv = torch.linalg.inv(sigma)
+        want = sigma.trace() / inv.trace() * inv
+        x = low.xs[:, -1]
+        assert torch.allclose(x.T @ x / len(x), want, atol=0.03 * float(want.abs().max()))
+    energy = low.xs[:, -1].pow(2).sum(-1).mean() / ctx.xs[:, -1].pow(2).sum(-1).mean()
+    assert abs(float(energy) - 1.0) < 0.05  # the same mean energy
+
+
+def test_the_query_field_round_trips_and_is_checked():
+    task = tasks.RegressionTask(n_dims=3, n_points=5, query="low-variance")
+    assert tasks.RegressionTask.from_dict(task.to_dict()).query == "low-variance"
+    assert "query" not in tasks.RegressionTask(n_dims=3, n_points=5).to_dict()
+    with pytest.raises(ValueError, match="query"):
+        tasks.RegressionTask(n_dims=3, n_points=5, query="far")
+
+
+@pytest.fixture(scope="module")
+def gd_oracle():
+    model = oracle("gd", 4, 6, lambda layer: 2 * layer, lr="max", normalize=True,
+                   task=tasks.RegressionTask(n_dims=4, n_points=9))
+    return model, align(model, CFG, name="gd")
+
+
+def _naive_gap(task, a, b, layer, places, n_layers, positions, seed):
+    """The pair's separation by hand: every column's error cosine, in numpy."""
+    batch = task.sample(64, generator=seed, dtype=torch.float64)
+    stats = algorithms.prefix_stats(batch.xs, batch.ys)
+    lo, hi = (task.n_points - 1,) * 2 if positions == "last" else (1, task.n_points - 1)
+    fams = {k: family_iterates(k, batch, stats, (lo, hi), n_layers, False)[0] for k in (a, b)}
+    ys = batch.ys.numpy()[:, lo:hi + 1]
+    gaps = []
+    for x, y in ((a, b), (b, a)):
+        col = list(zip(fams[x].hyper["variant_rank"], fams[x].steps.tolist())).index(
+            tuple(places[x][layer]))
+        ex = fams[x].preds[col].numpy()[:, lo:hi + 1] - ys
+        best = -np.inf
+        for k in range(fams[y].preds.shape[0]):
+            ey = fams[y].preds[k].numpy()[:, lo:hi + 1] - ys
+            if positions == "last":  # one position: a cosine across the sequences
+                den = np.linalg.norm(ex) * np.linalg.norm(ey)
+                cos = float((ex * ey).sum() / den) if den > 0 else 0.0
+            else:
+                den = np.linalg.norm(ex, axis=1) * np.linalg.norm(ey, axis=1)
+                cos = float(np.where(den > 0, (ex * ey).sum(1) / np.where(den > 0, den, 1), 0).mean())
+            best = max(best, cos)
+        gaps.append(1.0 - best)
+    return max(0.0, min(gaps))
+
+
+@pytest.mark.parametrize("query", ["context", "low-variance"])
+def test_the_objective_is_the_learners_resemblance_by_hand(gd_oracle, query):
+    model, res = gd_oracle
+    pairs = {3: [("gd", "newton")], 5: [("gd", "newton"), ("gd", "cg")]}
+    task = D.Distribution(100.0, "split", 9, 0.0, query).task(4, 0)
+    positions = "last" if query == "low-variance" else "all"
+    got = D.separation(task, pairs, res.answer.places, 6, CFG, positions, 64, 0, model)
+    by_hand = [min(_naive_gap(task, a, b, layer, res.answer.places, 6, positions, 0)
+                   for a, b in ps) for layer, ps in pairs.items()]
+    assert got == pytest.approx(sum(by_hand) / len(by_hand), rel=1e-9, abs=1e-12)
+    same = D.separation(task, {3: [("gd", "gd")]}, res.answer.places, 6, CFG, positions, 64, 0)
+    assert same == 0.0  # a learner imitates itself exactly
+
+
+def test_the_search_is_coordinate_ascent_and_reproducible(gd_oracle):
+    model, res = gd_oracle
+    family = D.DesignFamily(condition_numbers=(1.0, 100.0), noise=(0.0, 0.5), n_sequences=32)
+    design = D.design_evaluation(model, res, CFG, family)
+    again = D.design_evaluation(model, res, CFG, family)
+    assert design.to_dict() == again.to_dict()  # same seed: same numbers, same choice
+    tried, chosen = dict(design.tried), design.chosen
+    # the last factor (the query) took its best value with the others held
+    last = [v for d, v in tried.items() if d != chosen and
+            (d.condition_number, d.shape, d.n_points, d.noise_std) ==
+            (chosen.condition_number, chosen.shape, chosen.n_points, chosen.noise_std)]
+    assert last and all(v <= design.objective for v in last)
+    # each factor keeps the best so far: never below where the search started
+    start = D.nearest_distribution(model.task, family)
+    assert tried[start] <= design.objective == tried[chosen]
+    assert json.loads(json.dumps(design.to_dict()))["chosen"] == chosen.to_dict()
+    assert "designed evaluation:" in design.sentence()
+
+
+def test_a_model_that_does_no_regression_there_is_out_of_distribution():
+    # GD at a vanishing fixed step: its error is the zero predictor's on any data
+    model = oracle("gd", 4, 3, lambda layer: layer, lr=1e-9, normalize=True,
+                   task=tasks.RegressionTask(n_dims=4, n_points=9))
+    done = D.align_designed(model, CFG, "still", family=D.DesignFamily(
+        condition_numbers=(1.0, 10.0), n_sequences=16))
+    assert done.out_of_distribution
+    assert any("out of the model's distribution" in line for line in done.lines())
+
+
+def test_a_model_whose_outputs_blow_up_there_is_out_of_distribution():
+    # GD at a fixed step stable on isotropic data, past its bound where Σ is split at κ 1000
+    model = oracle("gd", 4, 3, [0, 5, 10, 20], lr=0.12, normalize=True,
+                   task=tasks.RegressionTask(n_dims=4, n_points=9))
+    family = D.DesignFamily(condition_numbers=(1000.0,), shapes=("split",), examples=(),
+                            noise=(0.0,), queries=("context",), n_sequences=16)
+    done = D.align_designed(model, CFG, "blows", family=family)
+    assert done.own.answer is not None  # aligned on its own task
+    assert done.out_of_distribution and done.designed is None and "not finite" in done.why
+    assert done.to_dict()["designed"] is None
+    assert any("out of the model's distribution" in line for line in done.lines())
+
+
+def test_align_design_through_the_cli(capsys):
+    assert main(["align", "ka-gd-oracle", "--design", "--n-sequences", "128", "--n-boot", "50",
+                 "--no-separation"]) == 0
+    out = capsys.readouterr().out
+    assert "designed evaluation:" in out and "designed data" in out
+    assert main(["align", "ka-gd-oracle", "--design", "--n-sequences", "128", "--n-boot", "50",
+                 "--no-separation", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)["ka-gd-oracle"]["designed"]
+    assert set(data["design"]["chosen"]) == {"condition_number", "shape", "n_points",
+                                             "noise_std", "query"}
+    assert data["designed"]["answer"] is not None
+
+
+def test_design_without_the_fitted_view_is_a_usage_error(capsys):
+    assert main(["align", "ka-gd-oracle", "--design", "--no-fitted"]) == 2
+    err = capsys.readouterr().err
+    assert "--design needs the fitted view" in err and "Traceback" not in err

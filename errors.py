@@ -14,7 +14,7 @@ report it. A check that raises ValueError or TypeError instead would be reported
 
 from __future__ import annotations
 
-__all__ = ["InputError", "InputTypeError"]
+__all__ = ["InputError", "InputTypeError", "NonFinite"]
 
 
 class InputError(ValueError):
@@ -28,4 +28,13 @@ class InputTypeError(InputError, TypeError):
     """A bad input of the wrong type (a string for a tensor, a bool for a count).
 
     Both a ValueError and a TypeError, so callers catching either keep working.
+    """
+
+
+class NonFinite(InputError):
+    """Numbers that are not finite where finite ones are needed.
+
+    A model's readings (or their squares) overflow, or hold NaN or Inf, on the data given.
+    Raised where a model is read (`align`'s layer predictions, the probes' sums); the
+    designed evaluation takes it as the model no longer doing regression on those data.
     """

@@ -27,7 +27,7 @@ from iclprobe.algorithms.base import REFERENCE_PAIR
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.metrics import metric_info, on_weights
 from iclprobe.alignment.protocols import Protocol, RunSpec
-from iclprobe.errors import InputError
+from iclprobe.errors import InputError, NonFinite
 from iclprobe.models.base import Regressor
 from iclprobe.tasks import RegressionBatch, RegressionTask
 
@@ -227,10 +227,6 @@ def family_runs(model: Regressor, batch: RegressionBatch
                             dict(spec.get("hyper", {})),
                             compare_with=tuple(r for r in rivals if r != key))
     return runs, list(notes)
-
-
-class NonFinite(InputError):
-    """A model's reading or a learner's iterates hold NaN or Inf on the data aligned."""
 
 
 def refuse_nonfinite(what: str, tensor: Tensor) -> None:

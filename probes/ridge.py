@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from iclprobe._linalg import sym_eigh
-from iclprobe.errors import InputError
+from iclprobe.errors import InputError, NonFinite
 
 DEFAULT_ALPHAS = torch.logspace(-6, 4, 21, dtype=torch.float64)
 
@@ -109,7 +109,7 @@ def ridge_from_sums(sums: RidgeSums, alphas: Tensor | float | None = None,
         raise InputError(f"alpha must be >= 0, got {grid.tolist()}")
     bad = [layer for layer, ok in enumerate(_finite_layers(sums)) if not ok]
     if bad:
-        raise InputError(f"the probes' sums of layers {bad} hold NaN or Inf: the residuals "
+        raise NonFinite(f"the probes' sums of layers {bad} hold NaN or Inf: the residuals "
                          "at the fitted positions are not finite there, or their squares "
                          "overflow float64 (values beyond about 1e150): rescale them")
     mx, my, gram, xty, yy = _moments(sums, fit_intercept)

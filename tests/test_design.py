@@ -17,14 +17,18 @@ from iclprobe.constructions.oracle import oracle
 CFG = AlignConfig(n_sequences=128, n_boot=50, separation=False)
 
 
-def test_spectrum_has_its_condition_number_and_mean_one():
+def test_spectrum_has_its_condition_number_and_top():
     for shape in D.SHAPES:
-        eig = D.spectrum(6, 100.0, shape)
-        assert len(eig) == 6 and math.isclose(sum(eig) / 6, 1.0, rel_tol=1e-12)
+        eig = D.spectrum(6, 100.0, shape, top=2.5)
+        assert len(eig) == 6 and eig[0] == max(eig) == 2.5
         assert math.isclose(max(eig) / min(eig), 100.0, rel_tol=1e-12)
-    assert D.spectrum(4, 1000.0, "split")[1:3] == pytest.approx((4 / (2 + 2e-3), 4e-3 / (2 + 2e-3)))
+    lin = D.spectrum(4, 1000.0, "linear")
+    steps = [a - b for a, b in zip(lin, lin[1:])]
+    assert steps == pytest.approx([steps[0]] * 3, rel=1e-12)  # equal steps from 1 to 1/κ
+    geo = D.spectrum(4, 1000.0, "geometric")
+    assert [a / b for a, b in zip(geo, geo[1:])] == pytest.approx([10.0] * 3, rel=1e-12)
     with pytest.raises(ValueError, match="shape must be one of"):
-        D.spectrum(4, 10.0, "flat")
+        D.spectrum(4, 10.0, "split")
 
 
 @pytest.mark.parametrize("cov", ["isotropic", "rotated", "ill-conditioned"])
@@ -93,7 +97,7 @@ def _naive_gap(task, a, b, layer, places, n_layers, positions, seed):
 def test_the_objective_is_the_learners_resemblance_by_hand(gd_oracle, query):
     model, res = gd_oracle
     pairs = {3: [("gd", "newton")], 5: [("gd", "newton"), ("gd", "cg")]}
-    task = D.Distribution(100.0, "split", 9, 0.0, query).task(4, 0)
+    task = D.Distribution(100.0, "linear", 9, 0.0, query).task(4, 0)
     positions = "last" if query == "low-variance" else "all"
     got = D.separation(task, pairs, res.answer.places, 6, CFG, positions, 64, 0, model)
     by_hand = [min(_naive_gap(task, a, b, layer, res.answer.places, 6, positions, 0)
@@ -133,12 +137,13 @@ def test_a_model_that_does_no_regression_there_is_out_of_distribution():
 
 
 def test_a_model_whose_outputs_blow_up_there_is_out_of_distribution():
-    # GD at a fixed step stable on isotropic data, past its bound where Σ is split at κ 1000
-    model = oracle("gd", 4, 3, [0, 5, 10, 20], lr=0.12, normalize=True,
+    # GD at a fixed step stable on its isotropic data, past its bound where Σ's top is 2
+    # (the family keeps the model's own top; a design given by hand need not)
+    model = oracle("gd", 4, 3, [0, 5, 10, 20], lr=0.14, normalize=True,
                    task=tasks.RegressionTask(n_dims=4, n_points=9))
-    family = D.DesignFamily(condition_numbers=(1000.0,), shapes=("split",), examples=(),
-                            noise=(0.0,), queries=("context",), n_sequences=16)
-    done = D.align_designed(model, CFG, "blows", family=family)
+    there = D.Design(D.Distribution(1000.0, "linear", 9, 0.0, "context", top=2.0), 0.0, 0.0,
+                     [], {}, 0)
+    done = D.align_designed(model, CFG, "blows", design=there)
     assert done.own.answer is not None  # aligned on its own task
     assert done.out_of_distribution and done.designed is None and "not finite" in done.why
     assert done.to_dict()["designed"] is None
@@ -154,7 +159,7 @@ def test_align_design_through_the_cli(capsys):
                  "--no-separation", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)["ka-gd-oracle"]["designed"]
     assert set(data["design"]["chosen"]) == {"condition_number", "shape", "n_points",
-                                             "noise_std", "query"}
+                                             "noise_std", "query", "top"}
     assert data["designed"]["answer"] is not None
 
 

@@ -10,8 +10,11 @@ model is run there.
 a `RegressionTask` with
 
 - Σ's spectrum: condition number κ ∈ {1, 10, 100, 1000} and the shape of its decay,
-  *geometric* (eigenvalues κ^(−i/(d−1))) or *split* (half of them 1, half 1/κ, Fu et
-  al.'s), scaled to mean 1 (tr Σ = d, the isotropic task's energy), in a random basis;
+  *geometric* (eigenvalues κ^(−i/(d−1))) or *linear* (from 1 down to 1/κ in equal
+  steps), its largest eigenvalue the model's own Σ's (1 on isotropic data), in a random
+  basis: a fixed step size stable on the model's data stays stable (scaled to tr Σ = d
+  instead, the benchmark's GD construction at 0.9 of its bound diverged on κ = 100 data,
+  its error rising with depth, and read as Newton at one layer);
 - the number of examples n: the model's own, and m·d + 1 for m ∈ {1, 1.5, 2} below it
   (a model aligned at its trained length only keeps its own);
 - label noise σ ∈ {0, 0.5};

@@ -9,9 +9,8 @@ from iclprobe.algorithms.numerics import Diverged
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.design.family import DesignFamily
 from iclprobe.alignment.design.search import Design, design_evaluation
-from iclprobe.alignment.evaluation import NonFinite
 from iclprobe.alignment.result import AlignResult
-from iclprobe.errors import InputError
+from iclprobe.errors import InputError, NonFinite
 from iclprobe.models.base import Regressor
 
 #: The model does regression on data where its output's normalized error is below this
@@ -71,10 +70,12 @@ class Designed:
 
 def align_designed(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
                    own: AlignResult | None = None, family: DesignFamily | None = None,
-                   progress: bool = False) -> Designed:
+                   progress: bool = False, design: Design | None = None) -> Designed:
     """Align ``model`` on its own task and on the designed data (`design_evaluation`).
 
-    ``own``: its alignment on its own task with ``cfg``, where already computed. The
+    ``own``: its alignment on its own task with ``cfg``, where already computed.
+    ``design``: a design already chosen (e.g. for another model of the same task), used
+    instead of searching ``family``. The
     designed data are aligned with the same ``cfg`` (at their last position where the
     queries are drawn apart), with probes fitted on them.
     """
@@ -84,7 +85,8 @@ def align_designed(model: Regressor, cfg: AlignConfig | None = None, name: str =
     if not cfg.fitted:
         raise InputError("the designed evaluation needs the fitted view (fitted=True)")
     own = own if own is not None else align(model, cfg, name=name)
-    design = design_evaluation(model, own, cfg, family, progress=progress)
+    if design is None:
+        design = design_evaluation(model, own, cfg, family, progress=progress)
     task = design.chosen.task(own_task_dims(own), design.seed)
     positions = "last" if task.query == "low-variance" else cfg.positions
     designed_cfg = dataclasses.replace(cfg, positions=positions, t_max=None,

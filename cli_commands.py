@@ -107,8 +107,6 @@ def design_checkpoints(checkpoints: list[str], results: list[Any], cfg: Any) -> 
     from iclprobe import models
     from iclprobe.alignment.design import align_designed
 
-    if not cfg.fitted:
-        raise UsageError("--design needs the fitted view: drop --no-fitted")
     out = {}
     for checkpoint, res in zip(checkpoints, results):
         model = models.load(checkpoint, device=cfg.device)
@@ -145,12 +143,15 @@ def cmd_align(args: argparse.Namespace) -> int:
     checkpoints = [args.checkpoint] if hasattr(args, "checkpoint") else args.checkpoints
     cfg = _align_config(args)
     _check_device(cfg.device)
+    if args.design and not cfg.fitted:
+        raise UsageError("--design needs the fitted view: drop --no-fitted")
     if args.out is not None:
         check_output(args.out, "report", args.overwrite)  # before the work, not after
     # With --json, stdout is the JSON alone: what a plugin's learner or metric prints while
     # the models are aligned goes to stderr.
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
         results, records = align_checkpoints(checkpoints, cfg)
+        designed = design_checkpoints(checkpoints, results, cfg) if args.design else {}
         if args.out is not None:
             from iclprobe.alignment.output.report import write_report  # matplotlib: for a report
 
@@ -158,8 +159,7 @@ def cmd_align(args: argparse.Namespace) -> int:
             with atomic_directory(args.out, "report", args.overwrite) as tmp:
                 write_report(tmp, results, title=f"iclprobe {args.command}", command=command,
                              side_by_side=[[r.name for r in results]] if len(results) > 1
-                             else [])
-        designed = design_checkpoints(checkpoints, results, cfg) if args.design else {}
+                             else [], designed=designed)
     if args.json:
         print(json.dumps({r.name: {**r.to_dict(), "probes": records[r.name],
                                    **({"designed": designed[r.name].to_dict()}

@@ -150,17 +150,22 @@ def test_a_model_whose_outputs_blow_up_there_is_out_of_distribution():
     assert any("out of the model's distribution" in line for line in done.lines())
 
 
-def test_align_design_through_the_cli(capsys):
+def test_align_design_through_the_cli(capsys, tmp_path):
     assert main(["align", "ka-gd-oracle", "--design", "--n-sequences", "128", "--n-boot", "50",
-                 "--no-separation"]) == 0
+                 "--no-separation", "--out", str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out
     assert "designed evaluation:" in out and "designed data" in out
+    report = (tmp_path / "r" / "report.md").read_text()
+    assert "### ka-gd-oracle on designed data" in report and "designed evaluation:" in report
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    chosen = summary["designed"]["ka-gd-oracle"]["design"]["chosen"]
     assert main(["align", "ka-gd-oracle", "--design", "--n-sequences", "128", "--n-boot", "50",
                  "--no-separation", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)["ka-gd-oracle"]["designed"]
     assert set(data["design"]["chosen"]) == {"condition_number", "shape", "n_points",
                                              "noise_std", "query", "top"}
     assert data["designed"]["answer"] is not None
+    assert data["design"]["chosen"] == chosen  # a rerun chooses the same distribution
 
 
 def test_design_without_the_fitted_view_is_a_usage_error(capsys):

@@ -1,5 +1,6 @@
 """The paper-reproduction scripts' claim tables read the results they are given."""
 
+import dataclasses
 import importlib.util
 from pathlib import Path
 
@@ -8,6 +9,7 @@ import torch
 from iclprobe import models, tasks
 from iclprobe.alignment import AlignConfig, align
 from iclprobe.alignment.comparison import layer_ranges
+from iclprobe.alignment.design import DesignFamily, align_designed
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
@@ -28,7 +30,15 @@ def test_fu2024_claims_quote_the_verdict_and_the_filter_orders():
         cfg = AlignConfig(algorithms=("newton", "gd", "online_gd", "ols"), data=data,
                           n_sequences=64, n_boot=20, positions="all", separation=False)
         results.append(align(model, cfg, name=f"gd3-{data}"))
-    rows = dict(fu.claims(*results))
+    own_cfg = dataclasses.replace(cfg, data="task")  # the first result's
+    done = align_designed(model, own_cfg, "gd3", own=results[0],
+                          family=DesignFamily(condition_numbers=(1.0, 100.0), n_sequences=16))
+    rows = dict(fu.claims(*results, done))
+    designed = next(v for k, v in rows.items() if k.startswith("... on data designed"))
+    assert designed.startswith(done.design.chosen.text + ": ")
+    if not done.out_of_distribution:  # the designed data's answer, as the headline reads it
+        assert designed.endswith(done.designed.answer.sentence(done.designed.live)
+                                 .split(": ", 1)[1].rstrip("."))
     headline = next(v for k, v in rows.items() if k.startswith("Headline"))
     answer = results[0].answer.sentence(results[0].live).split(": ", 1)[1].rstrip(".")
     assert headline.startswith(answer + "; κ=100: ")  # what each layer runs, the answer

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -79,7 +79,7 @@ FINDINGS = ("What each layer runs (0 = the embedded input, l = block l's output)
 def write_report(out: str | os.PathLike[str], results: Sequence[AlignResult],
                  pq: Sequence[tuple[str, Any]] = (), title: str = "iclprobe report",
                  command: str = "", side_by_side: Sequence[Sequence[str]] = (),
-                 overwrite: bool = False) -> Path:
+                 overwrite: bool = False, designed: Mapping[str, Any] | None = None) -> Path:
     """Write the report folder and return the path of report.md.
 
     The folder is written whole or not at all, as ``iclprobe align --out`` writes it: a
@@ -96,6 +96,8 @@ def write_report(out: str | os.PathLike[str], results: Sequence[AlignResult],
         side_by_side: groups of model names shown layer by layer beside each other (e.g.
             softmax against linear attention on the same data).
         overwrite: replace a report iclprobe wrote at ``out``.
+        designed: model name -> its `alignment.design.Designed` (``iclprobe align
+            --design``): both answers in the findings, the design in summary.json.
 
     Raises:
         OutputExistsError: ``out`` holds anything that is not a report iclprobe wrote, or
@@ -106,23 +108,29 @@ def write_report(out: str | os.PathLike[str], results: Sequence[AlignResult],
     if unknown:
         raise InputError(f"side_by_side names models not among the results: {unknown}; "
                          f"the results are {list(by_name)}")
+    designed = dict(designed or {})
     if writing_here(out, "report"):
-        return _write_files(Path(out), results, pq, title, command, side_by_side)
+        return _write_files(Path(out), results, pq, title, command, side_by_side, designed)
     with atomic_directory(out, "report", overwrite) as tmp:
-        _write_files(tmp, results, pq, title, command, side_by_side)
+        _write_files(tmp, results, pq, title, command, side_by_side, designed)
     return Path(out) / "report.md"
 
 
 def _write_files(out: Path, results: Sequence[AlignResult], pq: Sequence[tuple[str, Any]],
-                 title: str, command: str, side_by_side: Sequence[Sequence[str]]) -> Path:
+                 title: str, command: str, side_by_side: Sequence[Sequence[str]],
+                 designed: Mapping[str, Any]) -> Path:
     """The report's files, in ``out``."""
     by_name = {r.name: r for r in results}
     folders = folder_names([r.name for r in results])
     md = [f"# {title}", ""] + ([f"Produced by `{command}`.", ""] if command else [])
     md += _findings(results, [[by_name[n] for n in group] for group in side_by_side])
+    for name, done in designed.items():
+        md += [f"### {name} on designed data", "", "```text", *done.lines(), "```", ""]
     summary: dict[str, Any] = {"title": title, "command": command,
                                "findings": _findings_json(results, folders), "models": {},
                                "pq": {}}
+    if designed:
+        summary["designed"] = {name: done.to_dict() for name, done in designed.items()}
     for res, folder in zip(results, folders):
         summary["models"][res.name] = res.to_dict()
         md += model_section(out, res, folder)

@@ -74,12 +74,14 @@ def _naive_gap(task, a, b, layer, places, n_layers, positions, seed):
     lo, hi = (task.n_points - 1,) * 2 if positions == "last" else (1, task.n_points - 1)
     fams = {k: family_iterates(k, batch, stats, (lo, hi), n_layers, False)[0] for k in (a, b)}
     ys = batch.ys.numpy()[:, lo:hi + 1]
-    gaps = []
-    for x, y in ((a, b), (b, a)):
+
+    def matched(x):
         col = list(zip(fams[x].hyper["variant_rank"], fams[x].steps.tolist())).index(
             tuple(places[x][layer]))
-        ex = fams[x].preds[col].numpy()[:, lo:hi + 1] - ys
-        best = -np.inf
+        return fams[x].preds[col].numpy()[:, lo:hi + 1]
+
+    def best(values, y):  # the best error cosine of any column of y's family
+        ex, out = values - ys, -np.inf
         for k in range(fams[y].preds.shape[0]):
             ey = fams[y].preds[k].numpy()[:, lo:hi + 1] - ys
             if positions == "last":  # one position: a cosine across the sequences
@@ -87,9 +89,14 @@ def _naive_gap(task, a, b, layer, places, n_layers, positions, seed):
                 cos = float((ex * ey).sum() / den) if den > 0 else 0.0
             else:
                 den = np.linalg.norm(ex, axis=1) * np.linalg.norm(ey, axis=1)
-                cos = float(np.where(den > 0, (ex * ey).sum(1) / np.where(den > 0, den, 1), 0).mean())
-            best = max(best, cos)
-        gaps.append(1.0 - best)
+                cos = float(np.where(den > 0, (ex * ey).sum(1) / np.where(den > 0, den, 1),
+                                     0).mean())
+            out = max(out, cos)
+        return out
+
+    mix = (matched(a) + matched(b)) / 2
+    gaps = [1 - best(matched(a), b), 1 - best(matched(b), a), 1 - best(mix, a),
+            1 - best(mix, b)]
     return max(0.0, min(gaps))
 
 

@@ -127,20 +127,27 @@ def separation(task: RegressionTask, pairs: Mapping[int, Sequence[tuple[str, str
 def _pair_gap(a: str, b: str, layer: int, fams: Mapping[str, Any],
               places: Mapping[str, Sequence[tuple[int, int]]], ys: Tensor,
               kw: Mapping[str, Any]) -> float:
-    """1 − the best imitation either way between a's and b's matched columns (0: none)."""
+    """How far apart a's and b's matched columns are, as the answer would need them (0: none).
+
+    1 − the best imitation of each matched column by the other learner's family, and of their
+    average by either family: the answer calls a layer between two learners neither's only
+    where a family cannot reach their mix (a split spectrum let GD's family reach the
+    GD/Newton average).
+    """
+    cols = []
+    for x in (a, b):
+        fx = fams.get(x)
+        col = None if fx is None or x not in places else fx[1].get(tuple(places[x][layer]))
+        if col is None:  # no candidate here, or its matched variant diverges here
+            return 0.0
+        cols.append(fx[0].preds[col])
+    mix = (cols[0] + cols[1]) / 2
     gaps = []
-    for x, y in ((a, b), (b, a)):
-        fx, fy = fams.get(x), fams.get(y)
-        if fx is None or fy is None or x not in places:
+    for values, y in ((cols[0], b), (cols[1], a), (mix, a), (mix, b)):
+        best, _ = C.imitation(values[None], fams[y][0], ys, METRIC, **kw)
+        if not math.isfinite(best[0]):
             return 0.0
-        col = fx[1].get(tuple(places[x][layer]))
-        if col is None:  # its matched variant diverges here
-            return 0.0
-        best, _ = C.imitation(fx[0].preds[col][None], fy[0], ys, METRIC, **kw)
-        value = best[0]
-        if not math.isfinite(value):
-            return 0.0
-        gaps.append(1.0 - value)
+        gaps.append(1.0 - best[0])
     return max(0.0, min(gaps))
 
 

@@ -92,8 +92,10 @@ def _orders(res) -> str:
 def _designed(done) -> str:
     """The answer on the designed data, or why it is not used."""
     where = done.design.chosen.text
-    if done.out_of_distribution or done.designed is None:
+    if done.out_of_distribution:
         return f"{where}: out of the model's distribution ({done.why}), not used"
+    if done.designed is None:
+        return f"{where}: separates the candidates no better than the own task; not aligned"
     return f"{where}: {_answer(done.designed)}"
 
 

@@ -137,10 +137,18 @@ def test_a_model_that_does_no_regression_there_is_out_of_distribution():
     # GD at a vanishing fixed step: its error is the zero predictor's on any data
     model = oracle("gd", 4, 3, lambda layer: layer, lr=1e-9, normalize=True,
                    task=tasks.RegressionTask(n_dims=4, n_points=9))
-    done = D.align_designed(model, CFG, "still", family=D.DesignFamily(
-        condition_numbers=(1.0, 10.0), n_sequences=16))
-    assert done.out_of_distribution
+    there = D.Design(D.Distribution(10.0, "geometric", 9, 0.0, "context"), 1.0, 0.0, [], {}, 0)
+    done = D.align_designed(model, CFG, "still", design=there)
+    assert done.out_of_distribution and done.designed is not None
     assert any("out of the model's distribution" in line for line in done.lines())
+
+
+def test_a_design_no_better_than_the_own_task_is_not_aligned(gd_oracle):
+    model, res = gd_oracle
+    same = D.Design(D.Distribution(10.0, "geometric", 9, 0.0, "context"), 0.01, 0.01, [], {}, 0)
+    done = D.align_designed(model, CFG, "gd", own=res, design=same)
+    assert done.designed is None and not done.out_of_distribution
+    assert "its answer there stands" in done.lines()[-1]
 
 
 def test_a_model_whose_outputs_blow_up_there_is_out_of_distribution():
@@ -148,7 +156,7 @@ def test_a_model_whose_outputs_blow_up_there_is_out_of_distribution():
     # (the family keeps the model's own top; a design given by hand need not)
     model = oracle("gd", 4, 3, [0, 5, 10, 20], lr=0.14, normalize=True,
                    task=tasks.RegressionTask(n_dims=4, n_points=9))
-    there = D.Design(D.Distribution(1000.0, "linear", 9, 0.0, "context", top=2.0), 0.0, 0.0,
+    there = D.Design(D.Distribution(1000.0, "linear", 9, 0.0, "context", top=2.0), 1.0, 0.0,
                      [], {}, 0)
     done = D.align_designed(model, CFG, "blows", design=there)
     assert done.own.answer is not None  # aligned on its own task

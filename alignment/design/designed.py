@@ -24,7 +24,7 @@ class Designed:
 
     own: AlignResult
     design: Design
-    designed: AlignResult | None  # None: the model's outputs are not finite there
+    designed: AlignResult | None  # None: not finite there, or the own task is the best
     out_of_distribution: bool  # the model's output error there is near the zero predictor's
     why: str = ""  # where out of distribution: what the model did there
 
@@ -44,6 +44,9 @@ class Designed:
         head = [self.design.sentence(),
                 f"the model's error (normalized, zero predictor = 1): "
                 f"{self.model_error(self.own):.3f} on its own task, {there} on the designed data"]
+        if des is None and not self.out_of_distribution:
+            return [self.design.sentence(), "no distribution of the family separates the "
+                    "candidates better than the model's own task: its answer there stands"]
         if self.out_of_distribution:
             head.append(f"the designed data are out of the model's distribution ({self.why}): "
                         "it no longer does regression there, and its answer there is not used")
@@ -75,9 +78,10 @@ def align_designed(model: Regressor, cfg: AlignConfig | None = None, name: str =
 
     ``own``: its alignment on its own task with ``cfg``, where already computed.
     ``design``: a design already chosen (e.g. for another model of the same task), used
-    instead of searching ``family``. The
-    designed data are aligned with the same ``cfg`` (at their last position where the
-    queries are drawn apart), with probes fitted on them.
+    instead of searching ``family``. The designed data are aligned with the same ``cfg``
+    (at their last position where the queries are drawn apart), with probes fitted on them;
+    where the design separates the candidates no better than the own task, they are not
+    (``designed`` None, in distribution).
     """
     from iclprobe.alignment.pipeline import align
 
@@ -87,6 +91,8 @@ def align_designed(model: Regressor, cfg: AlignConfig | None = None, name: str =
     own = own if own is not None else align(model, cfg, name=name)
     if design is None:
         design = design_evaluation(model, own, cfg, family, progress=progress)
+    if not design.objective > design.own:  # the own task separates them at least as well
+        return Designed(own, design, None, False, "")
     task = design.chosen.task(own_task_dims(own), design.seed)
     positions = "last" if task.query == "low-variance" else cfg.positions
     designed_cfg = dataclasses.replace(cfg, positions=positions, t_max=None,

@@ -138,7 +138,7 @@ def _pair_gap(a: str, b: str, layer: int, fams: Mapping[str, Any],
     for x in (a, b):
         fx = fams.get(x)
         col = None if fx is None or x not in places else fx[1].get(tuple(places[x][layer]))
-        if col is None:  # no candidate here, or its matched variant diverges here
+        if fx is None or col is None:  # no candidate here, or its matched variant diverges
             return 0.0
         cols.append(fx[0].preds[col])
     mix = (cols[0] + cols[1]) / 2

@@ -22,8 +22,11 @@ The built-in families (m: a multiple of the rule or of the stability bound):
   of its own.
 - ``momentum`` (heavy ball): β ∈ `MOMENTUM_BETAS` × per-prefix ``m/λ_max(S_t/t)``, m ∈
   `MOMENTUM_SCALES` (stable below 2(1 + β)); steps 0…1024 on GD's grid.
-- ``ridge``: λ = s · 2^(j/2), j = −12…12, s the mean eigenvalue of S_t/t over the window
-  (λ on the summed loss, scikit-learn's alpha); one column each.
+- ``ridge``: λ = s · 2^(j/2), j = −12…12 + ⌈2 log₂ r⌉, s the mean eigenvalue of S_t/t over
+  the window and r Σ's largest eigenvalue over its mean (1 on isotropic data: the grid then
+  ends at 64 s; on a spread spectrum it reaches as far above the largest eigenvalue as it
+  reaches above the mean on isotropic data) (λ on the summed loss, scikit-learn's alpha);
+  one column each.
 - ``online_gd``: relaxed Kaczmarz ``η_j = m/‖x_j‖²``, m ∈ `ONLINE_SCALES`; passes
   `ONLINE_STEPS`.
 - ``gd_plus_plus``: ``η = m/max λ_max(S_t/t)``, ``γ = g/max λ_max(S_t/t)``, m ∈
@@ -37,6 +40,7 @@ trained length is matched there).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -46,7 +50,12 @@ from torch import Tensor
 from iclprobe.algorithms.prefix import PrefixStats
 from iclprobe.errors import InputError, InputTypeError
 
-GD_SCALES = (0.125, 0.25, 0.5, 1.0, 1.5)  # 2 / λ_max is on the boundary
+# 2 / λ_max is on the boundary. Octaves below 1/2, where a step count makes up for the
+# step size (k steps at η ≈ k/2 at 2η while ηλ is small), √2 apart above, where it does
+# not: on spread spectra (κ 1000) an octave grid left GD at 1.3/λ_max between 1 and 1.5,
+# and heavy ball's denser effective rates imitated its layer better than GD's grid did
+# (named heavy ball, read exactly, on the fresh slice's designed data)
+GD_SCALES = (0.125, 0.25, 0.5, 0.71, 1.0, 1.41)
 # every step up to 16, then 2^(1/3) apart to 4096: a layer between two step counts of the
 # same rule is then nearer its match than other learners' imitations of that match are
 # (with steps √2 apart, GD at 1/λ_max for 21 steps was nearer heavy ball's imitation)
@@ -61,7 +70,7 @@ NEWTON_STEPS = tuple(range(NEWTON_MAX_STEP + 1))
 MOMENTUM_BETAS = (0.5, 0.75, 0.9)
 MOMENTUM_SCALES = (0.25, 0.5, 1.0, 2.0)
 MOMENTUM_STEPS = tuple(s for s in GD_STEPS if s <= 1024)  # heavy ball converges faster
-RIDGE_EXPONENTS = tuple(range(-12, 13))  # λ = s · 2^(j/2)
+RIDGE_EXPONENTS = tuple(range(-12, 13))  # λ = s · 2^(j/2), on isotropic data
 ONLINE_SCALES = (0.25, 0.5, 1.0, 1.5)
 ONLINE_STEPS = (0, 1, 2, 3, 4, 6, 8, 11, 16)
 GDPP_SCALES = (0.25, 0.5, 1.0)
@@ -115,6 +124,12 @@ class FamilyContext:
     def top_sum(self) -> float:
         """The largest λ_max(S_t) over the window, in the data's units (the summed loss's Hessian)."""
         return _positive(self.stats.eigvals[:, self.rows, -1]) * self.stats.x_scale**2
+
+    def spread(self) -> float:
+        """Σ's largest eigenvalue over its mean eigenvalue, the largest over the batch (>= 1)."""
+        eig = torch.linalg.eigvalsh(self.cov.to(torch.float64))  # basis-free: values only
+        ratio = eig[..., -1] / eig.mean(-1).clamp(min=torch.finfo(torch.float64).tiny)
+        return max(float(ratio.max()), 1.0)
 
     def mean_eigenvalue(self) -> float:
         """The mean eigenvalue of S_t/t over the window's prefixes, in the data's units."""
@@ -188,9 +203,19 @@ def _momentum_variants(ctx: FamilyContext) -> list[Variant]:
             for beta in MOMENTUM_BETAS for m in MOMENTUM_SCALES]
 
 
+def ridge_exponents(spread: float) -> tuple[int, ...]:
+    """The ridge grid's j (λ = s · 2^(j/2)) for a Σ whose largest eigenvalue is ``spread`` × its mean.
+
+    Rounded to 1e-9 before the ceiling, so that a spread of exactly 2^(k/2) adds k.
+    """
+    extra = max(math.ceil(round(2 * math.log2(spread), 9)), 0)
+    return tuple(range(RIDGE_EXPONENTS[0], RIDGE_EXPONENTS[-1] + extra + 1))
+
+
 def _ridge_variants(ctx: FamilyContext) -> list[Variant]:
     s = ctx.mean_eigenvalue()
-    return [(f"λ {s * 2 ** (j / 2):.3g}", {"lam": s * 2 ** (j / 2)}) for j in RIDGE_EXPONENTS]
+    return [(f"λ {s * 2 ** (j / 2):.3g}", {"lam": s * 2 ** (j / 2)})
+            for j in ridge_exponents(ctx.spread())]
 
 
 def _online_variants(ctx: FamilyContext) -> list[Variant]:

@@ -1,5 +1,6 @@
 """The designed evaluation: data that tell the candidate learners apart (alignment.design)."""
 
+import dataclasses
 import json
 import math
 
@@ -112,6 +113,16 @@ def test_the_objective_is_the_learners_resemblance_by_hand(gd_oracle, query):
     assert got == pytest.approx(sum(by_hand) / len(by_hand), rel=1e-9, abs=1e-12)
     same = D.separation(task, {3: [("gd", "gd")]}, res.answer.places, 6, CFG, positions, 64, 0)
     assert same == 0.0  # a learner imitates itself exactly
+
+
+def test_isotropic_data_offer_no_low_variance_queries():
+    # on Σ ∝ I every direction is a low-variance one: the query would be drawn as the context
+    family = D.DesignFamily()
+    iso = D.Distribution(1.0, "geometric", 9, 0.0, "context")
+    assert [o.query for o in family.options("query", iso, 4, 9, False)] == ["context"]
+    ill = dataclasses.replace(iso, condition_number=100.0)
+    assert [o.query for o in family.options("query", ill, 4, 9, False)] == \
+        ["context", "low-variance"]
 
 
 def test_the_search_is_coordinate_ascent_and_reproducible(gd_oracle):

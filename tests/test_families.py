@@ -49,6 +49,23 @@ def test_each_column_is_its_variant_run_alone():
     assert lams == pytest.approx([mean_eig / 64, mean_eig, mean_eig * 64])
 
 
+def test_ridge_grid_reaches_past_the_largest_eigenvalue_on_a_spread_spectrum():
+    # isotropic: the grid of old, 64 × the mean eigenvalue at its top
+    assert families.ridge_exponents(1.0) == families.RIDGE_EXPONENTS
+    assert families.ridge_exponents(2 ** 0.5)[-1] == families.RIDGE_EXPONENTS[-1] + 1
+    eig = [1.0, 0.1, 0.01, 0.001]  # spread: 1 / mean = 3.6 -> 2·log2 = 3.7 -> 4 more
+    task = tasks.RegressionTask(n_dims=4, n_points=9, cov="rotated", eigenvalues=eig, seed=3)
+    batch = task.sample(16, generator=torch.Generator().manual_seed(0))
+    ctx = FamilyContext(_stats(batch), batch.cov, (1, 8))
+    spread = max(eig) / (sum(eig) / len(eig))
+    assert ctx.spread() == pytest.approx(spread, rel=1e-6)  # Σ held in float32
+    lams = [h["lam"] for _, h in families.RIDGE.variants(ctx)]
+    assert len(lams) == len(families.RIDGE_EXPONENTS) + 4
+    # as far above the largest eigenvalue as the isotropic grid is above the mean
+    assert lams[-1] >= 64 * ctx.mean_eigenvalue() * spread
+    assert lams[-2] < 64 * ctx.mean_eigenvalue() * spread
+
+
 def test_gd_family_is_the_rules_and_fixed_steps_at_each_scale():
     batch = _batch()
     stats = _stats(batch)

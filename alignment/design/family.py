@@ -133,7 +133,12 @@ class DesignFamily:
         if factor == "noise":
             return [dataclasses.replace(current, noise_std=float(s)) for s in self.noise]
         if factor == "query":
-            return [dataclasses.replace(current, query=q) for q in self.queries]
+            # on isotropic Σ the low-variance directions are every direction: such a query is
+            # drawn as the context is, and would only move the alignment to the last position
+            # (fewer predictions, the same data)
+            queries = self.queries if current.condition_number != 1 else \
+                [q for q in self.queries if q != "low-variance"] or ["context"]
+            return [dataclasses.replace(current, query=q) for q in queries]
         raise InputError(f"factor must be one of {FACTORS}, got {factor!r}")
 
 

@@ -133,3 +133,40 @@ def test_none_of_them_prints_its_two_numbers_apart():
     assert "error cosine 0.9996, while newton's matched column is at 0.9999" in close.detail()
     far = dataclasses.replace(close, value=0.831, resemblance=0.979)
     assert "0.831, while newton's matched column is at 0.979" in far.detail()
+
+
+def test_the_probes_noise_widens_the_separation_it_could_have_made():
+    # a layer that is GD's column is named GD; read with a noise sample that carries it a
+    # quarter of the way to Newton's column and back, its lead over Newton moves by more
+    # than the lead's interval leaves, so the answer no longer names it
+    batch, cands, spec = _setup()
+    gd = cands["gd"].preds.preds[cands["gd"].columns.index("0.5/λmax, step 3")]
+    newton = cands["newton"].preds.preds[cands["newton"].columns.index("1/‖SSᵀ‖, step 3")]
+    layers, ys = gd[None], batch.ys.double()
+    tables = candidate_tables(cands, layers, None, ys, ("error_cosine",), spec)
+    clean = answer(tables, cands, {"preds": layers, "weights": None}, ys, spec, [True], 1e-3)
+    assert clean.layers[0].kind == RUNS and clean.layers[0].learner == "gd"
+    push = 0.25 * (newton - gd)[None]
+    noisy = [{"preds": layers + push, "weights": None}, {"preds": layers - push, "weights": None}]
+    widened = answer(tables, cands, {"preds": layers, "weights": None}, ys, spec, [True], 1e-3,
+                     noisy=noisy)
+    assert widened.layers[0].kind == CANNOT_TELL and "newton" in widened.layers[0].others
+    # the margin is the lead's change under the sample, by hand: error cosine over positions
+    from iclprobe.alignment.views.answer_rule import _evidence, _probe_margins
+    ev = _evidence(tables["error_cosine"])
+    margins = _probe_margins("gd", [0], ev, cands, "error_cosine", ys, spec, layers,
+                             [layers + push, layers - push])
+
+    def cos(a, b):  # error cosine: per sequence over the window's positions, then the mean
+        ea, eb = (a - ys)[:, 1:10], (b - ys)[:, 1:10]
+        return float(((ea * eb).sum(-1) / (ea.norm(dim=-1) * eb.norm(dim=-1))).mean())
+
+    col = {k: c.preds.preds[ev.best[k][0]] for k, c in cands.items()}
+
+    def lead(v):
+        return cos(v, col["gd"]) - cos(v, col["newton"])
+
+    by_hand = max(abs(lead(gd + s * push[0]) - lead(gd)) for s in (1, -1))
+    assert margins["newton"][0] == pytest.approx(by_hand, rel=1e-6)
+    # an exact readout: no sample, no margin
+    assert _probe_margins("gd", [0], ev, cands, "error_cosine", ys, spec, layers, []) == {}

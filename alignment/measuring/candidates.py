@@ -341,6 +341,9 @@ class Candidates:
     layers: dict[str, Tensor | None]
     spec: TableSpec
     notes: list[str]
+    #: where probes read the layers: the layers read with a sample of the readout's own
+    #: noise added and subtracted, as ``layers`` (what the answer's margins come from)
+    noisy: tuple[dict[str, Tensor | None], ...] = ()
 
 
 def measure_candidates(ev: Evaluation, layers: Layers, stats: PrefixStats) -> Candidates:
@@ -361,9 +364,22 @@ def measure_candidates(ev: Evaluation, layers: Layers, stats: PrefixStats) -> Ca
                                       claims, rows)
     xs = ev.batch.xs.double()
     read_p, read_w = read_as_probes(layers.preds, layers.weights, xs, ev.ys, rows)
+    noisy: tuple[dict[str, Tensor | None], ...] = ()
     if layers.noise is not None:
         spec = dataclasses.replace(spec, ceilings=noise_ceilings(
             layers.preds, layers.weights, (layers.noise, layers.weight_noise), xs, ev.ys, rows,
             ev.cfg.metrics, spec))
+        noisy = tuple(_read_with_noise(layers, sign, xs, ev.ys, rows) for sign in (1.0, -1.0))
     tables = candidate_tables(members, read_p, read_w, ev.ys, ev.cfg.metrics, spec)
-    return Candidates(members, tables, {"preds": read_p, "weights": read_w}, spec, notes)
+    return Candidates(members, tables, {"preds": read_p, "weights": read_w}, spec, notes, noisy)
+
+
+def _read_with_noise(layers: Layers, sign: float, xs: Tensor, ys: Tensor,
+                     rows: tuple[int, int] | None) -> dict[str, Tensor | None]:
+    """The layers plus ``sign`` × the readout's noise sample, read as the learners are."""
+    assert layers.noise is not None
+    preds = layers.preds + sign * layers.noise.to(layers.preds)
+    weights = None if layers.weights is None or layers.weight_noise is None else \
+        layers.weights + sign * layers.weight_noise.to(layers.weights)
+    p, w = read_as_probes(preds, weights, xs, ys, rows)
+    return {"preds": p, "weights": w}

@@ -189,11 +189,13 @@ def matched_layers(tables: Mapping[str, Similarity], tol: float) -> list[bool]:
 
 def answer(tables: Mapping[str, Mapping[str, Similarity]], cands: Mapping[str, Candidate],
            layer_values: Mapping[str, Tensor | None], ys: Tensor, spec: TableSpec,
-           live: Sequence[bool], tie_tol: float, notes: Sequence[str] = ()) -> Answer:
+           live: Sequence[bool], tie_tol: float, notes: Sequence[str] = (),
+           noisy: Sequence[Mapping[str, Tensor | None]] = ()) -> Answer:
     """The answer over ``cands`` from their tables (``metric -> candidate -> table``).
 
     ``layer_values``: the layers as the tables compared them, ``{"preds": [L+1, B, n],
-    "weights": [L+1, B', n, d] or None}``.
+    "weights": [L+1, B', n, d] or None}``. ``noisy``: the same read with a sample of the
+    probes' noise added and subtracted (`Candidates.noisy`; empty for an exact readout).
 
     The verdict metrics among those computed are combined (`combine`); liveness comes from
     ``live``, matching from the error cosine's tables where computed (else the first
@@ -207,8 +209,9 @@ def answer(tables: Mapping[str, Mapping[str, Similarity]], cands: Mapping[str, C
     for m in verdict:
         values = layer_values[METRIC_INFO[m].on]
         assert values is not None
+        shifted = [v for nz in noisy if (v := nz[METRIC_INFO[m].on]) is not None]
         by_metric[m] = answer_metric(m, tables[m], cands, values, ys[:sequences[m]], spec, live,
-                                     matched)
+                                     matched, shifted if len(shifted) == len(noisy) else ())
     scores = {}
     for metric, by in tables.items():
         best = _evidence(by).best
@@ -222,7 +225,7 @@ def answer(tables: Mapping[str, Mapping[str, Similarity]], cands: Mapping[str, C
 def answer_view(ev: Evaluation, live: Sequence[bool], cands: Candidates) -> Answer:
     """`align`'s stage: the answer per layer over the measured candidates (`answer`)."""
     return answer(cands.tables, cands.members, cands.layers, ev.ys, cands.spec, live,
-                  ev.protocol.tie_tol, cands.notes)
+                  ev.protocol.tie_tol, cands.notes, cands.noisy)
 
 
 def matched_by(result: Answer) -> list[bool]:

@@ -9,6 +9,8 @@ import torch
 from iclprobe import algorithms, tasks
 from iclprobe.alignment.measuring.candidates import TableSpec, build_candidates, candidate_tables
 from iclprobe.alignment.views.answer import CANNOT_TELL, NONE, RUNS, LayerAnswer, answer, combine
+from iclprobe.alignment.views.answer_rule import _evidence
+from iclprobe.alignment.views.margins import probe_margins
 
 KEYS = ("newton", "gd", "cg", "ols", "ridge", "momentum")
 
@@ -152,10 +154,9 @@ def test_the_probes_noise_widens_the_separation_it_could_have_made():
                      noisy=noisy)
     assert widened.layers[0].kind == CANNOT_TELL and "newton" in widened.layers[0].others
     # the margin is the lead's change under the sample, by hand: error cosine over positions
-    from iclprobe.alignment.views.answer_rule import _evidence, _probe_margins
     ev = _evidence(tables["error_cosine"])
-    margins = _probe_margins("gd", [0], ev, cands, "error_cosine", ys, spec, layers,
-                             [layers + push, layers - push])
+    margins = probe_margins("gd", [0], ev.best, ev.sign, cands, "error_cosine", ys, spec,
+                            layers, [layers + push, layers - push])
 
     def cos(a, b):  # error cosine: per sequence over the window's positions, then the mean
         ea, eb = (a - ys)[:, 1:10], (b - ys)[:, 1:10]
@@ -169,4 +170,5 @@ def test_the_probes_noise_widens_the_separation_it_could_have_made():
     by_hand = max(abs(lead(gd + s * push[0]) - lead(gd)) for s in (1, -1))
     assert margins["newton"][0] == pytest.approx(by_hand, rel=1e-6)
     # an exact readout: no sample, no margin
-    assert _probe_margins("gd", [0], ev, cands, "error_cosine", ys, spec, layers, []) == {}
+    assert probe_margins("gd", [0], ev.best, ev.sign, cands, "error_cosine", ys, spec, layers,
+                         []) == {}

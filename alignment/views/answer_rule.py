@@ -21,6 +21,7 @@ from iclprobe.alignment import comparison as C
 from iclprobe.alignment.measuring.candidates import Candidate, TableSpec, columns_of
 from iclprobe.alignment.measuring.similarities import Similarity, similarity
 from iclprobe.alignment.metrics import METRIC_INFO, metric_info
+from iclprobe.alignment.views.margins import probe_margins
 
 RUNS, CANNOT_TELL, NONE = "runs", "cannot tell", "none of them"
 DEAD = ("computes nothing", "matches no learner")
@@ -156,7 +157,7 @@ class _Yardsticks:
     rival_own: dict[str, dict[int, Tensor]]  # every rival as a continuum, per replicate
     mixed: dict[str, dict[int, bool]]  # rival -> layer -> a mix of X and it fits better
     #: rival -> layer -> how far the probes' own noise moves the layer's X − rival
-    #: difference (`_probe_margins`; empty for an exact readout)
+    #: difference (`probe_margins`; empty for an exact readout)
     margin: dict[str, dict[int, float]] = dataclasses.field(default_factory=dict)
 
 
@@ -199,39 +200,9 @@ def _resemblances(x: str, layers: Sequence[int], ev: _Evidence, cands: Mapping[s
         for y, flag in by_y.items():
             mixed.setdefault(y, {})[i] = flag
             rival_own.setdefault(y, {})[i] = theirs[y]
-    margin = _probe_margins(x, layers, ev, cands, metric, ys, spec, values_of_layers, noisy)
+    margin = probe_margins(x, layers, ev.best, ev.sign, cands, metric, ys, spec,
+                           values_of_layers, noisy)
     return _Yardsticks(imit, runner, own, own_value, rival_own, mixed, margin)
-
-
-def _probe_margins(x: str, layers: Sequence[int], ev: _Evidence, cands: Mapping[str, Candidate],
-                   metric: str, ys: Tensor, spec: TableSpec, clean: Tensor,
-                   noisy: Sequence[Tensor]) -> dict[str, dict[int, float]]:
-    """How far the probes' own noise moves each layer's lead of X over each rival.
-
-    A layer read by probes carries the probes' estimation error, shared by the sequences a
-    probe read, so the bootstrap over sequences does not see it. ``noisy``: the layers read
-    with a sample of that error (`probes.readout_noise`) added and subtracted. The lead is
-    the layer's similarity to X's matched column less its similarity to the rival's (as the
-    tables, corrected); its margin is the larger change of the lead under either sample.
-    """
-    if not noisy:
-        return {}
-    on_w = METRIC_INFO[metric].on == "weights"
-    keys = list(cands)
-    out: dict[str, dict[int, float]] = {y: {} for y in keys if y != x}
-    for i in layers:
-        cols = torch.stack([columns_of(cands[k].of(metric), [ev.best[k][i]], on_w)[0]
-                            for k in keys])
-        matched = Iterates(torch.zeros(len(keys), dtype=torch.long),
-                           cols if not on_w else cols.new_zeros(cols.shape[:-1]),
-                           cols if on_w else None, {}, "matched")
-        base = _leads(x, keys, i, clean, matched, ev, metric, ys, spec)
-        moved = torch.stack([(_leads(x, keys, i, v, matched, ev, metric, ys, spec) - base).abs()
-                             for v in noisy]).amax(0)
-        for j, y in enumerate(keys):
-            if y != x:
-                out[y][i] = float(moved[j])
-    return out
 
 
 #: The weights w of the mixes ``(1 − w) a + w b`` tried (`_mixes`). A layer that runs X
@@ -337,16 +308,6 @@ def _ranked(ev: _Evidence, layer: int) -> list[str]:
     return sorted(keys, key=lambda k: (-float(ev.value[k][layer]), keys.index(k)))
 
 
-def _leads(x: str, keys: Sequence[str], layer: int, values: Tensor, matched: Iterates,
-           ev: _Evidence, metric: str, ys: Tensor, spec: TableSpec) -> Tensor:
-    """The layer's similarity to X's matched column less its similarity to each's (corrected)."""
-    rows = slice(layer, layer + 1)
-    sim = similarity(values[rows], matched, ys, metric, n_boot=2, check=False,
-                     **spec.kw(metric)).values
-    scored = ev.sign * spec.correct(metric, sim, rows)[0]
-    return scored[list(keys).index(x)] - scored
-
-
 def answer_metric(metric: str, tables: Mapping[str, Similarity],
                   cands: Mapping[str, Candidate], values: Tensor, ys: Tensor, spec: TableSpec,
                   live: Sequence[bool], matched: Sequence[bool], noisy: Sequence[Tensor] = ()
@@ -396,7 +357,7 @@ def _decide(metric: str, ev: _Evidence, tables: Mapping[str, Similarity],
     X's similarity is that of X as a continuum (its match and mixes with its next-best
     columns, `_mixes`). X is separated from Y when the layer is closer to X than to Y
     beyond the paired interval, widened through probes by the probes' own noise
-    (`_probe_margins`); it is closer to X's match than Y's best imitation of that
+    (`probe_margins`); it is closer to X's match than Y's best imitation of that
     match is (the learners' own resemblance: a layer farther from X's match than Y comes
     to it is not X's; the point estimate, the interval being the paired difference's job);
     and no mix of X's and Y's matched columns fits it better (a layer between X and Y is

@@ -285,10 +285,8 @@ def candidate_tables(cands: Mapping[str, Candidate], layer_preds: Tensor,
     return out
 
 
-def noise_ceilings(layer_preds: Tensor, layer_weights: Tensor | None,
-                   noise: tuple[Tensor, Tensor | None], xs: Tensor, ys: Tensor,
-                   probe_rows: tuple[int, int] | None, metrics: Sequence[str],
-                   spec: TableSpec) -> dict[str, Tensor]:
+def noise_ceilings(clean: tuple[Tensor, Tensor | None], noisy: Mapping[str, Tensor | None],
+                   ys: Tensor, metrics: Sequence[str], spec: TableSpec) -> dict[str, Tensor]:
     """Per metric with a geometry, what each layer reaches through its readout's noise.
 
     A layer read by probes is the layer plus the probes' estimation noise, which lowers its
@@ -296,19 +294,16 @@ def noise_ceilings(layer_preds: Tensor, layer_weights: Tensor | None,
     distances) — the same for every learner, so the layer's match is kept, but a layer
     that runs a learner falls short of it by the noise, below the learners' resemblance to
     one another, and is read as "none of them". The ceiling is the similarity of the layer
-    read with a second sample of the noise (``noise``: `probes.ReadoutNoise`'s, in the
-    predictions and, where measured, the induced weights) to the layer read without it,
-    both read as the learners are (`read_as_probes`).
+    read with a second sample of the noise (``noisy``: `probes.ReadoutNoise`'s added, in the
+    predictions and, where measured, the induced weights) to the layer read without it
+    (``clean``: predictions and weights), both read as the learners are (`read_as_probes`).
     """
-    noise_p, noise_w = noise
-    clean = read_as_probes(layer_preds, layer_weights, xs, ys, probe_rows)
-    noisy_w = None if layer_weights is None or noise_w is None else layer_weights + noise_w
-    noisy = read_as_probes(layer_preds + noise_p.to(layer_preds), noisy_w, xs, ys, probe_rows)
+    noisy_pair = (noisy["preds"], noisy["weights"])
     out = {}
     for metric in metrics:
         info = metric_info(metric)
         on_w = info.on == "weights"
-        a, b = (noisy[1], clean[1]) if on_w else (noisy[0], clean[0])
+        a, b = (noisy_pair[1], clean[1]) if on_w else (noisy_pair[0], clean[0])
         if info.geometry is None or a is None or b is None:
             continue
         layers = algorithms.Iterates(torch.arange(b.shape[0]), b if not on_w else b[..., 0],
@@ -366,10 +361,9 @@ def measure_candidates(ev: Evaluation, layers: Layers, stats: PrefixStats) -> Ca
     read_p, read_w = read_as_probes(layers.preds, layers.weights, xs, ev.ys, rows)
     noisy: tuple[dict[str, Tensor | None], ...] = ()
     if layers.noise is not None:
-        spec = dataclasses.replace(spec, ceilings=noise_ceilings(
-            layers.preds, layers.weights, (layers.noise, layers.weight_noise), xs, ev.ys, rows,
-            ev.cfg.metrics, spec))
         noisy = tuple(_read_with_noise(layers, sign, xs, ev.ys, rows) for sign in (1.0, -1.0))
+        spec = dataclasses.replace(spec, ceilings=noise_ceilings(
+            (read_p, read_w), noisy[0], ev.ys, ev.cfg.metrics, spec))
     tables = candidate_tables(members, read_p, read_w, ev.ys, ev.cfg.metrics, spec)
     return Candidates(members, tables, {"preds": read_p, "weights": read_w}, spec, notes, noisy)
 

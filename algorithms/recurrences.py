@@ -228,10 +228,14 @@ def gd_plus_plus(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr:
     def run(block: PrefixStats) -> tuple[Tensor, Tensor | None]:
         lam, inv_t = block.eigvals, safe_inverse(block.counts)[:, None]  # [pos, 1]
 
-        def advance(state: GdppState) -> GdppState:
+        def advance(state: GdppState) -> GdppState:  # in place: the state is this run's
             u, h, c = state
-            c2 = c * c * inv_t
-            return u + eta * c2 * h, h * (1.0 - eta * lam * c2), c * (1.0 - gam * lam * c2)
+            c2 = torch.mul(c, c).mul_(inv_t)
+            u.add_(torch.mul(c2, h).mul_(eta))
+            lam_c2 = c2.mul_(lam)
+            h.mul_(torch.mul(lam_c2, -eta).add_(1.0))
+            c.mul_(lam_c2.mul_(-gam).add_(1.0))
+            return u, h, c
 
         start = (torch.zeros_like(lam), block.xty_eig.clone(), torch.ones_like(lam))
         return _run_recurrence(block, k_steps, start, advance, lambda s: s[0], weights)

@@ -26,6 +26,7 @@ known_answers.json and .csv (every cell and view).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import io
 import json
@@ -40,6 +41,7 @@ from tqdm import tqdm
 
 from iclprobe._checks import ConfigError
 from iclprobe.alignment.config import AlignConfig
+from iclprobe.alignment.measuring.candidates import reusing_families
 from iclprobe.cli import OneLineParser
 from iclprobe.constructions import benchmark as B
 from iclprobe.constructions import scoring as S
@@ -48,16 +50,22 @@ from iclprobe.storage import write_text_atomic
 COLUMNS = ("true", "false", "cannot tell", "none", "separable", "true_separable")
 
 
-def _one_thread() -> None:
+#: a worker's reuse of the candidates' families: the cells share a few evaluation batches
+_WORKER = contextlib.ExitStack()
+
+
+def _worker() -> None:
     torch.set_num_threads(1)
+    _WORKER.enter_context(reusing_families())
 
 
 def run_cells(cells: list[B.Cell], cfg: AlignConfig, jobs: int, design: bool = False
               ) -> list[B.CellResult]:
     """Every cell's result, in the cells' order (seeded: the same in any process)."""
     if jobs == 1:
-        return [B.run_cell(cell, cfg, design) for cell in tqdm(cells, desc="cells")]
-    with ProcessPoolExecutor(jobs, initializer=_one_thread) as pool:
+        with reusing_families():
+            return [B.run_cell(cell, cfg, design) for cell in tqdm(cells, desc="cells")]
+    with ProcessPoolExecutor(jobs, initializer=_worker) as pool:
         futures = [pool.submit(B.run_cell, cell, cfg, design) for cell in cells]
         for _ in tqdm(as_completed(futures), total=len(futures), desc="cells"):
             pass

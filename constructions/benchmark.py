@@ -146,7 +146,7 @@ def _multipliers(kind: str, spec: Setting, given: tuple[float, ...] | None
     if kind == "momentum oracle":
         return [(m, b) for b in spec.momentum_betas for m in spec.oracle_multipliers]
     by_kind = {"ridge oracle": spec.ridge_lams, "online_gd oracle": spec.online_scales,
-               "cg oracle": (0.5, 1.0), "blend oracle": (1.0,), "random pgd oracle": (1.0,)}
+               "cg oracle": (0.5, 0.75, 1.0), "blend oracle": (1.0,), "random pgd oracle": (1.0,)}
     mults = by_kind.get(kind) or (spec.oracle_multipliers if "oracle" in kind
                                   else spec.construction_fractions)
     return [(m, None) for m in mults]

@@ -26,7 +26,7 @@ from iclprobe.probes.layer_probes import (
     model_hash,
     probe_metrics,
 )
-from iclprobe.probes.ridge import RidgeSums, ridge_at, ridge_from_sums, ridge_sums
+from iclprobe.probes.ridge import RidgeFit, RidgeSums, ridge_coef_at, ridge_from_sums, ridge_sums
 
 
 @dataclasses.dataclass
@@ -40,6 +40,8 @@ class CrossFit:
     model: Regressor
     t_min: int
     alphas: Tensor | None
+    #: per fold, the fit on the other folds that read it (None: not kept; refitted)
+    fold_fits: list[RidgeFit] | None = None
 
     def others(self, rows: slice) -> list[int]:
         """The folds that hold none of the sequences ``rows``."""
@@ -52,7 +54,7 @@ class CrossFit:
 
     def probes_excluding(self, rows: slice) -> LayerProbes:
         """Probes fitted on every fold that holds none of the sequences ``rows``."""
-        fit = ridge_from_sums(_total([self.sums[k] for k in self.others(rows)]), self.alphas)
+        fit = self.fit_on(self.others(rows))
         probes = LayerProbes(t_min=self.t_min)
         probes.coef_, probes.intercept_, probes.alpha_ = fit.coef, fit.intercept, fit.alpha
         probes.n_layers_, probes.model = fit.coef.shape[0], self.model
@@ -60,6 +62,14 @@ class CrossFit:
         probes.n_dims_ = self.model.cfg.n_dims
         probes.metrics_ = self.metrics
         return probes
+
+
+    def fit_on(self, keep: list[int]) -> RidgeFit:
+        """The ridge fit (GCV per layer) on the folds ``keep``: a fold's own where it is one."""
+        left_out = [k for k in range(len(self.folds)) if k not in keep]
+        if self.fold_fits is not None and len(left_out) == 1:
+            return self.fold_fits[left_out[0]]
+        return ridge_from_sums(_total([self.sums[k] for k in keep]), self.alphas)
 
 
 def _total(sums: list[RidgeSums]) -> RidgeSums:
@@ -90,22 +100,27 @@ def cross_fit(model: Regressor, resid: Tensor, ys: Tensor, folds: int = 4, t_min
                 f"({fitted_on} sequences) x {n - t_min} positions t >= {t_min}", n - t_min)
     sums = [ridge_sums(resid[:, a:b, t_min:].flatten(1, 2), ys[a:b, t_min:].flatten())
             for a, b in bounds]
-    preds = _out_of_fold(resid, sums, bounds, alphas)
+    preds, fits = _out_of_fold(resid, sums, bounds, alphas)
     metrics = probe_metrics(preds, ys, ys, t_min, model.cfg.n_dims)  # the target is y
-    return CrossFit(preds, metrics, bounds, sums, model, t_min, alphas)
+    return CrossFit(preds, metrics, bounds, sums, model, t_min, alphas, fits)
 
 
 def _out_of_fold(resid: Tensor, sums: list[RidgeSums], bounds: list[tuple[int, int]],
-                 alphas: Tensor | None) -> Tensor:
-    """Every fold read by the ridge fit on the other folds' sums, ``[layer, batch, pos]``."""
+                 alphas: Tensor | None) -> tuple[Tensor, list[RidgeFit]]:
+    """Every fold read by the ridge fit on the other folds' sums, ``[layer, batch, pos]``.
+
+    Also returns those fits, one per fold.
+    """
     n_layers, batch, n, _ = resid.shape
     total = _total(sums)
     preds = torch.empty(n_layers, batch, n, dtype=torch.float64)
+    fits = []
     for (a, b), own in zip(bounds, sums):
         fit = ridge_from_sums(total - own, alphas)
         block = resid[:, a:b].to(torch.float64)
         preds[:, a:b] = torch.einsum("lbnd,ld->lbn", block, fit.coef) + fit.intercept[:, None, None]
-    return preds
+        fits.append(fit)
+    return preds, fits
 
 
 @dataclasses.dataclass
@@ -149,7 +164,7 @@ def readout_noise(fit: CrossFit, resid: Tensor) -> ReadoutNoise:
     noise = torch.empty(n_layers, batch, n, dtype=torch.float64)
     for k, (a, b) in enumerate(fit.folds):
         keep = [j for j in range(len(fit.folds)) if j != k]
-        alpha = ridge_from_sums(_total([fit.sums[j] for j in keep]), fit.alphas).alpha
+        alpha = fit.fit_on(keep).alpha
         coef, intercept = _half_difference(fit, keep, alpha)
         block = resid[:, a:b].to(torch.float64)
         noise[:, a:b] = torch.einsum("lbnd,ld->lbn", block, coef) + intercept[:, None, None]
@@ -164,7 +179,6 @@ def _half_difference(fit: CrossFit, keep: list[int], alpha: Tensor) -> tuple[Ten
     halves = [keep[:len(keep) // 2], keep[len(keep) // 2:]]
     sums = [_total([fit.sums[j] for j in half]) for half in halves]
     rows = sum(s.n for s in sums)
-    fits = [ridge_at(s, alpha * s.n / rows) for s in sums]
+    (coef_a, icpt_a), (coef_b, icpt_b) = (ridge_coef_at(s, alpha * s.n / rows) for s in sums)
     scale = ((1 / rows) / (1 / sums[0].n + 1 / sums[1].n)) ** 0.5
-    return scale * (fits[0].coef - fits[1].coef), scale * (fits[0].intercept
-                                                             - fits[1].intercept)
+    return scale * (coef_a - coef_b), scale * (icpt_a - icpt_b)

@@ -151,3 +151,25 @@ def ridge_at(sums: RidgeSums, alpha: Tensor, fit_intercept: bool = True) -> Ridg
     gcv = (rss.clamp(min=0) / n_rows) / (1 - df / n_rows).clamp(min=1e-12) ** 2
     coef = (v @ (z * inv)[..., None])[..., 0]
     return RidgeFit(coef, my - (mx * coef).sum(-1), alpha, gcv)
+
+
+def ridge_coef_at(sums: RidgeSums, alpha: Tensor, fit_intercept: bool = True
+                  ) -> tuple[Tensor, Tensor]:
+    """`ridge_at`'s coefficients and intercept alone, by a Cholesky solve where it holds.
+
+    ``(XᵀX + αI) w = Xᵀy`` per layer; where α is 0 or the factorization fails (a Gram
+    matrix far beyond α's scale), `ridge_at`'s eigendecomposition instead. A quarter of its
+    time at probe sizes (no eigenvectors, no GCV score).
+    """
+    alpha = torch.as_tensor(alpha, dtype=torch.float64).reshape(-1)
+    if alpha.numel() != sums.sx.shape[0] or not bool((alpha > 0).all()):
+        fit = ridge_at(sums, alpha, fit_intercept)
+        return fit.coef, fit.intercept
+    mx, my, gram, xty, _ = _moments(sums, fit_intercept)
+    eye = torch.eye(gram.shape[-1], dtype=gram.dtype)
+    chol, info = torch.linalg.cholesky_ex(gram + alpha[:, None, None] * eye)
+    if bool((info != 0).any()):
+        fit = ridge_at(sums, alpha, fit_intercept)
+        return fit.coef, fit.intercept
+    coef = torch.cholesky_solve(xty[..., None], chol)[..., 0]
+    return coef, my - (mx * coef).sum(-1)

@@ -107,3 +107,31 @@ def test_a_probed_layer_is_compared_with_learners_read_the_same_way():
 def test_the_fitted_help_says_what_the_switch_turns_on():
     help_text = {f.name: f.metadata["help"] for f in dataclasses.fields(AlignConfig)}["fitted"]
     assert "per-layer answer over the candidates" in help_text and "Newton-vs-GD" in help_text
+
+
+def test_families_reused_on_the_same_data_give_the_same_answer(monkeypatch):
+    """`reusing_families` runs each family once per batch, and changes no number."""
+    from iclprobe.alignment.measuring import candidates as cand
+
+    b = _batch(sequences=48, seed=3)
+    xs, ys = b.xs.double(), b.ys.double()
+    it = algorithms.gd(xs, ys, steps=[1, 2, 4], lr="max", weights=True)
+    layers = torch.cat([torch.zeros_like(it.preds[:1]), it.preds])
+    weights = torch.cat([torch.zeros_like(it.weights[:1]), it.weights])
+    cfg = AlignConfig(n_boot=20, separation=False, metrics=("error_cosine", "weight_cosine"),
+                      algorithms=("gd", "newton", "ridge"))
+    plain = align_layers(layers, b, cfg, layer_weights=weights)
+    runs = []
+    real = cand._run_family
+    monkeypatch.setattr(cand, "_run_family", lambda *a: runs.append(a[0]) or real(*a))
+    with cand.reusing_families():
+        first = align_layers(layers, b, cfg, layer_weights=weights)
+        again = align_layers(2 * layers, b, cfg, layer_weights=2 * weights)  # another model
+    assert sorted(runs) == ["gd", "newton", "ridge"]  # once each, on the first alignment
+    assert first.answer.to_dict() == plain.answer.to_dict()
+    assert again.answer.to_dict() != first.answer.to_dict()  # its own layers, read anew
+    with cand.reusing_families():  # the copies handed out are the kept ones' equals
+        moved = dataclasses.replace(b, xs=b.xs + 1e-9)  # other data: run again
+        align_layers(layers, moved, cfg, layer_weights=weights)
+    assert len(runs) == 6
+    assert cand._KEPT is None  # nothing kept outside the block

@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -259,3 +261,41 @@ def test_the_ridge_solver_refuses_sums_that_overflow():
     with pytest.raises(ValueError, match=r"the probes' sums of layers \[0\] hold NaN or Inf: "
                                          r".* or their squares overflow float64"):
         ridge_gcv(x, torch.ones(4000, dtype=torch.float64))
+
+
+def test_ridge_coefficients_at_a_given_alpha_equal_sklearn():
+    """The Cholesky solve the readout noise uses: scikit-learn's Ridge, and `ridge_at`."""
+    from iclprobe.probes.ridge import ridge_at, ridge_coef_at, ridge_sums
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(3, 80, 6)) * np.array([1e-2, 1.0, 1.0, 5.0, 1.0, 1.0]) + 2.0
+    y = x[0] @ rng.normal(size=6) + 0.3 * rng.normal(size=80)
+    alpha = torch.tensor([0.01, 1.0, 30.0], dtype=torch.float64)
+    sums = ridge_sums(torch.tensor(x), torch.tensor(y))
+    coef, intercept = ridge_coef_at(sums, alpha)
+    for layer, a in enumerate(alpha.tolist()):
+        ref = Ridge(alpha=a, solver="svd").fit(x[layer], y)
+        np.testing.assert_allclose(coef[layer].numpy(), ref.coef_, rtol=1e-8, atol=1e-10)
+        assert intercept[layer].item() == pytest.approx(ref.intercept_, rel=1e-8)
+    # α = 0 somewhere: the eigendecomposition's pseudo-inverse, as ridge_at gives it
+    zero = torch.tensor([0.0, 1.0, 30.0], dtype=torch.float64)
+    torch.testing.assert_close(ridge_coef_at(sums, zero)[0], ridge_at(sums, zero).coef)
+
+
+def test_the_readout_noise_reuses_the_folds_fits():
+    """Each fold's fit is kept: the noise's α and the weight rows' probes are the same fits."""
+    from iclprobe.hooks import collect_residuals
+    from iclprobe.probes.crossfit import readout_noise
+    from iclprobe.probes.ridge import ridge_from_sums
+
+    model = tiny_gpt()
+    b = tasks.RegressionTask(n_dims=3, n_points=8).sample(40, generator=2)
+    resid = collect_residuals(model, b.xs, b.ys)
+    fit = probes.cross_fit(model, resid, b.ys, folds=4)
+    kept = fit.probes_excluding(slice(0, 10))
+    refit = ridge_from_sums(fit.sums[1] + fit.sums[2] + fit.sums[3], fit.alphas)
+    torch.testing.assert_close(kept.coef_, refit.coef, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(kept.alpha_, refit.alpha)
+    noise = readout_noise(fit, resid).noise
+    plain = dataclasses.replace(fit, fold_fits=None)  # every fit redone from the sums
+    torch.testing.assert_close(readout_noise(plain, resid).noise, noise, rtol=1e-6, atol=1e-9)

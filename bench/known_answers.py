@@ -41,7 +41,7 @@ from tqdm import tqdm
 
 from iclprobe._checks import ConfigError
 from iclprobe.alignment.config import AlignConfig
-from iclprobe.alignment.measuring.candidates import reusing_families
+from iclprobe.alignment.measuring.kept import reusing_families
 from iclprobe.cli import OneLineParser
 from iclprobe.constructions import benchmark as B
 from iclprobe.constructions import scoring as S

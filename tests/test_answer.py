@@ -9,7 +9,7 @@ import torch
 from iclprobe import algorithms, tasks
 from iclprobe.alignment.measuring.candidates import TableSpec, build_candidates, candidate_tables
 from iclprobe.alignment.views.answer import CANNOT_TELL, NONE, RUNS, LayerAnswer, answer, combine
-from iclprobe.alignment.views.answer_rule import _evidence
+from iclprobe.alignment.views.continua import evidence
 from iclprobe.alignment.views.margins import probe_margins
 
 KEYS = ("newton", "gd", "cg", "ols", "ridge", "momentum")
@@ -154,7 +154,7 @@ def test_the_probes_noise_widens_the_separation_it_could_have_made():
                      noisy=noisy)
     assert widened.layers[0].kind == CANNOT_TELL and "newton" in widened.layers[0].others
     # the margin is the lead's change under the sample, by hand: error cosine over positions
-    ev = _evidence(tables["error_cosine"])
+    ev = evidence(tables["error_cosine"])
     margins = probe_margins("gd", [0], ev.best, ev.sign, cands, "error_cosine", ys, spec,
                             layers, [layers + push, layers - push])
 

@@ -112,6 +112,7 @@ def test_the_fitted_help_says_what_the_switch_turns_on():
 def test_families_reused_on_the_same_data_give_the_same_answer(monkeypatch):
     """`reusing_families` runs each family once per batch, and changes no number."""
     from iclprobe.alignment.measuring import candidates as cand
+    from iclprobe.alignment.measuring import kept
 
     b = _batch(sequences=48, seed=3)
     xs, ys = b.xs.double(), b.ys.double()
@@ -124,14 +125,21 @@ def test_families_reused_on_the_same_data_give_the_same_answer(monkeypatch):
     runs = []
     real = cand._run_family
     monkeypatch.setattr(cand, "_run_family", lambda *a: runs.append(a[0]) or real(*a))
-    with cand.reusing_families():
+    with kept.reusing_families():
         first = align_layers(layers, b, cfg, layer_weights=weights)
         again = align_layers(2 * layers, b, cfg, layer_weights=2 * weights)  # another model
     assert sorted(runs) == ["gd", "newton", "ridge"]  # once each, on the first alignment
     assert first.answer.to_dict() == plain.answer.to_dict()
     assert again.answer.to_dict() != first.answer.to_dict()  # its own layers, read anew
-    with cand.reusing_families():  # the copies handed out are the kept ones' equals
+    with kept.reusing_families():
         moved = dataclasses.replace(b, xs=b.xs + 1e-9)  # other data: run again
         align_layers(layers, moved, cfg, layer_weights=weights)
-    assert len(runs) == 6
-    assert cand._KEPT is None  # nothing kept outside the block
+        fam = cand._family("ridge", moved, prefix_stats(moved.xs.double(), moved.ys.double()),
+                           (1, 13), 3, None, None)
+        fam[0].preds.zero_()  # the copy handed out is the user's to change
+        fam[0].hyper.clear()
+        again = cand._family("ridge", moved, prefix_stats(moved.xs.double(), moved.ys.double()),
+                             (1, 13), 3, None, None)
+        assert again[0].hyper and bool(again[0].preds.abs().sum() > 0)
+    assert len(runs) == 7  # the three again, and ridge on a window of its own
+    assert kept._KEPT is None  # nothing kept outside the block

@@ -12,12 +12,9 @@ bootstrap replicates the answer's intervals come from.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-import hashlib
-from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -27,6 +24,7 @@ from iclprobe import algorithms
 from iclprobe.algorithms.families import FamilyContext, NotACandidate
 from iclprobe.algorithms.numerics import Diverged
 from iclprobe.algorithms.prefix import PrefixStats
+from iclprobe.alignment.measuring import kept
 from iclprobe.alignment.measuring.reading import probe_read, reread
 from iclprobe.alignment.measuring.runs import concat_iterates, run_spec
 from iclprobe.alignment.measuring.similarities import Similarity, similarity
@@ -189,67 +187,19 @@ def build_candidates(keys: Sequence[str], batch: RegressionBatch, stats: PrefixS
     return out, notes
 
 
-_Family = tuple[algorithms.Iterates, list[str], algorithms.Iterates | None, list[str]]
-#: the families kept by `reusing_families` (None: outside it, nothing is kept)
-_KEPT: OrderedDict[tuple[Any, ...], _Family] | None = None
-_KEPT_MAX = 0
-
-
-@contextlib.contextmanager
-def reusing_families(max_families: int = 96) -> Iterator[None]:
-    """Within the block, a candidate's family on data seen before is reused, not rerun.
-
-    A family's columns depend only on the data (``xs``, ``ys``, Σ), the window, the number
-    of layers and the weight sequences, not on the model: a batch of alignments on the same
-    evaluation data (the known-answer benchmark, whose cells share a few batches) runs each
-    family once. The ``max_families`` most recently used are kept (each is a learner's
-    columns on one batch); the numbers are those a rerun gives, bit for bit.
-    """
-    global _KEPT, _KEPT_MAX
-    outer = (_KEPT, _KEPT_MAX)
-    _KEPT, _KEPT_MAX = OrderedDict(), max_families
-    try:
-        yield
-    finally:
-        _KEPT, _KEPT_MAX = outer
-
-
-def _data_key(batch: RegressionBatch) -> str:
-    """A digest of the data a family is run on."""
-    h = hashlib.sha256()
-    for t in (batch.xs, batch.ys, batch.cov):
-        t = t.detach().cpu().contiguous()
-        h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-        h.update(t.numpy().tobytes())
-    return h.hexdigest()
-
-
-def _copy(fam: _Family) -> _Family:
-    """A family its user may change (hyperparameter dicts and tensors of its own)."""
-    def one(it: algorithms.Iterates | None) -> algorithms.Iterates | None:
-        if it is None:
-            return None
-        return dataclasses.replace(it, preds=it.preds.clone(), hyper=dict(it.hyper),
-                                   weights=None if it.weights is None else it.weights.clone())
-    preds, columns, w, dropped = fam
-    kept = one(preds)
-    assert kept is not None
-    return kept, list(columns), one(w), list(dropped)
+_Family = kept.Family
 
 
 def _family(key: str, batch: RegressionBatch, stats: PrefixStats, window: tuple[int, int],
             n_layers: int, weight_rows: slice | None, claim: RunSpec | None) -> _Family:
     """A candidate's columns, its weights' on ``weight_rows`` (reused where kept)."""
-    if _KEPT is None or claim is not None:
+    def run() -> _Family:
         return _run_family(key, batch, stats, window, n_layers, weight_rows, claim)
+
+    if claim is not None:  # a model's own claim: not the data's alone
+        return run()
     rows = None if weight_rows is None else (weight_rows.start, weight_rows.stop)
-    at = (key, _data_key(batch), tuple(window), n_layers, rows)
-    if at not in _KEPT:
-        _KEPT[at] = _run_family(key, batch, stats, window, n_layers, weight_rows, claim)
-        while len(_KEPT) > _KEPT_MAX:
-            _KEPT.popitem(last=False)
-    _KEPT.move_to_end(at)
-    return _copy(_KEPT[at])
+    return kept.family((key, tuple(window), n_layers, rows), batch, run)
 
 
 def _run_family(key: str, batch: RegressionBatch, stats: PrefixStats,

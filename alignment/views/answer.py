@@ -42,11 +42,10 @@ from iclprobe.alignment.views.answer_rule import (
     PRECISION,
     RUNS,
     LayerAnswer,
-    _evidence,
-    _sign,
     answer_metric,
     places_apart,
 )
+from iclprobe.alignment.views.continua import evidence, sign_of
 
 if TYPE_CHECKING:
     from iclprobe.alignment.evaluation import Evaluation
@@ -178,7 +177,7 @@ def matched_layers(tables: Mapping[str, Similarity], tol: float) -> list[bool]:
     """Per layer: some candidate's best column beats the zero predictor beyond its interval."""
     out = None
     for sim in tables.values():
-        sign = _sign(sim)
+        sign = sign_of(sim)
         best = (sign * sim.values).argmax(1)
         rows = torch.arange(sim.values.shape[0])
         bound = (sim.lower if sim.higher_is_better else sim.upper)[rows, best]
@@ -214,9 +213,9 @@ def answer(tables: Mapping[str, Mapping[str, Similarity]], cands: Mapping[str, C
                                      matched, shifted if len(shifted) == len(noisy) else ())
     scores = {}
     for metric, by in tables.items():
-        best = _evidence(by).best
+        best = evidence(by).best
         scores[metric] = {k: C.learner_score(sim, best[k]) for k, sim in by.items()}
-    ref_best = _evidence(ref).best
+    ref_best = evidence(ref).best
     places = {k: [c.places[col] for col in ref_best[k]] for k, c in cands.items() if c.places}
     return Answer(list(cands), {k: c.label for k, c in cands.items()}, verdict,
                   combine(by_metric), by_metric, scores, sequences, list(notes), places)

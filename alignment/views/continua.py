@@ -1,0 +1,183 @@
+"""Candidates as continua, and the mixes of two: what a layer's match is taken over.
+
+A family is matched on a grid of columns; a layer that runs it between grid points is
+closer to a mix of its nearest columns than to any one of them, and a layer between two
+learners is closer to a mix of theirs than to either. `mixes` computes both for one layer
+and the best-matching candidate X, in one table of the layer against every mix
+(`alignment.views.answer_rule` judges with them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import torch
+from torch import Tensor
+
+from iclprobe.algorithms.base import Iterates
+from iclprobe.alignment.measuring.candidates import Candidate, TableSpec, columns_of
+from iclprobe.alignment.measuring.similarities import Similarity, similarity
+from iclprobe.alignment.metrics import METRIC_INFO
+
+#: A mix fits a layer better than X alone where its gain's lower bound exceeds this (float
+#: round-off only: the mix test is a paired bootstrap's, not a margin between learners).
+MIX_FLOOR = 1e-8
+
+def sign_of(sim: Similarity) -> float:
+    """+1 where the metric's higher is better, else −1 (tables are compared sign-applied)."""
+    return 1.0 if sim.higher_is_better else -1.0
+
+
+@dataclasses.dataclass
+class Evidence:
+    """One metric's facts per candidate, in higher-is-better space."""
+
+    best: dict[str, list[int]]  # matched column per layer
+    table: dict[str, Tensor]  # [L, K] every column's similarity (sign applied)
+    value: dict[str, Tensor]  # [L] best similarity (sign applied)
+    boot: dict[str, Tensor]  # [L, R] best per replicate (sign applied)
+    sign: float
+    confidence: float
+
+
+def evidence(tables: Mapping[str, Similarity]) -> Evidence:
+    """Every candidate's table read once: matched columns, best values and replicates."""
+    sims = list(tables.values())
+    sign = sign_of(sims[0])
+    best, table, value, boot = {}, {}, {}, {}
+    for key, sim in tables.items():
+        if sim.boots is None:
+            raise ValueError(f"the {sim.metric} table of {key} has no bootstrap replicates")
+        scored = sign * sim.values
+        best[key] = scored.argmax(1).tolist()
+        table[key] = scored
+        value[key] = scored.max(1).values
+        boot[key] = (sign * sim.boots).max(1).values
+    return Evidence(best, table, value, boot, sign, sims[0].confidence)
+
+
+#: The weights w of the mixes ``(1 − w) a + w b`` tried (`_mixes`). A layer that runs X
+#: off X's grid is fitted a little better by a small step toward some other learner
+#: (w ≈ 0.1–0.25 on the known-answer models); a layer between two learners (the benchmark's
+#: average of GD and Newton, w = 1/2) by a mix near the middle.
+MIX_WEIGHTS = (0.35, 0.5, 0.65)
+#: X's columns, after its match, that X's own mixes are made with (besides the match's
+#: neighbours on its grid: the same rule's adjacent step counts, or the adjacent λ).
+OWN_MIXES = 3
+
+
+def _continuum_parts(c: str, layer: int, ev: Evidence, cands: Mapping[str, Candidate],
+                     metric: str) -> tuple[Tensor, Tensor] | None:
+    """Candidate ``c`` as a continuum at ``layer``: its matched column and those it mixes with.
+
+    A family is matched on a grid; a layer that runs it between grid points is closer to a
+    mix of its nearest columns than to any one of them, so its similarity is taken over
+    its matched column and the mixes ``(1 − w) m + w k`` with the match's grid neighbours,
+    its next-best columns and each variant's best column k. Every candidate is read so
+    (a denser family must not win by its grid alone: heavy ball's took GD layers between
+    GD's step counts). None: no column to mix with.
+    """
+    on_w = METRIC_INFO[metric].on == "weights"
+    fam, best = cands[c].of(metric), ev.best[c][layer]
+    nearest = list(dict.fromkeys([*cands[c].neighbors(best), *_next_best(c, layer, ev, OWN_MIXES),
+                                  *_variant_bests(cands[c], ev.table[c][layer])]))
+    nearest = [k for k in nearest if k != best]
+    if not nearest:
+        return None
+    return columns_of(fam, [best], on_w)[0], columns_of(fam, nearest, on_w)
+
+
+def _mix_tables(groups: Sequence[tuple[Tensor, Tensor]], layer: int, ev: Evidence,
+                metric: str, ys: Tensor, spec: TableSpec, values_of_layers: Tensor
+                ) -> list[tuple[Tensor, Tensor]]:
+    """The layer's similarity to each mix ``(1 − w) mine + w part``, for every group.
+
+    Per group ``(mine, parts)``: values ``[part, w]`` and replicates ``[part, w, boot]``, in
+    higher-is-better space and corrected for the readout's noise as the tables are. Every
+    mix is one column of one table (a column's similarity is its own, whatever sits beside
+    it: the same resamples, the same numbers).
+    """
+    on_w = METRIC_INFO[metric].on == "weights"
+    w = torch.tensor(MIX_WEIGHTS, dtype=groups[0][0].dtype)
+    w = w.view(1, -1, *[1] * groups[0][0].ndim)  # [1, weight, ...]
+    mixes = torch.cat([((1 - w) * mine + w * parts[:, None]).flatten(0, 1)
+                       for mine, parts in groups])  # [part × weight, ...], weight fastest
+    it = Iterates(torch.zeros(len(mixes), dtype=torch.long),
+                  mixes if not on_w else mixes.new_zeros(mixes.shape[:-1]),
+                  mixes if on_w else None, {}, "mix")
+    sim = similarity(values_of_layers[layer:layer + 1], it, ys, metric, n_boot=spec.n_boot,
+                     confidence=ev.confidence, seed=spec.seed, check=False, **spec.kw(metric))
+    assert sim.boots is not None
+    rows = slice(layer, layer + 1)
+    boots = ev.sign * spec.correct(metric, sim.boots, rows)[0]
+    values = ev.sign * spec.correct(metric, sim.values, rows)[0]
+    out, at, n_w = [], 0, len(MIX_WEIGHTS)
+    for _, parts in groups:
+        k = len(parts) * n_w
+        out.append((values[at:at + k].view(len(parts), n_w),
+                    boots[at:at + k].view(len(parts), n_w, -1)))
+        at += k
+    return out
+
+
+def mixes(x: str, layer: int, ev: Evidence, cands: Mapping[str, Candidate], metric: str,
+           ys: Tensor, spec: TableSpec, values_of_layers: Tensor
+           ) -> tuple[float, Tensor, dict[str, Tensor], dict[str, bool]]:
+    """X and every rival as continua (`_continuum_parts`) at ``layer``, and X's mixes with Y.
+
+    Returns X's best value and replicates, each rival's replicates, and per rival whether
+    a mix of X's and its matched columns fits the layer better than X does — a layer
+    between X and Y (the known-answer benchmark's average of GD and Newton) is neither's;
+    "better" is beyond the paired interval (every table shares the bootstrap's resamples).
+    All of it is one table of the layer against every mix.
+    """
+    on_w = METRIC_INFO[metric].on == "weights"
+    rivals = [y for y in cands if y != x]
+    continua = {c: _continuum_parts(c, layer, ev, cands, metric) for c in [x, *rivals]}
+    mine = columns_of(cands[x].of(metric), [ev.best[x][layer]], on_w)[0]
+    parts = torch.stack([columns_of(cands[y].of(metric), [ev.best[y][layer]], on_w)[0]
+                         for y in rivals])
+    groups = [g for g in continua.values() if g is not None]
+    tables = _mix_tables([*groups, (mine, parts)], layer, ev, metric, ys, spec,
+                         values_of_layers)
+    best: dict[str, tuple[float, Tensor]] = {}
+    at = 0
+    for c, g in continua.items():
+        value, own = float(ev.value[c][layer]), ev.boot[c][layer]
+        if g is not None:
+            values, boots = tables[at]
+            at += 1
+            value = max(value, float(values.max()))
+            own = torch.maximum(own, boots.flatten(0, 1).max(0).values)
+        best[c] = (value, own)
+    own_value, own = best[x]
+    boots = tables[-1][1]
+    low = torch.quantile(boots - own, (1 - ev.confidence) / 2, dim=-1)  # [rival, w]
+    return own_value, own, {y: best[y][1] for y in rivals}, \
+        {y: bool((low[j] > MIX_FLOOR).any()) for j, y in enumerate(rivals)}
+
+
+def _variant_bests(cand: Candidate, values: Tensor) -> list[int]:
+    """The best-matching column of each of the family's variants (``values``: one layer's).
+
+    The first column reaching its variant's best, variants in column order.
+    """
+    variant = torch.as_tensor(cand.variant)
+    n = int(variant.max()) + 1
+    top = torch.full((n,), -torch.inf, dtype=values.dtype).scatter_reduce(
+        0, variant, values, "amax")
+    at_top = values == top[variant]
+    first = torch.full((n,), len(variant)).scatter_reduce(
+        0, variant[at_top], torch.arange(len(variant))[at_top], "amin")
+    seen = torch.full((n,), len(variant)).scatter_reduce(
+        0, variant, torch.arange(len(variant)), "amin")  # each variant's first column
+    order = sorted(range(n), key=lambda v: int(seen[v]))  # as the columns list them
+    return [int(first[v]) for v in order if int(first[v]) < len(variant)]
+
+
+def _next_best(x: str, layer: int, ev: Evidence, k: int) -> list[int]:
+    """X's ``k`` best columns at ``layer`` after its match (by its table's values)."""
+    values = ev.table[x][layer]
+    order = torch.argsort(values, descending=True).tolist()
+    return [c for c in order if c != ev.best[x][layer]][:k]

@@ -117,10 +117,18 @@ def _out_of_fold(resid: Tensor, sums: list[RidgeSums], bounds: list[tuple[int, i
     fits = []
     for (a, b), own in zip(bounds, sums):
         fit = ridge_from_sums(total - own, alphas)
-        block = resid[:, a:b].to(torch.float64)
-        preds[:, a:b] = torch.einsum("lbnd,ld->lbn", block, fit.coef) + fit.intercept[:, None, None]
+        preds[:, a:b] = _read(resid[:, a:b], fit.coef, fit.intercept)
         fits.append(fit)
     return preds, fits
+
+
+def _read(resid: Tensor, coef: Tensor, intercept: Tensor) -> Tensor:
+    """Probes ``coef [layer, d_model]`` applied to ``resid [layer, batch, pos, d_model]``.
+
+    In float64, one layer at a time: a float64 copy of one layer's residuals, not of all.
+    """
+    return torch.stack([torch.einsum("bnd,d->bn", r.to(torch.float64), c) + b
+                        for r, c, b in zip(resid, coef, intercept)])
 
 
 @dataclasses.dataclass
@@ -166,8 +174,7 @@ def readout_noise(fit: CrossFit, resid: Tensor) -> ReadoutNoise:
         keep = [j for j in range(len(fit.folds)) if j != k]
         alpha = fit.fit_on(keep).alpha
         coef, intercept = _half_difference(fit, keep, alpha)
-        block = resid[:, a:b].to(torch.float64)
-        noise[:, a:b] = torch.einsum("lbnd,ld->lbn", block, coef) + intercept[:, None, None]
+        noise[:, a:b] = _read(resid[:, a:b], coef, intercept)
     return ReadoutNoise(noise, fit)
 
 

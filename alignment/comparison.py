@@ -152,7 +152,7 @@ def imitation(values: Tensor, other: Iterates, ys: Tensor, metric: str, **kw: An
     matched steps against the other learner) and the separation views. Returns the best
     similarity per row and the column that reaches it.
     """
-    sim = similarity(values, other, ys, metric, n_boot=2, check=False, **kw)
+    sim = similarity(values, other, ys, metric, n_boot=2, check=False, labels=False, **kw)
     sign = 1.0 if sim.higher_is_better else -1.0
     best = (sign * sim.values).argmax(1)
     return sim.values.gather(1, best[:, None])[:, 0].tolist(), best.tolist()

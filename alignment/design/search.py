@@ -117,37 +117,62 @@ def separation(task: RegressionTask, pairs: Mapping[int, Sequence[tuple[str, str
         fams[key] = (it, at)
     kw = {"t_min": window[0], "t_max": window[1],
           "over": "sequences" if positions == "last" else "positions"}
+    asks = {(layer, a, b): _pair_asks(a, b, layer, fams, places)
+            for layer, ps in pairs.items() for a, b in ps}
+    best = _imitations([q for qs in asks.values() if qs is not None for q in qs], fams, ys, kw)
     per_layer = []
     for layer, ps in sorted(pairs.items()):
-        gaps = [_pair_gap(a, b, layer, fams, places, ys, kw) for a, b in ps]
-        per_layer.append(min(gaps))
+        per_layer.append(min(_pair_gap(asks[(layer, a, b)], best) for a, b in ps))
     return float(sum(per_layer) / len(per_layer))
 
 
-def _pair_gap(a: str, b: str, layer: int, fams: Mapping[str, Any],
-              places: Mapping[str, Sequence[tuple[int, int]]], ys: Tensor,
-              kw: Mapping[str, Any]) -> float:
-    """How far apart a's and b's matched columns are, as the answer would need them (0: none).
+Ask = tuple[Tensor, str]  # a column, and the family asked to imitate it
 
-    1 − the best imitation of each matched column by the other learner's family, and of their
-    average by either family: the answer calls a layer between two learners neither's only
-    where a family cannot reach their mix (a split spectrum let GD's family reach the
-    GD/Newton average).
+
+def _pair_asks(a: str, b: str, layer: int, fams: Mapping[str, Any],
+               places: Mapping[str, Sequence[tuple[int, int]]]) -> list[Ask] | None:
+    """What a pair's separation needs imitated (None: one of them is no candidate here).
+
+    Each matched column by the other learner's family, and their average by both.
     """
     cols = []
     for x in (a, b):
         fx = fams.get(x)
         col = None if fx is None or x not in places else fx[1].get(tuple(places[x][layer]))
         if fx is None or col is None:  # no candidate here, or its matched variant diverges
-            return 0.0
+            return None
         cols.append(fx[0].preds[col])
     mix = (cols[0] + cols[1]) / 2
-    gaps = []
-    for values, y in ((cols[0], b), (cols[1], a), (mix, a), (mix, b)):
-        best, _ = C.imitation(values[None], fams[y][0], ys, METRIC, **kw)
-        if not math.isfinite(best[0]):
-            return 0.0
-        gaps.append(1.0 - best[0])
+    return [(cols[0], b), (cols[1], a), (mix, a), (mix, b)]
+
+
+def _imitations(asks: Sequence[Ask], fams: Mapping[str, Any], ys: Tensor,
+                kw: Mapping[str, Any]) -> dict[int, float]:
+    """Each ask's best imitation (by ``id`` of its column and family), one table per family."""
+    out: dict[int, float] = {}
+    by_family: dict[str, list[int]] = {}
+    for i, (_, y) in enumerate(asks):
+        by_family.setdefault(y, []).append(i)
+    for y, at in by_family.items():
+        values = torch.stack([asks[i][0] for i in at])
+        best, _ = C.imitation(values, fams[y][0], ys, METRIC, **kw)
+        out.update({id(asks[i]): v for i, v in zip(at, best)})
+    return out
+
+
+def _pair_gap(asks: list[Ask] | None, best: Mapping[int, float]) -> float:
+    """How far apart a pair's matched columns are, as the answer would need them (0: none).
+
+    1 − the best imitation of each matched column by the other learner's family, and of their
+    average by either family: the answer calls a layer between two learners neither's only
+    where a family cannot reach their mix (a split spectrum let GD's family reach the
+    GD/Newton average).
+    """
+    if asks is None:
+        return 0.0
+    gaps = [1.0 - best[id(q)] for q in asks]
+    if not all(math.isfinite(g) for g in gaps):
+        return 0.0
     return max(0.0, min(gaps))
 
 

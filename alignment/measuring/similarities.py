@@ -183,11 +183,22 @@ def combine(mean_moments: Tensor) -> Tensor:
     return torch.where(den > 0, ab / torch.where(den > 0, den, 1.0), 0.0).mean(-1)
 
 
+def _varies(values: list[Any]) -> bool:
+    """Whether a per-column hyperparameter takes more than one value (as printed)."""
+    first = values[0]
+    for v in values[1:]:
+        if v is first or (isinstance(v, (int, float, str)) and v == first):
+            continue
+        if str(v) != str(first):
+            return True
+    return False
+
+
 def _labels(iterates: Iterates) -> list[str] | None:
     """Column labels when a hyperparameter varies per column (e.g. a learning-rate grid)."""
     k = iterates.steps.numel()
     varying = {key: v for key, v in iterates.hyper.items()
-               if isinstance(v, list) and len(v) == k and k > 1 and len(set(map(str, v))) > 1}
+               if isinstance(v, list) and len(v) == k and k > 1 and _varies(v)}
     if not varying:
         return None
 
@@ -250,7 +261,7 @@ def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
                metric: str = "error_cosine", t_min: int = 1, n_boot: int = 200,
                confidence: float = 0.95, seed: int = 0, chunk: int = 64,
                t_max: int | None = None, over: str = "positions",
-               check: bool = True) -> Similarity:
+               check: bool = True, *, labels: bool = True) -> Similarity:
     """Similarity of every layer with every step count of a learner.
 
     Args:
@@ -270,6 +281,8 @@ def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
         check: refuse values that are not finite and tables undefined everywhere; False
             only for inputs already checked (the pipeline's learners and layers, compared
             many times over).
+        labels: describe each column by the hyperparameters that vary across them
+            (``Similarity.labels``); False for a table only its numbers are read from.
     """
     info = M.metric_info(metric)
     other, last = _checked(info, layer_values, iterates, ys, n_boot, confidence, seed, chunk,
@@ -290,7 +303,7 @@ def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
     lower, upper = interval(boot, confidence)
     return Similarity(metric, iterates.name, iterates.steps.tolist(), value, lower, upper,
                       combine(zero_mom.mean(2))[0], info.higher_is_better, t_min, ys.shape[0],
-                      confidence, t_max, over, _labels(iterates), boot)
+                      confidence, t_max, over, _labels(iterates) if labels else None, boot)
 
 
 def _checked(info: M.MetricInfo, layer_values: Tensor, iterates: Iterates, ys: Tensor,

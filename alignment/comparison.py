@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from iclprobe.algorithms.base import Iterates
-from iclprobe.alignment.measuring.similarities import Similarity, interval, similarity
+from iclprobe.alignment.measuring.similarities import Similarity, first_best, interval, similarity
 from iclprobe.alignment.metrics import metric_info, on_weights
 from iclprobe.errors import InputError
 
@@ -154,7 +154,7 @@ def imitation(values: Tensor, other: Iterates, ys: Tensor, metric: str, **kw: An
     """
     sim = similarity(values, other, ys, metric, n_boot=2, check=False, labels=False, **kw)
     sign = 1.0 if sim.higher_is_better else -1.0
-    best = (sign * sim.values).argmax(1)
+    best = first_best(sign * sim.values)
     return sim.values.gather(1, best[:, None])[:, 0].tolist(), best.tolist()
 
 

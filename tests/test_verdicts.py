@@ -225,3 +225,25 @@ def test_a_familys_registered_runs_are_the_runs_its_models_claim():
     for name, model in made.items():
         runs, _ = model.claimed_learners(batch)
         assert sorted(runs) == sorted(FAMILIES[name].runs), name
+
+
+def test_the_matched_column_is_the_first_within_round_off():
+    """Columns equal in exact arithmetic are not chosen between by their last bits."""
+    from iclprobe.alignment.measuring.similarities import first_best
+
+    scored = torch.tensor([[0.5, 0.5 + 1e-15, 0.3],  # round-off: the first
+                           [0.5, 0.5 + 1e-9, 0.3],  # a real difference: the better
+                           [-2e3, -2e3 + 1e-10, -5e3],  # relative to the row's scale
+                           [0.1, 0.2, 0.2]], dtype=torch.float64)
+    assert first_best(scored).tolist() == [0, 1, 0, 1]
+    assert scored.argmax(1).tolist()[0] == 1  # what a plain argmax picks
+    # a column and its scaled copy are one column under the weight cosine: the first wins,
+    # in either order of the family
+    b = tasks.RegressionTask(n_dims=3, n_points=8).sample(16, generator=0)
+    it = algorithms.newton(b.xs.double(), b.ys.double(), steps=[0], alpha="frobenius")
+    layers = it.weights[[0]] * 1.7
+    for scale in (3.0, 1 / 3.0):
+        both = algorithms.Iterates(torch.tensor([0, 0]), torch.cat([it.preds, scale * it.preds]),
+                                   torch.cat([it.weights, scale * it.weights]), {}, "newton")
+        sim = similarity(layers, both, b.ys, "weight_cosine", n_boot=2)
+        assert first_best(sim.values).tolist() == [0]

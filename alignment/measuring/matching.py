@@ -26,7 +26,7 @@ from iclprobe.alignment.evaluation import Evaluation
 from iclprobe.alignment.measuring.layers import Layers
 from iclprobe.alignment.measuring.liveness import live_layers
 from iclprobe.alignment.measuring.runs import Learners
-from iclprobe.alignment.measuring.similarities import Similarity, similarity
+from iclprobe.alignment.measuring.similarities import Similarity, first_best, similarity
 from iclprobe.errors import InputError
 
 MIN_FIT_LAYERS = 3
@@ -169,7 +169,7 @@ def match_steps(sim: Similarity, steps: Sequence[int] | torch.Tensor | None = No
         raise InputError(f"match_steps: the {sim.metric} table of {sim.learner} holds NaN or Inf")
     sign = 1.0 if sim.higher_is_better else -1.0
     score = sign * sim.values  # higher is better from here on
-    best = score.argmax(dim=1)  # the first maximum
+    best = first_best(score)  # the first maximum, to round-off
     best_step = [steps[int(i)] for i in best]
     best_score = score.max(dim=1).values
     ties = [[steps[k] for k in range(n_steps) if score[layer, k] >= best_score[layer] - tol]

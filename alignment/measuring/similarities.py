@@ -87,6 +87,25 @@ class Similarity:
         return buf.getvalue()
 
 
+#: Similarities within this of a row's best (relative, at least absolute) are equal to
+#: round-off: the first such column in the table's order is the match (`first_best`).
+ROUND_OFF = 1e-12
+
+
+def first_best(scored: Tensor) -> Tensor:
+    """Per row of ``scored [..., column]`` (higher is better), the matched column.
+
+    The first column within `ROUND_OFF` of the row's best. A plain argmax lets the last bits
+    of a sum choose among columns equal in exact arithmetic (under the weight cosine,
+    Newton's step 0 at every α is one column up to scale), so that summing in another order
+    changed the hyperparameters a match reports and the spectral view that reads them;
+    within round-off, the table's order decides.
+    """
+    top = scored.max(-1, keepdim=True).values
+    near = scored >= top - ROUND_OFF * top.abs().clamp(min=1.0)
+    return near.to(torch.uint8).argmax(-1)  # the first True
+
+
 def bootstrap_weights(batch: int, n_boot: int, seed: int) -> Tensor:
     """``[boot, batch]`` resampling weights (each row sums to 1), the same for one seed.
 

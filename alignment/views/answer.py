@@ -33,7 +33,7 @@ from torch import Tensor
 
 from iclprobe.alignment import comparison as C
 from iclprobe.alignment.measuring.candidates import Candidate, Candidates, TableSpec
-from iclprobe.alignment.measuring.similarities import Similarity
+from iclprobe.alignment.measuring.similarities import Similarity, first_best
 from iclprobe.alignment.metrics import METRIC_INFO, metric_info
 from iclprobe.alignment.views.answer_rule import (
     CANNOT_TELL,
@@ -178,7 +178,7 @@ def matched_layers(tables: Mapping[str, Similarity], tol: float) -> list[bool]:
     out = None
     for sim in tables.values():
         sign = sign_of(sim)
-        best = (sign * sim.values).argmax(1)
+        best = first_best(sign * sim.values)
         rows = torch.arange(sim.values.shape[0])
         bound = (sim.lower if sim.higher_is_better else sim.upper)[rows, best]
         above = sign * bound > sign * sim.zero[best] + tol

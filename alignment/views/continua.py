@@ -17,7 +17,7 @@ from torch import Tensor
 
 from iclprobe.algorithms.base import Iterates
 from iclprobe.alignment.measuring.candidates import Candidate, TableSpec, columns_of
-from iclprobe.alignment.measuring.similarities import Similarity, similarity
+from iclprobe.alignment.measuring.similarities import Similarity, first_best, similarity
 from iclprobe.alignment.metrics import METRIC_INFO
 
 #: A mix fits a layer better than X alone where its gain's lower bound exceeds this (float
@@ -50,7 +50,7 @@ def evidence(tables: Mapping[str, Similarity]) -> Evidence:
         if sim.boots is None:
             raise ValueError(f"the {sim.metric} table of {key} has no bootstrap replicates")
         scored = sign * sim.values
-        best[key] = scored.argmax(1).tolist()
+        best[key] = first_best(scored).tolist()
         table[key] = scored
         value[key] = scored.max(1).values
         boot[key] = (sign * sim.boots).max(1).values

@@ -24,7 +24,7 @@ from iclprobe.algorithms.base import REFERENCE_PAIR
 from iclprobe.algorithms.prefix import PrefixStats, stats_rows
 from iclprobe.alignment import comparison as C
 from iclprobe.alignment.measuring.candidates import Candidate, Candidates
-from iclprobe.alignment.measuring.similarities import Similarity
+from iclprobe.alignment.measuring.similarities import Similarity, first_best
 from iclprobe.alignment.metrics import METRIC_INFO
 from iclprobe.alignment.views.spectral import SpectralOrder, spectral_view
 
@@ -54,7 +54,7 @@ def fitted_pairs(tables: Mapping[str, Mapping[str, Similarity]],
         its = {k: cands[k].of(metric) for k in LEARNERS}
         ys_m = ys[:by["newton"].n_sequences]
         sign = 1.0 if by["newton"].higher_is_better else -1.0
-        best = {k: (sign * s.values).argmax(1).tolist() for k, s in by.items()}
+        best = {k: first_best(sign * s.values).tolist() for k, s in by.items()}
         scores = {k: C.learner_score(by[k], best[k]) for k in LEARNERS}
         diff = C.difference(by["newton"], by["gd"])
         cal = C.calibrate(its["newton"], its["gd"], ys_m, by["newton"], by["gd"],

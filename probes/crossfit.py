@@ -63,7 +63,6 @@ class CrossFit:
         probes.metrics_ = self.metrics
         return probes
 
-
     def fit_on(self, keep: list[int]) -> RidgeFit:
         """The ridge fit (GCV per layer) on the folds ``keep``: a fold's own where it is one."""
         left_out = [k for k in range(len(self.folds)) if k not in keep]

@@ -119,10 +119,10 @@ def separation(task: RegressionTask, pairs: Mapping[int, Sequence[tuple[str, str
           "over": "sequences" if positions == "last" else "positions"}
     asks = {(layer, a, b): _pair_asks(a, b, layer, fams, places)
             for layer, ps in pairs.items() for a, b in ps}
-    best = _imitations([q for qs in asks.values() if qs is not None for q in qs], fams, ys, kw)
+    best = _imitations(asks, fams, ys, kw)
     per_layer = []
     for layer, ps in sorted(pairs.items()):
-        per_layer.append(min(_pair_gap(asks[(layer, a, b)], best) for a, b in ps))
+        per_layer.append(min(_pair_gap(best.get((layer, a, b))) for a, b in ps))
     return float(sum(per_layer) / len(per_layer))
 
 
@@ -146,31 +146,34 @@ def _pair_asks(a: str, b: str, layer: int, fams: Mapping[str, Any],
     return [(cols[0], b), (cols[1], a), (mix, a), (mix, b)]
 
 
-def _imitations(asks: Sequence[Ask], fams: Mapping[str, Any], ys: Tensor,
-                kw: Mapping[str, Any]) -> dict[int, float]:
-    """Each ask's best imitation (by ``id`` of its column and family), one table per family."""
-    out: dict[int, float] = {}
-    by_family: dict[str, list[int]] = {}
-    for i, (_, y) in enumerate(asks):
-        by_family.setdefault(y, []).append(i)
-    for y, at in by_family.items():
-        values = torch.stack([asks[i][0] for i in at])
-        best, _ = C.imitation(values, fams[y][0], ys, METRIC, **kw)
-        out.update({id(asks[i]): v for i, v in zip(at, best)})
+def _imitations(asks: Mapping[Any, list[Ask] | None], fams: Mapping[str, Any], ys: Tensor,
+                kw: Mapping[str, Any]) -> dict[Any, list[float]]:
+    """Each pair's asks answered (their best imitations), one table per family asked."""
+    flat = [(key, j, ask) for key, qs in asks.items() if qs is not None
+            for j, ask in enumerate(qs)]
+    by_family: dict[str, list[tuple[Any, int, Tensor]]] = {}
+    for key, j, (column, y) in flat:
+        by_family.setdefault(y, []).append((key, j, column))
+    out = {key: [math.nan] * len(qs) for key, qs in asks.items() if qs is not None}
+    for y, rows in by_family.items():
+        best, _ = C.imitation(torch.stack([c for _, _, c in rows]), fams[y][0], ys, METRIC, **kw)
+        for (key, j, _), value in zip(rows, best):
+            out[key][j] = value
     return out
 
 
-def _pair_gap(asks: list[Ask] | None, best: Mapping[int, float]) -> float:
+def _pair_gap(best: list[float] | None) -> float:
     """How far apart a pair's matched columns are, as the answer would need them (0: none).
 
     1 − the best imitation of each matched column by the other learner's family, and of their
-    average by either family: the answer calls a layer between two learners neither's only
+    average by either family (``best``: those four imitations; None: a learner of the pair
+    is no candidate here): the answer calls a layer between two learners neither's only
     where a family cannot reach their mix (a split spectrum let GD's family reach the
     GD/Newton average).
     """
-    if asks is None:
+    if best is None:
         return 0.0
-    gaps = [1.0 - best[id(q)] for q in asks]
+    gaps = [1.0 - v for v in best]
     if not all(math.isfinite(g) for g in gaps):
         return 0.0
     return max(0.0, min(gaps))

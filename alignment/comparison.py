@@ -185,7 +185,7 @@ def calibrate(it_a: Iterates, it_b: Iterates, ys: Tensor, sim_a: Similarity,
         [a_value[ua.index(c)] for c in cols_a],
         [sim_b.column_label(a_col[ua.index(c)]) for c in cols_a],
         [float(sign * col.max()) for col in b_best],
-        [sim_a.column_label(int(col.argmax())) for col in b_best])
+        [sim_a.column_label(int(first_best(col))) for col in b_best])
 
 
 def verdicts(score_a: LearnerScore, score_b: LearnerScore, diff: Interval, cal: Calibration,

@@ -159,7 +159,7 @@ FU2024 = Protocol(
                              grid=("lr", (0.01, 0.02, 0.03, 0.04, 0.05))),
         "ols": RunSpec("ols", "OLS"),
     },
-    t_min=0, weight_t_min=1, tie_tol=0.0, pick="first maximum (numpy argmax)",
+    t_min=0, weight_t_min=1, tie_tol=0.0, pick="first maximum (numpy argmax; to 1e-12)",
     source="DeqingFu/transformers-icl-second-order: src/eval_similarity.py, src/models.py",
 )
 

@@ -187,13 +187,10 @@ def build_candidates(keys: Sequence[str], batch: RegressionBatch, stats: PrefixS
     return out, notes
 
 
-_Family = kept.Family
-
-
 def _family(key: str, batch: RegressionBatch, stats: PrefixStats, window: tuple[int, int],
-            n_layers: int, weight_rows: slice | None, claim: RunSpec | None) -> _Family:
+            n_layers: int, weight_rows: slice | None, claim: RunSpec | None) -> kept.Family:
     """A candidate's columns, its weights' on ``weight_rows`` (reused where kept)."""
-    def run() -> _Family:
+    def run() -> kept.Family:
         return _run_family(key, batch, stats, window, n_layers, weight_rows, claim)
 
     if claim is not None:  # a model's own claim: not the data's alone
@@ -204,7 +201,7 @@ def _family(key: str, batch: RegressionBatch, stats: PrefixStats, window: tuple[
 
 def _run_family(key: str, batch: RegressionBatch, stats: PrefixStats,
                 window: tuple[int, int], n_layers: int, weight_rows: slice | None,
-                claim: RunSpec | None) -> _Family:
+                claim: RunSpec | None) -> kept.Family:
     """A candidate's columns, its weights' on ``weight_rows``, the same variants in both."""
     preds, columns, dropped = family_iterates(key, batch, stats, window, n_layers, False,
                                               claim=claim)

@@ -24,6 +24,7 @@ from iclprobe.alignment.metrics import METRIC_INFO
 #: round-off only: the mix test is a paired bootstrap's, not a margin between learners).
 MIX_FLOOR = 1e-8
 
+
 def sign_of(sim: Similarity) -> float:
     """+1 where the metric's higher is better, else −1 (tables are compared sign-applied)."""
     return 1.0 if sim.higher_is_better else -1.0
@@ -57,7 +58,7 @@ def evidence(tables: Mapping[str, Similarity]) -> Evidence:
     return Evidence(best, table, value, boot, sign, sims[0].confidence)
 
 
-#: The weights w of the mixes ``(1 − w) a + w b`` tried (`_mixes`). A layer that runs X
+#: The weights w of the mixes ``(1 − w) a + w b`` tried (`mixes`). A layer that runs X
 #: off X's grid is fitted a little better by a small step toward some other learner
 #: (w ≈ 0.1–0.25 on the known-answer models); a layer between two learners (the benchmark's
 #: average of GD and Newton, w = 1/2) by a mix near the middle.

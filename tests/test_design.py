@@ -176,6 +176,7 @@ def test_a_model_whose_outputs_blow_up_there_is_out_of_distribution():
     assert any("out of the model's distribution" in line for line in done.lines())
 
 
+@pytest.mark.slow  # two design searches and alignments through the CLI
 def test_align_design_through_the_cli(capsys, tmp_path):
     assert main(["align", "ka-gd-oracle", "--design", "--n-sequences", "128", "--n-boot", "50",
                  "--no-separation", "--out", str(tmp_path / "r")]) == 0

@@ -140,6 +140,7 @@ def _child_env(root):
     return env
 
 
+@pytest.mark.slow  # an installed distribution and a subprocess
 def test_an_installed_plugin_reaches_the_cli_in_a_subprocess(ext, run):
     root, _ = ext
     env = _child_env(root)

@@ -181,6 +181,7 @@ def _cli(out, *extra, env=None):
     return [sys.executable, "-m", "iclprobe", "train", "--out", str(out), *TRAIN_ARGS, *extra]
 
 
+@pytest.mark.slow  # three training subprocesses
 def test_sigkill_and_resume_is_bitwise_identical(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     steps = ["--steps", "400", "--checkpoint-every", "25"]

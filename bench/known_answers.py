@@ -2,7 +2,8 @@
 
     python bench/known_answers.py [--setting main|held-out|fresh|hard-d10|hard-d3|all]
                                   [--out DIR] [--n-sequences 256] [--n-boot 100] [--jobs 2]
-                                  [--design]
+                                  [--design] [--probe-folds K]
+                                  [--probe-fit fresh --n-probe-sequences N]
 
 Models whose algorithm is known by construction (`iclprobe.constructions`): oracles of GD,
 Newton, ridge, CG, heavy ball and online GD, the GD and Newton PQ constructions, and two
@@ -20,7 +21,10 @@ Exits 1 while a target is missed: any false attribution by the answer (or the ve
 fewer than 90% of a setting's separable layers named right read exactly, 80% through
 probes; fewer than 30 separable layers of a truth in the main setting; a cell where probes
 name the truth at fewer than 80% of the layers the exact readout names it at. --out writes
-known_answers.json and .csv (every cell and view).
+known_answers.json and .csv (every cell and view). The probe flags set how the probe cells'
+layer probes are fitted (align's flags of the same names; default: cross-fitted on the
+evaluation sequences in 4 folds, as align fits them); a model whose probes' fresh draw
+makes it diverge is counted with the diverging cells.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import dataclasses
 import io
 import json
 import sys
@@ -84,17 +89,38 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--design", action="store_true",
                         help="count each cell's answer on its designed data (alignment.design: "
                              "the distribution where the candidates disagree most), n kept")
+    parser.add_argument("--probe-fit", choices=("crossfit", "fresh"), default="crossfit",
+                        help="how the probe cells' layer probes are fitted (align's --probe-fit)")
+    parser.add_argument("--n-probe-sequences", type=int, default=None,
+                        help="fresh probes' sequences (align's --n-probe-sequences)")
+    parser.add_argument("--probe-folds", type=int, default=4,
+                        help="cross-fitted probes' folds (align's --probe-folds)")
     parser.add_argument("--jobs", type=int, default=2,
                         help="worker processes, one torch thread each (cells are independent)")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
     try:
-        B.bench_config(args.n_sequences, args.n_boot)
+        config(args)
     except ConfigError as err:  # the config's check, named by the flag that set the field
-        flag = {"n_sequences": "--n-sequences", "n_boot": "--n-boot"}.get(err.field)
+        flag = {"n_sequences": "--n-sequences", "n_boot": "--n-boot",
+                "n_probe_sequences": "--n-probe-sequences",
+                "probe_folds": "--probe-folds"}.get(err.field)
         parser.error(f"{flag + ': ' if flag else ''}{err}")
     return args
+
+
+def config(args: argparse.Namespace) -> AlignConfig:
+    """The benchmark's AlignConfig with the command line's sizes and probe fit (checked)."""
+    cfg = B.bench_config(args.n_sequences, args.n_boot)
+    return dataclasses.replace(cfg, probe_fit=args.probe_fit, probe_folds=args.probe_folds,
+                               n_probe_sequences=args.n_probe_sequences)
+
+
+def _probes(cfg: AlignConfig) -> str:
+    if cfg.probe_fit == "crossfit":
+        return f"cross-fitted, {cfg.probe_folds} folds"
+    return f"fitted on {cfg.fresh_probe_sequences} fresh sequences"
 
 
 def _share(hit: int, of: int) -> str:
@@ -202,14 +228,15 @@ def judge(table: dict[tuple[str, str, str], dict[str, int]], verdicts: dict[str,
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    cfg = B.bench_config(args.n_sequences, args.n_boot)
+    cfg = config(args)
     settings = list(B.SETTINGS) if args.setting == "all" else [args.setting]
     started = time.perf_counter()
     cells = [cell for name in settings for cell in B.grid(setting=name)]
     results = run_cells(cells, cfg, args.jobs, args.design)
     print(f"{len(cells)} cells{' on their designed data' if args.design else ''} in "
           f"{time.perf_counter() - started:.0f} s ({args.jobs} jobs; "
-          f"{cfg.n_sequences} sequences, {cfg.n_boot} bootstrap resamples)")
+          f"{cfg.n_sequences} sequences, {cfg.n_boot} bootstrap resamples; probes: "
+          f"{_probes(cfg)})")
     table = confusion(results)
     print_confusion(table, "the answer (every candidate; error cosine, weight cosine and spd)")
     for metric in ("error_cosine", "weight_cosine", "spd"):

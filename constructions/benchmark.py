@@ -22,12 +22,14 @@ from typing import Any
 import torch
 
 from iclprobe import algorithms, tasks
+from iclprobe.algorithms.numerics import Diverged
 from iclprobe.algorithms.prefix import prefix_stats
 from iclprobe.alignment.design import DesignFamily, align_designed
 from iclprobe.alignment.pipeline import AlignConfig, AlignResult, align, evaluation_task
 from iclprobe.constructions import scoring
 from iclprobe.constructions.oracle import oracle
 from iclprobe.constructions.pq import gd_transformer, newton_transformer, newton_transformer_alpha
+from iclprobe.errors import InputError
 from iclprobe.models.base import Regressor
 from iclprobe.tasks.covariance import random_orthogonal
 
@@ -326,7 +328,14 @@ def run_cell(cell: Cell, cfg: AlignConfig, design: bool = False) -> CellResult:
     built = build(cell, cfg)
     if built.diverges:
         return CellResult(cell, True, {}, {}, built.hyper)
-    res: AlignResult = align(built.model, built.cfg)
+    try:
+        res: AlignResult = align(built.model, built.cfg)
+    except (Diverged, InputError):
+        # a model sized on the evaluation batch can diverge on fresh probes' data (an
+        # oracle's learner raises, a construction's residuals blow up): not counted
+        if built.cfg.probe_fit != "fresh":
+            raise
+        return CellResult(cell, True, {}, {}, built.hyper)
     batch = evaluation_batch(built.model.task, built.cfg)  # type: ignore[arg-type]
     hyper = built.hyper
     if design:

@@ -1,5 +1,7 @@
 """Known-answer models: each is its learner to round-off; the benchmark's counts on a slice."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -377,3 +379,21 @@ def test_the_cli_aligns_a_shipped_oracle_and_refuses_to_train_one(tmp_path, caps
     assert len(err.splitlines()) == 1 and err.startswith(
         "iclprobe train: error: --family oracle cannot be trained: its models are built")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_cell_diverging_on_fresh_probes_data_is_counted_diverging(monkeypatch):
+    # a model sized on the evaluation batch can diverge on the fresh probes' own draw (the
+    # oracle's learner raises there); read by cross-fitted probes the same error is a bug
+    from iclprobe.algorithms.numerics import Diverged
+
+    def diverging(model, cfg):
+        raise Diverged("gd: lr=0.02 diverges on these data")
+
+    monkeypatch.setattr(benchmark, "align", diverging)
+    cell = benchmark.Cell("gd oracle", "fu2024", "isotropic", "probe", 2.0)
+    cfg = benchmark.bench_config(n_sequences=64, n_boot=10)
+    fresh = dataclasses.replace(cfg, probe_fit="fresh", n_probe_sequences=128)
+    result = benchmark.run_cell(cell, fresh)
+    assert result.diverges and result.counts == {}
+    with pytest.raises(Diverged):
+        benchmark.run_cell(cell, cfg)

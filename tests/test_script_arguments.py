@@ -123,6 +123,10 @@ BENCH = Path(__file__).resolve().parents[1] / "bench" / "known_answers.py"
     (["--n-sequences", "-5"], "--n-sequences: AlignConfig.n_sequences must be an integer >= 2,"
                               " got -5"),
     (["--jobs", "0"], "--jobs must be >= 1, got 0"),
+    (["--probe-folds", "1"], "--probe-folds: AlignConfig.probe_folds must be an integer >= 2, "
+                             "got 1"),
+    (["--probe-fit", "fresh", "--n-probe-sequences", "1"],
+     "--n-probe-sequences: AlignConfig.n_probe_sequences must be an integer >= 2, got 1"),
 ])
 def test_the_benchmark_refuses_bad_sizes_in_one_line(capsys, argv, says):
     spec = importlib.util.spec_from_file_location("known_answers", BENCH)

@@ -172,3 +172,34 @@ def test_the_probes_noise_widens_the_separation_it_could_have_made():
     # an exact readout: no sample, no margin
     assert probe_margins("gd", [0], ev.best, ev.sign, cands, "error_cosine", ys, spec, layers,
                          []) == {}
+
+
+@pytest.mark.parametrize(("imitation", "named"), [(0.999996, False), (0.999, True)])
+def test_through_probes_a_rival_imitating_the_match_to_round_off_is_not_separated(imitation,
+                                                                                  named):
+    # The fresh slice's heavy-ball oracle at layer 1 read by probes (its numbers): the
+    # noise ceiling carried the layer past a perfect match (1.0005) and GD led heavy ball
+    # by 3.5e-5, while heavy ball imitates GD's match to 4e-6 once both are read on
+    # [prediction, x_t, 1]. Read exactly no layer is closer to X than a perfect match, so
+    # it could not be named there; capped at 1, it is not named through probes either.
+    from types import SimpleNamespace
+
+    from iclprobe.alignment.views import answer_rule as R
+    from iclprobe.alignment.views.continua import Evidence
+
+    g = torch.Generator().manual_seed(0)
+    own = 1.0005 + 1e-6 * torch.randn(100, generator=g, dtype=torch.float64)
+    rival = own - 3.5e-5 + 1e-6 * torch.randn(100, generator=g, dtype=torch.float64)
+    ev = Evidence({"gd": [0], "momentum": [0]}, {}, {"gd": torch.tensor([1.0005]),
+                  "momentum": torch.tensor([1.000465])}, {}, 1.0, 0.95)
+    tables = {k: SimpleNamespace(values=torch.tensor([[v]])) for k, v in
+              (("gd", 1.0005), ("momentum", 1.000465))}
+    cands = {k: SimpleNamespace(columns=["step 3"]) for k in tables}
+    sticks = R._Yardsticks({"momentum": {0: imitation}}, {0: imitation}, {0: own}, {0: 1.0005},
+                           {"momentum": {0: rival}}, {"momentum": {0: False}},
+                           {"momentum": {0: 2.6e-6}})
+    said = R._decide("error_cosine", ev, tables, cands, 0, "gd", sticks)
+    assert (said.kind == RUNS) is named, said.text
+    if not named:
+        assert said.kind == CANNOT_TELL and said.others == ["momentum"]
+    assert R._at_most_perfect("spd", 3e-4) == 0.0 and R._at_most_perfect("spd", -1.0) == -1.0

@@ -219,6 +219,24 @@ def _named(metric: str, ev: Evidence, tables: Mapping[str, Similarity],
                        metric=metric, **extra)
 
 
+#: A metric's best possible value by its geometry (higher-is-better space: a distance's 0)
+PERFECT = {"cosine": 1.0, "squared": 0.0}
+
+
+def _at_most_perfect(metric: str, value: float) -> float:
+    """``value`` no better than a perfect match (probes' noise correction can overshoot it).
+
+    Read exactly a similarity cannot beat a perfect match, so a rival that imitates X's
+    match to within `PRECISION` leaves no layer "close" to X. Through probes the
+    noise-ceiling correction (`TableSpec.correct`) is one sample of the noise and can carry
+    a layer's similarity past 1 (a cosine) or 0 (a distance); capped, a rival that
+    imitates X's match that well is unseparated through probes too (the known-answer
+    benchmark: GD and heavy ball's early iterates, equal up to the readout's scale).
+    """
+    perfect = PERFECT.get(metric_info(metric).geometry or "")
+    return value if perfect is None else min(value, perfect)
+
+
 def _decide(metric: str, ev: Evidence, tables: Mapping[str, Similarity],
             cands: Mapping[str, Candidate], layer: int, x: str, sticks: _Yardsticks
             ) -> LayerAnswer:
@@ -239,11 +257,12 @@ def _decide(metric: str, ev: Evidence, tables: Mapping[str, Similarity],
     own = sticks.own[layer]
     pessimistic, optimistic = torch.quantile(own, q).tolist()
     ranked = _ranked(ev, layer)
+    level = _at_most_perfect(metric, sticks.own_value[layer])
     unseparated = []
     for y in ranked[1:]:
         diff_low = float(torch.quantile(own - sticks.rival_own[y][layer], q[0]))
         diff_low -= sticks.margin.get(y, {}).get(layer, 0.0)
-        close = sticks.own_value[layer] > sticks.imitation[y][layer] + PRECISION
+        close = level > sticks.imitation[y][layer] + PRECISION
         if not (diff_low > PRECISION and close and not sticks.mixed[y][layer]):
             unseparated.append(y)
     if not unseparated:

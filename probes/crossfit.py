@@ -141,6 +141,11 @@ class ReadoutNoise:
     noise: Tensor
     fit: CrossFit
 
+    @property
+    def features(self) -> int:
+        """The probes' input width: the degrees of freedom of their estimation error."""
+        return int(self.fit.sums[0].sx.shape[-1])
+
     def noise_probes(self, rows: slice) -> LayerProbes:
         """Probes whose reading of a residual is a sample of that noise there.
 

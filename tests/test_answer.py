@@ -203,3 +203,41 @@ def test_through_probes_a_rival_imitating_the_match_to_round_off_is_not_separate
     if not named:
         assert said.kind == CANNOT_TELL and said.others == ["momentum"]
     assert R._at_most_perfect("spd", 3e-4) == 0.0 and R._at_most_perfect("spd", -1.0) == -1.0
+
+
+def test_the_correction_slack_is_the_size_of_the_noise_correction():
+    # the share √(2/p) of the correction: a squared norm of noise with p = 8 features
+    ceilings = {"error_cosine": torch.tensor([0.998, 1.0], dtype=torch.float64),
+                "spd": torch.tensor([0.01, 0.0], dtype=torch.float64)}
+    spec = TableSpec((1, 9), 1, "positions", 60, 0.95, 0, ceilings=ceilings, noise_features=8)
+    assert spec.slack("error_cosine", 0) == pytest.approx((1 / 0.998 - 1) / 2, rel=1e-12)
+    assert spec.slack("error_cosine", 1) == 0.0 and spec.slack("spd", 0) == pytest.approx(0.005)
+    assert spec.slack("weight_cosine", 0) == 0.0  # no ceiling measured for it
+    assert dataclasses.replace(spec, noise_features=1).slack("spd", 0) == pytest.approx(0.01)
+    assert dataclasses.replace(spec, noise_features=None).slack("spd", 0) == 0.0
+    assert TableSpec((1, 9), 1, "positions", 60, 0.95, 0).slack("error_cosine", 0) == 0.0
+
+
+@pytest.mark.parametrize(("slack", "kind"), [(0.0, NONE), (5e-4, RUNS)])
+def test_through_probes_the_closeness_tests_allow_the_corrections_slack(slack, kind):
+    # The main slice's GD oracle at 1/λmax, layer 4, read by probes (its numbers): the
+    # paired difference separates GD from heavy ball, but the layer's corrected similarity
+    # to GD's match (0.99957) falls short of heavy ball's imitation of it (0.99990) by less
+    # than the correction itself moved it; without that slack it reads "none of them".
+    from types import SimpleNamespace
+
+    from iclprobe.alignment.views import answer_rule as R
+    from iclprobe.alignment.views.continua import Evidence
+
+    g = torch.Generator().manual_seed(0)
+    own = 0.99957 + 1e-6 * torch.randn(100, generator=g, dtype=torch.float64)
+    rival = own - 1e-4 + 1e-6 * torch.randn(100, generator=g, dtype=torch.float64)
+    ev = Evidence({"gd": [0], "momentum": [0]}, {}, {"gd": torch.tensor([0.99957]),
+                  "momentum": torch.tensor([0.99947])}, {}, 1.0, 0.95)
+    tables = {k: SimpleNamespace(values=torch.tensor([[v]])) for k, v in
+              (("gd", 0.99957), ("momentum", 0.99947))}
+    cands = {k: SimpleNamespace(columns=["step 12"]) for k in tables}
+    sticks = R._Yardsticks({"momentum": {0: 0.99990}}, {0: 0.99990}, {0: own}, {0: 0.99957},
+                           {"momentum": {0: rival}}, {"momentum": {0: False}},
+                           {"momentum": {0: 4e-6}}, {0: slack})
+    assert R._decide("error_cosine", ev, tables, cands, 0, "gd", sticks).kind == kind

@@ -299,3 +299,5 @@ def test_the_readout_noise_reuses_the_folds_fits():
     noise = readout_noise(fit, resid).noise
     plain = dataclasses.replace(fit, fold_fits=None)  # every fit redone from the sums
     torch.testing.assert_close(readout_noise(plain, resid).noise, noise, rtol=1e-6, atol=1e-9)
+    # the noise's degrees of freedom (the answer's slack, `TableSpec.slack`): the width read
+    assert readout_noise(fit, resid).features == resid.shape[-1] == model.cfg.d_model

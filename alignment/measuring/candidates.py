@@ -227,6 +227,7 @@ class TableSpec:
     confidence: float
     seed: int
     ceilings: Mapping[str, Tensor] | None = None  # metric -> per layer (`noise_ceilings`)
+    noise_features: int | None = None  # the probes' width: the noise's degrees of freedom
 
     def correct(self, metric: str, values: Tensor, layers: Tensor | slice = slice(None)
                 ) -> Tensor:
@@ -242,6 +243,23 @@ class TableSpec:
         if metric_info(metric).geometry == "cosine":
             return values / c
         return values - c
+
+    def slack(self, metric: str, layer: int) -> float:
+        """How far the noise correction may leave layer ``layer``'s similarities (0: none).
+
+        The correction removes the noise's expected effect, measured on one draw of it;
+        the effect on the layer is another draw. The effect is a squared norm of the
+        probes' error, which has ``p`` degrees of freedom (``noise_features``, the width
+        the probes read), so it varies by about ``√(2/p)`` of its size: that share of the
+        correction (``1/c − 1`` for a cosine of a similarity near 1, the noise's power
+        ``c`` for a squared distance) is returned; none where ``p`` is unknown (noise
+        given to `align_predictions` without it).
+        """
+        if self.ceilings is None or metric not in self.ceilings or not self.noise_features:
+            return 0.0
+        c = float(self.ceilings[metric][layer])
+        size = 1.0 / c - 1.0 if metric_info(metric).geometry == "cosine" else c
+        return size * min(1.0, (2 / self.noise_features) ** 0.5)
 
     def corrected(self, sim: Similarity) -> Similarity:
         """``sim`` with its values, bounds and replicates corrected (`correct`)."""
@@ -376,7 +394,8 @@ def measure_candidates(ev: Evaluation, layers: Layers, stats: PrefixStats) -> Ca
     if layers.noise is not None:
         noisy = tuple(_read_with_noise(layers, sign, xs, ev.ys, rows) for sign in (1.0, -1.0))
         spec = dataclasses.replace(spec, ceilings=noise_ceilings(
-            (read_p, read_w), noisy[0], ev.ys, ev.cfg.metrics, spec))
+            (read_p, read_w), noisy[0], ev.ys, ev.cfg.metrics, spec),
+            noise_features=layers.noise_features)
     tables = candidate_tables(members, read_p, read_w, ev.ys, ev.cfg.metrics, spec)
     return Candidates(members, tables, {"preds": read_p, "weights": read_w}, spec, notes, noisy)
 

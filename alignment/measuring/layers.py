@@ -45,6 +45,7 @@ class Layers:
         notes: what the check found (`checked_layers`).
         noise: a sample of the probes' own noise in ``preds`` (`probes.readout_noise`;
             None: not measured, as for an exact readout); ``weight_noise``: in ``weights``.
+        noise_features: the width the probes read (the noise's degrees of freedom).
     """
 
     preds: Tensor
@@ -55,6 +56,7 @@ class Layers:
     notes: tuple[str, ...] = ()
     noise: Tensor | None = None
     weight_noise: Tensor | None = None
+    noise_features: int | None = None
 
     @property
     def n_layers(self) -> int:
@@ -95,7 +97,8 @@ def read_layers(model: Regressor, ev: Evaluation, layer_probes: probes.LayerProb
         if noisy is not None:  # the noise's weights came from the same query tokens
             weights, weight_noise = weights.chunk(2)
     return Layers(preds, weights, readout, r2, probe_rows(model, layer_probes),
-                  noise=None if noise is None else noise.noise, weight_noise=weight_noise)
+                  noise=None if noise is None else noise.noise, weight_noise=weight_noise,
+                  noise_features=None if noise is None else noise.features)
 
 
 def checked_layers(ev: Evaluation, layers: Layers) -> Layers:

@@ -126,6 +126,9 @@ class _Yardsticks:
     #: rival -> layer -> how far the probes' own noise moves the layer's X − rival
     #: difference (`probe_margins`; empty for an exact readout)
     margin: dict[str, dict[int, float]] = dataclasses.field(default_factory=dict)
+    #: layer -> how far the probes' noise correction may leave its similarities from the
+    #: layer's own (`TableSpec.slack`; 0 for an exact readout)
+    slack: dict[int, float] = dataclasses.field(default_factory=dict)
 
 
 def _resemblances(x: str, layers: Sequence[int], ev: Evidence, cands: Mapping[str, Candidate],
@@ -169,7 +172,8 @@ def _resemblances(x: str, layers: Sequence[int], ev: Evidence, cands: Mapping[st
             rival_own.setdefault(y, {})[i] = theirs[y]
     margin = probe_margins(x, layers, ev.best, ev.sign, cands, metric, ys, spec,
                            values_of_layers, noisy)
-    return _Yardsticks(imit, runner, own, own_value, rival_own, mixed, margin)
+    slack = {i: abs(spec.slack(metric, i)) for i in layers}
+    return _Yardsticks(imit, runner, own, own_value, rival_own, mixed, margin, slack)
 
 
 def _ranked(ev: Evidence, layer: int) -> list[str]:
@@ -247,7 +251,9 @@ def _decide(metric: str, ev: Evidence, tables: Mapping[str, Similarity],
     beyond the paired interval, widened through probes by the probes' own noise
     (`probe_margins`); it is closer to X's match than Y's best imitation of that
     match is (the learners' own resemblance: a layer farther from X's match than Y comes
-    to it is not X's; the point estimate, the interval being the paired difference's job);
+    to it is not X's; the point estimate, the interval being the paired difference's job;
+    through probes give or take the noise correction's slack, and never beyond a perfect
+    match);
     and no mix of X's and Y's matched columns fits it better (a layer between X and Y is
     neither's). Runs X: separated from every other candidate. None of
     them: its optimistic bound falls short of the runner-up's matched column's similarity
@@ -257,7 +263,8 @@ def _decide(metric: str, ev: Evidence, tables: Mapping[str, Similarity],
     own = sticks.own[layer]
     pessimistic, optimistic = torch.quantile(own, q).tolist()
     ranked = _ranked(ev, layer)
-    level = _at_most_perfect(metric, sticks.own_value[layer])
+    slack = sticks.slack.get(layer, 0.0)
+    level = _at_most_perfect(metric, sticks.own_value[layer] + slack)
     unseparated = []
     for y in ranked[1:]:
         diff_low = float(torch.quantile(own - sticks.rival_own[y][layer], q[0]))
@@ -269,7 +276,7 @@ def _decide(metric: str, ev: Evidence, tables: Mapping[str, Similarity],
         return _named(metric, ev, tables, cands, layer, x)
     runner_up = sticks.runner_up[layer]
     extra = {"runner_up": ranked[1], "resemblance": ev.sign * runner_up}
-    if optimistic + PRECISION < runner_up:
+    if optimistic + slack + PRECISION < runner_up:
         return _named(metric, ev, tables, cands, layer, x, NONE, **extra)
     return _named(metric, ev, tables, cands, layer, x, CANNOT_TELL, others=unseparated,
                   **extra)

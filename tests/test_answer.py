@@ -218,12 +218,14 @@ def test_the_correction_slack_is_the_size_of_the_noise_correction():
     assert TableSpec((1, 9), 1, "positions", 60, 0.95, 0).slack("error_cosine", 0) == 0.0
 
 
-@pytest.mark.parametrize(("slack", "kind"), [(0.0, NONE), (5e-4, RUNS)])
-def test_through_probes_the_closeness_tests_allow_the_corrections_slack(slack, kind):
+@pytest.mark.parametrize(("slack", "kind"), [(0.0, NONE), (5e-4, CANNOT_TELL)])
+def test_through_probes_none_of_them_allows_the_corrections_slack(slack, kind):
     # The main slice's GD oracle at 1/λmax, layer 4, read by probes (its numbers): the
     # paired difference separates GD from heavy ball, but the layer's corrected similarity
     # to GD's match (0.99957) falls short of heavy ball's imitation of it (0.99990) by less
-    # than the correction itself moved it; without that slack it reads "none of them".
+    # than the correction's slack; without it the GD layer reads "none of them". (Naming
+    # it, by letting the slack into the closeness test too, named the GD/Newton average's
+    # late layers GD on the benchmark's designed data.)
     from types import SimpleNamespace
 
     from iclprobe.alignment.views import answer_rule as R

@@ -251,20 +251,19 @@ def _decide(metric: str, ev: Evidence, tables: Mapping[str, Similarity],
     beyond the paired interval, widened through probes by the probes' own noise
     (`probe_margins`); it is closer to X's match than Y's best imitation of that
     match is (the learners' own resemblance: a layer farther from X's match than Y comes
-    to it is not X's; the point estimate, the interval being the paired difference's job;
-    through probes give or take the noise correction's slack, and never beyond a perfect
-    match);
-    and no mix of X's and Y's matched columns fits it better (a layer between X and Y is
-    neither's). Runs X: separated from every other candidate. None of
-    them: its optimistic bound falls short of the runner-up's matched column's similarity
-    to X's match. Otherwise: cannot tell X from the candidates it is not separated from.
+    to it is not X's; the point estimate, never beyond a perfect match, the interval
+    being the paired difference's job); and no mix of X's and Y's matched columns fits it
+    better (a layer between X and Y is neither's). Runs X: separated from every other
+    candidate. None of them: its optimistic bound falls short of the runner-up's matched
+    column's similarity to X's match by more than the probes' noise correction could
+    leave it (its slack). Otherwise: cannot tell X from the candidates it is not separated
+    from.
     """
     q = torch.tensor([(1 - ev.confidence) / 2, (1 + ev.confidence) / 2], dtype=torch.float64)
     own = sticks.own[layer]
     pessimistic, optimistic = torch.quantile(own, q).tolist()
     ranked = _ranked(ev, layer)
-    slack = sticks.slack.get(layer, 0.0)
-    level = _at_most_perfect(metric, sticks.own_value[layer] + slack)
+    level = _at_most_perfect(metric, sticks.own_value[layer])
     unseparated = []
     for y in ranked[1:]:
         diff_low = float(torch.quantile(own - sticks.rival_own[y][layer], q[0]))
@@ -276,7 +275,7 @@ def _decide(metric: str, ev: Evidence, tables: Mapping[str, Similarity],
         return _named(metric, ev, tables, cands, layer, x)
     runner_up = sticks.runner_up[layer]
     extra = {"runner_up": ranked[1], "resemblance": ev.sign * runner_up}
-    if optimistic + slack + PRECISION < runner_up:
+    if optimistic + sticks.slack.get(layer, 0.0) + PRECISION < runner_up:
         return _named(metric, ev, tables, cands, layer, x, NONE, **extra)
     return _named(metric, ev, tables, cands, layer, x, CANNOT_TELL, others=unseparated,
                   **extra)

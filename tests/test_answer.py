@@ -174,6 +174,31 @@ def test_the_probes_noise_widens_the_separation_it_could_have_made():
                          []) == {}
 
 
+def _decided(value: float, lead: float, imitation: float, margin: float, slack: float = 0.0):
+    """GD's answer at a layer GD matches at ``value``, heavy ball ``lead`` below it.
+
+    ``imitation``: heavy ball's best imitation of GD's match (also the runner-up's
+    resemblance); ``margin``: the probes' noise margin; ``slack``: the correction's.
+    """
+    from types import SimpleNamespace
+
+    from iclprobe.alignment.views import answer_rule as R
+    from iclprobe.alignment.views.continua import Evidence
+
+    g = torch.Generator().manual_seed(0)
+    own = value + 1e-6 * torch.randn(100, generator=g, dtype=torch.float64)
+    rival = own - lead + 1e-6 * torch.randn(100, generator=g, dtype=torch.float64)
+    values = {"gd": value, "momentum": value - lead}
+    ev = Evidence({k: [0] for k in values}, {}, {k: torch.tensor([v]) for k, v in values.items()},
+                  {}, 1.0, 0.95)
+    tables = {k: SimpleNamespace(values=torch.tensor([[v]])) for k, v in values.items()}
+    cands = {k: SimpleNamespace(columns=["step 3"]) for k in tables}
+    sticks = R._Yardsticks({"momentum": {0: imitation}}, {0: imitation}, {0: own}, {0: value},
+                           {"momentum": {0: rival}}, {"momentum": {0: False}},
+                           {"momentum": {0: margin}}, {0: slack})
+    return R._decide("error_cosine", ev, tables, cands, 0, "gd", sticks)
+
+
 @pytest.mark.parametrize(("imitation", "named"), [(0.999996, False), (0.999, True)])
 def test_through_probes_a_rival_imitating_the_match_to_round_off_is_not_separated(imitation,
                                                                                   named):
@@ -182,23 +207,9 @@ def test_through_probes_a_rival_imitating_the_match_to_round_off_is_not_separate
     # by 3.5e-5, while heavy ball imitates GD's match to 4e-6 once both are read on
     # [prediction, x_t, 1]. Read exactly no layer is closer to X than a perfect match, so
     # it could not be named there; capped at 1, it is not named through probes either.
-    from types import SimpleNamespace
-
     from iclprobe.alignment.views import answer_rule as R
-    from iclprobe.alignment.views.continua import Evidence
 
-    g = torch.Generator().manual_seed(0)
-    own = 1.0005 + 1e-6 * torch.randn(100, generator=g, dtype=torch.float64)
-    rival = own - 3.5e-5 + 1e-6 * torch.randn(100, generator=g, dtype=torch.float64)
-    ev = Evidence({"gd": [0], "momentum": [0]}, {}, {"gd": torch.tensor([1.0005]),
-                  "momentum": torch.tensor([1.000465])}, {}, 1.0, 0.95)
-    tables = {k: SimpleNamespace(values=torch.tensor([[v]])) for k, v in
-              (("gd", 1.0005), ("momentum", 1.000465))}
-    cands = {k: SimpleNamespace(columns=["step 3"]) for k in tables}
-    sticks = R._Yardsticks({"momentum": {0: imitation}}, {0: imitation}, {0: own}, {0: 1.0005},
-                           {"momentum": {0: rival}}, {"momentum": {0: False}},
-                           {"momentum": {0: 2.6e-6}})
-    said = R._decide("error_cosine", ev, tables, cands, 0, "gd", sticks)
+    said = _decided(1.0005, 3.5e-5, imitation, 2.6e-6)
     assert (said.kind == RUNS) is named, said.text
     if not named:
         assert said.kind == CANNOT_TELL and said.others == ["momentum"]
@@ -226,20 +237,4 @@ def test_through_probes_none_of_them_allows_the_corrections_slack(slack, kind):
     # than the correction's slack; without it the GD layer reads "none of them". (Naming
     # it, by letting the slack into the closeness test too, named the GD/Newton average's
     # late layers GD on the benchmark's designed data.)
-    from types import SimpleNamespace
-
-    from iclprobe.alignment.views import answer_rule as R
-    from iclprobe.alignment.views.continua import Evidence
-
-    g = torch.Generator().manual_seed(0)
-    own = 0.99957 + 1e-6 * torch.randn(100, generator=g, dtype=torch.float64)
-    rival = own - 1e-4 + 1e-6 * torch.randn(100, generator=g, dtype=torch.float64)
-    ev = Evidence({"gd": [0], "momentum": [0]}, {}, {"gd": torch.tensor([0.99957]),
-                  "momentum": torch.tensor([0.99947])}, {}, 1.0, 0.95)
-    tables = {k: SimpleNamespace(values=torch.tensor([[v]])) for k, v in
-              (("gd", 0.99957), ("momentum", 0.99947))}
-    cands = {k: SimpleNamespace(columns=["step 12"]) for k in tables}
-    sticks = R._Yardsticks({"momentum": {0: 0.99990}}, {0: 0.99990}, {0: own}, {0: 0.99957},
-                           {"momentum": {0: rival}}, {"momentum": {0: False}},
-                           {"momentum": {0: 4e-6}}, {0: slack})
-    assert R._decide("error_cosine", ev, tables, cands, 0, "gd", sticks).kind == kind
+    assert _decided(0.99957, 1e-4, 0.99990, 4e-6, slack).kind == kind

@@ -22,7 +22,6 @@ from typing import Any
 import torch
 
 from iclprobe import algorithms, tasks
-from iclprobe.algorithms.numerics import Diverged
 from iclprobe.algorithms.prefix import prefix_stats
 from iclprobe.alignment.design import DesignFamily, align_designed
 from iclprobe.alignment.pipeline import AlignConfig, AlignResult, align, evaluation_task
@@ -330,9 +329,10 @@ def run_cell(cell: Cell, cfg: AlignConfig, design: bool = False) -> CellResult:
         return CellResult(cell, True, {}, {}, built.hyper)
     try:
         res: AlignResult = align(built.model, built.cfg)
-    except (Diverged, InputError):
+    except InputError:
         # a model sized on the evaluation batch can diverge on fresh probes' data (an
-        # oracle's learner raises, a construction's residuals blow up): not counted
+        # oracle's learner raises `Diverged`, a construction's residuals are not finite):
+        # not counted
         if built.cfg.probe_fit != "fresh":
             raise
         return CellResult(cell, True, {}, {}, built.hyper)

@@ -93,13 +93,20 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help="how the probe cells' layer probes are fitted (align's --probe-fit)")
     parser.add_argument("--n-probe-sequences", type=int, default=None,
                         help="fresh probes' sequences (align's --n-probe-sequences)")
-    parser.add_argument("--probe-folds", type=int, default=4,
-                        help="cross-fitted probes' folds (align's --probe-folds)")
+    parser.add_argument("--probe-folds", type=int, default=None,
+                        help="cross-fitted probes' folds (align's --probe-folds; default 4)")
     parser.add_argument("--jobs", type=int, default=2,
                         help="worker processes, one torch thread each (cells are independent)")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    fresh = args.probe_fit == "fresh"
+    if args.n_probe_sequences is not None and not fresh:
+        parser.error(f"--n-probe-sequences {args.n_probe_sequences} needs --probe-fit fresh "
+                     "(cross-fitted probes read the evaluation sequences)")
+    if args.probe_folds is not None and fresh:
+        parser.error(f"--probe-folds {args.probe_folds} applies to cross-fitted probes, not "
+                     "to --probe-fit fresh")
     try:
         config(args)
     except ConfigError as err:  # the config's check, named by the flag that set the field
@@ -113,7 +120,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def config(args: argparse.Namespace) -> AlignConfig:
     """The benchmark's AlignConfig with the command line's sizes and probe fit (checked)."""
     cfg = B.bench_config(args.n_sequences, args.n_boot)
-    return dataclasses.replace(cfg, probe_fit=args.probe_fit, probe_folds=args.probe_folds,
+    folds = cfg.probe_folds if args.probe_folds is None else args.probe_folds
+    return dataclasses.replace(cfg, probe_fit=args.probe_fit, probe_folds=folds,
                                n_probe_sequences=args.n_probe_sequences)
 
 

@@ -127,6 +127,10 @@ BENCH = Path(__file__).resolve().parents[1] / "bench" / "known_answers.py"
                              "got 1"),
     (["--probe-fit", "fresh", "--n-probe-sequences", "1"],
      "--n-probe-sequences: AlignConfig.n_probe_sequences must be an integer >= 2, got 1"),
+    (["--n-probe-sequences", "500"], "--n-probe-sequences 500 needs --probe-fit fresh "
+                                     "(cross-fitted probes read the evaluation sequences)"),
+    (["--probe-fit", "fresh", "--probe-folds", "8"],
+     "--probe-folds 8 applies to cross-fitted probes, not to --probe-fit fresh"),
 ])
 def test_the_benchmark_refuses_bad_sizes_in_one_line(capsys, argv, says):
     spec = importlib.util.spec_from_file_location("known_answers", BENCH)

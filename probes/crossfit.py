@@ -140,6 +140,9 @@ class ReadoutNoise:
 
     noise: Tensor
     fit: CrossFit
+    #: ``[draw, layer, batch, pos]``: every split of the other folds into halves, the first
+    #: being ``noise`` (their average is a steadier measure of the noise's size than one)
+    draws: Tensor | None = None
 
     @property
     def features(self) -> int:
@@ -170,16 +173,21 @@ def readout_noise(fit: CrossFit, resid: Tensor) -> ReadoutNoise:
     of variances ∝ 1/n_A and 1/n_B, and scaled by ``√((1/n) / (1/n_A + 1/n_B))`` it is a
     sample of the error of the probe on all n rows. Measured on the data themselves
     (their heteroscedasticity and correlations across positions included); only the
-    folds' sums are refitted.
+    folds' sums are refitted. Every rotation of the other folds gives a split (K − 1 draws,
+    ``ReadoutNoise.draws``; the first is ``noise``): together they hold every contrast of
+    the other folds' fits, so their mean squared size has K − 2 times one draw's degrees of
+    freedom.
     """
     n_layers, batch, n, _ = resid.shape
-    noise = torch.empty(n_layers, batch, n, dtype=torch.float64)
+    n_draws = len(fit.folds) - 1  # the other folds' rotations, each split in two halves
+    draws = torch.empty(n_draws, n_layers, batch, n, dtype=torch.float64)
     for k, (a, b) in enumerate(fit.folds):
         keep = [j for j in range(len(fit.folds)) if j != k]
         alpha = fit.fit_on(keep).alpha
-        coef, intercept = _half_difference(fit, keep, alpha)
-        noise[:, a:b] = _read(resid[:, a:b], coef, intercept)
-    return ReadoutNoise(noise, fit)
+        for r in range(n_draws):
+            coef, intercept = _half_difference(fit, keep[r:] + keep[:r], alpha)
+            draws[r, :, a:b] = _read(resid[:, a:b], coef, intercept)
+    return ReadoutNoise(draws[0], fit, draws)
 
 
 def _half_difference(fit: CrossFit, keep: list[int], alpha: Tensor) -> tuple[Tensor, Tensor]:

@@ -229,6 +229,31 @@ def test_the_correction_slack_is_the_size_of_the_noise_correction():
     assert TableSpec((1, 9), 1, "positions", 60, 0.95, 0).slack("error_cosine", 0) == 0.0
 
 
+def test_a_prediction_metrics_ceiling_is_the_mean_over_every_draw_of_the_noise():
+    # one draw's ceiling is as uncertain as the correction it makes (a squared norm of the
+    # probes' few-featured error); the draws of every split of the folds are averaged
+    from iclprobe.alignment.measuring.candidates import noise_ceilings
+
+    gen = torch.Generator().manual_seed(0)
+    ys = torch.randn(12, 9, generator=gen, dtype=torch.float64)
+    clean = ys + 0.3 * torch.randn(3, 12, 9, generator=gen, dtype=torch.float64)
+    draws = [clean + s * torch.randn(3, 12, 9, generator=gen, dtype=torch.float64)
+             for s in (0.05, 0.1, 0.2)]
+    weights = torch.randn(3, 4, 9, 2, generator=gen, dtype=torch.float64)
+    spec = TableSpec((1, 8), 1, "positions", 2, 0.95, 0)
+    metrics = ["error_cosine", "spd", "weight_cosine"]
+    noisy = {"preds": draws[0], "weights": weights + 0.1}
+    one = [noise_ceilings((clean, weights), {"preds": d, "weights": weights + 0.1}, ys,
+                          metrics, spec) for d in draws]
+    every = noise_ceilings((clean, weights), noisy, ys, metrics, spec, draws[1:])
+    for metric in ("error_cosine", "spd"):
+        torch.testing.assert_close(every[metric],
+                                   torch.stack([c[metric] for c in one]).mean(0))
+        assert not torch.allclose(every[metric], one[0][metric])  # the draws differ
+    # the induced weights' noise is measured once (its own pass over the query tokens)
+    torch.testing.assert_close(every["weight_cosine"], one[0]["weight_cosine"])
+
+
 @pytest.mark.parametrize(("slack", "kind"), [(0.0, NONE), (5e-4, CANNOT_TELL)])
 def test_through_probes_none_of_them_allows_the_corrections_slack(slack, kind):
     # The main slice's GD oracle at 1/λmax, layer 4, read by probes (its numbers): the

@@ -247,7 +247,8 @@ def candidate_tables(cands: Mapping[str, Candidate], layer_preds: Tensor,
 
 
 def noise_ceilings(clean: tuple[Tensor, Tensor | None], noisy: Mapping[str, Tensor | None],
-                   ys: Tensor, metrics: Sequence[str], spec: TableSpec) -> dict[str, Tensor]:
+                   ys: Tensor, metrics: Sequence[str], spec: TableSpec,
+                   more_preds: Sequence[Tensor] = ()) -> dict[str, Tensor]:
     """Per metric with a geometry, what each layer reaches through its readout's noise.
 
     A layer read by probes is the layer plus the probes' estimation noise, which lowers its
@@ -258,20 +259,24 @@ def noise_ceilings(clean: tuple[Tensor, Tensor | None], noisy: Mapping[str, Tens
     read with a second sample of the noise (``noisy``: `probes.ReadoutNoise`'s added, in the
     predictions and, where measured, the induced weights) to the layer read without it
     (``clean``: predictions and weights), both read as the learners are (`read_as_probes`).
+    ``more_preds``: the predictions read with further draws of the noise
+    (`probes.ReadoutNoise.draws`); a prediction metric's ceiling is the mean over every
+    draw, the sampling error of one draw being of the correction's own size.
     """
-    noisy_pair = (noisy["preds"], noisy["weights"])
     out = {}
     for metric in metrics:
         info = metric_info(metric)
         on_w = info.on == "weights"
-        a, b = (noisy_pair[1], clean[1]) if on_w else (noisy_pair[0], clean[0])
-        if info.geometry is None or a is None or b is None:
+        b = clean[1] if on_w else clean[0]
+        first = noisy["weights"] if on_w else noisy["preds"]
+        if info.geometry is None or first is None or b is None:
             continue
+        draws = [first] if on_w else [first, *more_preds]
         layers = algorithms.Iterates(torch.arange(b.shape[0]), b if not on_w else b[..., 0],
                                      b if on_w else None, {}, "layers")
-        table = similarity(a, layers, ys[:b.shape[1]], metric, n_boot=2, check=False,
-                           **spec.kw(metric)).values
-        out[metric] = table.diagonal().clone()
+        out[metric] = torch.stack([
+            similarity(a, layers, ys[:b.shape[1]], metric, n_boot=2, check=False,
+                       **spec.kw(metric)).values.diagonal() for a in draws]).mean(0)
     return out
 
 
@@ -323,8 +328,11 @@ def measure_candidates(ev: Evaluation, layers: Layers, stats: PrefixStats) -> Ca
     noisy: tuple[dict[str, Tensor | None], ...] = ()
     if layers.noise is not None:
         noisy = tuple(_read_with_noise(layers, sign, xs, ev.ys, rows) for sign in (1.0, -1.0))
+        more = [] if layers.noise_draws is None else \
+            [read_as_probes(layers.preds + d, None, xs, ev.ys, rows)[0]
+             for d in layers.noise_draws[1:]]
         spec = dataclasses.replace(spec, ceilings=noise_ceilings(
-            (read_p, read_w), noisy[0], ev.ys, ev.cfg.metrics, spec),
+            (read_p, read_w), noisy[0], ev.ys, ev.cfg.metrics, spec, more),
             noise_features=layers.noise_features)
     tables = candidate_tables(members, read_p, read_w, ev.ys, ev.cfg.metrics, spec)
     return Candidates(members, tables, {"preds": read_p, "weights": read_w}, spec, notes, noisy)

@@ -46,6 +46,8 @@ class Layers:
         noise: a sample of the probes' own noise in ``preds`` (`probes.readout_noise`;
             None: not measured, as for an exact readout); ``weight_noise``: in ``weights``.
         noise_features: the width the probes read (the noise's degrees of freedom).
+        noise_draws: ``[draw, layer, batch, pos]``, every draw of that noise in ``preds``
+            (`probes.ReadoutNoise.draws`, the first being ``noise``; None: ``noise`` alone).
     """
 
     preds: Tensor
@@ -57,6 +59,7 @@ class Layers:
     noise: Tensor | None = None
     weight_noise: Tensor | None = None
     noise_features: int | None = None
+    noise_draws: Tensor | None = None
 
     @property
     def n_layers(self) -> int:
@@ -98,7 +101,8 @@ def read_layers(model: Regressor, ev: Evaluation, layer_probes: probes.LayerProb
             weights, weight_noise = weights.chunk(2)
     return Layers(preds, weights, readout, r2, probe_rows(model, layer_probes),
                   noise=None if noise is None else noise.noise, weight_noise=weight_noise,
-                  noise_features=None if noise is None else noise.features)
+                  noise_features=None if noise is None else noise.features,
+                  noise_draws=None if noise is None else noise.draws)
 
 
 def checked_layers(ev: Evaluation, layers: Layers) -> Layers:
@@ -133,11 +137,12 @@ def checked_layers(ev: Evaluation, layers: Layers) -> Layers:
         refuse_nonfinite("induced weights of the layers", weights[..., t_lo:t_hi + 1, :])
         weights = torch.nan_to_num(weights.double(), nan=0.0, posinf=0.0,
                                    neginf=0.0)  # non-finite only outside the window
-    noise, weight_noise = (None if v is None else torch.nan_to_num(v.double(), 0.0, 0.0, 0.0)
-                           for v in (layers.noise, layers.weight_noise))  # as the readings
+    noise, weight_noise, draws = (
+        None if v is None else torch.nan_to_num(v.double(), 0.0, 0.0, 0.0)
+        for v in (layers.noise, layers.weight_noise, layers.noise_draws))  # as the readings
     return dataclasses.replace(layers, preds=preds.double(), weights=weights,
                                notes=(*layers.notes, *notes), noise=noise,
-                               weight_noise=weight_noise)
+                               weight_noise=weight_noise, noise_draws=draws)
 
 
 def probe_rows(model: Regressor, layer_probes: probes.LayerProbes | None) -> int | None:

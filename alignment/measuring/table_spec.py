@@ -44,8 +44,8 @@ class TableSpec:
     def slack(self, metric: str, layer: int) -> float:
         """How far the noise correction may leave layer ``layer``'s similarities (0: none).
 
-        The correction removes the noise's expected effect, measured on one draw of it;
-        the effect on the layer is another draw. The effect is a squared norm of the
+        The correction removes the noise's expected effect, measured on draws of it
+        (`noise_ceilings`); the effect on the layer is another draw. The effect is a squared norm of the
         probes' error, which has ``p`` degrees of freedom (``noise_features``, the width
         the probes read), so it varies by about ``√(2/p)`` of its size: that share of the
         correction (``1/c − 1`` for a cosine of a similarity near 1, the noise's power

@@ -173,13 +173,17 @@ def readout_noise(fit: CrossFit, resid: Tensor) -> ReadoutNoise:
     of variances ∝ 1/n_A and 1/n_B, and scaled by ``√((1/n) / (1/n_A + 1/n_B))`` it is a
     sample of the error of the probe on all n rows. Measured on the data themselves
     (their heteroscedasticity and correlations across positions included); only the
-    folds' sums are refitted. Every rotation of the other folds gives a split (K − 1 draws,
-    ``ReadoutNoise.draws``; the first is ``noise``): together they hold every contrast of
-    the other folds' fits, so their mean squared size has K − 2 times one draw's degrees of
-    freedom.
+    folds' sums are refitted. Each rotation of the other folds gives another split
+    (``ReadoutNoise.draws``, the first being ``noise``): K − 1 draws, or (K − 1)/2 for odd
+    K (the other rotations repeat them with the halves swapped). With 4 folds the three
+    draws hold every contrast of the other folds' fits: their mean squared size has twice
+    one draw's degrees of freedom.
     """
     n_layers, batch, n, _ = resid.shape
-    n_draws = len(fit.folds) - 1  # the other folds' rotations, each split in two halves
+    others = len(fit.folds) - 1
+    # each rotation of the other folds split in two halves; with an even number of them,
+    # rotation r + others/2 is rotation r with its halves swapped (the same draw, negated)
+    n_draws = others // 2 if others % 2 == 0 else others
     draws = torch.empty(n_draws, n_layers, batch, n, dtype=torch.float64)
     for k, (a, b) in enumerate(fit.folds):
         keep = [j for j in range(len(fit.folds)) if j != k]

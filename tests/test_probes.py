@@ -331,3 +331,11 @@ def test_the_readout_noise_draws_have_the_size_of_the_probes_own_error():
     expected = real_t.mean()  # the error's expected size (the same design every time)
     one, mean = drawn_t[:, 0] / expected, drawn_t.mean(1) / expected
     assert mean.std() < 0.9 * one.std()
+    # with 3 or 5 folds, rotations past the middle repeat a split with its halves swapped
+    for folds, n_draws in ((3, 1), (5, 2), (8, 7)):
+        draws = readout_noise(probes.cross_fit(model, feats, ys, folds=folds, t_min=1),
+                              feats).draws
+        assert draws is not None and draws.shape[0] == n_draws
+        for a in range(n_draws):
+            for b in range(a):
+                assert not torch.allclose(draws[a].abs(), draws[b].abs())

@@ -194,6 +194,27 @@ def test_fitted_and_separation_views_read_the_same_stages(ev, newton):
     assert separation.views[0].newton_steps == [3, 6, 9, 12, 15, 18]
 
 
+def test_through_probes_the_ceilings_are_the_mean_over_the_noises_draws(ev, newton):
+    # the stage passes every draw of the readout noise to the ceilings, the first once
+    from iclprobe.alignment.measuring.candidates import noise_ceilings, read_as_probes
+
+    ev = dataclasses.replace(ev, cfg=dataclasses.replace(CFG, metrics=("error_cosine",),
+                                                         n_boot=10))
+    layers, learners, _ = hand_matched(ev, newton)
+    gen = torch.Generator().manual_seed(1)
+    draws = 0.05 * torch.randn(3, *layers.preds.shape, generator=gen, dtype=torch.float64)
+    probed = dataclasses.replace(layers, probe_t_min=1, noise=draws[0], noise_draws=draws,
+                                 noise_features=6)
+    cands = measure_candidates(ev, probed, learners.stats)
+    xs, rows = ev.batch.xs.double(), (1, ev.window[1])
+    clean = read_as_probes(layers.preds, None, xs, ev.ys, rows)
+    one = [noise_ceilings(clean, {"preds": read_as_probes(layers.preds + d, None, xs, ev.ys,
+                                                          rows)[0], "weights": None},
+                          ev.ys, ["error_cosine"], cands.spec)["error_cosine"] for d in draws]
+    assert cands.spec.ceilings is not None
+    torch.testing.assert_close(cands.spec.ceilings["error_cosine"], torch.stack(one).mean(0))
+
+
 def test_build_result_says_when_the_model_does_not_solve_the_task(ev, newton):
     layers, learners, matched = hand_matched(ev, newton)
     dead = dataclasses.replace(matched, live=[False] * 4)

@@ -132,17 +132,21 @@ def _read(resid: Tensor, coef: Tensor, intercept: Tensor) -> Tensor:
 
 @dataclasses.dataclass
 class ReadoutNoise:
-    """A sample of the cross-fitted readout's own estimation noise (`readout_noise`).
+    """Samples of the cross-fitted readout's own estimation noise (`readout_noise`).
 
-    ``noise [layer, batch, pos]``: zero-mean, with the variance and structure of the error
-    the probes add to each layer's prediction of each sequence.
+    ``draws [draw, layer, batch, pos]``: one per split of the other folds into halves,
+    each zero-mean, with the variance and structure of the error the probes add to each
+    layer's prediction of each sequence (their mean size is a steadier measure of the
+    noise's size than one draw's).
     """
 
-    noise: Tensor
+    draws: Tensor
     fit: CrossFit
-    #: ``[draw, layer, batch, pos]``: every split of the other folds into halves, the first
-    #: being ``noise`` (their average is a steadier measure of the noise's size than one)
-    draws: Tensor | None = None
+
+    @property
+    def noise(self) -> Tensor:
+        """The first draw, ``[layer, batch, pos]`` (the split `noise_probes` reads with)."""
+        return self.draws[0]
 
     @property
     def features(self) -> int:
@@ -174,7 +178,7 @@ def readout_noise(fit: CrossFit, resid: Tensor) -> ReadoutNoise:
     sample of the error of the probe on all n rows. Measured on the data themselves
     (their heteroscedasticity and correlations across positions included); only the
     folds' sums are refitted. Each rotation of the other folds gives another split
-    (``ReadoutNoise.draws``, the first being ``noise``): K − 1 draws, or (K − 1)/2 for odd
+    (``ReadoutNoise.draws``): K − 1 draws, or (K − 1)/2 for odd
     K (the other rotations repeat them with the halves swapped). With 4 folds the three
     draws hold every contrast of the other folds' fits: their mean squared size has twice
     one draw's degrees of freedom.
@@ -191,7 +195,7 @@ def readout_noise(fit: CrossFit, resid: Tensor) -> ReadoutNoise:
         for r in range(n_draws):
             coef, intercept = _half_difference(fit, keep[r:] + keep[:r], alpha)
             draws[r, :, a:b] = _read(resid[:, a:b], coef, intercept)
-    return ReadoutNoise(draws[0], fit, draws)
+    return ReadoutNoise(draws, fit)
 
 
 def _half_difference(fit: CrossFit, keep: list[int], alpha: Tensor) -> tuple[Tensor, Tensor]:

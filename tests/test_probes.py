@@ -322,7 +322,7 @@ def test_the_readout_noise_draws_have_the_size_of_the_probes_own_error():
         ys = feats[0] @ beta + torch.randn(48, 10, generator=gen, dtype=torch.float64)
         fit = probes.cross_fit(model, feats, ys, folds=4, t_min=1)
         noise = readout_noise(fit, feats)
-        assert noise.draws is not None and noise.draws.shape == (3, 2, 48, 10)
+        assert noise.draws.shape == (3, 2, 48, 10)
         assert torch.equal(noise.draws[0], noise.noise)
         real.append((fit.preds[0, :, 1:] - feats[0, :, 1:] @ beta).pow(2).sum())
         drawn.append(noise.draws[:, 0, :, 1:].pow(2).sum((1, 2)))
@@ -335,7 +335,7 @@ def test_the_readout_noise_draws_have_the_size_of_the_probes_own_error():
     for folds, n_draws in ((3, 1), (5, 2), (8, 7)):
         draws = readout_noise(probes.cross_fit(model, feats, ys, folds=folds, t_min=1),
                               feats).draws
-        assert draws is not None and draws.shape[0] == n_draws
+        assert draws.shape[0] == n_draws
         for a in range(n_draws):
             for b in range(a):
                 assert not torch.allclose(draws[a].abs(), draws[b].abs())

@@ -45,12 +45,12 @@ class TableSpec:
         """How far the noise correction may leave layer ``layer``'s similarities (0: none).
 
         The correction removes the noise's expected effect, measured on draws of it
-        (`noise_ceilings`); the effect on the layer is another draw. The effect is a squared norm of the
-        probes' error, which has ``p`` degrees of freedom (``noise_features``, the width
-        the probes read), so it varies by about ``√(2/p)`` of its size: that share of the
-        correction (``1/c − 1`` for a cosine of a similarity near 1, the noise's power
-        ``c`` for a squared distance) is returned; none where ``p`` is unknown (noise
-        given to `align_predictions` without it).
+        (`noise_ceilings`); the effect on the layer is another draw. The effect is a
+        squared norm of the probes' error, which has ``p`` degrees of freedom
+        (``noise_features``, the width the probes read), so it varies by about ``√(2/p)``
+        of its size: that share of the correction (``1/c − 1`` for a cosine of a
+        similarity near 1, the noise's power ``c`` for a squared distance) is returned;
+        none where ``p`` is unknown (noise given to `align_predictions` without it).
         """
         if self.ceilings is None or metric not in self.ceilings or not self.noise_features:
             return 0.0

@@ -203,7 +203,7 @@ def test_through_probes_the_ceilings_are_the_mean_over_the_noises_draws(ev, newt
     layers, learners, _ = hand_matched(ev, newton)
     gen = torch.Generator().manual_seed(1)
     draws = 0.05 * torch.randn(3, *layers.preds.shape, generator=gen, dtype=torch.float64)
-    probed = dataclasses.replace(layers, probe_t_min=1, noise=draws[0], noise_draws=draws,
+    probed = dataclasses.replace(layers, probe_t_min=1, noise=draws[0], more_noise=draws[1:],
                                  noise_features=6)
     cands = measure_candidates(ev, probed, learners.stats)
     xs, rows = ev.batch.xs.double(), (1, ev.window[1])

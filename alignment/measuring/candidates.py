@@ -328,9 +328,9 @@ def measure_candidates(ev: Evaluation, layers: Layers, stats: PrefixStats) -> Ca
     noisy: tuple[dict[str, Tensor | None], ...] = ()
     if layers.noise is not None:
         noisy = tuple(_read_with_noise(layers, sign, xs, ev.ys, rows) for sign in (1.0, -1.0))
-        more = [] if layers.noise_draws is None else \
+        more = [] if layers.more_noise is None else \
             [read_as_probes(layers.preds + d.to(layers.preds), None, xs, ev.ys, rows)[0]
-             for d in layers.noise_draws[1:]]
+             for d in layers.more_noise]
         spec = dataclasses.replace(spec, ceilings=noise_ceilings(
             (read_p, read_w), noisy[0], ev.ys, ev.cfg.metrics, spec, more),
             noise_features=layers.noise_features)

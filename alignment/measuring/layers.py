@@ -46,8 +46,8 @@ class Layers:
         noise: a sample of the probes' own noise in ``preds`` (`probes.readout_noise`;
             None: not measured, as for an exact readout); ``weight_noise``: in ``weights``.
         noise_features: the width the probes read (the noise's degrees of freedom).
-        noise_draws: ``[draw, layer, batch, pos]``, every draw of that noise in ``preds``
-            (`probes.ReadoutNoise.draws`, the first being ``noise``; None: ``noise`` alone).
+        more_noise: ``[draw, layer, batch, pos]``, further draws of that noise in ``preds``
+            (`probes.ReadoutNoise.draws` after the first, ``noise``; None: ``noise`` alone).
     """
 
     preds: Tensor
@@ -59,7 +59,7 @@ class Layers:
     noise: Tensor | None = None
     weight_noise: Tensor | None = None
     noise_features: int | None = None
-    noise_draws: Tensor | None = None
+    more_noise: Tensor | None = None
 
     @property
     def n_layers(self) -> int:
@@ -102,7 +102,7 @@ def read_layers(model: Regressor, ev: Evaluation, layer_probes: probes.LayerProb
     return Layers(preds, weights, readout, r2, probe_rows(model, layer_probes),
                   noise=None if noise is None else noise.noise, weight_noise=weight_noise,
                   noise_features=None if noise is None else noise.features,
-                  noise_draws=None if noise is None else noise.draws)
+                  more_noise=None if noise is None else noise.draws[1:])
 
 
 def checked_layers(ev: Evaluation, layers: Layers) -> Layers:
@@ -139,10 +139,10 @@ def checked_layers(ev: Evaluation, layers: Layers) -> Layers:
                                    neginf=0.0)  # non-finite only outside the window
     noise, weight_noise, draws = (
         None if v is None else torch.nan_to_num(v.double(), 0.0, 0.0, 0.0)
-        for v in (layers.noise, layers.weight_noise, layers.noise_draws))  # as the readings
+        for v in (layers.noise, layers.weight_noise, layers.more_noise))  # as the readings
     return dataclasses.replace(layers, preds=preds.double(), weights=weights,
                                notes=(*layers.notes, *notes), noise=noise,
-                               weight_noise=weight_noise, noise_draws=draws)
+                               weight_noise=weight_noise, more_noise=draws)
 
 
 def probe_rows(model: Regressor, layer_probes: probes.LayerProbes | None) -> int | None:

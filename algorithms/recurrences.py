@@ -102,7 +102,14 @@ def heavy_ball_decays(rate: Tensor, beta: float, steps: list[int]) -> list[Tenso
                 v0, v1 = torch.addcmul(p0 * v0, p1, v1), torch.addcmul(p2 * v0, p3, v1)
             gap, j = gap >> 1, j + 1
         out[k] = v0
-    return [out[k].clone() for k in steps]
+    # fresh tensors (the caller may work in place): each v0 above is one; a step count
+    # asked for again gets a copy
+    seen: set[int] = set()
+    fresh = []
+    for k in steps:
+        fresh.append(out[k].clone() if k in seen or k == 0 else out[k])
+        seen.add(k)
+    return fresh
 
 
 def _matrix_powers(tau: Tensor, beta: float, top: int) -> list[tuple[Tensor, ...]]:

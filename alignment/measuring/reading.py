@@ -44,7 +44,9 @@ def reread(preds: Tensor, weights: Tensor | None, xs: Tensor, ys: Tensor,
     gram = gram + jitter[:, None, None] * torch.eye(d + 2, dtype=gram.dtype)
     coef = torch.linalg.solve(gram, rhs[..., None]).squeeze(-1)
     a, slope, c = coef[:, 0], coef[:, 1:d + 1], coef[:, d + 1]
-    read = a[:, None, None] * preds + torch.einsum("kd,bnd->kbn", slope, xs) + c[:, None, None]
+    # a ŷ + bᵀx + c, summed in place into the one new [K, batch, pos] tensor
+    read = torch.einsum("kd,bnd->kbn", slope, xs).add_(c[:, None, None])
+    read.addcmul_(a[:, None, None], preds)
     read_w = None if weights is None else \
         a[:, None, None, None] * weights + slope[:, None, None, :]
     return read, read_w

@@ -96,11 +96,20 @@ def collect_residuals(model: Regressor, xs: Tensor, ys: Tensor,
     ``[L+1, B, prefix, row, d_model]`` (PQ), so that a layer can be patched back
     with `patch_residual` (which takes readout rows too).
 
-    Only the residual hooks are cached, one batch of ``batch_size`` sequences at a time, so
-    memory holds the result plus one batch's residuals, never a full cache.
+    Only the residual hooks are cached, one batch of ``batch_size`` sequences at a time, and
+    each batch is copied into the result as it comes, so memory holds the result plus one
+    batch's residuals, never a full cache (nor the batches and their concatenation).
     """
-    return torch.cat(list(iter_residuals(model, xs, ys, layers, batch_size, progress,
-                                         positions)), dim=1)
+    out: Tensor | None = None
+    at = 0
+    for part in iter_residuals(model, xs, ys, layers, batch_size, progress, positions):
+        if out is None:
+            out = part.new_empty((part.shape[0], xs.shape[0], *part.shape[2:]))
+        out[:, at:at + part.shape[1]] = part
+        at += part.shape[1]
+    if out is None:  # no sequences: torch.cat's error for an empty batch, as before
+        return torch.cat([], dim=1)
+    return out
 
 
 class ResidualStore:

@@ -135,10 +135,19 @@ def _pair_cosines(num: Tensor, norm_a: Tensor, norm_b: Tensor) -> Tensor:
     return num.mul_(inverse(norm_a)[:, None]).mul_(inverse(norm_b)[None])
 
 
+def _cross(a: Tensor, b: Tensor) -> Tensor:
+    """``Σ_t a[l, b, t] b[k, b, t]`` as ``[L, K, B]``: one product per sequence.
+
+    A batched product over the sequences on views of ``a`` and ``b`` (no copy of the
+    large ``b``, a family's columns): the sums torch's einsum gives, bit for bit, in about
+    half its time.
+    """
+    return torch.bmm(a.transpose(0, 1), b.permute(1, 2, 0)).permute(1, 2, 0)
+
+
 def _fast_error_cosine(a: Tensor, b: Tensor, ys: Tensor, w: slice) -> Tensor:
     ra, rb = (a - ys)[..., w], (b - ys)[..., w]  # [L, B, T], [K, B, T]
-    return _pair_cosines(torch.einsum("lbt,kbt->lkb", ra, rb), ra.norm(dim=-1),
-                         rb.norm(dim=-1))
+    return _pair_cosines(_cross(ra, rb), ra.norm(dim=-1), rb.norm(dim=-1))
 
 
 def _fast_weight_cosine(a: Tensor, b: Tensor, ys: Tensor, w: slice) -> Tensor:
@@ -149,7 +158,7 @@ def _fast_weight_cosine(a: Tensor, b: Tensor, ys: Tensor, w: slice) -> Tensor:
 
 def _fast_spd(a: Tensor, b: Tensor, ys: Tensor, w: slice) -> Tensor:
     pa, pb = a[..., w], b[..., w]
-    cross = torch.einsum("lbt,kbt->lkb", pa, pb)
+    cross = _cross(pa, pb)
     sq = pa.pow(2).sum(-1)[:, None] + pb.pow(2).sum(-1)[None] - 2.0 * cross
     return sq.clamp(min=0.0) / pa.shape[-1]
 

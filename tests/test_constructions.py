@@ -214,16 +214,13 @@ SLICE = [
       "protocol spd": {"true": 8, "false": 0, "none": 0},
       "protocol ilwd": {"true": 7, "false": 0, "none": 1},
       "fitted error_cosine": FITTED, "fitted weight_cosine": FITTED, "fitted spd": FITTED,
-      # with GD's step sizes up to its bound (1.68, 2) one layer left the fitted ilwd
-      # view's separable count and one joined the weight cosine answer's (the learners'
-      # reach, which the grid sets); no verdict or answer moved
-      "fitted ilwd": {**FITTED, "separable": 7, "true_separable": 7},
+      "fitted ilwd": FITTED,
       "verdict": FITTED, "verdict, default metrics": FITTED,
       "spectral order": {"true": 3, "false": 0, "none": 5},
       # with GD's step sizes √2 apart above 1/2 every layer is told (before, its last layer,
       # 24 steps and nearly OLS, was within 1e-5 of heavy ball)
       **{f"answer{m}": ANSWER_8 for m in ("", " error_cosine", " spd")},
-      "answer weight_cosine": {**ANSWER_8, "true": 1, "cannot tell": 7, "separable": 8,
+      "answer weight_cosine": {**ANSWER_8, "true": 1, "cannot tell": 7, "separable": 7,
                                "true_separable": 1}}),
     (benchmark.Cell("newton oracle", "iclprobe", "isotropic", "probe", 1.0),
      {"protocol error_cosine": {"true": 3, "false": 0, "none": 6},

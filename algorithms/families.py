@@ -60,7 +60,7 @@ from iclprobe.errors import InputError, InputTypeError
 # of its stable step (1.8) on κ 100 data sat past a grid ending at 1.41, where the top
 # direction's factor (1 − m)^k swings with m, and read "cannot tell GD from Newton" at every
 # layer (the known-answer benchmark's main slice: GD named at 149 of 174 separable layers
-# read exactly, 130 of 170 before). 1.68 as well named one more layer there but let GD's
+# read exactly, 130 of 170 before). 1.68 as well named two more layers there but let GD's
 # family imitate the GD/Newton average's last layer through probes on a κ 1000 design
 # (a false attribution on the fresh slice's designed data).
 GD_SCALES = (0.125, 0.25, 0.5, 0.71, 1.0, 1.41, 2.0)

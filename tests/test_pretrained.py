@@ -55,7 +55,10 @@ def test_a_shipped_known_answer_model_is_its_construction(name):
         assert torch.equal(a, b), key
 
 
-@pytest.mark.parametrize("name", GPTS + PQS + OTHERS + KNOWN)
+# the first of each kind in the default run; the others (the same check, a model each) with -m slow
+@pytest.mark.parametrize("name", [n if n in (GPTS[0], PQS[0], OTHERS[0], KNOWN[0])
+                                  else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in GPTS + PQS + OTHERS + KNOWN])
 @torch.no_grad()
 def test_the_documented_error_curve_is_the_models(name):
     # recomputed as scripts/train_pretrained.py documents it: 2,000 sequences of seed 12345,

@@ -142,7 +142,9 @@ def test_the_benchmark_refuses_bad_sizes_in_one_line(capsys, argv, says):
     assert capsys.readouterr().err.strip() == f"known_answers.py: error: {says}"
 
 
-@pytest.mark.parametrize("script_path", ["scripts/reproduce_ahn2023.py", "bench/learners.py"])
+# one script in the default run (a subprocess that imports torch); the other with -m slow
+@pytest.mark.parametrize("script_path", ["scripts/reproduce_ahn2023.py",
+                                         pytest.param("bench/learners.py", marks=pytest.mark.slow)])
 def test_other_scripts_refuse_zero_threads(script_path):
     """Siblings of --threads 0: every script's counts are positive integers (cli.positive_int)."""
     import os

@@ -70,11 +70,24 @@ def run_cells(cells: list[B.Cell], cfg: AlignConfig, jobs: int, design: bool = F
     if jobs == 1:
         with reusing_families():
             return [B.run_cell(cell, cfg, design) for cell in tqdm(cells, desc="cells")]
+    groups: dict[B.Cell, list[int]] = {}  # a cell's readouts in one worker: they share
+    for i, cell in enumerate(cells):      # the truth's reach (`scoring.truth_reach`)
+        groups.setdefault(dataclasses.replace(cell, readout="exact"), []).append(i)
+    out: list[B.CellResult | None] = [None] * len(cells)
     with ProcessPoolExecutor(jobs, initializer=_worker) as pool:
-        futures = [pool.submit(B.run_cell, cell, cfg, design) for cell in cells]
-        for _ in tqdm(as_completed(futures), total=len(futures), desc="cells"):
-            pass
-        return [f.result() for f in futures]
+        futures = {pool.submit(_run_group, [cells[i] for i in at], cfg, design): at
+                   for at in groups.values()}
+        with tqdm(total=len(cells), desc="cells") as bar:
+            for future in as_completed(futures):
+                for i, result in zip(futures[future], future.result()):
+                    out[i] = result
+                bar.update(len(futures[future]))
+    assert all(r is not None for r in out)
+    return out  # type: ignore[return-value]
+
+
+def _run_group(cells: list[B.Cell], cfg: AlignConfig, design: bool) -> list[B.CellResult]:
+    return [B.run_cell(cell, cfg, design) for cell in cells]
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

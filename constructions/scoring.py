@@ -8,9 +8,13 @@ counted):
   within the interval), ``false`` (it names another learner: a false attribution),
   ``cannot tell`` and ``none``; and the **separable** layers — those where the truth's
   own family reaches its iterate better than every other candidate's family does, by
-  more than the width of the layer's interval, under some verdict metric — with the true
-  answers among them. For a model that runs no candidate (truth None) naming any learner
-  is false, and "cannot tell" or "none of them" is right. ``answer METRIC``: each metric's
+  more than the width of the layer's interval and more than the rule's `PRECISION`, under
+  some verdict metric — with the true answers among them. A family reaches an iterate as
+  the answer's rule lets it reach a layer: over its columns and their mixes
+  (`continua.families_reach`; a rival's grid alone would count as separable a GD iterate
+  that heavy ball, between two of its step counts, imitates to 2e-6). For a model that
+  runs no candidate (truth None) naming any learner is false, and "cannot tell" or "none
+  of them" is right. ``answer METRIC``: each metric's
   own answer, counted the same way.
 - For GD and Newton truths, the Newton-vs-GD views as before: ``protocol METRIC`` (the
   protocol's learner table), ``fitted METRIC`` (step sizes fitted), ``verdict`` (the
@@ -21,17 +25,20 @@ counted):
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
 from iclprobe import algorithms
-from iclprobe.alignment import comparison as C
 from iclprobe.alignment.comparison import PairVerdict, combined
 from iclprobe.alignment.config import DEFAULT_METRICS
 from iclprobe.alignment.measuring.candidates import TableSpec, build_candidates
+from iclprobe.alignment.measuring.kept import kept
 from iclprobe.alignment.metrics import METRIC_INFO, metric_info
 from iclprobe.alignment.pipeline import AlignResult
 from iclprobe.alignment.views.answer import CANNOT_TELL, DEAD, NONE, RUNS, LayerAnswer
+from iclprobe.alignment.views.answer_rule import PRECISION
+from iclprobe.alignment.views.continua import families_reach
 from iclprobe.tasks import RegressionBatch
 
 #: The verdict of `align`'s default metrics (error and weight cosine) alone: what a user
@@ -133,8 +140,12 @@ class Reach:
     width: list[float]
 
     def separable(self, layer: int) -> bool:
-        """The truth's family reaches its own iterate better than any rival, beyond noise."""
-        return self.margin[layer] > self.width[layer]
+        """The truth's family reaches its own iterate better than any rival, beyond noise.
+
+        Beyond the layer's interval, and beyond `PRECISION`, under which the answer's rule
+        holds two similarities equal.
+        """
+        return self.margin[layer] > max(self.width[layer], PRECISION)
 
     def converged(self, layer: int) -> bool:
         """OLS reaches the true iterate as well as the truth's family, within noise."""
@@ -168,9 +179,11 @@ def truth_reach(res: AlignResult, truth: str | None, batch: RegressionBatch,
         assert picked is not None  # asked for with weights=on_w
         values = picked.double()
         sign = 1.0 if metric_info(metric).higher_is_better else -1.0
-        reach = {k: [sign * v for v in C.imitation(values, c.of(metric), ys[rows], metric,
-                                                   **spec.kw(metric))[0]]
-                 for k, c in cands.items()}
+        kw = spec.kw(metric)
+        reach = {k: [sign * v for v in r] for k, r in kept(  # the same for every readout
+            ("reach", metric, tuple(cands), tuple(sorted(kw.items()))),
+            (batch.xs, batch.ys, batch.cov, values),
+            functools.partial(families_reach, values, cands, ys[rows], metric, **kw)).items()}
         own = reach.pop(truth)
         score = res.answer.scores[metric][truth].score
         out[metric] = Reach(

@@ -263,3 +263,84 @@ def test_through_probes_none_of_them_allows_the_corrections_slack(slack, kind):
     # it, by letting the slack into the closeness test too, named the GD/Newton average's
     # late layers GD on the benchmark's designed data.)
     assert _decided(0.99957, 1e-4, 0.99990, 4e-6, slack).kind == kind
+
+
+def _error_cosine_np(a, b, ys):
+    """Fu et al.'s error cosine over positions 1…9, written out in numpy."""
+    import numpy as np
+    ra, rb = (np.asarray(v)[:, 1:10] - np.asarray(ys)[:, 1:10] for v in (a, b))
+    return float(np.mean((ra * rb).sum(-1) / np.sqrt((ra * ra).sum(-1) * (rb * rb).sum(-1))))
+
+
+def test_a_familys_reach_is_its_best_column_or_mix():
+    """`families_reach`: the best of a family's columns and of their mixes with grid neighbours.
+
+    Against a numpy loop over every column and every such mix. A row between two of GD's
+    adjacent step counts is reached exactly (1 to round-off) by their mix, which no single
+    column reaches; a rival's reach of a learner's iterate is judged so by the
+    known-answer benchmark's separability.
+    """
+    from iclprobe.alignment.views.continua import MIX_WEIGHTS, families_reach
+
+    batch, cands, spec = _setup()
+    ys = batch.ys.double()
+    gd = cands["gd"]
+    steps = gd.preds.steps.tolist()
+    col = next(k for k in range(1, len(steps)) if steps[k] == 3 and gd.columns[k].startswith("1/"))
+    between = 0.65 * gd.preds.preds[col] + 0.35 * gd.preds.preds[col - 1]  # steps 3 and 2
+    newton = cands["newton"].preds.preds[7]
+    rows = torch.stack([between, newton])
+    got = families_reach(rows, {"gd": gd}, ys, "error_cosine", **spec.kw("error_cosine"))["gd"]
+    for r, row in enumerate(rows):
+        singles = torch.tensor([_error_cosine_np(row, c, ys) for c in gd.preds.preds])
+        best = int(torch.argmax(singles))
+        mixes = [_error_cosine_np(row, (1 - w) * gd.preds.preds[best] + w * gd.preds.preds[k], ys)
+                 for k in gd.neighbors(best) for w in MIX_WEIGHTS]
+        assert got[r] == pytest.approx(max([float(singles.max()), *mixes]), abs=1e-12)
+        if r == 0:  # its nearest column is GD's step 3, its neighbour step 2
+            assert best == col
+            assert got[r] == pytest.approx(1.0, abs=1e-12) and float(singles.max()) < 1 - 1e-6
+
+
+def test_separable_needs_more_than_the_rules_precision():
+    """A truth its family reaches better than every rival by less than PRECISION is not separable."""
+    from iclprobe.alignment.views.answer_rule import PRECISION
+    from iclprobe.constructions.scoring import Reach
+
+    reach = Reach([0.5 * PRECISION, 2 * PRECISION, 2 * PRECISION], [1.0] * 3,
+                  [1e-9, 1e-9, 3 * PRECISION])
+    assert [reach.separable(i) for i in range(3)] == [False, True, False]
+
+
+@pytest.mark.parametrize(("gain", "mixed"), [(3e-6, False), (1e-3, True)])
+def test_a_mix_is_a_better_fit_only_beyond_the_rules_precision(gain, mixed):
+    """The mix test's floor is the rule's `PRECISION`: a rival that moves X's match a little
+    toward a layer off X's grid (a gain of a few 1e-6) does not make the layer "between" X and
+    it; a layer between the two (a gain of 1e-3) is. The layer is built on the mix of X's and
+    Y's columns at w = 0.35, so that mix reaches it exactly and the gain is ``gain``."""
+    from iclprobe.alignment.measuring.candidates import Candidate
+    from iclprobe.alignment.metrics import error_cosine
+    from iclprobe.alignment.views.continua import PRECISION, mixes
+
+    assert 3e-6 < PRECISION < 1e-3
+    batch, _, spec = _setup()
+    ys = batch.ys.double()
+    base = algorithms.iterates("gd", batch.xs.double(), ys, steps=[3], lr="max").preds[0]
+    away = torch.randn(base.shape, generator=torch.Generator().manual_seed(5), dtype=base.dtype)
+
+    def layer(delta):
+        return base + 0.35 * delta * away
+
+    unit = (1.0 - float(error_cosine(layer(1e-3), base, ys, 1, 9))) / 1e-6  # per δ², small δ
+    delta = (gain / unit) ** 0.5  # the shortfall is quadratic in δ
+    assert 1.0 - float(error_cosine(layer(delta), base, ys, 1, 9)) == pytest.approx(gain, rel=0.05)
+
+    def one(key, col):
+        return Candidate(key, key, algorithms.Iterates(torch.zeros(1, dtype=torch.long), col[None],
+                                                       None, {}, key), None, ["step 0"], [0], False)
+
+    cands = {"x": one("x", base), "y": one("y", base + delta * away)}
+    layers = layer(delta)[None]
+    tables = candidate_tables(cands, layers, None, ys, ["error_cosine"], spec)["error_cosine"]
+    _, _, _, said = mixes("x", 0, evidence(tables), cands, "error_cosine", ys, spec, layers)
+    assert said["y"] is mixed

@@ -92,6 +92,7 @@ def test_a_capped_weight_subset_is_said(ckpt, capsys):
     assert any("1000000000" in n and " 8 " in n for n in notes), notes  # 32 // 4 folds
 
 
+@pytest.mark.slow  # an align through the CLI (4 s)
 def test_a_report_is_drawn_when_an_estimate_lies_outside_its_interval(tmp_path, capsys):
     out = tmp_path / "R"
     assert main(["align", "pq-isotropic-1layer", "--n-sequences", "16", "--n-boot", "5",

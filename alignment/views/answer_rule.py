@@ -21,17 +21,11 @@ from iclprobe.alignment import comparison as C
 from iclprobe.alignment.measuring.candidates import Candidate, TableSpec, columns_of
 from iclprobe.alignment.measuring.similarities import Similarity, similarity
 from iclprobe.alignment.metrics import METRIC_INFO, metric_info
-from iclprobe.alignment.views.continua import Evidence, evidence, mixes
+from iclprobe.alignment.views.continua import PRECISION, Evidence, evidence, mixes
 from iclprobe.alignment.views.margins import probe_margins
 
 RUNS, CANNOT_TELL, NONE = "runs", "cannot tell", "none of them"
 DEAD = ("computes nothing", "matches no learner")
-#: Similarities closer than this are equal. A model's layers are float32, so a layer that is
-#: a learner's column matches it to ~1e-8, not to float64's 1e-16; two converged columns (CG
-#: past d steps, OLS) are equal to round-off; and near convergence GD and heavy ball follow
-#: each other to a few 1e-6, so a family's grid alone decided between them (at 1e-6 the
-#: held-out slice named heavy ball for 6 GD oracle layers read exactly; none at 1e-5).
-PRECISION = 1e-5
 
 
 @dataclasses.dataclass

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -20,9 +21,24 @@ from iclprobe.alignment.measuring.candidates import Candidate, TableSpec, column
 from iclprobe.alignment.measuring.similarities import Similarity, first_best, similarity
 from iclprobe.alignment.metrics import METRIC_INFO
 
-#: A mix fits a layer better than X alone where its gain's lower bound exceeds this (float
-#: round-off only: the mix test is a paired bootstrap's, not a margin between learners).
-MIX_FLOOR = 1e-8
+#: Similarities closer than this are equal. A model's layers are float32, so a layer that is
+#: a learner's column matches it to ~1e-8, not to float64's 1e-16; two converged columns (CG
+#: past d steps, OLS) are equal to round-off; and near convergence GD and heavy ball follow
+#: each other to a few 1e-6, so a family's grid alone decided between them (at 1e-6 the
+#: held-out slice named heavy ball for 6 GD oracle layers read exactly; none at 1e-5).
+PRECISION = 1e-5
+#: The same resolution holds for the mixes on the layers' predictions: a mix of X's and Y's
+#: matches fits a layer better than X alone where its gain's lower bound exceeds
+#: `PRECISION`. A layer that runs X off X's grid (a GD construction's fixed step between
+#: GD's grid points) is fitted better, by a few 1e-6, by a small step toward some rival,
+#: which at a float floor read as a layer between the two ("cannot tell GD from Newton" at
+#: the known-answer benchmark's construction layers); a layer between two learners (the
+#: benchmark's average of GD's and Newton's predictions) gains 5e-5 to 1.5e-3. On induced
+#: weights, which may object to an answer but not give one (`answer.combine`), the float
+#: floor stays: at `PRECISION` the weight cosine named heavy ball for GD oracles' first
+#: layers (GD's and heavy ball's first iterates point the same way to 1e-5) and blocked
+#: answers the prediction metrics gave.
+WEIGHT_MIX_FLOOR = 1e-8
 
 
 def sign_of(sim: Similarity) -> float:
@@ -75,18 +91,90 @@ def _continuum_parts(c: str, layer: int, ev: Evidence, cands: Mapping[str, Candi
     A family is matched on a grid; a layer that runs it between grid points is closer to a
     mix of its nearest columns than to any one of them, so its similarity is taken over
     its matched column and the mixes ``(1 − w) m + w k`` with the match's grid neighbours,
-    its next-best columns and each variant's best column k. Every candidate is read so
-    (a denser family must not win by its grid alone: heavy ball's took GD layers between
-    GD's step counts). None: no column to mix with.
+    its next-best columns and each variant's best column k (`mixed_with`). Every candidate
+    is read so (a denser family must not win by its grid alone: heavy ball's took GD layers
+    between GD's step counts). None: no column to mix with.
     """
+    best = ev.best[c][layer]
+    return _parts(cands[c], best, mixed_with(cands[c], ev.table[c][layer], best), metric)
+
+
+def mixed_with(cand: Candidate, values: Tensor, best: int) -> list[int]:
+    """The columns a family's match is mixed with, given one row of its table (``values``).
+
+    The match's grid neighbours, its `OWN_MIXES` next-best columns and each variant's best
+    column, the match itself left out.
+    """
+    order = torch.argsort(values, descending=True).tolist()
+    next_best = [k for k in order if k != best][:OWN_MIXES]
+    nearest = dict.fromkeys([*cand.neighbors(best), *next_best,
+                             *_variant_bests(cand, values)])
+    return [k for k in nearest if k != best]
+
+
+def _parts(cand: Candidate, best: int, nearest: Sequence[int], metric: str
+           ) -> tuple[Tensor, Tensor] | None:
+    """The match's column and the columns it is mixed with (None: none to mix with)."""
     on_w = METRIC_INFO[metric].on == "weights"
-    fam, best = cands[c].of(metric), ev.best[c][layer]
-    nearest = list(dict.fromkeys([*cands[c].neighbors(best), *_next_best(c, layer, ev, OWN_MIXES),
-                                  *_variant_bests(cands[c], ev.table[c][layer])]))
-    nearest = [k for k in nearest if k != best]
     if not nearest:
         return None
+    fam = cand.of(metric)
     return columns_of(fam, [best], on_w)[0], columns_of(fam, nearest, on_w)
+
+
+def _mix_iterates(groups: Sequence[tuple[Tensor, Tensor]], on_w: bool) -> Iterates:
+    """Every mix ``(1 − w) mine + w part`` of every group, as one learner's columns.
+
+    Ordered group by group, part by part, the weight fastest.
+    """
+    w = torch.tensor(MIX_WEIGHTS, dtype=groups[0][0].dtype)
+    w = w.view(1, -1, *[1] * groups[0][0].ndim)  # [1, weight, ...]
+    mixes = torch.cat([((1 - w) * mine + w * parts[:, None]).flatten(0, 1)
+                       for mine, parts in groups])  # [part × weight, ...], weight fastest
+    return Iterates(torch.zeros(len(mixes), dtype=torch.long),
+                    mixes if not on_w else mixes.new_zeros(mixes.shape[:-1]),
+                    mixes if on_w else None, {}, "mix")
+
+
+def families_reach(values: Tensor, cands: Mapping[str, Candidate], ys: Tensor, metric: str,
+                   **kw: Any) -> dict[str, list[float]]:
+    """How near each family as a continuum comes to each row of ``values`` (the metric's units).
+
+    Per candidate, the best of its columns and of the mixes of its best column with that
+    column's grid neighbours (the adjacent step counts and step sizes): a family between
+    its grid points, for columns that are not a model's layers (a learner's own iterates,
+    as the known-answer benchmark's separability reads them). The answer's rule mixes a
+    match with more columns besides (`mixed_with`); they are left out here, a table of
+    every row against each family's few neighbours costing a fraction of one against
+    `mixed_with`'s dozens. ``kw``: `similarity`'s window keywords. One table per candidate,
+    then one per row of every candidate's mixes.
+    """
+    on_w = METRIC_INFO[metric].on == "weights"
+    sign = 1.0
+    reach: dict[str, Tensor] = {}
+    groups: dict[str, list[tuple[Tensor, Tensor] | None]] = {}
+    for key, cand in cands.items():
+        sim = similarity(values, cand.of(metric), ys, metric, n_boot=2, check=False,
+                         labels=False, **kw)
+        sign = 1.0 if sim.higher_is_better else -1.0
+        table = sign * sim.values
+        reach[key] = table.max(1).values
+        groups[key] = [_parts(cand, col, cand.neighbors(col), metric)
+                       for col in first_best(table).tolist()]
+    for row in range(values.shape[0]):
+        mixed = [(key, g[row]) for key, g in groups.items() if g[row] is not None]
+        if not mixed:
+            continue
+        sims = sign * similarity(values[row:row + 1], _mix_iterates(
+            [g for _, g in mixed if g is not None], on_w), ys, metric, n_boot=2, check=False,
+            labels=False, **kw).values[0]
+        at = 0
+        for key, group in mixed:
+            assert group is not None
+            k = len(group[1]) * len(MIX_WEIGHTS)
+            reach[key][row] = torch.maximum(reach[key][row], sims[at:at + k].max())
+            at += k
+    return {key: (sign * r).tolist() for key, r in reach.items()}
 
 
 def _mix_tables(groups: Sequence[tuple[Tensor, Tensor]], layer: int, ev: Evidence,
@@ -99,14 +187,7 @@ def _mix_tables(groups: Sequence[tuple[Tensor, Tensor]], layer: int, ev: Evidenc
     mix is one column of one table (a column's similarity is its own, whatever sits beside
     it: the same resamples, the same numbers).
     """
-    on_w = METRIC_INFO[metric].on == "weights"
-    w = torch.tensor(MIX_WEIGHTS, dtype=groups[0][0].dtype)
-    w = w.view(1, -1, *[1] * groups[0][0].ndim)  # [1, weight, ...]
-    mixes = torch.cat([((1 - w) * mine + w * parts[:, None]).flatten(0, 1)
-                       for mine, parts in groups])  # [part × weight, ...], weight fastest
-    it = Iterates(torch.zeros(len(mixes), dtype=torch.long),
-                  mixes if not on_w else mixes.new_zeros(mixes.shape[:-1]),
-                  mixes if on_w else None, {}, "mix")
+    it = _mix_iterates(groups, METRIC_INFO[metric].on == "weights")
     sim = similarity(values_of_layers[layer:layer + 1], it, ys, metric, n_boot=spec.n_boot,
                      confidence=ev.confidence, seed=spec.seed, check=False, **spec.kw(metric))
     assert sim.boots is not None
@@ -155,8 +236,9 @@ def mixes(x: str, layer: int, ev: Evidence, cands: Mapping[str, Candidate], metr
     own_value, own = best[x]
     boots = tables[-1][1]
     low = torch.quantile(boots - own, (1 - ev.confidence) / 2, dim=-1)  # [rival, w]
+    floor = WEIGHT_MIX_FLOOR if on_w else PRECISION
     return own_value, own, {y: best[y][1] for y in rivals}, \
-        {y: bool((low[j] > MIX_FLOOR).any()) for j, y in enumerate(rivals)}
+        {y: bool((low[j] > floor).any()) for j, y in enumerate(rivals)}
 
 
 def _variant_bests(cand: Candidate, values: Tensor) -> list[int]:
@@ -175,10 +257,3 @@ def _variant_bests(cand: Candidate, values: Tensor) -> list[int]:
         0, variant, torch.arange(len(variant)), "amin")  # each variant's first column
     order = sorted(range(n), key=lambda v: int(seen[v]))  # as the columns list them
     return [int(first[v]) for v in order if int(first[v]) < len(variant)]
-
-
-def _next_best(x: str, layer: int, ev: Evidence, k: int) -> list[int]:
-    """X's ``k`` best columns at ``layer`` after its match (by its table's values)."""
-    values = ev.table[x][layer]
-    order = torch.argsort(values, descending=True).tolist()
-    return [c for c in order if c != ev.best[x][layer]][:k]

@@ -181,7 +181,8 @@ def truth_reach(res: AlignResult, truth: str | None, batch: RegressionBatch,
         sign = 1.0 if metric_info(metric).higher_is_better else -1.0
         kw = spec.kw(metric)
         reach = {k: [sign * v for v in r] for k, r in kept(  # the same for every readout
-            ("reach", metric, tuple(cands), tuple(sorted(kw.items()))),
+            ("reach", metric, tuple(cands), tuple(sorted(kw.items())), spec.window,
+             res.n_layers, n_w),  # the families depend on these too (diverging variants)
             (batch.xs, batch.ys, batch.cov, values),
             functools.partial(families_reach, values, cands, ys[rows], metric, **kw)).items()}
         own = reach.pop(truth)

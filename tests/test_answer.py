@@ -265,20 +265,25 @@ def test_through_probes_none_of_them_allows_the_corrections_slack(slack, kind):
     assert _decided(0.99957, 1e-4, 0.99990, 4e-6, slack).kind == kind
 
 
-def _error_cosine_np(a, b, ys):
-    """Fu et al.'s error cosine over positions 1…9, written out in numpy."""
+def _metric_np(metric, a, b, ys):
+    """Error cosine (higher is better) or spd over positions 1…9, written out in numpy."""
     import numpy as np
-    ra, rb = (np.asarray(v)[:, 1:10] - np.asarray(ys)[:, 1:10] for v in (a, b))
+    a, b, ys = (np.asarray(v)[:, 1:10] for v in (a, b, ys))
+    if metric == "spd":
+        return float(np.mean(((a - b) ** 2).mean(-1)))
+    ra, rb = a - ys, b - ys
     return float(np.mean((ra * rb).sum(-1) / np.sqrt((ra * ra).sum(-1) * (rb * rb).sum(-1))))
 
 
-def test_a_familys_reach_is_its_best_column_or_mix():
+@pytest.mark.parametrize("metric", ["error_cosine", "spd"])
+def test_a_familys_reach_is_its_best_column_or_mix(metric):
     """`families_reach`: the best of a family's columns and of their mixes with grid neighbours.
 
-    Against a numpy loop over every column and every such mix. A row between two of GD's
-    adjacent step counts is reached exactly (1 to round-off) by their mix, which no single
-    column reaches; a rival's reach of a learner's iterate is judged so by the
-    known-answer benchmark's separability.
+    Against a numpy loop over every column and every such mix, for several families at once
+    (each read from its own part of the rows' mix table), a metric where higher is better
+    and one where lower is. A row between two of GD's adjacent step counts is reached
+    exactly by their mix, which no single column reaches; a rival's reach of a learner's
+    iterate is judged so by the known-answer benchmark's separability.
     """
     from iclprobe.alignment.views.continua import MIX_WEIGHTS, families_reach
 
@@ -288,18 +293,24 @@ def test_a_familys_reach_is_its_best_column_or_mix():
     steps = gd.preds.steps.tolist()
     col = next(k for k in range(1, len(steps)) if steps[k] == 3 and gd.columns[k].startswith("1/"))
     between = 0.65 * gd.preds.preds[col] + 0.35 * gd.preds.preds[col - 1]  # steps 3 and 2
-    newton = cands["newton"].preds.preds[7]
-    rows = torch.stack([between, newton])
-    got = families_reach(rows, {"gd": gd}, ys, "error_cosine", **spec.kw("error_cosine"))["gd"]
-    for r, row in enumerate(rows):
-        singles = torch.tensor([_error_cosine_np(row, c, ys) for c in gd.preds.preds])
-        best = int(torch.argmax(singles))
-        mixes = [_error_cosine_np(row, (1 - w) * gd.preds.preds[best] + w * gd.preds.preds[k], ys)
-                 for k in gd.neighbors(best) for w in MIX_WEIGHTS]
-        assert got[r] == pytest.approx(max([float(singles.max()), *mixes]), abs=1e-12)
-        if r == 0:  # its nearest column is GD's step 3, its neighbour step 2
-            assert best == col
-            assert got[r] == pytest.approx(1.0, abs=1e-12) and float(singles.max()) < 1 - 1e-6
+    rows = torch.stack([between, cands["newton"].preds.preds[7], cands["momentum"].preds.preds[20]])
+    fams = {k: cands[k] for k in ("gd", "ridge", "ols", "momentum")}
+    got = families_reach(rows, fams, ys, metric, **spec.kw(metric))
+    sign = 1.0 if metric == "error_cosine" else -1.0
+    for key, fam in fams.items():
+        for r, row in enumerate(rows):
+            singles = torch.tensor([sign * _metric_np(metric, row, c, ys) for c in fam.preds.preds],
+                                   dtype=torch.float64)
+            best = int(torch.argmax(singles))
+            mixes = [sign * _metric_np(metric, row, (1 - w) * fam.preds.preds[best]
+                                       + w * fam.preds.preds[k], ys)
+                     for k in fam.neighbors(best) for w in MIX_WEIGHTS]
+            assert sign * got[key][r] == pytest.approx(max([float(singles.max()), *mixes]),
+                                                       abs=1e-12)
+    exact = 1.0 if metric == "error_cosine" else 0.0  # row 0: GD's step 3 and its neighbour
+    assert got["gd"][0] == pytest.approx(exact, abs=1e-12)
+    single = max(sign * _metric_np(metric, rows[0], c, ys) for c in gd.preds.preds)
+    assert sign * exact - single > 1e-7
 
 
 def test_separable_needs_more_than_the_rules_precision():
@@ -312,35 +323,43 @@ def test_separable_needs_more_than_the_rules_precision():
     assert [reach.separable(i) for i in range(3)] == [False, True, False]
 
 
-@pytest.mark.parametrize(("gain", "mixed"), [(3e-6, False), (1e-3, True)])
-def test_a_mix_is_a_better_fit_only_beyond_the_rules_precision(gain, mixed):
-    """The mix test's floor is the rule's `PRECISION`: a rival that moves X's match a little
-    toward a layer off X's grid (a gain of a few 1e-6) does not make the layer "between" X and
-    it; a layer between the two (a gain of 1e-3) is. The layer is built on the mix of X's and
+@pytest.mark.parametrize(("metric", "gain", "mixed"), [
+    ("error_cosine", 3e-6, False), ("error_cosine", 1e-3, True), ("weight_cosine", 3e-6, True)])
+def test_a_mix_is_a_better_fit_only_beyond_the_rules_precision(metric, gain, mixed):
+    """The mix test's floor is the rule's `PRECISION` on predictions: a rival that moves X's
+    match a little toward a layer off X's grid (a gain of a few 1e-6) does not make the layer
+    "between" X and it; a layer between the two (a gain of 1e-3) is. On induced weights, which
+    can only object, any gain past round-off does. The layer is built on the mix of X's and
     Y's columns at w = 0.35, so that mix reaches it exactly and the gain is ``gain``."""
     from iclprobe.alignment.measuring.candidates import Candidate
-    from iclprobe.alignment.metrics import error_cosine
-    from iclprobe.alignment.views.continua import PRECISION, mixes
+    from iclprobe.alignment.metrics import error_cosine, weight_cosine
+    from iclprobe.alignment.views.continua import PRECISION, WEIGHT_MIX_FLOOR, mixes
 
-    assert 3e-6 < PRECISION < 1e-3
+    assert WEIGHT_MIX_FLOOR < 3e-6 < PRECISION < 1e-3
+    on_w = metric == "weight_cosine"
     batch, _, spec = _setup()
     ys = batch.ys.double()
-    base = algorithms.iterates("gd", batch.xs.double(), ys, steps=[3], lr="max").preds[0]
+    it = algorithms.iterates("gd", batch.xs.double(), ys, steps=[3], lr="max", weights=on_w)
+    base = it.weights[0] if on_w else it.preds[0]
     away = torch.randn(base.shape, generator=torch.Generator().manual_seed(5), dtype=base.dtype)
 
-    def layer(delta):
-        return base + 0.35 * delta * away
+    def shortfall(delta):
+        layer = base + 0.35 * delta * away
+        return 1.0 - float(weight_cosine(layer, base, 1, 9) if on_w else
+                           error_cosine(layer, base, ys, 1, 9))
 
-    unit = (1.0 - float(error_cosine(layer(1e-3), base, ys, 1, 9))) / 1e-6  # per δ², small δ
-    delta = (gain / unit) ** 0.5  # the shortfall is quadratic in δ
-    assert 1.0 - float(error_cosine(layer(delta), base, ys, 1, 9)) == pytest.approx(gain, rel=0.05)
+    delta = (gain / (shortfall(1e-3) / 1e-6)) ** 0.5  # the shortfall is quadratic in δ
+    assert shortfall(delta) == pytest.approx(gain, rel=0.05)
 
     def one(key, col):
-        return Candidate(key, key, algorithms.Iterates(torch.zeros(1, dtype=torch.long), col[None],
-                                                       None, {}, key), None, ["step 0"], [0], False)
+        cols = algorithms.Iterates(torch.zeros(1, dtype=torch.long),
+                                   col[None, ..., 0] if on_w else col[None],
+                                   col[None] if on_w else None, {}, key)
+        return Candidate(key, key, cols, cols if on_w else None, ["step 0"], [0], False)
 
     cands = {"x": one("x", base), "y": one("y", base + delta * away)}
-    layers = layer(delta)[None]
-    tables = candidate_tables(cands, layers, None, ys, ["error_cosine"], spec)["error_cosine"]
-    _, _, _, said = mixes("x", 0, evidence(tables), cands, "error_cosine", ys, spec, layers)
+    layers = (base + 0.35 * delta * away)[None]
+    tables = candidate_tables(cands, layers if not on_w else layers[..., 0],
+                              layers if on_w else None, ys, [metric], spec)[metric]
+    _, _, _, said = mixes("x", 0, evidence(tables), cands, metric, ys, spec, layers)
     assert said["y"] is mixed

@@ -34,8 +34,9 @@ _KEPT_MAX = 0
 def reusing_families(max_families: int = 96) -> Iterator[None]:
     """Within the block, a candidate's family on data seen before is reused, not rerun.
 
-    The ``max_families`` most recently used are kept (each is one learner's columns on one
-    batch); the numbers are those a rerun gives, bit for bit.
+    The ``max_families`` most recently used values are kept (a learner's columns on one
+    batch, or a value `kept` computed from the data); the numbers are those a rerun gives,
+    bit for bit.
     """
     global _KEPT, _KEPT_MAX
     outer = (_KEPT, _KEPT_MAX)

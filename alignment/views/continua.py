@@ -211,7 +211,8 @@ def mixes(x: str, layer: int, ev: Evidence, cands: Mapping[str, Candidate], metr
     Returns X's best value and replicates, each rival's replicates, and per rival whether
     a mix of X's and its matched columns fits the layer better than X does — a layer
     between X and Y (the known-answer benchmark's average of GD and Newton) is neither's;
-    "better" is beyond the paired interval (every table shares the bootstrap's resamples).
+    "better" is the paired interval's lower end past `PRECISION` on predictions,
+    `WEIGHT_MIX_FLOOR` on induced weights (every table shares the bootstrap's resamples).
     All of it is one table of the layer against every mix.
     """
     on_w = METRIC_INFO[metric].on == "weights"

@@ -149,28 +149,24 @@ def families_reach(values: Tensor, cands: Mapping[str, Candidate], ys: Tensor, m
     `mixed_with`'s dozens. ``kw``: `similarity`'s window keywords. One table per candidate,
     then one per row of every candidate's mixes.
     """
-    on_w = METRIC_INFO[metric].on == "weights"
-    sign = 1.0
+    info = METRIC_INFO[metric]
+    on_w, sign = info.on == "weights", 1.0 if info.higher_is_better else -1.0
     reach: dict[str, Tensor] = {}
     groups: dict[str, list[tuple[Tensor, Tensor] | None]] = {}
     for key, cand in cands.items():
-        sim = similarity(values, cand.of(metric), ys, metric, n_boot=2, check=False,
-                         labels=False, **kw)
-        sign = 1.0 if sim.higher_is_better else -1.0
-        table = sign * sim.values
+        table = sign * similarity(values, cand.of(metric), ys, metric, n_boot=2, check=False,
+                                  labels=False, **kw).values
         reach[key] = table.max(1).values
         groups[key] = [_parts(cand, col, cand.neighbors(col), metric)
                        for col in first_best(table).tolist()]
     for row in range(values.shape[0]):
-        mixed = [(key, g[row]) for key, g in groups.items() if g[row] is not None]
+        mixed = [(key, g) for key, gs in groups.items() if (g := gs[row]) is not None]
         if not mixed:
             continue
-        sims = sign * similarity(values[row:row + 1], _mix_iterates(
-            [g for _, g in mixed if g is not None], on_w), ys, metric, n_boot=2, check=False,
-            labels=False, **kw).values[0]
+        sims = sign * similarity(values[row:row + 1], _mix_iterates([g for _, g in mixed], on_w),
+                                 ys, metric, n_boot=2, check=False, labels=False, **kw).values[0]
         at = 0
         for key, group in mixed:
-            assert group is not None
             k = len(group[1]) * len(MIX_WEIGHTS)
             reach[key][row] = torch.maximum(reach[key][row], sims[at:at + k].max())
             at += k

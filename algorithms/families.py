@@ -34,6 +34,11 @@ The built-in families (m: a multiple of the rule or of the stability bound):
   `GDPP_SCALES`, g ∈ `GDPP_GAMMAS`; steps 0…8.
 - ``cg``: steps 0…d + 1; ``ols``: its one column.
 
+The grids of ``gd``, ``pgd``, ``newton`` and ``momentum`` have fine variants besides
+(``Family.fine``; `GD_FINE`, `NEWTON_SCALES_FINE`, `NEWTON_FIXED_FINE`, `MOMENTUM_FINE`): the
+step sizes between the grid's, which `align` runs only next to a variant some layer
+matches, at the matched step and the steps next to it (`iclprobe.alignment.measuring.refine`).
+
 Fixed steps act inside the evaluation window only (0 elsewhere: a model valid only at its
 trained length is matched there).
 """
@@ -41,6 +46,7 @@ trained length is matched there).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -78,6 +84,17 @@ NEWTON_STEPS = tuple(range(NEWTON_MAX_STEP + 1))
 MOMENTUM_BETAS = (0.5, 0.75, 0.9)
 MOMENTUM_SCALES = (0.25, 0.5, 1.0, 2.0)
 MOMENTUM_STEPS = tuple(s for s in GD_STEPS if s <= 1024)  # heavy ball converges faster
+# The step sizes between the grid's (2^(1/4) from their neighbours where the grid is √2
+# apart), run only next to a variant some layer matches (`Family.fine`): a layer that runs
+# a step size between two of the grid's sits nearer its own family then, not nearer
+# another learner's imitation of it. Measured on the known-answer benchmark's main slice
+# with every one of them run: GD named at 168 of 176 separable layers read exactly (152 of
+# 170 on the grid alone), no false attribution; a GD construction's fixed step at 0.3, 0.6
+# and 0.9 of its bound, between GD's grid points, had read "cannot tell GD from Newton".
+GD_FINE = (0.125, 0.25, 0.35, 0.5, 0.59, 0.71, 0.84, 1.0, 1.19, 1.41, 1.68, 2.0)
+NEWTON_SCALES_FINE = (0.5, 0.59, 0.71, 0.84, 1.0, 1.19, 1.41, 1.68, 2.0)
+NEWTON_FIXED_FINE = (0.35, 0.42, 0.5, 0.59, 0.71, 0.84, 1.0, 1.19, 1.41)
+MOMENTUM_FINE = (0.25, 0.35, 0.5, 0.71, 1.0, 1.41, 2.0)
 RIDGE_EXPONENTS = tuple(range(-12, 13))  # λ = s · 2^(j/2), on isotropic data
 ONLINE_SCALES = (0.25, 0.5, 1.0, 1.5)
 ONLINE_STEPS = (0, 1, 2, 3, 4, 6, 8, 11, 16)
@@ -161,11 +178,33 @@ class Family:
 
     variants: Callable[[FamilyContext], list[Variant]]
     steps: tuple[int, ...] | str | None = None
+    #: the variants between the grid's as well: ``variants(ctx)`` and more, in one order
+    #: (the grid's variants by their labels). `align` runs the grid, then the ones next to
+    #: a variant some layer matches, at the matched steps and their neighbours.
+    fine: Callable[[FamilyContext], list[Variant]] | None = None
 
     def __post_init__(self) -> None:
-        if not callable(self.variants):
-            raise InputTypeError(f"Family.variants must be a function of a FamilyContext, got "
-                                 f"{self.variants!r}")
+        for name in ("variants", "fine"):
+            fn = getattr(self, name)
+            if not callable(fn) and (name == "variants" or fn is not None):
+                raise InputTypeError(f"Family.{name} must be a function of a FamilyContext, "
+                                     f"got {fn!r}")
+
+    def grid(self, ctx: FamilyContext) -> list[tuple[Variant, bool]]:
+        """Every variant, fine ones included, each with whether it is on the coarse grid.
+
+        A variant's place in this list is its rank (`Candidate.places`).
+        """
+        coarse = self.variants(ctx)
+        if self.fine is None:
+            return [(v, True) for v in coarse]
+        labels = {label for label, _ in coarse}
+        fine = self.fine(ctx)
+        missing = labels - {label for label, _ in fine}
+        if missing:
+            raise InputError(f"Family.fine must hold every variant of Family.variants; "
+                             f"missing {sorted(missing)}")
+        return [(v, v[0] in labels) for v in fine]
 
 
 def single(hyper: dict[str, Any], steps: tuple[int, ...] | str | None) -> Family:
@@ -173,29 +212,33 @@ def single(hyper: dict[str, Any], steps: tuple[int, ...] | str | None) -> Family
     return Family(lambda ctx: [("", dict(hyper))], steps)
 
 
-def _gd_variants(ctx: FamilyContext) -> list[Variant]:
+def _gd_variants(ctx: FamilyContext, scales: tuple[float, ...] | None = None) -> list[Variant]:
+    scales = GD_SCALES if scales is None else scales
     inside, top, top_sum = ctx.inside(), ctx.top_mean(), ctx.top_sum()
     rule = [(f"{m:g}/λmax", {"lr": "max", "normalize": True, "lr_scale": m})
-            for m in GD_SCALES]
+            for m in scales]
     fixed = [(f"η {m / top:.3g}", {"lr": inside * (m / top), "normalize": True})
-             for m in GD_SCALES]
+             for m in scales]
     summed = [(f"η {m / top_sum:.3g} (sum)", {"lr": inside * (m / top_sum), "normalize": False})
-              for m in GD_SCALES]
+              for m in scales]
     return rule + fixed + summed
 
 
-def _newton_variants(ctx: FamilyContext) -> list[Variant]:
+def _newton_variants(ctx: FamilyContext, fine: bool = False) -> list[Variant]:
+    scales, fixed_scales = (NEWTON_SCALES_FINE, NEWTON_FIXED_FINE) if fine else \
+        (NEWTON_SCALES, NEWTON_FIXED)
     t = ctx.stats.counts.clamp(min=1)
     inside, top, top_sum = ctx.inside(), ctx.top_mean(), ctx.top_sum()
-    rule = [(f"{m:g}/‖SSᵀ‖", {"alpha": "frobenius", "alpha_scale": m}) for m in NEWTON_SCALES]
+    rule = [(f"{m:g}/‖SSᵀ‖", {"alpha": "frobenius", "alpha_scale": m}) for m in scales]
     fixed = [(f"a {m / top**2:.3g}", {"alpha": inside * (m / top**2) / t**2})
-             for m in NEWTON_FIXED]
+             for m in fixed_scales]
     constant = [(f"α {m / top_sum**2:.3g}", {"alpha": inside * (m / top_sum**2)})
-                for m in NEWTON_FIXED]
+                for m in fixed_scales]
     return rule + fixed + constant
 
 
-def _pgd_variants(ctx: FamilyContext) -> list[Variant]:
+def _pgd_variants(ctx: FamilyContext, scales: tuple[float, ...] | None = None) -> list[Variant]:
+    scales = GD_SCALES if scales is None else scales
     cov = ctx.cov.to(torch.float64)
     eye = torch.eye(cov.shape[-1], dtype=cov.dtype)
     scale = cov.diagonal(dim1=-2, dim2=-1).mean(-1)[..., None, None]
@@ -203,12 +246,13 @@ def _pgd_variants(ctx: FamilyContext) -> list[Variant]:
         raise NotACandidate("pgd: Σ is a multiple of I in these data, so GD preconditioned by "
                             "Σ⁻¹ is GD (one candidate, gd)")
     return [(f"{m:g}/λmax", {"precond": "inverse_cov", "lr": "max", "normalize": True,
-                             "lr_scale": m}) for m in GD_SCALES]
+                             "lr_scale": m}) for m in scales]
 
 
-def _momentum_variants(ctx: FamilyContext) -> list[Variant]:
+def _momentum_variants(ctx: FamilyContext, fine: bool = False) -> list[Variant]:
+    scales = MOMENTUM_FINE if fine else MOMENTUM_SCALES
     return [(f"β {beta:g}, {m:g}/λmax", {"lr": "max", "beta": beta, "lr_scale": m})
-            for beta in MOMENTUM_BETAS for m in MOMENTUM_SCALES]
+            for beta in MOMENTUM_BETAS for m in scales]
 
 
 def ridge_exponents(spread: float) -> tuple[int, ...]:
@@ -236,10 +280,12 @@ def _gdpp_variants(ctx: FamilyContext) -> list[Variant]:
             for m in GDPP_SCALES for g in GDPP_GAMMAS]
 
 
-GD = Family(_gd_variants, GD_STEPS)
-NEWTON = Family(_newton_variants, NEWTON_STEPS)
-PGD = Family(_pgd_variants, GD_STEPS)
-MOMENTUM = Family(_momentum_variants, MOMENTUM_STEPS)
+# the fine grids read the module's constants when run (as the grids do)
+GD = Family(_gd_variants, GD_STEPS, lambda ctx: _gd_variants(ctx, GD_FINE))
+NEWTON = Family(_newton_variants, NEWTON_STEPS, functools.partial(_newton_variants, fine=True))
+PGD = Family(_pgd_variants, GD_STEPS, lambda ctx: _pgd_variants(ctx, GD_FINE))
+MOMENTUM = Family(_momentum_variants, MOMENTUM_STEPS,
+                  functools.partial(_momentum_variants, fine=True))
 RIDGE = Family(_ridge_variants, None)
 ONLINE_GD = Family(_online_variants, ONLINE_STEPS)
 GD_PLUS_PLUS = Family(_gdpp_variants, GDPP_STEPS)

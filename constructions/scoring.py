@@ -12,7 +12,9 @@ counted):
   some verdict metric — with the true answers among them. A family reaches an iterate as
   the answer's rule lets it reach a layer: over its columns and their mixes
   (`continua.families_reach`; a rival's grid alone would count as separable a GD iterate
-  that heavy ball, between two of its step counts, imitates to 2e-6). For a model that
+  that heavy ball, between two of its step counts, imitates to 2e-6), and with its fine
+  step sizes next to its match where the answer read the layers exactly (as `align` runs
+  them there). For a model that
   runs no candidate (truth None) naming any learner is false, and "cannot tell" or "none
   of them" is right. ``answer METRIC``: each metric's
   own answer, counted the same way.
@@ -25,15 +27,19 @@ counted):
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable
 from typing import Any
+
+import torch
+from torch import Tensor
 
 from iclprobe import algorithms
 from iclprobe.alignment.comparison import PairVerdict, combined
 from iclprobe.alignment.config import DEFAULT_METRICS
-from iclprobe.alignment.measuring.candidates import TableSpec, build_candidates
+from iclprobe.alignment.measuring import refine
+from iclprobe.alignment.measuring.candidates import Candidate, TableSpec, build_candidates
 from iclprobe.alignment.measuring.kept import kept
+from iclprobe.alignment.measuring.similarities import first_best, similarity
 from iclprobe.alignment.metrics import METRIC_INFO, metric_info
 from iclprobe.alignment.pipeline import AlignResult
 from iclprobe.alignment.views.answer import CANNOT_TELL, DEAD, NONE, RUNS, LayerAnswer
@@ -157,7 +163,10 @@ def truth_reach(res: AlignResult, truth: str | None, batch: RegressionBatch,
     """`Reach` per verdict metric of the answer: the candidates' families on the true columns.
 
     Computed from the learners alone (raw, as an exact readout sees them), on the batch
-    the model was aligned on; the width comes from the layer's interval in ``res``.
+    the model was aligned on; the width comes from the layer's interval in ``res``. The
+    families are those the answer read (``res.answer.fine``): with their fine step sizes
+    next to each family's match to the true column where the layers were read exactly,
+    their grids alone through probes (`measuring.refine`).
     """
     assert res.answer is not None and truth is not None
     if truth not in res.answer.candidates:
@@ -169,22 +178,26 @@ def truth_reach(res: AlignResult, truth: str | None, batch: RegressionBatch,
     stats = algorithms.prefix_stats(batch.xs.double(), batch.ys.double())
     cands, _ = build_candidates(res.answer.candidates, batch, stats, spec.window, res.n_layers,
                                 slice(0, n_w) if n_w else None, {}, None)
-    ys = batch.ys.double()
-    out = {}
-    for metric in res.answer.metrics:
+    metrics = list(res.answer.metrics)
+    rows = {m: slice(0, n_w) if METRIC_INFO[m].on == "weights" else slice(None) for m in metrics}
+    values = {}
+    for metric in metrics:
         on_w = METRIC_INFO[metric].on == "weights"
-        rows = slice(0, n_w) if on_w else slice(None)
-        cols = truth_columns(batch.xs[rows], batch.ys[rows], weights=on_w)
+        cols = truth_columns(batch.xs[rows[metric]], batch.ys[rows[metric]], weights=on_w)
         picked = cols.weights if on_w else cols.preds
         assert picked is not None  # asked for with weights=on_w
-        values = picked.double()
+        values[metric] = picked.double()
+
+    reaches = kept(  # the same for every readout
+        ("reach", tuple(cands), tuple((m, tuple(sorted(spec.kw(m).items()))) for m in metrics),
+         spec.window, res.n_layers, n_w),  # the families depend on these too
+        (batch.xs, batch.ys, batch.cov, *values.values()),
+        lambda: _reaches(values, cands, batch, stats, spec, res.n_layers, n_w)
+    )[res.answer.fine]
+    out = {}
+    for metric in metrics:
         sign = 1.0 if metric_info(metric).higher_is_better else -1.0
-        kw = spec.kw(metric)
-        reach = {k: [sign * v for v in r] for k, r in kept(  # the same for every readout
-            ("reach", metric, tuple(cands), tuple(sorted(kw.items())), spec.window,
-             res.n_layers, n_w),  # the families depend on these too (diverging variants)
-            (batch.xs, batch.ys, batch.cov, values),
-            functools.partial(families_reach, values, cands, ys[rows], metric, **kw)).items()}
+        reach = {k: [sign * v for v in r] for k, r in reaches[metric].items()}
         own = reach.pop(truth)
         score = res.answer.scores[metric][truth].score
         out[metric] = Reach(
@@ -192,6 +205,39 @@ def truth_reach(res: AlignResult, truth: str | None, batch: RegressionBatch,
             [o - reach["ols"][i] if "ols" in reach else float("inf") for i, o in enumerate(own)],
             [u - lo for u, lo in zip(score.upper, score.lower)])
     return out
+
+
+def _reaches(values: dict[str, Tensor], cands: dict[str, Candidate], batch: RegressionBatch,
+             stats: algorithms.PrefixStats, spec: TableSpec, n_layers: int, n_w: int
+             ) -> dict[bool, dict[str, dict[str, list[float]]]]:
+    """Per metric, each family's reach of the true columns ``values``.
+
+    On its grid (False), and with its fine step sizes next to its match (True), as `align`
+    runs them.
+    """
+    ys = batch.ys.double()
+    rows = {m: slice(0, n_w) if METRIC_INFO[m].on == "weights" else slice(None) for m in values}
+
+    def table(m: str, cand: Candidate) -> Tensor:  # the family's columns, higher is better
+        return (1.0 if metric_info(m).higher_is_better else -1.0) * similarity(
+            values[m], cand.of(m), ys[rows[m]], m, n_boot=2, check=False, labels=False,
+            **spec.kw(m)).values
+
+    tables = {m: {k: table(m, c) for k, c in cands.items()} for m in values}
+    grid = {m: families_reach(v, cands, ys[rows[m]], m, tables[m], **spec.kw(m))
+            for m, v in values.items()}
+    changed = refine.refined(
+        cands, lambda k: {c for m in values for c in first_best(tables[m][k]).tolist()},
+        batch, stats, spec.window,
+        lambda fine: build_candidates(list(fine), batch, stats, spec.window, n_layers,
+                                      slice(0, n_w) if n_w else None, {}, None, fine)[0])
+    fams = dict(cands)
+    for k, (fam, more) in changed.items():  # the fine columns after the grid's
+        for m in values:
+            tables[m][k] = torch.cat([tables[m][k], table(m, more)], 1)
+        fams[k] = fam
+    return {False: grid, True: {m: families_reach(v, fams, ys[rows[m]], m, tables[m],
+                                                  **spec.kw(m)) for m, v in values.items()}}
 
 
 def answer_counts(said: list[LayerAnswer], truth: str | None, reach: dict[str, Reach]

@@ -8,6 +8,7 @@ import torch
 
 from iclprobe import algorithms, tasks
 from iclprobe.alignment.measuring.candidates import TableSpec, build_candidates, candidate_tables
+from iclprobe.alignment.measuring.similarities import similarity
 from iclprobe.alignment.views.answer import CANNOT_TELL, NONE, RUNS, LayerAnswer, answer, combine
 from iclprobe.alignment.views.continua import evidence
 from iclprobe.alignment.views.margins import probe_margins
@@ -307,6 +308,14 @@ def test_a_familys_reach_is_its_best_column_or_mix(metric):
                      for k in fam.neighbors(best) for w in MIX_WEIGHTS]
             assert sign * got[key][r] == pytest.approx(max([float(singles.max()), *mixes]),
                                                        abs=1e-12)
+    # the families' tables computed already (the benchmark's refined families) are used
+    tables = {k: sign * similarity(rows, fam.of(metric), ys, metric, n_boot=2, check=False,
+                                   labels=False, **spec.kw(metric)).values
+              for k, fam in fams.items()}
+    assert families_reach(rows, fams, ys, metric, tables, **spec.kw(metric)) == got
+    tables["ols"] = tables["ols"] + 0.5  # one column, no mixes: its reach is its table's
+    moved = families_reach(rows, fams, ys, metric, tables, **spec.kw(metric))
+    assert [sign * v for v in moved["ols"]] == pytest.approx([sign * v + 0.5 for v in got["ols"]])
     exact = 1.0 if metric == "error_cosine" else 0.0  # row 0: GD's step 3 and its neighbour
     assert got["gd"][0] == pytest.approx(exact, abs=1e-12)
     single = max(sign * _metric_np(metric, rows[0], c, ys) for c in gd.preds.preds)

@@ -73,7 +73,11 @@ def _naive_gap(task, a, b, layer, places, n_layers, positions, seed):
     batch = task.sample(64, generator=seed, dtype=torch.float64)
     stats = algorithms.prefix_stats(batch.xs, batch.ys)
     lo, hi = (task.n_points - 1,) * 2 if positions == "last" else (1, task.n_points - 1)
-    fams = {k: family_iterates(k, batch, stats, (lo, hi), n_layers, False)[0] for k in (a, b)}
+    # the grid, and the matched variants between its step sizes at their matched steps
+    fine = {k: {r: tuple(sorted({s for r2, s in places[k] if r2 == r})) for r, _ in places[k]}
+            for k in (a, b)}
+    fams = {k: family_iterates(k, batch, stats, (lo, hi), n_layers, False, fine=fine[k])[0]
+            for k in (a, b)}
     ys = batch.ys.numpy()[:, lo:hi + 1]
 
     def matched(x):

@@ -108,7 +108,7 @@ def separation(task: RegressionTask, pairs: Mapping[int, Sequence[tuple[str, str
         try:
             it, _, _ = family_iterates(key, batch, stats, window, n_layers, False,
                                        claim=claims.get(key) if key not in algorithms.LEARNERS
-                                       else None)
+                                       else None, fine=matched_fine(places.get(key, ())))
         except (NotACandidate, Diverged):
             fams[key] = None
             continue
@@ -124,6 +124,17 @@ def separation(task: RegressionTask, pairs: Mapping[int, Sequence[tuple[str, str
     for layer, ps in sorted(pairs.items()):
         per_layer.append(min(_pair_gap(best.get((layer, a, b))) for a, b in ps))
     return float(sum(per_layer) / len(per_layer))
+
+
+def matched_fine(places: Sequence[tuple[int, int]]) -> dict[int, tuple[int, ...]]:
+    """The matched columns' variants and steps, to run where they are fine ones (`Family.fine`).
+
+    A layer matched between the grid's step sizes is matched there on the design's data too.
+    """
+    out: dict[int, set[int]] = {}
+    for rank, step in places:
+        out.setdefault(int(rank), set()).add(int(step))
+    return {r: tuple(sorted(s)) for r, s in out.items()}
 
 
 Ask = tuple[Tensor, str]  # a column, and the family asked to imitate it

@@ -23,7 +23,8 @@ from iclprobe import algorithms
 from iclprobe.algorithms.families import FamilyContext, NotACandidate
 from iclprobe.algorithms.numerics import Diverged
 from iclprobe.algorithms.prefix import PrefixStats
-from iclprobe.alignment.measuring import kept
+from iclprobe.alignment.measuring import kept, refine
+from iclprobe.alignment.measuring.candidate import Candidate, Fine
 from iclprobe.alignment.measuring.reading import probe_read, reread
 from iclprobe.alignment.measuring.runs import concat_iterates, run_spec
 from iclprobe.alignment.measuring.similarities import Similarity, similarity
@@ -36,49 +37,6 @@ from iclprobe.tasks import RegressionBatch
 if TYPE_CHECKING:
     from iclprobe.alignment.evaluation import Evaluation
     from iclprobe.alignment.measuring.layers import Layers
-
-
-@dataclasses.dataclass
-class Candidate:
-    """One candidate learner over its family: every column, described.
-
-    ``preds``: its columns on every evaluation sequence; ``weights``: the same with weights
-    on the weight sequences (None where no weight metric is computed). ``columns[k]``: how
-    column k is shown ("0.5/λmax, step 8").
-    """
-
-    key: str
-    label: str
-    preds: algorithms.Iterates
-    weights: algorithms.Iterates | None
-    columns: list[str]
-    variant: list[int]  # per column, the index of its variant
-    closed: bool  # a closed form: one column per variant (ridge over λ)
-    #: per column, (its variant's place in the family's variants, its step): the same
-    #: column on other data (the variants' numbers, e.g. a fixed η, are the data's)
-    places: list[tuple[int, int]] = dataclasses.field(default_factory=list)
-
-    def neighbors(self, col: int) -> list[int]:
-        """The columns next to ``col`` on the family's grid.
-
-        The adjacent step counts of the same variant, and the same step count of the
-        adjacent variants (the next step size up and down; for a closed form, the next λ).
-        """
-        steps = self.preds.steps.tolist()
-        out = [k for k in (col - 1, col + 1) if 0 <= k < len(self.variant)
-               and self.variant[k] == self.variant[col]]
-        for v in (self.variant[col] - 1, self.variant[col] + 1):
-            out += [k for k, (vk, sk) in enumerate(zip(self.variant, steps))
-                    if vk == v and sk == steps[col]]
-        return sorted(set(out))
-
-    def of(self, metric: str) -> algorithms.Iterates:
-        """The iterates ``metric`` compares: with weights for a weight metric."""
-        if METRIC_INFO[metric].on == "weights":
-            if self.weights is None:
-                raise InputError(f"candidate {self.key!r} has no weights for {metric!r}")
-            return self.weights
-        return self.preds
 
 
 def candidate_keys(chosen: Sequence[str] | None, claims: Mapping[str, RunSpec]) -> list[str]:
@@ -104,7 +62,8 @@ def _describe(variant: str, step: int | None) -> str:
 
 def family_iterates(key: str, batch: RegressionBatch, stats: PrefixStats, window: tuple[int, int],
                     n_layers: int, weights: bool, sequences: slice | None = None,
-                    claim: RunSpec | None = None, skip: Sequence[str] = ()
+                    claim: RunSpec | None = None, skip: Sequence[str] = (),
+                    fine: Fine | None = None, grid: bool = True
                     ) -> tuple[algorithms.Iterates, list[str], list[str]]:
     """Every (variant, step) column of candidate ``key`` on ``batch`` (float64), described.
 
@@ -112,22 +71,26 @@ def family_iterates(key: str, batch: RegressionBatch, stats: PrefixStats, window
 
     ``claim``: a family's claimed run (one variant: its own hyperparameters and steps).
     ``sequences``: run on those sequences only (``stats`` is of the whole batch). ``skip``:
-    variants (by label) to leave out. A variant
+    variants (by label) to leave out. ``fine``: variants between the grid's
+    (`Family.fine`), by their rank in `Family.grid`, each run at the steps given;
+    ``grid=False``: those alone. A variant
     whose iterates diverge on these data (GD++ at its larger steps on some data) is left
     out; raises `NotACandidate` where the learner's family says it is none here, or where
     every variant diverges.
     """
+    fine = fine or {}
     if claim is not None:
-        specs = [("", claim)]
+        specs = [(0, "", claim)]
     else:
         info = algorithms.learner_info(key)
         family = info.fitted_family
         ctx = FamilyContext(stats, batch.cov, window)
-        specs = [(label, RunSpec(key, info.label, family.steps, hyper))
-                 for label, hyper in family.variants(ctx) if label not in skip]
+        specs = [(at, label, RunSpec(key, info.label, family.steps if on else fine[at], hyper))
+                 for at, ((label, hyper), on) in enumerate(family.grid(ctx))
+                 if label not in skip and ((on and grid) or (not on and at in fine))]
     parts, columns, labels, variant, rank = [], [], [], [], []
     dropped = []
-    for at, (label, spec) in enumerate(specs):
+    for at, label, spec in specs:
         try:
             it = run_spec(spec, batch, n_layers, weights, stats, sequences=sequences)
         except Diverged:
@@ -154,20 +117,24 @@ def family_iterates(key: str, batch: RegressionBatch, stats: PrefixStats, window
 
 def build_candidates(keys: Sequence[str], batch: RegressionBatch, stats: PrefixStats,
                      window: tuple[int, int], n_layers: int, weight_rows: slice | None,
-                     claims: Mapping[str, RunSpec], probe_rows: tuple[int, int] | None
+                     claims: Mapping[str, RunSpec], probe_rows: tuple[int, int] | None,
+                     fine: Mapping[str, Fine] | None = None
                      ) -> tuple[dict[str, Candidate], list[str]]:
     """Every candidate's columns (read as probes read, given ``probe_rows``), and notes.
 
     ``weight_rows``: the sequences the weight metrics use (None: no weights). A candidate
     whose family says it is none here (`NotACandidate`) is left out with a note.
+    ``fine``: per candidate, the fine variants alone to run instead of its grid
+    (`family_iterates`); candidates not in it are left out.
     """
     xs, ys = batch.xs.double(), batch.ys.double()
     out, notes = {}, []
-    for key in keys:
+    for key in keys if fine is None else [k for k in keys if k in fine]:
         claim = claims.get(key) if key not in algorithms.LEARNERS else None
         try:
             preds, columns, w, dropped = _family(key, batch, stats, window, n_layers,
-                                                 weight_rows, claim)
+                                                 weight_rows, claim,
+                                                 None if fine is None else fine[key])
         except NotACandidate as why:
             notes.append(str(why))
             continue
@@ -188,12 +155,16 @@ def build_candidates(keys: Sequence[str], batch: RegressionBatch, stats: PrefixS
 
 
 def _family(key: str, batch: RegressionBatch, stats: PrefixStats, window: tuple[int, int],
-            n_layers: int, weight_rows: slice | None, claim: RunSpec | None) -> kept.Family:
-    """A candidate's columns, its weights' on ``weight_rows`` (reused where kept)."""
-    def run() -> kept.Family:
-        return _run_family(key, batch, stats, window, n_layers, weight_rows, claim)
+            n_layers: int, weight_rows: slice | None, claim: RunSpec | None,
+            fine: Fine | None = None) -> kept.Family:
+    """A candidate's columns, its weights' on ``weight_rows`` (reused where kept).
 
-    if claim is not None:  # a model's own claim: not the data's alone
+    ``fine``: its fine variants alone (`family_iterates`), not kept.
+    """
+    def run() -> kept.Family:
+        return _run_family(key, batch, stats, window, n_layers, weight_rows, claim, fine)
+
+    if claim is not None or fine is not None:  # a model's own claim, or its matches
         return run()
     rows = None if weight_rows is None else (weight_rows.start, weight_rows.stop)
     return kept.family((key, tuple(window), n_layers, rows), batch, run)
@@ -201,18 +172,19 @@ def _family(key: str, batch: RegressionBatch, stats: PrefixStats, window: tuple[
 
 def _run_family(key: str, batch: RegressionBatch, stats: PrefixStats,
                 window: tuple[int, int], n_layers: int, weight_rows: slice | None,
-                claim: RunSpec | None) -> kept.Family:
+                claim: RunSpec | None, fine: Fine | None = None) -> kept.Family:
     """A candidate's columns, its weights' on ``weight_rows``, the same variants in both."""
+    grid = fine is None  # the grid, or the fine variants alone
     preds, columns, dropped = family_iterates(key, batch, stats, window, n_layers, False,
-                                              claim=claim)
+                                              claim=claim, fine=fine, grid=grid)
     if weight_rows is None:
         return preds, columns, None, dropped
     w, _, more = family_iterates(key, batch, stats, window, n_layers, True, weight_rows,
-                                 claim, skip=dropped)
+                                 claim, skip=dropped, fine=fine, grid=grid)
     if more:  # diverging on the weight sequences only: left out of both
         dropped += more
         preds, columns, _ = family_iterates(key, batch, stats, window, n_layers, False,
-                                            claim=claim, skip=dropped)
+                                            claim=claim, skip=dropped, fine=fine, grid=grid)
     return preds, columns, w, dropped
 
 
@@ -305,6 +277,8 @@ class Candidates:
     #: where probes read the layers: the layers read with a sample of the readout's own
     #: noise added and subtracted, as ``layers`` (what the answer's margins come from)
     noisy: tuple[dict[str, Tensor | None], ...] = ()
+    #: whether the families' fine step sizes next to the layers' matches joined them
+    fine: bool = False
 
 
 def measure_candidates(ev: Evaluation, layers: Layers, stats: PrefixStats) -> Candidates:
@@ -313,7 +287,11 @@ def measure_candidates(ev: Evaluation, layers: Layers, stats: PrefixStats) -> Ca
     The candidates are the registered learners and the model's claims that
     ``ev.cfg.algorithms`` allows (`candidate_keys`); where probes read the layers, the
     learners are read the same way and the tables are corrected for the probes' own noise
-    (`noise_ceilings`).
+    (`noise_ceilings`). Where the layers are read exactly, each family's fine step sizes
+    next to the layers' matches join it (`refine`); through probes they do not: the probes'
+    noise is larger than what they resolve, and a family refined around its match fits
+    that noise (on the known-answer benchmark it named GD at a heavy-ball oracle's first
+    step and at the GD/Newton average's last layer).
     """
     claims = {k: ev.runs[k] for k in ev.claimed if k in ev.runs}
     keys = candidate_keys(ev.cfg.algorithms, claims)
@@ -335,7 +313,20 @@ def measure_candidates(ev: Evaluation, layers: Layers, stats: PrefixStats) -> Ca
             (read_p, read_w), noisy[0], ev.ys, ev.cfg.metrics, spec, more),
             noise_features=layers.noise_features)
     tables = candidate_tables(members, read_p, read_w, ev.ys, ev.cfg.metrics, spec)
-    return Candidates(members, tables, {"preds": read_p, "weights": read_w}, spec, notes, noisy)
+    w_rows = slice(0, ev.weight_rows) if ev.weight_metrics else None
+    changed = {} if rows is not None else refine.refined(  # read exactly (no probes): the
+        # step sizes between the grid's, next to the layers' matches (`refine`)
+        members, lambda key: refine.matched_columns(tables, key), ev.batch, stats, ev.window,
+        lambda fine: build_candidates(list(fine), ev.batch, stats, ev.window, layers.n_layers,
+                                      w_rows, claims, rows, fine)[0])
+    fine_tables = candidate_tables({k: f for k, (_, f) in changed.items()}, read_p, read_w,
+                                   ev.ys, ev.cfg.metrics, spec)  # their fine columns alone
+    for key, (family, _) in changed.items():
+        for metric, by in fine_tables.items():
+            tables[metric][key] = refine.merged_table(tables[metric][key], by[key], family)
+        members[key] = family
+    return Candidates(members, tables, {"preds": read_p, "weights": read_w}, spec, notes, noisy,
+                      fine=rows is None)
 
 
 def _read_with_noise(layers: Layers, sign: float, xs: Tensor, ys: Tensor,

@@ -211,7 +211,7 @@ def combine(mean_moments: Tensor) -> Tensor:
     return torch.where(den > 0, ab / torch.where(den > 0, den, 1.0), 0.0).mean(-1)
 
 
-def _labels(iterates: Iterates) -> list[str] | None:
+def column_labels(iterates: Iterates) -> list[str] | None:
     """Column labels when a hyperparameter varies per column (e.g. a learning-rate grid)."""
     k = iterates.steps.numel()
     varying = {key: v for key, v in iterates.hyper.items()
@@ -320,7 +320,7 @@ def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
     lower, upper = interval(boot, confidence)
     return Similarity(metric, iterates.name, iterates.steps.tolist(), value, lower, upper,
                       combine(zero_mom.mean(2))[0], info.higher_is_better, t_min, ys.shape[0],
-                      confidence, t_max, over, _labels(iterates) if labels else None, boot)
+                      confidence, t_max, over, column_labels(iterates) if labels else None, boot)
 
 
 def _checked(info: M.MetricInfo, layer_values: Tensor, iterates: Iterates, ys: Tensor,

@@ -69,6 +69,9 @@ class Answer:
     #: candidate -> per layer, its matched column's place in its family (variant, step), by
     #: the error cosine where computed: the same columns on other data (`alignment.design`)
     places: dict[str, list[tuple[int, int]]] = dataclasses.field(default_factory=dict)
+    #: whether the families' fine step sizes next to the layers' matches joined them (the
+    #: layers read exactly; through probes the grids alone: `measuring.refine`)
+    fine: bool = False
 
     @property
     def texts(self) -> list[str]:
@@ -223,8 +226,9 @@ def answer(tables: Mapping[str, Mapping[str, Similarity]], cands: Mapping[str, C
 
 def answer_view(ev: Evaluation, live: Sequence[bool], cands: Candidates) -> Answer:
     """`align`'s stage: the answer per layer over the measured candidates (`answer`)."""
-    return answer(cands.tables, cands.members, cands.layers, ev.ys, cands.spec, live,
-                  ev.protocol.tie_tol, cands.notes, cands.noisy)
+    return dataclasses.replace(
+        answer(cands.tables, cands.members, cands.layers, ev.ys, cands.spec, live,
+               ev.protocol.tie_tol, cands.notes, cands.noisy), fine=cands.fine)
 
 
 def matched_by(result: Answer) -> list[bool]:

@@ -137,7 +137,8 @@ def _mix_iterates(groups: Sequence[tuple[Tensor, Tensor]], on_w: bool) -> Iterat
 
 
 def families_reach(values: Tensor, cands: Mapping[str, Candidate], ys: Tensor, metric: str,
-                   **kw: Any) -> dict[str, list[float]]:
+                   tables: Mapping[str, Tensor] | None = None, **kw: Any
+                   ) -> dict[str, list[float]]:
     """How near each family as a continuum comes to each row of ``values`` (the metric's units).
 
     Per candidate, the best of its columns and of the mixes of its best column with that
@@ -146,16 +147,18 @@ def families_reach(values: Tensor, cands: Mapping[str, Candidate], ys: Tensor, m
     as the known-answer benchmark's separability reads them). The answer's rule mixes a
     match with more columns besides (`mixed_with`); they are left out here, a table of
     every row against each family's few neighbours costing a fraction of one against
-    `mixed_with`'s dozens. ``kw``: `similarity`'s window keywords. One table per candidate,
-    then one per row of every candidate's mixes.
+    `mixed_with`'s dozens. ``kw``: `similarity`'s window keywords. One table per candidate
+    (``tables``: those already computed, ``[row, column]`` in higher-is-better space, by
+    candidate), then one per row of every candidate's mixes.
     """
     info = METRIC_INFO[metric]
     on_w, sign = info.on == "weights", 1.0 if info.higher_is_better else -1.0
     reach: dict[str, Tensor] = {}
     groups: dict[str, list[tuple[Tensor, Tensor] | None]] = {}
     for key, cand in cands.items():
-        table = sign * similarity(values, cand.of(metric), ys, metric, n_boot=2, check=False,
-                                  labels=False, **kw).values
+        table = tables[key] if tables is not None and key in tables else \
+            sign * similarity(values, cand.of(metric), ys, metric, n_boot=2, check=False,
+                              labels=False, **kw).values
         reach[key] = table.max(1).values
         groups[key] = [_parts(cand, col, cand.neighbors(col), metric)
                        for col in first_best(table).tolist()]

@@ -1,0 +1,60 @@
+"""One candidate of `align`'s answer: a learner's columns over its fitted family, described.
+
+`measuring.candidates` builds them and their tables; `measuring.refine` adds a family's
+fine step sizes next to the layers' matches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from iclprobe import algorithms
+from iclprobe.alignment.metrics import METRIC_INFO
+from iclprobe.errors import InputError
+
+#: fine variants to run (`Family.fine`): their rank in `Family.grid` -> the steps to run
+Fine = Mapping[int, tuple[int, ...]]
+
+
+@dataclasses.dataclass
+class Candidate:
+    """One candidate learner over its family: every column, described.
+
+    ``preds``: its columns on every evaluation sequence; ``weights``: the same with weights
+    on the weight sequences (None where no weight metric is computed). ``columns[k]``: how
+    column k is shown ("0.5/λmax, step 8").
+    """
+
+    key: str
+    label: str
+    preds: algorithms.Iterates
+    weights: algorithms.Iterates | None
+    columns: list[str]
+    variant: list[int]  # per column, the index of its variant
+    closed: bool  # a closed form: one column per variant (ridge over λ)
+    #: per column, (its variant's place in the family's variants, its step): the same
+    #: column on other data (the variants' numbers, e.g. a fixed η, are the data's)
+    places: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+
+    def neighbors(self, col: int) -> list[int]:
+        """The columns next to ``col`` on the family's grid.
+
+        The adjacent step counts of the same variant, and the same step count of the
+        adjacent variants (the next step size up and down; for a closed form, the next λ).
+        """
+        steps = self.preds.steps.tolist()
+        out = [k for k in (col - 1, col + 1) if 0 <= k < len(self.variant)
+               and self.variant[k] == self.variant[col]]
+        for v in (self.variant[col] - 1, self.variant[col] + 1):
+            out += [k for k, (vk, sk) in enumerate(zip(self.variant, steps))
+                    if vk == v and sk == steps[col]]
+        return sorted(set(out))
+
+    def of(self, metric: str) -> algorithms.Iterates:
+        """The iterates ``metric`` compares: with weights for a weight metric."""
+        if METRIC_INFO[metric].on == "weights":
+            if self.weights is None:
+                raise InputError(f"candidate {self.key!r} has no weights for {metric!r}")
+            return self.weights
+        return self.preds

@@ -1,0 +1,153 @@
+"""Step sizes between the grid's, run where the layers match: each family refined locally.
+
+A candidate's family is a grid of variants (step sizes √2 apart, ...) × steps. A layer that
+runs its algorithm at a step size between two of the grid's sits between that family's
+columns, and another learner's family may imitate it as well as its own grid does (a GD
+construction's fixed step read "cannot tell GD from Newton"). Running every step size
+twice as densely costs each family's time again; a layer, though, only needs the step
+sizes next to the one it matches. So `align` runs the grid, finds each layer's best
+column in every candidate's family (by every metric), and then runs the family's fine
+variants (`Family.fine`) on either side of that column's variant, at its step and the
+steps next to it. They join the family in their place, so that a fine variant is a grid
+neighbour of the variants around it (`Candidate.neighbors`, the mixes the answer reads),
+and every candidate with a fine grid gets the same refinement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import torch
+from torch import Tensor
+
+from iclprobe import algorithms
+from iclprobe.algorithms.families import FamilyContext
+from iclprobe.alignment.measuring.candidate import Candidate, Fine
+from iclprobe.alignment.measuring.similarities import Similarity, column_labels, first_best
+from iclprobe.tasks import RegressionBatch
+
+
+def grid_of(key: str, batch: RegressionBatch, stats: algorithms.PrefixStats,
+            window: tuple[int, int]) -> list[tuple[str, bool]] | None:
+    """Candidate ``key``'s variants (label, on the coarse grid) in rank order; None: no fine grid."""
+    if key not in algorithms.LEARNERS:
+        return None  # a model's claim: one run of its own
+    family = algorithms.learner_info(key).fitted_family
+    if family.fine is None:
+        return None
+    return [(label, on) for (label, _), on in family.grid(FamilyContext(stats, batch.cov, window))]
+
+
+def fine_asks(cand: Candidate, on_grid: Sequence[bool], steps: Sequence[int] | None,
+              matched: Iterable[int]) -> dict[int, tuple[int, ...]]:
+    """The fine variants next to the matched columns' variants, and the steps to run each at.
+
+    ``on_grid``: per rank, whether the variant is on the coarse grid; ``steps``: the
+    family's step counts (None: not a tuple, run at the matched step alone); ``matched``:
+    columns of ``cand``. A fine variant is next to a grid variant where only fine ones lie
+    between them; it runs at the matched step and the family's steps on either side of it.
+    """
+    asks: dict[int, set[int]] = {}
+    for col in sorted(set(matched)):
+        rank, step = cand.places[col]
+        around = {step}
+        if steps is not None and step in steps:
+            at = steps.index(step)
+            around.update(steps[max(at - 1, 0):at + 2])
+        for way in (-1, 1):
+            r = rank + way
+            while 0 <= r < len(on_grid) and not on_grid[r]:
+                asks.setdefault(r, set()).update(around)
+                r += way
+    return {r: tuple(sorted(s)) for r, s in asks.items()}
+
+
+def matched_columns(tables: Mapping[str, Mapping[str, Similarity]], key: str) -> set[int]:
+    """Every layer's best column of candidate ``key``, by every metric's table."""
+    out: set[int] = set()
+    for by in tables.values():
+        if key in by:
+            sign = 1.0 if by[key].higher_is_better else -1.0
+            out.update(first_best(sign * by[key].values).tolist())
+    return out
+
+
+def merged(cand: Candidate, more: Candidate, labels: Sequence[str]) -> Candidate:
+    """``cand`` with ``more``'s columns (its fine variants) after its own, in their places.
+
+    The columns are appended, not reordered (no copy of the grid's in another order): a
+    column's variant index is its variant's place among the family's ranks, so that a fine
+    variant sits between the grid variants around it (`Candidate.neighbors`), and each
+    variant's columns stay together in step order. ``labels``: every variant's label by
+    rank (the columns' ``variant`` hyperparameter).
+    """
+    places = cand.places + more.places
+    ranks = sorted({r for r, _ in places})
+    at = {r: i for i, r in enumerate(ranks)}
+
+    def join(a: algorithms.Iterates | None, b: algorithms.Iterates | None
+             ) -> algorithms.Iterates | None:
+        if a is None or b is None:
+            return None
+        hyper = {k: v for k, v in a.hyper.items()
+                 if not (isinstance(v, list) and len(v) == a.steps.numel())}
+        for name in ("lr", "alpha", "lr_scale", "alpha_scale", "lam", "beta", "gamma"):
+            hyper.pop(name, None)  # recorded per column in "variant"
+        hyper["variant"] = [labels[r] for r, _ in places]
+        w = None if a.weights is None or b.weights is None else \
+            torch.cat([a.weights, b.weights])
+        return dataclasses.replace(a, steps=torch.cat([a.steps, b.steps]),
+                                   preds=torch.cat([a.preds, b.preds]), weights=w,
+                                   hyper=hyper)
+
+    preds = join(cand.preds, more.preds)
+    assert preds is not None
+    return dataclasses.replace(cand, preds=preds, weights=join(cand.weights, more.weights),
+                               columns=cand.columns + more.columns,
+                               variant=[at[r] for r, _ in places], closed=False,
+                               places=places)
+
+
+def merged_table(table: Similarity, more: Similarity, family: Candidate) -> Similarity:
+    """A family's table and its fine columns' (``more``), as one table of ``family``'s columns.
+
+    ``family``: the merged candidate (`merged`). A table's columns are computed one by one
+    from the same bootstrap resamples, so this is the table of the merged family.
+    """
+    def cat(a: Tensor, b: Tensor, dim: int) -> Tensor:
+        return torch.cat([a, b], dim)
+
+    return dataclasses.replace(
+        table, steps=table.steps + more.steps, values=cat(table.values, more.values, 1),
+        lower=cat(table.lower, more.lower, 1), upper=cat(table.upper, more.upper, 1),
+        zero=cat(table.zero, more.zero, 0),
+        boots=None if table.boots is None or more.boots is None else
+        cat(table.boots, more.boots, 1),
+        labels=column_labels(family.of(table.metric)) if table.labels is not None else None)
+
+
+def refined(members: Mapping[str, Candidate], matched: Callable[[str], set[int]],
+            batch: RegressionBatch, stats: algorithms.PrefixStats, window: tuple[int, int],
+            run: Callable[[Mapping[str, Fine]], Mapping[str, Candidate]]
+            ) -> dict[str, tuple[Candidate, Candidate]]:
+    """The candidates whose families gain fine variants next to their matched columns.
+
+    ``matched(key)``: the columns of candidate ``key`` some layer matches; ``run(fine)``:
+    the candidates' fine variants alone, as candidates (`build_candidates` with ``fine``).
+    Returns, per candidate that changed, its family merged and its fine variants alone.
+    """
+    asks, grids = {}, {}
+    for key, cand in members.items():
+        grid = grid_of(key, batch, stats, window)
+        if grid is None:
+            continue
+        steps = algorithms.learner_info(key).fitted_family.steps
+        ask = fine_asks(cand, [on for _, on in grid],
+                        steps if isinstance(steps, tuple) else None, matched(key))
+        if ask:
+            asks[key], grids[key] = ask, [label for label, _ in grid]
+    if not asks:
+        return {}
+    more = run(asks)
+    return {key: (merged(members[key], extra, grids[key]), extra) for key, extra in more.items()}

@@ -1,0 +1,154 @@
+"""Step sizes between the grid's, run next to the layers' matches (`measuring.refine`)."""
+
+import pytest
+import torch
+
+from iclprobe import algorithms, tasks
+from iclprobe.algorithms import families
+from iclprobe.algorithms.families import Family, FamilyContext
+from iclprobe.alignment import AlignConfig, align_layers
+from iclprobe.alignment.measuring import refine
+from iclprobe.alignment.measuring.candidates import (
+    Candidate,
+    TableSpec,
+    build_candidates,
+    candidate_tables,
+    family_iterates,
+)
+from iclprobe.errors import InputError
+
+
+def _batch(cov="ill-conditioned", sequences=32, seed=0, n_points=9):
+    task = tasks.RegressionTask(n_dims=3, n_points=n_points, cov=cov, condition_number=100.0)
+    return task.sample(sequences, generator=torch.Generator().manual_seed(seed))
+
+
+def _stats(batch):
+    return algorithms.prefix_stats(batch.xs.double(), batch.ys.double())
+
+
+def _cand(places):
+    it = algorithms.Iterates(torch.tensor([s for _, s in places]),
+                             torch.zeros(len(places), 1, 1), None, {}, "x")
+    ranks = sorted({r for r, _ in places})
+    return Candidate("x", "X", it, None, [""] * len(places),
+                     [ranks.index(r) for r, _ in places], False, list(places))
+
+
+def test_fine_asks_are_the_fine_variants_beside_each_match_at_its_steps():
+    on = [True, False, True, False, False, True]  # ranks 1, 3 and 4 are fine
+    steps = (0, 1, 2, 4, 8)
+    cand = _cand([(r, s) for r in (0, 2, 5) for s in steps])
+    # column 8: rank 2, step 4 -> both sides' fine runs, at steps 2, 4 and 8
+    assert refine.fine_asks(cand, on, steps, [8]) == {1: (2, 4, 8), 3: (2, 4, 8),
+                                                      4: (2, 4, 8)}
+    # rank 0, step 0 (the edge of both): rank 1 alone, at steps 0 and 1
+    assert refine.fine_asks(cand, on, steps, [0]) == {1: (0, 1)}
+    # two matches beside one fine variant: the union of their steps
+    # (column 6: rank 2, step 1)
+    assert refine.fine_asks(cand, on, steps, [0, 6]) == {1: (0, 1, 2), 3: (0, 1, 2),
+                                                         4: (0, 1, 2)}
+    assert refine.fine_asks(cand, [True] * 6, steps, [8]) == {}  # no fine variants
+    assert refine.fine_asks(cand, on, None, [8]) == {1: (4,), 3: (4,), 4: (4,)}
+
+
+@pytest.mark.parametrize("key", ["gd", "newton", "momentum", "pgd"])
+def test_the_merged_family_is_one_run_of_the_grid_and_those_fine_variants(key):
+    # the grid run, then the fine variants alone, merged: what one run of both gives,
+    # column for column (steps, places, descriptions, predictions and weights), the fine
+    # columns after the grid's; each column's variant index is its variant's place by rank
+    batch = _batch()
+    stats = _stats(batch)
+    grid = refine.grid_of(key, batch, stats, (1, 8))
+    assert grid is not None and not all(on for _, on in grid)
+    fine_ranks = [r for r, (_, on) in enumerate(grid) if not on][:3]
+    fine = {fine_ranks[0]: (1, 2, 3), fine_ranks[1]: (0, 5), fine_ranks[2]: (4,)}
+    coarse, _ = build_candidates([key], batch, stats, (1, 8), 4, slice(0, 5), {}, None)
+    more, _ = build_candidates([key], batch, stats, (1, 8), 4, slice(0, 5), {}, None, {key: fine})
+    got = refine.merged(coarse[key], more[key], [label for label, _ in grid])
+    both, columns, _ = family_iterates(key, batch, stats, (1, 8), 4, False, fine=fine)
+    w, _, _ = family_iterates(key, batch, stats, (1, 8), 4, True, slice(0, 5), fine=fine)
+    places = list(zip(both.hyper["variant_rank"], both.steps.tolist()))  # in rank order
+    order = [places.index(p) for p in got.places]  # the one run's column for each merged one
+    assert sorted(order) == list(range(len(places)))
+    assert got.places[:len(coarse[key].places)] == coarse[key].places  # the grid's first
+    assert got.columns == [columns[i] for i in order]
+    assert got.preds.steps.tolist() == both.steps[order].tolist()
+    assert got.variant == [both.hyper["variant_index"][i] for i in order]
+    torch.testing.assert_close(got.preds.preds, both.preds[order], rtol=0, atol=0)
+    torch.testing.assert_close(got.weights.weights, w.weights[order], rtol=0, atol=0)
+    assert got.preds.hyper["variant"] == [both.hyper["variant"][i] for i in order]
+    # the tables merged column by column: the merged family's table (same resamples)
+    layers = both.preds[:3].float() + 0.1
+    spec = TableSpec((1, 8), 1, "positions", n_boot=20, confidence=0.9, seed=0)
+    ys = batch.ys.double()
+    t_grid, t_fine, t_all = (candidate_tables({key: c}, layers.double(), w.weights[:3], ys,
+                                              ("error_cosine", "weight_cosine"), spec)
+                             for c in (coarse[key], more[key], got))
+    for metric in t_all:
+        table = refine.merged_table(t_grid[metric][key], t_fine[metric][key], got)
+        want = t_all[metric][key]
+        assert table.steps == want.steps and table.labels == want.labels
+        for name in ("values", "lower", "upper", "zero", "boots"):
+            torch.testing.assert_close(getattr(table, name), getattr(want, name),
+                                       rtol=1e-12, atol=1e-12)
+    # a fine variant is its grid neighbours' neighbour at a step it ran at
+    col = got.places.index((fine_ranks[0], 2))
+    assert {got.places[k] for k in got.neighbors(col)} >= {(fine_ranks[0], 1),
+                                                          (fine_ranks[0], 3)}
+
+
+def test_a_family_whose_fine_grid_misses_a_grid_variant_is_refused():
+    batch = _batch()
+    fam = Family(lambda ctx: [("a", {}), ("b", {})], (0, 1), lambda ctx: [("a", {})])
+    with pytest.raises(InputError, match="missing"):
+        fam.grid(FamilyContext(_stats(batch), batch.cov, (1, 8)))
+
+
+def _said_of_gd_between_the_grids_step_sizes(answer_only=False, **kw):
+    """What the answer says of GD at 0.84 × 1/λ_max(S_t/t), between the grid's 0.71 and 1.
+
+    κ 100 data, aligned at the last position; the layers are GD's steps 1–6. ``kw``:
+    `align_layers`' (probes' rows).
+    """
+    task = tasks.RegressionTask(n_dims=3, n_points=13, cov="ill-conditioned",
+                                condition_number=100.0)
+    batch = task.sample(64, generator=torch.Generator().manual_seed(1))
+    it = algorithms.gd(batch.xs.double(), batch.ys.double(), steps=range(1, 7), lr="max",
+                       lr_scale=0.84, normalize=True)
+    layers = torch.cat([torch.zeros_like(it.preds[:1]), it.preds])
+    cfg = AlignConfig(n_boot=20, separation=False, metrics=("error_cosine",),
+                      algorithms=("gd", "newton", "momentum", "ridge"))
+    answer = align_layers(layers, batch, cfg, positions="last", **kw).answer
+    assert answer is not None
+    return answer if answer_only else [a.text for a in answer.layers[1:]]
+
+
+def test_a_layer_between_the_grids_step_sizes_is_matched_at_its_own():
+    said = _said_of_gd_between_the_grids_step_sizes()
+    assert said[0].startswith("gd (")  # step 1: GD (a step count makes up for the size)
+    assert said[1:3] == ["gd (0.84/λmax, step 2)", "gd (0.84/λmax, step 3)"], said
+    # near convergence heavy ball imitates it: "cannot tell", never another learner
+    assert all(t.startswith(("gd (", "cannot tell gd from")) for t in said), said
+
+
+def test_without_the_fine_step_sizes_the_same_layers_read_cannot_tell(monkeypatch):
+    # the test above can fail: with every family's grid alone, Newton imitates those
+    # layers as well as GD's grid does
+    for fine, grid in (("GD_FINE", "GD_SCALES"), ("NEWTON_SCALES_FINE", "NEWTON_SCALES"),
+                       ("NEWTON_FIXED_FINE", "NEWTON_FIXED"), ("MOMENTUM_FINE", "MOMENTUM_SCALES")):
+        monkeypatch.setattr(families, fine, getattr(families, grid))  # nothing between
+    said = _said_of_gd_between_the_grids_step_sizes()
+    assert all(t.startswith("cannot tell gd from newton") for t in said[:3]), said
+
+
+def test_through_probes_the_grids_alone_are_read():
+    # read exactly, GD's matches at layers 2-3 are a fine step size (0.84); through probes
+    # (whose noise is larger than what the fine step sizes resolve) only the grids are run
+    on_grid = {r for r, (_, on) in enumerate(families.GD.grid(FamilyContext(
+        _stats(_batch()), _batch().cov, (1, 8)))) if on}
+    exact = _said_of_gd_between_the_grids_step_sizes(answer_only=True)
+    probed = _said_of_gd_between_the_grids_step_sizes(answer_only=True, probe_t_min=1)
+    assert exact.fine and not probed.fine
+    assert {r for r, _ in exact.places["gd"][2:4]} - on_grid  # a fine variant matched
+    assert all(r in on_grid for r, _ in probed.places["gd"])

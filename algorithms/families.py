@@ -198,12 +198,17 @@ class Family:
         coarse = self.variants(ctx)
         if self.fine is None:
             return [(v, True) for v in coarse]
-        labels = {label for label, _ in coarse}
+        labels = [label for label, _ in coarse]
         fine = self.fine(ctx)
-        missing = labels - {label for label, _ in fine}
+        fine_labels = [label for label, _ in fine]
+        missing = set(labels) - set(fine_labels)
         if missing:
             raise InputError(f"Family.fine must hold every variant of Family.variants; "
                              f"missing {sorted(missing)}")
+        if len(set(fine_labels)) < len(fine_labels) or \
+                [label for label in fine_labels if label in set(labels)] != labels:
+            raise InputError("Family.fine's labels must be distinct, with Family.variants' "
+                             "in their own order")
         return [(v, v[0] in labels) for v in fine]
 
 

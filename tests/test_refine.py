@@ -98,11 +98,36 @@ def test_the_merged_family_is_one_run_of_the_grid_and_those_fine_variants(key):
                                                           (fine_ranks[0], 3)}
 
 
+def test_a_fine_variants_columns_across_a_gap_in_its_steps_are_not_neighbours():
+    # two matches far apart beside one fine variant: it runs at steps 3-5 and 51-81; its
+    # step 5 and step 51 columns sit side by side but are no grid neighbours
+    batch = _batch()
+    stats = _stats(batch)
+    grid = refine.grid_of("gd", batch, stats, (1, 8))
+    r = next(r for r, (_, on) in enumerate(grid) if not on)
+    fine = {r: (3, 4, 5, 51, 64, 81)}
+    coarse, _ = build_candidates(["gd"], batch, stats, (1, 8), 4, None, {}, None)
+    more, _ = build_candidates(["gd"], batch, stats, (1, 8), 4, None, {}, None, {"gd": fine})
+    got = refine.merged(coarse["gd"], more["gd"], [label for label, _ in grid])
+    near = {c: {got.places[k] for k in got.neighbors(got.places.index(c))}
+            for c in ((r, 5), (r, 51))}
+    assert near[(r, 5)] == {(r - 1, 5), (r + 1, 5), (r, 4)}
+    assert near[(r, 51)] == {(r - 1, 51), (r + 1, 51), (r, 64)}
+
+
 def test_a_family_whose_fine_grid_misses_a_grid_variant_is_refused():
     batch = _batch()
+    ctx = FamilyContext(_stats(batch), batch.cov, (1, 8))
     fam = Family(lambda ctx: [("a", {}), ("b", {})], (0, 1), lambda ctx: [("a", {})])
     with pytest.raises(InputError, match="missing"):
-        fam.grid(FamilyContext(_stats(batch), batch.cov, (1, 8)))
+        fam.grid(ctx)
+    for fine in ([("b", {}), ("a", {})], [("a", {}), ("x", {}), ("x", {}), ("b", {})]):
+        fam = Family(lambda ctx: [("a", {}), ("b", {})], (0, 1), lambda ctx, f=fine: f)
+        with pytest.raises(InputError, match="distinct"):  # out of order; a label twice
+            fam.grid(ctx)
+    fam = Family(lambda ctx: [("a", {}), ("b", {})], (0, 1),
+                 lambda ctx: [("a", {}), ("x", {}), ("b", {})])
+    assert [on for _, on in fam.grid(ctx)] == [True, False, True]
 
 
 def _said_of_gd_between_the_grids_step_sizes(answer_only=False, **kw):
@@ -149,6 +174,9 @@ def test_through_probes_the_grids_alone_are_read():
         _stats(_batch()), _batch().cov, (1, 8)))) if on}
     exact = _said_of_gd_between_the_grids_step_sizes(answer_only=True)
     probed = _said_of_gd_between_the_grids_step_sizes(answer_only=True, probe_t_min=1)
-    assert exact.fine and not probed.fine
+    layers_noise = torch.zeros(7, 64, 13, dtype=torch.float64)  # a readout with noise
+    noisy = _said_of_gd_between_the_grids_step_sizes(answer_only=True,
+                                                     readout_noise=(layers_noise, None))
+    assert exact.fine and not probed.fine and not noisy.fine
     assert {r for r, _ in exact.places["gd"][2:4]} - on_grid  # a fine variant matched
     assert all(r in on_grid for r, _ in probed.places["gd"])

@@ -42,10 +42,15 @@ class Candidate:
 
         The adjacent step counts of the same variant, and the same step count of the
         adjacent variants (the next step size up and down; for a closed form, the next λ).
+        Adjacent on the family's step counts: a fine variant (`Family.fine`) runs at a few
+        of them only, and its columns either side of a gap are not neighbours.
         """
         steps = self.preds.steps.tolist()
+        axis = sorted(set(steps))
+        at = axis.index(steps[col])
+        near = set(axis[max(at - 1, 0):at + 2]) - {steps[col]}
         out = [k for k in (col - 1, col + 1) if 0 <= k < len(self.variant)
-               and self.variant[k] == self.variant[col]]
+               and self.variant[k] == self.variant[col] and steps[k] in near]
         for v in (self.variant[col] - 1, self.variant[col] + 1):
             out += [k for k, (vk, sk) in enumerate(zip(self.variant, steps))
                     if vk == v and sk == steps[col]]

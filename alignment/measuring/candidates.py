@@ -287,11 +287,11 @@ def measure_candidates(ev: Evaluation, layers: Layers, stats: PrefixStats) -> Ca
     The candidates are the registered learners and the model's claims that
     ``ev.cfg.algorithms`` allows (`candidate_keys`); where probes read the layers, the
     learners are read the same way and the tables are corrected for the probes' own noise
-    (`noise_ceilings`). Where the layers are read exactly, each family's fine step sizes
-    next to the layers' matches join it (`refine`); through probes they do not: the probes'
-    noise is larger than what they resolve, and a family refined around its match fits
-    that noise (on the known-answer benchmark it named GD at a heavy-ball oracle's first
-    step and at the GD/Newton average's last layer).
+    (`noise_ceilings`). Where the layers are read exactly (no probes, no readout noise),
+    each family's fine step sizes next to the layers' matches join it (`refine`); through
+    probes they do not: the probes' noise is larger than what they resolve, and a family
+    refined around its match fits that noise (on the known-answer benchmark it named GD at
+    a heavy-ball oracle's first step and at the GD/Newton average's last layer).
     """
     claims = {k: ev.runs[k] for k in ev.claimed if k in ev.runs}
     keys = candidate_keys(ev.cfg.algorithms, claims)
@@ -314,8 +314,9 @@ def measure_candidates(ev: Evaluation, layers: Layers, stats: PrefixStats) -> Ca
             noise_features=layers.noise_features)
     tables = candidate_tables(members, read_p, read_w, ev.ys, ev.cfg.metrics, spec)
     w_rows = slice(0, ev.weight_rows) if ev.weight_metrics else None
-    changed = {} if rows is not None else refine.refined(  # read exactly (no probes): the
-        # step sizes between the grid's, next to the layers' matches (`refine`)
+    exact = rows is None and layers.noise is None  # no readout noise to fit
+    changed = {} if not exact else refine.refined(  # read exactly: the step sizes
+        # between the grid's, next to the layers' matches (`refine`)
         members, lambda key: refine.matched_columns(tables, key), ev.batch, stats, ev.window,
         lambda fine: build_candidates(list(fine), ev.batch, stats, ev.window, layers.n_layers,
                                       w_rows, claims, rows, fine)[0])
@@ -326,7 +327,7 @@ def measure_candidates(ev: Evaluation, layers: Layers, stats: PrefixStats) -> Ca
             tables[metric][key] = refine.merged_table(tables[metric][key], by[key], family)
         members[key] = family
     return Candidates(members, tables, {"preds": read_p, "weights": read_w}, spec, notes, noisy,
-                      fine=rows is None)
+                      fine=exact)
 
 
 def _read_with_noise(layers: Layers, sign: float, xs: Tensor, ys: Tensor,

@@ -124,7 +124,7 @@ def merged_table(table: Similarity, more: Similarity, family: Candidate) -> Simi
         zero=cat(table.zero, more.zero, 0),
         boots=None if table.boots is None or more.boots is None else
         cat(table.boots, more.boots, 1),
-        labels=column_labels(family.of(table.metric)) if table.labels is not None else None)
+        labels=column_labels(family.of(table.metric)))
 
 
 def refined(members: Mapping[str, Candidate], matched: Callable[[str], set[int]],

@@ -15,6 +15,9 @@ from iclprobe.errors import InputError
 
 #: fine variants to run (`Family.fine`): their rank in `Family.grid` -> the steps to run
 Fine = Mapping[int, tuple[int, ...]]
+#: hyperparameters a family's variants set, recorded per column in ``hyper["variant"]``
+#: where several variants share one table
+VARIANT_HYPER = ("lr", "alpha", "lr_scale", "alpha_scale", "lam", "beta", "gamma")
 
 
 @dataclasses.dataclass

@@ -24,7 +24,7 @@ from iclprobe.algorithms.families import FamilyContext, NotACandidate
 from iclprobe.algorithms.numerics import Diverged
 from iclprobe.algorithms.prefix import PrefixStats
 from iclprobe.alignment.measuring import kept, refine
-from iclprobe.alignment.measuring.candidate import Candidate, Fine
+from iclprobe.alignment.measuring.candidate import VARIANT_HYPER, Candidate, Fine
 from iclprobe.alignment.measuring.reading import probe_read, reread
 from iclprobe.alignment.measuring.runs import concat_iterates, run_spec
 from iclprobe.alignment.measuring.similarities import Similarity, similarity
@@ -108,7 +108,7 @@ def family_iterates(key: str, batch: RegressionBatch, stats: PrefixStats, window
         raise NotACandidate(f"{key}: every variant of its family diverges on these data")
     it = concat_iterates(parts, "variant", labels) if len(parts) > 1 else parts[0]
     if len(parts) > 1:
-        for name in ("lr", "alpha", "lr_scale", "alpha_scale", "lam", "beta", "gamma"):
+        for name in VARIANT_HYPER:
             it.hyper.pop(name, None)  # recorded per column in "variant"
     it.hyper["variant_index"] = variant
     it.hyper["variant_rank"] = rank

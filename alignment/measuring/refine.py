@@ -8,9 +8,9 @@ twice as densely costs each family's time again; a layer, though, only needs the
 sizes next to the one it matches. So `align` runs the grid, finds each layer's best
 column in every candidate's family (by every metric), and then runs the family's fine
 variants (`Family.fine`) on either side of that column's variant, at its step and the
-steps next to it. They join the family in their place, so that a fine variant is a grid
-neighbour of the variants around it (`Candidate.neighbors`, the mixes the answer reads),
-and every candidate with a fine grid gets the same refinement.
+steps next to it. They are appended to the family, each variant indexed by its rank, so
+that a fine variant is a grid neighbour of the variants around it (`Candidate.neighbors`,
+the mixes the answer reads), and every candidate with a fine grid gets the same refinement.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from torch import Tensor
 
 from iclprobe import algorithms
 from iclprobe.algorithms.families import FamilyContext
-from iclprobe.alignment.measuring.candidate import Candidate, Fine
+from iclprobe.alignment.measuring.candidate import VARIANT_HYPER, Candidate, Fine
 from iclprobe.alignment.measuring.similarities import Similarity, column_labels, first_best
 from iclprobe.tasks import RegressionBatch
 
@@ -92,7 +92,7 @@ def merged(cand: Candidate, more: Candidate, labels: Sequence[str]) -> Candidate
             return None
         hyper = {k: v for k, v in a.hyper.items()
                  if not (isinstance(v, list) and len(v) == a.steps.numel())}
-        for name in ("lr", "alpha", "lr_scale", "alpha_scale", "lam", "beta", "gamma"):
+        for name in VARIANT_HYPER:
             hyper.pop(name, None)  # recorded per column in "variant"
         hyper["variant"] = [labels[r] for r, _ in places]
         w = None if a.weights is None or b.weights is None else \

@@ -33,7 +33,12 @@ import torch
 from torch import Tensor
 
 from iclprobe.algorithms.base import Iterates
-from iclprobe.alignment.measuring.similarities import Similarity, first_best, interval, similarity
+from iclprobe.alignment.measuring.similarities import (
+    Similarity,
+    first_best,
+    interval,
+    similarity_values,
+)
 from iclprobe.alignment.metrics import metric_info, on_weights
 from iclprobe.errors import InputError
 
@@ -152,10 +157,10 @@ def imitation(values: Tensor, other: Iterates, ys: Tensor, metric: str, **kw: An
     matched steps against the other learner) and the separation views. Returns the best
     similarity per row and the column that reaches it.
     """
-    sim = similarity(values, other, ys, metric, n_boot=2, check=False, labels=False, **kw)
-    sign = 1.0 if sim.higher_is_better else -1.0
-    best = first_best(sign * sim.values)
-    return sim.values.gather(1, best[:, None])[:, 0].tolist(), best.tolist()
+    table = similarity_values(values, other, ys, metric, **kw)
+    sign = 1.0 if metric_info(metric).higher_is_better else -1.0
+    best = first_best(sign * table)
+    return table.gather(1, best[:, None])[:, 0].tolist(), best.tolist()
 
 
 def calibrate(it_a: Iterates, it_b: Iterates, ys: Tensor, sim_a: Similarity,
@@ -177,8 +182,8 @@ def calibrate(it_a: Iterates, it_b: Iterates, ys: Tensor, sim_a: Similarity,
     a_value, a_col = imitation(values[torch.tensor(ua)], it_b, ys, sim_a.metric, **kw)
     b_sub = Iterates(it_b.steps[ub], it_b.preds[ub],
                      it_b.weights[ub] if it_b.weights is not None else None, {}, it_b.name)
-    b_cols = sign * similarity(values, b_sub, ys, sim_a.metric, n_boot=2, check=False,
-                               **kw).values  # [K_a, |ub|]: every A column as a layer
+    b_cols = sign * similarity_values(values, b_sub, ys, sim_a.metric,
+                                      **kw)  # [K_a, |ub|]: every A column as a layer
     b_best = [b_cols[:, ub.index(c)] for c in cols_b]
     return Calibration(
         sim_a.learner, sim_b.learner, sim_a.metric,

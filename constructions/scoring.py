@@ -39,7 +39,7 @@ from iclprobe.alignment.config import DEFAULT_METRICS
 from iclprobe.alignment.measuring import refine
 from iclprobe.alignment.measuring.candidates import Candidate, TableSpec, build_candidates
 from iclprobe.alignment.measuring.kept import kept
-from iclprobe.alignment.measuring.similarities import first_best, similarity
+from iclprobe.alignment.measuring.similarities import first_best, similarity_values
 from iclprobe.alignment.metrics import METRIC_INFO, metric_info
 from iclprobe.alignment.pipeline import AlignResult
 from iclprobe.alignment.views.answer import CANNOT_TELL, DEAD, NONE, RUNS, LayerAnswer
@@ -219,9 +219,8 @@ def _reaches(values: dict[str, Tensor], cands: dict[str, Candidate], batch: Regr
     rows = {m: slice(0, n_w) if METRIC_INFO[m].on == "weights" else slice(None) for m in values}
 
     def table(m: str, cand: Candidate) -> Tensor:  # the family's columns, higher is better
-        return (1.0 if metric_info(m).higher_is_better else -1.0) * similarity(
-            values[m], cand.of(m), ys[rows[m]], m, n_boot=2, check=False, labels=False,
-            **spec.kw(m)).values
+        return (1.0 if metric_info(m).higher_is_better else -1.0) * similarity_values(
+            values[m], cand.of(m), ys[rows[m]], m, **spec.kw(m))
 
     tables = {m: {k: table(m, c) for k, c in cands.items()} for m in values}
     grid = {m: families_reach(v, cands, ys[rows[m]], m, tables[m], **spec.kw(m))

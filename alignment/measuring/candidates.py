@@ -27,7 +27,7 @@ from iclprobe.alignment.measuring import kept, refine
 from iclprobe.alignment.measuring.candidate import VARIANT_HYPER, Candidate, Fine
 from iclprobe.alignment.measuring.reading import probe_read, reread
 from iclprobe.alignment.measuring.runs import concat_iterates, run_spec
-from iclprobe.alignment.measuring.similarities import Similarity, similarity
+from iclprobe.alignment.measuring.similarities import Similarity, similarity, similarity_values
 from iclprobe.alignment.measuring.table_spec import TableSpec
 from iclprobe.alignment.metrics import METRIC_INFO, metric_info
 from iclprobe.alignment.protocols import RunSpec
@@ -247,8 +247,8 @@ def noise_ceilings(clean: tuple[Tensor, Tensor | None], noisy: Mapping[str, Tens
         layers = algorithms.Iterates(torch.arange(b.shape[0]), b if not on_w else b[..., 0],
                                      b if on_w else None, {}, "layers")
         out[metric] = torch.stack([
-            similarity(a, layers, ys[:b.shape[1]], metric, n_boot=2, check=False,
-                       **spec.kw(metric)).values.diagonal() for a in draws]).mean(0)
+            similarity_values(a, layers, ys[:b.shape[1]], metric,
+                              **spec.kw(metric)).diagonal() for a in draws]).mean(0)
     return out
 
 

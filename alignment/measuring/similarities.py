@@ -323,6 +323,26 @@ def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
                       confidence, t_max, over, column_labels(iterates) if labels else None, boot)
 
 
+def similarity_values(layer_values: Tensor, iterates: Iterates, ys: Tensor,
+                      metric: str = "error_cosine", t_min: int = 1, t_max: int | None = None,
+                      over: str = "positions", chunk: int = 64) -> Tensor:
+    """`similarity`'s ``values`` alone, ``[layer, step]``: the same numbers, bit for bit.
+
+    For tables only their values are read from (a rival's best imitation, a mix's fit):
+    no bootstrap, interval, zero predictor's reference or labels, which at a few rows cost
+    as much as the table itself. The inputs are taken as checked for finiteness
+    (`similarity` with ``check=False``); their shapes and the window are checked.
+    """
+    info = M.metric_info(metric)
+    other, _ = _checked(info, layer_values, iterates, ys, 2, 0.5, 0, chunk, over, t_min,
+                        t_max, False)
+    a, b = layer_values.to(torch.float64)[:, None], other.to(torch.float64)[None]
+    ys64 = ys.to(torch.float64)
+    return torch.cat([combine(moments(metric, over, a, b[:, s:s + chunk], ys64, t_min,
+                                      t_max).mean(2))
+                      for s in range(0, b.shape[1], chunk)], dim=1)
+
+
 def _checked(info: M.MetricInfo, layer_values: Tensor, iterates: Iterates, ys: Tensor,
              n_boot: int, confidence: float, seed: int, chunk: int, over: str, t_min: int,
              t_max: int | None, finite: bool = True) -> tuple[Tensor, int]:

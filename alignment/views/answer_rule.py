@@ -19,7 +19,7 @@ from torch import Tensor
 from iclprobe.algorithms.base import Iterates
 from iclprobe.alignment import comparison as C
 from iclprobe.alignment.measuring.candidates import Candidate, TableSpec, columns_of
-from iclprobe.alignment.measuring.similarities import Similarity, similarity
+from iclprobe.alignment.measuring.similarities import Similarity, similarity_values
 from iclprobe.alignment.metrics import METRIC_INFO, metric_info
 from iclprobe.alignment.views.continua import PRECISION, Evidence, evidence, mixes
 from iclprobe.alignment.views.margins import probe_margins
@@ -149,8 +149,8 @@ def _resemblances(x: str, layers: Sequence[int], ev: Evidence, cands: Mapping[st
         by_rival.setdefault(_ranked(ev, i)[1], []).append(i)
     for y, at in by_rival.items():
         ycols = sorted({ev.best[y][i] for i in at})
-        table = similarity(values, _subset(cands[y].of(metric), ycols), ys, metric, n_boot=2,
-                           check=False, **kw).values
+        table = similarity_values(values, _subset(cands[y].of(metric), ycols), ys, metric,
+                                  **kw)
         for i in at:
             runner[i] = ev.sign * float(table[cols.index(ev.best[x][i]),
                                               ycols.index(ev.best[y][i])])

@@ -18,7 +18,12 @@ from torch import Tensor
 
 from iclprobe.algorithms.base import Iterates
 from iclprobe.alignment.measuring.candidates import Candidate, TableSpec, columns_of
-from iclprobe.alignment.measuring.similarities import Similarity, first_best, similarity
+from iclprobe.alignment.measuring.similarities import (
+    Similarity,
+    first_best,
+    similarity,
+    similarity_values,
+)
 from iclprobe.alignment.metrics import METRIC_INFO
 
 #: Similarities closer than this are equal. A model's layers are float32, so a layer that is
@@ -157,8 +162,7 @@ def families_reach(values: Tensor, cands: Mapping[str, Candidate], ys: Tensor, m
     groups: dict[str, list[tuple[Tensor, Tensor] | None]] = {}
     for key, cand in cands.items():
         table = tables[key] if tables is not None and key in tables else \
-            sign * similarity(values, cand.of(metric), ys, metric, n_boot=2, check=False,
-                              labels=False, **kw).values
+            sign * similarity_values(values, cand.of(metric), ys, metric, **kw)
         reach[key] = table.max(1).values
         groups[key] = [_parts(cand, col, cand.neighbors(col), metric)
                        for col in first_best(table).tolist()]
@@ -166,8 +170,9 @@ def families_reach(values: Tensor, cands: Mapping[str, Candidate], ys: Tensor, m
         mixed = [(key, g) for key, gs in groups.items() if (g := gs[row]) is not None]
         if not mixed:
             continue
-        sims = sign * similarity(values[row:row + 1], _mix_iterates([g for _, g in mixed], on_w),
-                                 ys, metric, n_boot=2, check=False, labels=False, **kw).values[0]
+        sims = sign * similarity_values(values[row:row + 1],
+                                        _mix_iterates([g for _, g in mixed], on_w), ys, metric,
+                                        **kw)[0]
         at = 0
         for key, group in mixed:
             k = len(group[1]) * len(MIX_WEIGHTS)

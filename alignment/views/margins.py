@@ -9,7 +9,7 @@ from torch import Tensor
 
 from iclprobe.algorithms.base import Iterates
 from iclprobe.alignment.measuring.candidates import Candidate, TableSpec, columns_of
-from iclprobe.alignment.measuring.similarities import similarity
+from iclprobe.alignment.measuring.similarities import similarity_values
 from iclprobe.alignment.metrics import METRIC_INFO
 
 
@@ -50,7 +50,6 @@ def _leads(at: int, layer: int, values: Tensor, matched: Iterates, sign: float, 
            ys: Tensor, spec: TableSpec) -> Tensor:
     """The layer's similarity to column ``at`` less its similarity to each (corrected)."""
     rows = slice(layer, layer + 1)
-    sim = similarity(values[rows], matched, ys, metric, n_boot=2, check=False,
-                     **spec.kw(metric)).values
+    sim = similarity_values(values[rows], matched, ys, metric, **spec.kw(metric))
     scored = sign * spec.correct(metric, sim, rows)[0]
     return scored[at] - scored

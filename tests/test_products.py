@@ -4,14 +4,19 @@
 each is compared with the plain elementwise sum it stands for (numpy's, in float64), so a
 wrong reshape or axis order fails here before it moves any benchmark count. Tolerances,
 not bit equality: the order of a BLAS kernel's sums is not portable across machines.
+`similarity_values` is compared with `similarity`'s values bit for bit: both run the same
+kernels on the same chunks in one process, so equality is the claim (no BLAS order enters
+between them).
 """
 
 import numpy as np
 import pytest
 import torch
 
+from iclprobe.algorithms.base import Iterates
 from iclprobe.algorithms.prefix import rowdot
-from iclprobe.alignment.measuring.similarities import _cross
+from iclprobe.alignment.measuring.similarities import _cross, similarity, similarity_values
+from iclprobe.errors import InputError
 
 
 @pytest.mark.parametrize("shape", [(3, 5, 4), (2, 1, 7), (6, 3)])
@@ -40,3 +45,31 @@ def test_cross_is_the_per_sequence_product_of_layers_and_columns():
     got = _cross(a, b)
     assert got.shape == (3, 11, 5)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("metric,over", [("error_cosine", "positions"), ("spd", "positions"),
+                                         ("weight_cosine", "positions"), ("ilwd", "positions"),
+                                         ("error_cosine", "sequences")])
+def test_similarity_values_are_the_tables_values(metric, over):
+    """The values alone equal the full table's, column chunks included (chunk 4 of 11)."""
+    g = torch.Generator().manual_seed(2)
+    ys = torch.randn(6, 9, generator=g, dtype=torch.float64)
+    on_w = metric in ("weight_cosine", "ilwd")
+    shape = (11, 6, 9, 3) if on_w else (11, 6, 9)
+    cols = torch.randn(*shape, generator=g, dtype=torch.float64)
+    layers = torch.randn(4, *shape[1:], generator=g, dtype=torch.float64)
+    it = Iterates(torch.arange(11), cols if not on_w else cols[..., 0], cols if on_w else None,
+                  {}, "x")
+    kw = {"t_min": 2, "t_max": 7, "over": over, "chunk": 4}
+    want = similarity(layers, it, ys, metric, n_boot=3, **kw).values
+    got = similarity_values(layers, it, ys, metric, **kw)
+    assert got.shape == (4, 11)
+    assert torch.equal(got, want)
+
+
+def test_similarity_values_check_their_arguments():
+    it = Iterates(torch.arange(2), torch.zeros(2, 3, 5), None, {}, "x")
+    with pytest.raises(InputError, match="layer_values must have shape"):
+        similarity_values(torch.zeros(1, 3, 4), it, torch.ones(3, 5))
+    with pytest.raises(InputError, match="needs the learner's weights"):
+        similarity_values(torch.zeros(1, 3, 5), it, torch.ones(3, 5), "weight_cosine")

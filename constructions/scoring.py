@@ -321,15 +321,16 @@ def probe_power(results: list[Any], view: str = JUDGED) -> list[ProbePower]:
         twin = exact.get(r.cell)
         if r.cell.readout != "probe" or r.diverges or twin is None or r.cell.truth is None:
             continue
-        named = [i for i, v in enumerate(twin.verdicts.get(view, [])) if _names(v, r.cell.truth)]
+        named = [i for i, v in enumerate(twin.verdicts.get(view, []))
+                 if names_truth(v, r.cell.truth)]
         probe = r.verdicts.get(view, [])
         out.append(ProbePower(r.cell, len(named),
-                              sum(i < len(probe) and _names(probe[i], r.cell.truth)
+                              sum(i < len(probe) and names_truth(probe[i], r.cell.truth)
                                   for i in named)))
     return out
 
 
-def _names(label: str, truth: str) -> bool:
+def names_truth(label: str, truth: str) -> bool:
     """Whether a view's label names ``truth`` ("prefers gd", or the answer "gd (...)")."""
     return label == f"prefers {truth}" or label == truth or label.startswith(truth + " (")
 

@@ -1,10 +1,12 @@
 """Per-layer readout probes, induced weights and the PQ preconditioner analysis.
 
 Probes are fitted on fresh sequences (`LayerProbes`) or cross-fitted on the evaluation
-sequences themselves (`cross_fit`).
+sequences themselves (`cross_fit`); `decodability` fits learners' predictions from a
+layer's residual stream instead (how much of each a layer holds).
 """
 
 from iclprobe.probes.crossfit import CrossFit, ReadoutNoise, cross_fit, readout_noise
+from iclprobe.probes.decode import decodability
 from iclprobe.probes.induced import gradient_weights, induced_weights, sample_queries
 from iclprobe.probes.layer_probes import (
     LayerProbes,
@@ -38,6 +40,7 @@ __all__ = [
     "ahn_optimum",
     "analyze_preconditioners",
     "cross_fit",
+    "decodability",
     "readout_noise",
     "definiteness",
     "distance",

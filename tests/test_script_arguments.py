@@ -157,3 +157,22 @@ def test_other_scripts_refuse_zero_threads(script_path):
     assert proc.returncode == 2
     assert "argument --threads: expected a positive integer, got 0" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+DECODE = Path(__file__).resolve().parents[1] / "bench" / "decode_probe.py"
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--kinds", "blend oracle"], "--kinds: ['blend oracle'] are not kinds with a truth"),
+    (["--kinds", "gd orcale"], "--kinds: ['gd orcale'] are not kinds with a truth"),
+    (["--limit", "0"], "--limit must be >= 1, got 0"),
+])
+def test_the_decoding_measurement_refuses_bad_flags_in_one_line(capsys, argv, says):
+    spec = importlib.util.spec_from_file_location("decode_probe", DECODE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(SystemExit) as exit_:
+        module.main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"decode_probe.py: error: {says}") and "\n" not in err

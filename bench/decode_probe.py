@@ -13,8 +13,8 @@ best rival family's; printed: at how many of the exactly named layers the truth'
 is decoded best, and the rivals' share over the truth's (median, smallest).
 
 A measurement, not a readout `align` offers: decoding's shares have no interval here, and
-what share separates two learners is not settled. It runs in about a minute per 20 cells
-on one core.
+what share separates two learners is not settled. About 10 s a cell on one core (cells in
+the grid's order; ``--limit`` keeps the first).
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ def measure(cell: B.Cell, cfg: AlignConfig) -> dict[str, Any] | None:
         _, verdicts = S.score(res, c.truth, batch, built.truth_columns)
         named[c.readout] = [i for i, v in enumerate(verdicts["answer"])
                             if S.names_truth(v, c.truth)]
-    assert res.answer is not None
+    if res.answer is None:
+        raise RuntimeError(f"{cell}: align gave no answer over the candidates")
     resid = collect_residuals(built.model, batch.xs, batch.ys).double()
     stats = algorithms.prefix_stats(batch.xs.double(), batch.ys.double())
     cands, _ = build_candidates(res.answer.candidates, batch, stats, tuple(res.window),
@@ -101,11 +102,19 @@ def main(argv: list[str] | None = None) -> int:
                      f"{[k for k, t in B.TRUTH.items() if t is not None]}")
     if args.limit is not None and args.limit < 1:
         parser.error(f"--limit must be >= 1, got {args.limit}")
-    torch.set_num_threads(1)
-    cfg = B.bench_config()
+    if args.out is not None and not args.out.parent.is_dir():
+        parser.error(f"--out: the folder {str(args.out.parent)!r} does not exist")
     cells = [c for c in B.grid(setting=args.setting)
              if c.readout == "probe" and c.kind in kinds][:args.limit]
-    rows = [r for c in tqdm(cells, desc="cells") if (r := measure(c, cfg)) is not None]
+    if not cells:
+        parser.error(f"--kinds: no probe cell of {kinds} in the {args.setting} setting")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cfg = B.bench_config()
+        rows = [r for c in tqdm(cells, desc="cells") if (r := measure(c, cfg)) is not None]
+    finally:
+        torch.set_num_threads(threads)
     for r in rows:
         n = len(r["named_exactly"])
         ratios = r["rival_over_truth"]

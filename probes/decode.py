@@ -9,24 +9,29 @@ is exact whatever the number of rows; a rival's column is decoded only as far as
 holds it. Akyürek et al. (2023) probe a transformer for the learners' intermediate
 quantities in the same way.
 
-`decodability` returns, per layer and column, the unexplained share ``1 − R²`` of the
-column (uncentered: ``Σ (decoded − column)² / Σ column²``) when it is decoded by a linear
+`decodability` returns, per layer and column, the unexplained share of the column
+(uncentred: ``Σ (decoded − column)² / Σ column²``, ``1 − R²`` in sample; out of sample it
+can pass 1) when it is decoded by a linear
 map of the residual plus an intercept, fitted on the other folds' sequences (contiguous
 folds, as `cross_fit`'s) at the positions ``t_min..t_max``. The fits are ridge regressions
 with a penalty ``alpha`` on the residual's coefficients (not the intercept); by default a
-small one, ``ALPHA_SCALE`` × the sum of the residual's squares over the fitted rows, which
-only keeps a rank-deficient residual's fit defined.
+small one, ``ALPHA_SCALE`` × the trace of the training rows' centred covariance, which only
+keeps a rank-deficient residual's fit defined.
 """
 
 from __future__ import annotations
+
+import math
+import numbers
 
 import torch
 from torch import Tensor
 
 from iclprobe._checks import is_int
+from iclprobe._linalg import sym_eigh
 from iclprobe.errors import InputError
 
-#: the default penalty, relative to the sum of the fitted rows' squared residual features
+#: the default penalty, relative to the trace of the training rows' centred covariance
 ALPHA_SCALE = 1e-10
 
 
@@ -34,54 +39,80 @@ def decodability(resid: Tensor, targets: Tensor, folds: int = 4, t_min: int = 1,
                  t_max: int | None = None, alpha: float | None = None) -> Tensor:
     """Unexplained share of each column ``targets[k]`` decoded from each layer, ``[layer, K]``.
 
+    The share is ``Σ (decoded − column)² / Σ column²`` over the window's rows; out of sample
+    it can pass 1 (a column the layer does not hold at all is decoded worse than by 0).
+    Computed on the CPU in float64: each layer's residual is centred on its mean and scaled
+    by a power of two before the fits (which changes no fit), so offsets and scales far
+    from 1 do not square into the normal equations.
+
     Args:
         resid: the layers' residual streams ``[layer, batch, pos, d_model]``.
         targets: the columns to decode, ``[K, batch, pos]`` (e.g. a learner's iterates).
         folds: contiguous blocks of sequences; each is decoded by maps fitted on the others.
         t_min, t_max: the positions fitted and scored (default: t >= 1).
-        alpha: the ridge penalty on the residual's coefficients (None: the default above).
+        alpha: the ridge penalty on the residual's coefficients, in the residual's units
+            (None: the default above).
 
     Raises:
-        InputError: shapes that do not match, a bad fold count or window, non-finite
-            inputs, or a column that is 0 at every position of the window (nothing to
-            decode: its share is undefined).
+        InputError: shapes that do not match, fewer than 2 sequences or a bad fold count,
+            a bad window, non-finite inputs, an alpha that is not a finite number >= 0, or
+            a column that is 0 at every position of the window (its share is undefined).
     """
-    n_layers, batch, n, width = _checked(resid, targets, folds, t_min, t_max)
+    n_layers, batch, n, width = _checked(resid, targets, folds, t_min, t_max, alpha)
     window = slice(t_min, (n - 1 if t_max is None else t_max) + 1)
-    cols = targets[:, :, window].to(torch.float64)  # [K, batch, m]
-    total = cols.pow(2).sum((1, 2))
+    y = targets[:, :, window].detach().to("cpu", torch.float64).flatten(1).T  # [rows, K]
+    y = y / _power_of_two(y)
+    total = y.pow(2).sum(0)
     zero = (total == 0).nonzero().flatten().tolist()
     if zero:
         raise InputError(f"decodability: targets {zero[:8]} are 0 at every position "
                          f"t = {t_min}..{window.stop - 1}: nothing to decode")
-    if alpha is not None and not (isinstance(alpha, (int, float)) and alpha >= 0):
-        raise InputError(f"alpha must be a number >= 0, got {alpha!r}")
-    edges = [round(k * batch / folds) for k in range(folds + 1)]
-    k = cols.shape[0]
-    out = torch.empty(n_layers, k, dtype=torch.float64)
+    y = y - y.mean(0)  # the intercept absorbs it: the fits' errors are those of y itself
+    m = window.stop - window.start
+    edges = [round(k * batch / folds) * m for k in range(folds + 1)]
+    rows = [slice(a, b) for a, b in zip(edges[:-1], edges[1:])]
+    out = torch.empty(n_layers, y.shape[1], dtype=torch.float64)
     for layer in range(n_layers):
-        x = resid[layer, :, window].to(torch.float64)  # [batch, m, width]
-        feats = torch.cat([x, torch.ones_like(x[..., :1])], -1).flatten(0, 1)  # [rows, w+1]
-        y = cols.flatten(1).T  # [rows, K]
-        rows = [slice(a * x.shape[1], b * x.shape[1]) for a, b in zip(edges[:-1], edges[1:])]
-        grams = [feats[r].T @ feats[r] for r in rows]
-        cross = [feats[r].T @ y[r] for r in rows]
-        gram_all, cross_all = sum(grams), sum(cross)
-        sse = torch.zeros(k, dtype=torch.float64)
-        for r, g, c in zip(rows, grams, cross):
-            train = gram_all - g
-            penalty = alpha if alpha is not None else \
-                ALPHA_SCALE * float(train.diagonal()[:width].sum())
-            train = train + penalty * torch.diag(torch.cat([torch.ones(width),
-                                                             torch.zeros(1)]).double())
-            coef = torch.linalg.lstsq(train, cross_all - c).solution  # [w+1, K]
-            sse += (feats[r] @ coef - y[r]).pow(2).sum(0)
+        x = resid[layer, :, window].detach().to("cpu", torch.float64).flatten(0, 1)
+        x = x - x.mean(0)
+        scale = _power_of_two(x)
+        x = x / scale
+        penalty = None if alpha is None else alpha / scale**2
+        sse = torch.zeros(y.shape[1], dtype=torch.float64)
+        for r in rows:
+            train = torch.ones(x.shape[0], dtype=torch.bool)
+            train[r] = False
+            sse += (_fit_predict(x[train], y[train], x[r], penalty) - y[r]).pow(2).sum(0)
         out[layer] = sse / total
     return out
 
 
-def _checked(resid: Tensor, targets: Tensor, folds: int, t_min: int, t_max: int | None
-             ) -> tuple[int, int, int, int]:
+def _fit_predict(x: Tensor, y: Tensor, x_new: Tensor, penalty: float | None) -> Tensor:
+    """Ridge of ``y [rows, K]`` on ``x [rows, w]`` with an intercept, applied to ``x_new``.
+
+    Centred on the training rows and solved in the eigenbasis of their covariance (no
+    normal equations of the raw rows); eigenvalues under the round-off of the largest are
+    dropped (a pseudo-inverse where ``penalty`` is 0).
+    """
+    mx, my = x.mean(0), y.mean(0)
+    xc = x - mx
+    lam, vec = sym_eigh(xc.T @ xc, "the residual's covariance")
+    pen = ALPHA_SCALE * float(lam.clamp(min=0).sum()) if penalty is None else penalty
+    top = float(lam.max()) if lam.numel() else 0.0
+    keep = lam > 100 * x.shape[1] * torch.finfo(torch.float64).eps * top
+    inv = torch.where(keep, 1.0 / torch.where(keep, lam + pen, 1.0), 0.0)
+    coef = vec @ (inv[:, None] * (vec.T @ (xc.T @ (y - my))))  # [w, K]
+    return (x_new - mx) @ coef + my
+
+
+def _power_of_two(t: Tensor) -> float:
+    """A power of two near ``max|t|`` (1 for an all-zero ``t``): dividing by it is exact."""
+    top = float(t.abs().max()) if t.numel() else 0.0
+    return math.ldexp(1.0, math.frexp(top)[1]) if top > 0 else 1.0
+
+
+def _checked(resid: Tensor, targets: Tensor, folds: int, t_min: int, t_max: int | None,
+             alpha: float | None) -> tuple[int, int, int, int]:
     """`decodability`'s arguments checked: ``resid``'s shape."""
     if resid.ndim != 4:
         raise InputError(f"resid must have shape [layer, batch, pos, d_model], "
@@ -89,8 +120,15 @@ def _checked(resid: Tensor, targets: Tensor, folds: int, t_min: int, t_max: int 
     n_layers, batch, n, width = resid.shape
     if targets.ndim != 3 or targets.shape[1:] != (batch, n):
         raise InputError(f"targets must have shape [K, {batch}, {n}], got {tuple(targets.shape)}")
+    if batch < 2:
+        raise InputError(f"decodability needs at least 2 sequences (folds of sequences), "
+                         f"got resid with batch {batch}")
     if not is_int(folds) or not 2 <= folds <= batch:
-        raise InputError(f"folds must be an integer in [2, {batch}], got {folds!r}")
+        raise InputError(f"folds must be an integer in [2, {batch}] (the sequences), "
+                         f"got {folds!r}")
+    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, numbers.Real)
+                              or not math.isfinite(alpha) or alpha < 0):
+        raise InputError(f"alpha must be a finite number >= 0 (or None), got {alpha!r}")
     last = n - 1 if t_max is None else t_max
     if not (is_int(t_min) and is_int(last) and 0 <= t_min <= last < n):
         raise InputError(f"t_min and t_max must satisfy 0 <= t_min <= t_max < {n}, "

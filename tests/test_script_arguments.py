@@ -166,6 +166,9 @@ DECODE = Path(__file__).resolve().parents[1] / "bench" / "decode_probe.py"
     (["--kinds", "blend oracle"], "--kinds: ['blend oracle'] are not kinds with a truth"),
     (["--kinds", "gd orcale"], "--kinds: ['gd orcale'] are not kinds with a truth"),
     (["--limit", "0"], "--limit must be >= 1, got 0"),
+    (["--kinds", "gd oracle long"], "--kinds: no probe cell of ['gd oracle long'] in the main "
+                                    "setting"),
+    (["--out", "/nonexistent/dir/x.json"], "--out: the folder '/nonexistent/dir' does not exist"),
 ])
 def test_the_decoding_measurement_refuses_bad_flags_in_one_line(capsys, argv, says):
     spec = importlib.util.spec_from_file_location("decode_probe", DECODE)

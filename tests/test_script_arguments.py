@@ -133,13 +133,18 @@ BENCH = Path(__file__).resolve().parents[1] / "bench" / "known_answers.py"
      "--probe-folds 8 applies to cross-fitted probes, not to --probe-fit fresh"),
 ])
 def test_the_benchmark_refuses_bad_sizes_in_one_line(capsys, argv, says):
-    spec = importlib.util.spec_from_file_location("known_answers", BENCH)
+    assert _refusal(BENCH, "parse", argv, capsys) == f"known_answers.py: error: {says}"
+
+
+def _refusal(path: Path, entry: str, argv: list[str], capsys) -> str:
+    """What the script at ``path`` writes to stderr when ``entry(argv)`` exits with status 2."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     with pytest.raises(SystemExit) as exit_:
-        module.parse(argv)
+        getattr(module, entry)(argv)
     assert exit_.value.code == 2
-    assert capsys.readouterr().err.strip() == f"known_answers.py: error: {says}"
+    return capsys.readouterr().err.strip()
 
 
 # one script in the default run (a subprocess that imports torch); the other with -m slow
@@ -171,11 +176,5 @@ DECODE = Path(__file__).resolve().parents[1] / "bench" / "decode_probe.py"
     (["--out", "/nonexistent/dir/x.json"], "--out: the folder '/nonexistent/dir' does not exist"),
 ])
 def test_the_decoding_measurement_refuses_bad_flags_in_one_line(capsys, argv, says):
-    spec = importlib.util.spec_from_file_location("decode_probe", DECODE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    with pytest.raises(SystemExit) as exit_:
-        module.main(argv)
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err.strip()
+    err = _refusal(DECODE, "main", argv, capsys)
     assert err.startswith(f"decode_probe.py: error: {says}") and "\n" not in err

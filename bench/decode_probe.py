@@ -2,6 +2,7 @@
 
     python bench/decode_probe.py [--setting main] [--kinds "gd oracle,momentum oracle"]
                                  [--limit N] [--out FILE.json]
+    python bench/decode_probe.py --models gpt-softmax,lstm
 
 For each probe-readout cell of the known-answer benchmark (`constructions.benchmark`) whose
 truth is among ``--kinds``: the layers where `align`'s answer read exactly names the truth,
@@ -11,6 +12,10 @@ fitted from the layer's residual stream, cross-fitted in the probes' 4 folds, on
 aligned window). Per layer the truth's family's best unexplained share is compared with the
 best rival family's; printed: at how many of the exactly named layers the truth's family
 is decoded best, and the rivals' share over the truth's (median, smallest).
+
+``--models``: shipped models instead (`iclprobe models`), with no truth to compare with:
+per layer, the answer through probes beside the three families decoded best and their
+shares.
 
 A measurement, not a readout `align` offers: decoding's shares have no interval here, and
 what share separates two learners is not settled. About 10 s a cell on one core (cells in
@@ -30,12 +35,14 @@ import torch
 from tqdm import tqdm
 
 from iclprobe import algorithms
+from iclprobe._shipped import shipped_models
 from iclprobe.alignment.measuring.candidates import Candidate, build_candidates
 from iclprobe.alignment.pipeline import AlignConfig, align
 from iclprobe.cli import OneLineParser
 from iclprobe.constructions import benchmark as B
 from iclprobe.constructions import scoring as S
 from iclprobe.hooks import collect_residuals
+from iclprobe.models import load
 from iclprobe.probes.decode import decodability
 from iclprobe.storage import write_text_atomic
 
@@ -87,6 +94,31 @@ def measure(cell: B.Cell, cfg: AlignConfig) -> dict[str, Any] | None:
             "rival_over_truth": ratios}
 
 
+def shipped_model(name: str, cfg: AlignConfig) -> list[str]:
+    """A shipped model read through probes: per layer, the answer and the decoded families.
+
+    The families ranked by their best column's unexplained share (the three nearest, with
+    their shares); no truth to compare with.
+    """
+    model = load(name)
+    res = align(model, cfg)
+    if res.answer is None:
+        raise RuntimeError(f"{name}: align gave no answer over the candidates")
+    batch = B.evaluation_batch(model.task, cfg)
+    resid = collect_residuals(model, batch.xs, batch.ys).double()
+    stats = algorithms.prefix_stats(batch.xs.double(), batch.ys.double())
+    cands, _ = build_candidates(res.answer.candidates, batch, stats, tuple(res.window),
+                                res.n_layers, None, {}, None)
+    shares = family_shares(resid, cands, tuple(res.window), cfg.probe_folds)
+    lines = [f"{name} (window t = {res.window[0]}..{res.window[1]}; the answer through probes "
+             f"| decoded: the nearest families, unexplained share of their best column)"]
+    for layer, said in enumerate(res.answer.texts):
+        near = sorted(shares, key=lambda k: shares[k][layer])[:3]
+        lines.append(f"  layer {layer:2d}: {said[:48]:48s} | " +
+                     ", ".join(f"{k} {shares[k][layer]:.3g}" for k in near))
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="decode_probe.py", description=__doc__.splitlines()[0])
     parser.add_argument("--setting", choices=list(B.SETTINGS), default="main")
@@ -94,7 +126,13 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated cell kinds (default: {DEFAULT_KINDS})")
     parser.add_argument("--limit", type=int, default=None, help="the first N cells only")
     parser.add_argument("--out", type=Path, default=None, help="write every cell as JSON")
+    parser.add_argument("--models", default=None,
+                        help="comma-separated shipped models to read instead of the cells "
+                             "(`iclprobe models`): per layer, the answer through probes and "
+                             "the families decoded best")
     args = parser.parse_args(argv)
+    if args.models is not None:
+        return _models(parser, [m.strip() for m in args.models.split(",") if m.strip()])
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     unknown = [k for k in kinds if k not in B.TRUTH or B.TRUTH[k] is None]
     if unknown:
@@ -128,6 +166,23 @@ def main(argv: list[str] | None = None) -> int:
           f"truth's family first at {sum(len(r['decoded_first']) for r in rows)}")
     if args.out is not None:
         write_text_atomic(args.out, json.dumps(rows, indent=1))
+    return 0
+
+
+def _models(parser: OneLineParser, names: list[str]) -> int:
+    """``--models``: each shipped model's layers, the answer beside what decoding finds."""
+    known = {name for name, _ in shipped_models()}
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        parser.error(f"--models: {unknown or names} are not shipped models; choose from "
+                     f"{sorted(known)}")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for name in tqdm(names, desc="models"):
+            tqdm.write("\n".join(shipped_model(name, B.bench_config())))
+    finally:
+        torch.set_num_threads(threads)
     return 0
 
 

@@ -174,6 +174,9 @@ DECODE = Path(__file__).resolve().parents[1] / "bench" / "decode_probe.py"
     (["--kinds", "gd oracle long"], "--kinds: no probe cell of ['gd oracle long'] in the main "
                                     "setting"),
     (["--out", "/nonexistent/dir/x.json"], "--out: the folder '/nonexistent/dir' does not exist"),
+    (["--models", "gpt-sotfmax"], "--models: ['gpt-sotfmax'] are not shipped models; choose "
+                                  "from ["),
+    (["--models", ","], "--models: [] are not shipped models; choose from ["),
 ])
 def test_the_decoding_measurement_refuses_bad_flags_in_one_line(capsys, argv, says):
     err = _refusal(DECODE, "main", argv, capsys)

@@ -29,6 +29,7 @@ from torch import Tensor
 
 from iclprobe._checks import is_int
 from iclprobe._linalg import sym_eigh
+from iclprobe.algorithms.prefix import power_of_two_scale
 from iclprobe.errors import InputError
 
 #: the default penalty, relative to the trace of the training rows' centred covariance
@@ -41,9 +42,10 @@ def decodability(resid: Tensor, targets: Tensor, folds: int = 4, t_min: int = 1,
 
     The share is ``Σ (decoded − column)² / Σ column²`` over the window's rows; out of sample
     it can pass 1 (a column the layer does not hold at all is decoded worse than by 0).
-    Computed on the CPU in float64: each layer's residual is centred on its mean and scaled
-    by a power of two before the fits (which changes no fit), so offsets and scales far
-    from 1 do not square into the normal equations.
+    Computed on the CPU in float64: each layer's residual is centred on its mean, and
+    scaled by a power of two where its magnitude is extreme (`power_of_two_scale`), before
+    the fits (which changes no fit), so offsets and scales far from 1 do not square into
+    the normal equations.
 
     Args:
         resid: the layers' residual streams ``[layer, batch, pos, d_model]``.
@@ -61,7 +63,7 @@ def decodability(resid: Tensor, targets: Tensor, folds: int = 4, t_min: int = 1,
     n_layers, batch, n, width = _checked(resid, targets, folds, t_min, t_max, alpha)
     window = slice(t_min, (n - 1 if t_max is None else t_max) + 1)
     y = targets[:, :, window].detach().to("cpu", torch.float64).flatten(1).T  # [rows, K]
-    y = y / _power_of_two(y)
+    y = y / power_of_two_scale(y)
     total = y.pow(2).sum(0)
     zero = (total == 0).nonzero().flatten().tolist()
     if zero:
@@ -75,7 +77,7 @@ def decodability(resid: Tensor, targets: Tensor, folds: int = 4, t_min: int = 1,
     for layer in range(n_layers):
         x = resid[layer, :, window].detach().to("cpu", torch.float64).flatten(0, 1)
         x = x - x.mean(0)
-        scale = _power_of_two(x)
+        scale = power_of_two_scale(x)
         x = x / scale
         penalty = None if alpha is None else alpha / scale**2
         sse = torch.zeros(y.shape[1], dtype=torch.float64)
@@ -103,12 +105,6 @@ def _fit_predict(x: Tensor, y: Tensor, x_new: Tensor, penalty: float | None) -> 
     inv = torch.where(keep, 1.0 / torch.where(keep, lam + pen, 1.0), 0.0)
     coef = vec @ (inv[:, None] * (vec.T @ (xc.T @ (y - my))))  # [w, K]
     return (x_new - mx) @ coef + my
-
-
-def _power_of_two(t: Tensor) -> float:
-    """A power of two near ``max|t|`` (1 for an all-zero ``t``): dividing by it is exact."""
-    top = float(t.abs().max()) if t.numel() else 0.0
-    return math.ldexp(1.0, math.frexp(top)[1]) if top > 0 else 1.0
 
 
 def _checked(resid: Tensor, targets: Tensor, folds: int, t_min: int, t_max: int | None,

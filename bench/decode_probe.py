@@ -37,14 +37,16 @@ from tqdm import tqdm
 from iclprobe import algorithms
 from iclprobe._shipped import shipped_models
 from iclprobe.alignment.measuring.candidates import Candidate, build_candidates
-from iclprobe.alignment.pipeline import AlignConfig, align
+from iclprobe.alignment.pipeline import AlignConfig, AlignResult, align
 from iclprobe.cli import OneLineParser
 from iclprobe.constructions import benchmark as B
 from iclprobe.constructions import scoring as S
 from iclprobe.hooks import collect_residuals
 from iclprobe.models import load
+from iclprobe.models.base import Regressor
 from iclprobe.probes.decode import decodability
 from iclprobe.storage import write_text_atomic
+from iclprobe.tasks import RegressionBatch
 
 DEFAULT_KINDS = "gd oracle,momentum oracle,newton oracle"
 
@@ -64,6 +66,18 @@ def family_shares(resid: torch.Tensor, cands: dict[str, Candidate], window: tupl
     return out
 
 
+def decoded_shares(model: Regressor, res: AlignResult, batch: RegressionBatch, folds: int,
+                   who: str) -> dict[str, list[float]]:
+    """`family_shares` of the answer's candidates on ``model``'s residuals over ``batch``."""
+    if res.answer is None:
+        raise RuntimeError(f"{who}: align gave no answer over the candidates")
+    resid = collect_residuals(model, batch.xs, batch.ys).double()
+    stats = algorithms.prefix_stats(batch.xs.double(), batch.ys.double())
+    cands, _ = build_candidates(res.answer.candidates, batch, stats, tuple(res.window),
+                                res.n_layers, None, {}, None)
+    return family_shares(resid, cands, tuple(res.window), folds)
+
+
 def measure(cell: B.Cell, cfg: AlignConfig) -> dict[str, Any] | None:
     """One probe cell: the exactly named layers, the probes' and decoding's answers there."""
     exact_cell = dataclasses.replace(cell, readout="exact")
@@ -77,13 +91,7 @@ def measure(cell: B.Cell, cfg: AlignConfig) -> dict[str, Any] | None:
         _, verdicts = S.score(res, c.truth, batch, built.truth_columns)
         named[c.readout] = [i for i, v in enumerate(verdicts["answer"])
                             if S.names_truth(v, c.truth)]
-    if res.answer is None:
-        raise RuntimeError(f"{cell}: align gave no answer over the candidates")
-    resid = collect_residuals(built.model, batch.xs, batch.ys).double()
-    stats = algorithms.prefix_stats(batch.xs.double(), batch.ys.double())
-    cands, _ = build_candidates(res.answer.candidates, batch, stats, tuple(res.window),
-                                res.n_layers, None, {}, None)
-    shares = family_shares(resid, cands, tuple(res.window), built.cfg.probe_folds)
+    shares = decoded_shares(built.model, res, batch, built.cfg.probe_folds, str(cell))
     own = shares.pop(cell.truth)
     ratios = [min(r[i] for r in shares.values()) / max(own[i], 1e-300)
               for i in named["exact"]]
@@ -102,14 +110,9 @@ def shipped_model(name: str, cfg: AlignConfig) -> list[str]:
     """
     model = load(name)
     res = align(model, cfg)
-    if res.answer is None:
-        raise RuntimeError(f"{name}: align gave no answer over the candidates")
     batch = B.evaluation_batch(model.task, cfg)
-    resid = collect_residuals(model, batch.xs, batch.ys).double()
-    stats = algorithms.prefix_stats(batch.xs.double(), batch.ys.double())
-    cands, _ = build_candidates(res.answer.candidates, batch, stats, tuple(res.window),
-                                res.n_layers, None, {}, None)
-    shares = family_shares(resid, cands, tuple(res.window), cfg.probe_folds)
+    shares = decoded_shares(model, res, batch, cfg.probe_folds, name)
+    assert res.answer is not None  # decoded_shares refuses a result without one
     lines = [f"{name} (window t = {res.window[0]}..{res.window[1]}; the answer through probes "
              f"| decoded: the nearest families, unexplained share of their best column)"]
     for layer, said in enumerate(res.answer.texts):

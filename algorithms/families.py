@@ -38,6 +38,11 @@ The grids of ``gd``, ``pgd``, ``newton`` and ``momentum`` have fine variants bes
 (``Family.fine``; `GD_FINE`, `NEWTON_SCALES_FINE`, `NEWTON_FIXED_FINE`, `MOMENTUM_FINE`): the
 step sizes between the grid's, which `align` runs only next to a variant some layer
 matches, at the matched step and the steps next to it (`iclprobe.alignment.measuring.refine`).
+Those of ``gd``, ``pgd``, ``newton``, ``momentum`` (at each β), ``ridge`` and ``online_gd``
+also lie on continua of one step size each (``Family.continuum``): any rank between two
+variants of one continuum is a variant too, at the geometric interpolation of their
+multipliers, and `align` fits each match's step size along it
+(`iclprobe.alignment.measuring.fit_steps`). GD++'s two step sizes and CG have none.
 
 Fixed steps act inside the evaluation window only (0 elsewhere: a model valid only at its
 trained length is matched there).
@@ -169,6 +174,22 @@ def _positive(values: Tensor) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
+class Continuum:
+    """A family's variants as points on one-parameter continua, so that any step size between them runs.
+
+    ``points(ctx)``: per rank of `Family.grid`, the continuum it lies on (GD's per-prefix
+    rule, its fixed step, ...) and its multiplier there; ``at(ctx, name, m)``: the variant
+    on continuum ``name`` at multiplier ``m`` (any m > 0). Between two variants of the same
+    continuum at adjacent ranks r and r + 1, rank r + f is the variant at the multipliers'
+    geometric interpolation ``m_r^(1-f) · m_(r+1)^f`` (`Family.variant_at`): the step sizes
+    `align` fits continuously (`iclprobe.alignment.measuring.fit_steps`).
+    """
+
+    points: Callable[[FamilyContext], list[tuple[str, float]]]
+    at: Callable[[FamilyContext, str, float], Variant]
+
+
+@dataclasses.dataclass(frozen=True)
 class Family:
     """A learner's fitted family: ``variants(ctx)`` × ``steps``.
 
@@ -182,6 +203,8 @@ class Family:
     #: (the grid's variants by their labels). `align` runs the grid, then the ones next to
     #: a variant some layer matches, at the matched steps and their neighbours.
     fine: Callable[[FamilyContext], list[Variant]] | None = None
+    #: the variants as points on continua of one step size each (None: a grid alone)
+    continuum: Continuum | None = None
 
     def __post_init__(self) -> None:
         for name in ("variants", "fine"):
@@ -211,35 +234,85 @@ class Family:
                              "in their own order")
         return [(v, v[0] in labels) for v in fine]
 
+    def span(self, ctx: FamilyContext, rank: int) -> tuple[int, int]:
+        """The ranks of `grid` on the continuum that rank ``rank`` lies on: ``(first, last)``.
+
+        ``(rank, rank)`` for a family without a continuum.
+        """
+        if self.continuum is None:
+            return rank, rank
+        names = [name for name, _ in self.continuum.points(ctx)]
+        first, last = rank, rank
+        while first > 0 and names[first - 1] == names[rank]:
+            first -= 1
+        while last + 1 < len(names) and names[last + 1] == names[rank]:
+            last += 1
+        return first, last
+
+    def variant_at(self, ctx: FamilyContext, rank: float) -> Variant:
+        """The variant at ``rank`` of `grid`; between two ranks, on their continuum (`Continuum`)."""
+        low = math.floor(rank)
+        if rank == low:
+            grid = self.grid(ctx)
+            if 0 <= low < len(grid):
+                return grid[low][0]
+        n = len(self.continuum.points(ctx)) if self.continuum is not None else 0
+        if self.continuum is None or not 0 <= low < n - 1:
+            raise InputError(f"rank {rank!r} is not a variant of this family (ranks 0…"
+                             f"{max(n, len(self.grid(ctx))) - 1}"
+                             f"{'' if self.continuum else ', integers'})")
+        points = self.continuum.points(ctx)
+        (name, a), (other, b) = points[low], points[low + 1]
+        if name != other:
+            raise InputError(f"rank {rank!r} lies between two continua ({name!r}, {other!r})")
+        f = rank - low
+        return self.continuum.at(ctx, name, a ** (1 - f) * b ** f)
+
 
 def single(hyper: dict[str, Any], steps: tuple[int, ...] | str | None) -> Family:
     """The family of a learner registered without one: its ``align_hyper`` at its steps."""
     return Family(lambda ctx: [("", dict(hyper))], steps)
 
 
+GD_KINDS = ("rule", "fixed", "sum")  # per-prefix m/λ_max, fixed on the mean, on the summed loss
+
+
+def _gd_one(ctx: FamilyContext, kind: str, m: float) -> Variant:
+    if kind == "rule":
+        return f"{m:.3g}/λmax", {"lr": "max", "normalize": True, "lr_scale": m}
+    if kind == "fixed":
+        top = ctx.top_mean()
+        return f"η {m / top:.3g}", {"lr": ctx.inside() * (m / top), "normalize": True}
+    top_sum = ctx.top_sum()
+    return f"η {m / top_sum:.3g} (sum)", {"lr": ctx.inside() * (m / top_sum), "normalize": False}
+
+
 def _gd_variants(ctx: FamilyContext, scales: tuple[float, ...] | None = None) -> list[Variant]:
     scales = GD_SCALES if scales is None else scales
-    inside, top, top_sum = ctx.inside(), ctx.top_mean(), ctx.top_sum()
-    rule = [(f"{m:g}/λmax", {"lr": "max", "normalize": True, "lr_scale": m})
-            for m in scales]
-    fixed = [(f"η {m / top:.3g}", {"lr": inside * (m / top), "normalize": True})
-             for m in scales]
-    summed = [(f"η {m / top_sum:.3g} (sum)", {"lr": inside * (m / top_sum), "normalize": False})
-              for m in scales]
-    return rule + fixed + summed
+    return [_gd_one(ctx, kind, m) for kind in GD_KINDS for m in scales]
+
+
+NEWTON_KINDS = ("rule", "fixed", "constant")  # α = m/‖SSᵀ‖_F, fixed per t, constant
+
+
+def _newton_one(ctx: FamilyContext, kind: str, m: float) -> Variant:
+    if kind == "rule":
+        return f"{m:.3g}/‖SSᵀ‖", {"alpha": "frobenius", "alpha_scale": m}
+    if kind == "fixed":
+        t, top = ctx.stats.counts.clamp(min=1), ctx.top_mean()
+        return f"a {m / top**2:.3g}", {"alpha": ctx.inside() * (m / top**2) / t**2}
+    top_sum = ctx.top_sum()
+    return f"α {m / top_sum**2:.3g}", {"alpha": ctx.inside() * (m / top_sum**2)}
+
+
+def _newton_scales(fine: bool) -> tuple[tuple[float, ...], ...]:
+    return (NEWTON_SCALES_FINE, NEWTON_FIXED_FINE, NEWTON_FIXED_FINE) if fine else \
+        (NEWTON_SCALES, NEWTON_FIXED, NEWTON_FIXED)
 
 
 def _newton_variants(ctx: FamilyContext, fine: bool = False) -> list[Variant]:
-    scales, fixed_scales = (NEWTON_SCALES_FINE, NEWTON_FIXED_FINE) if fine else \
-        (NEWTON_SCALES, NEWTON_FIXED)
-    t = ctx.stats.counts.clamp(min=1)
-    inside, top, top_sum = ctx.inside(), ctx.top_mean(), ctx.top_sum()
-    rule = [(f"{m:g}/‖SSᵀ‖", {"alpha": "frobenius", "alpha_scale": m}) for m in scales]
-    fixed = [(f"a {m / top**2:.3g}", {"alpha": inside * (m / top**2) / t**2})
-             for m in fixed_scales]
-    constant = [(f"α {m / top_sum**2:.3g}", {"alpha": inside * (m / top_sum**2)})
-                for m in fixed_scales]
-    return rule + fixed + constant
+    return [_newton_one(ctx, kind, m)
+            for kind, scales in zip(NEWTON_KINDS, _newton_scales(fine)) for m in scales]
 
 
 def _pgd_variants(ctx: FamilyContext, scales: tuple[float, ...] | None = None) -> list[Variant]:
@@ -250,14 +323,17 @@ def _pgd_variants(ctx: FamilyContext, scales: tuple[float, ...] | None = None) -
     if bool(torch.allclose(cov, scale * eye, rtol=1e-9, atol=0.0)):
         raise NotACandidate("pgd: Σ is a multiple of I in these data, so GD preconditioned by "
                             "Σ⁻¹ is GD (one candidate, gd)")
-    return [(f"{m:g}/λmax", {"precond": "inverse_cov", "lr": "max", "normalize": True,
-                             "lr_scale": m}) for m in scales]
+    return [(f"{m:.3g}/λmax", {"precond": "inverse_cov", "lr": "max", "normalize": True,
+                               "lr_scale": m}) for m in scales]
+
+
+def _momentum_one(beta: float, m: float) -> Variant:
+    return f"β {beta:g}, {m:.3g}/λmax", {"lr": "max", "beta": beta, "lr_scale": m}
 
 
 def _momentum_variants(ctx: FamilyContext, fine: bool = False) -> list[Variant]:
     scales = MOMENTUM_FINE if fine else MOMENTUM_SCALES
-    return [(f"β {beta:g}, {m:g}/λmax", {"lr": "max", "beta": beta, "lr_scale": m})
-            for beta in MOMENTUM_BETAS for m in scales]
+    return [_momentum_one(beta, m) for beta in MOMENTUM_BETAS for m in scales]
 
 
 def ridge_exponents(spread: float) -> tuple[int, ...]:
@@ -269,14 +345,21 @@ def ridge_exponents(spread: float) -> tuple[int, ...]:
     return tuple(range(RIDGE_EXPONENTS[0], RIDGE_EXPONENTS[-1] + extra + 1))
 
 
+def _ridge_one(ctx: FamilyContext, m: float) -> Variant:
+    lam = ctx.mean_eigenvalue() * m
+    return f"λ {lam:.3g}", {"lam": lam}
+
+
 def _ridge_variants(ctx: FamilyContext) -> list[Variant]:
-    s = ctx.mean_eigenvalue()
-    return [(f"λ {s * 2 ** (j / 2):.3g}", {"lam": s * 2 ** (j / 2)})
-            for j in ridge_exponents(ctx.spread())]
+    return [_ridge_one(ctx, 2 ** (j / 2)) for j in ridge_exponents(ctx.spread())]
+
+
+def _online_one(m: float) -> Variant:
+    return f"{m:.3g}/‖x‖²", {"lr": "normalized", "lr_scale": m}
 
 
 def _online_variants(ctx: FamilyContext) -> list[Variant]:
-    return [(f"{m:g}/‖x‖²", {"lr": "normalized", "lr_scale": m}) for m in ONLINE_SCALES]
+    return [_online_one(m) for m in ONLINE_SCALES]
 
 
 def _gdpp_variants(ctx: FamilyContext) -> list[Variant]:
@@ -285,14 +368,32 @@ def _gdpp_variants(ctx: FamilyContext) -> list[Variant]:
             for m in GDPP_SCALES for g in GDPP_GAMMAS]
 
 
+# The families' continua, per rank of `Family.grid` (the fine grid where there is one)
+GD_CONTINUUM = Continuum(lambda ctx: [(kind, m) for kind in GD_KINDS for m in GD_FINE],
+                         _gd_one)
+NEWTON_CONTINUUM = Continuum(
+    lambda ctx: [(kind, m) for kind, scales in zip(NEWTON_KINDS, _newton_scales(True))
+                 for m in scales], _newton_one)
+PGD_CONTINUUM = Continuum(lambda ctx: [("rule", m) for m in GD_FINE],
+                          lambda ctx, name, m: _pgd_variants(ctx, (m,))[0])
+MOMENTUM_CONTINUUM = Continuum(
+    lambda ctx: [(f"β {beta:g}", m) for beta in MOMENTUM_BETAS for m in MOMENTUM_FINE],
+    lambda ctx, name, m: _momentum_one(float(name.split()[1]), m))
+RIDGE_CONTINUUM = Continuum(
+    lambda ctx: [("λ", 2 ** (j / 2)) for j in ridge_exponents(ctx.spread())],
+    lambda ctx, name, m: _ridge_one(ctx, m))
+ONLINE_CONTINUUM = Continuum(lambda ctx: [("rule", m) for m in ONLINE_SCALES],
+                             lambda ctx, name, m: _online_one(m))
+
 # the fine grids read the module's constants when run (as the grids do)
-GD = Family(_gd_variants, GD_STEPS, lambda ctx: _gd_variants(ctx, GD_FINE))
-NEWTON = Family(_newton_variants, NEWTON_STEPS, functools.partial(_newton_variants, fine=True))
-PGD = Family(_pgd_variants, GD_STEPS, lambda ctx: _pgd_variants(ctx, GD_FINE))
+GD = Family(_gd_variants, GD_STEPS, lambda ctx: _gd_variants(ctx, GD_FINE), GD_CONTINUUM)
+NEWTON = Family(_newton_variants, NEWTON_STEPS, functools.partial(_newton_variants, fine=True),
+                NEWTON_CONTINUUM)
+PGD = Family(_pgd_variants, GD_STEPS, lambda ctx: _pgd_variants(ctx, GD_FINE), PGD_CONTINUUM)
 MOMENTUM = Family(_momentum_variants, MOMENTUM_STEPS,
-                  functools.partial(_momentum_variants, fine=True))
-RIDGE = Family(_ridge_variants, None)
-ONLINE_GD = Family(_online_variants, ONLINE_STEPS)
+                  functools.partial(_momentum_variants, fine=True), MOMENTUM_CONTINUUM)
+RIDGE = Family(_ridge_variants, None, continuum=RIDGE_CONTINUUM)
+ONLINE_GD = Family(_online_variants, ONLINE_STEPS, continuum=ONLINE_CONTINUUM)
 GD_PLUS_PLUS = Family(_gdpp_variants, GDPP_STEPS)
 CG = Family(lambda ctx: [("", {})], "cg")
 OLS = Family(lambda ctx: [("", {})], None)

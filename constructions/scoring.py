@@ -27,7 +27,7 @@ counted):
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -36,8 +36,8 @@ from torch import Tensor
 from iclprobe import algorithms
 from iclprobe.alignment.comparison import PairVerdict, combined
 from iclprobe.alignment.config import DEFAULT_METRICS
-from iclprobe.alignment.measuring import refine
-from iclprobe.alignment.measuring.candidates import Candidate, TableSpec, build_candidates
+from iclprobe.alignment.measuring import fit_steps, refine
+from iclprobe.alignment.measuring.candidates import Candidate, Fine, TableSpec, build_candidates
 from iclprobe.alignment.measuring.kept import kept
 from iclprobe.alignment.measuring.similarities import first_best, similarity_values
 from iclprobe.alignment.metrics import METRIC_INFO, metric_info
@@ -212,8 +212,8 @@ def _reaches(values: dict[str, Tensor], cands: dict[str, Candidate], batch: Regr
              ) -> dict[bool, dict[str, dict[str, list[float]]]]:
     """Per metric, each family's reach of the true columns ``values``.
 
-    On its grid (False), and with its fine step sizes next to its match (True), as `align`
-    runs them.
+    On its grid (False), and with its fine step sizes next to its match and its step sizes
+    fitted (True), as `align` runs them read exactly.
     """
     ys = batch.ys.double()
     rows = {m: slice(0, n_w) if METRIC_INFO[m].on == "weights" else slice(None) for m in values}
@@ -225,16 +225,26 @@ def _reaches(values: dict[str, Tensor], cands: dict[str, Candidate], batch: Regr
     tables = {m: {k: table(m, c) for k, c in cands.items()} for m in values}
     grid = {m: families_reach(v, cands, ys[rows[m]], m, tables[m], **spec.kw(m))
             for m, v in values.items()}
-    changed = refine.refined(
-        cands, lambda k: {c for m in values for c in first_best(tables[m][k]).tolist()},
-        batch, stats, spec.window,
-        lambda fine: build_candidates(list(fine), batch, stats, spec.window, n_layers,
-                                      slice(0, n_w) if n_w else None, {}, None, fine)[0])
+    def run(fine: Mapping[str, Fine], weights: bool = True) -> dict[str, Candidate]:
+        return build_candidates(list(fine), batch, stats, spec.window, n_layers,
+                                slice(0, n_w) if n_w and weights else None, {}, None, fine)[0]
+
     fams = dict(cands)
-    for k, (fam, more) in changed.items():  # the fine columns after the grid's
-        for m in values:
-            tables[m][k] = torch.cat([tables[m][k], table(m, more)], 1)
-        fams[k] = fam
+
+    def join(changed: Mapping[str, tuple[Candidate, Candidate]]) -> None:
+        for k, (fam, more) in changed.items():  # the new columns after the family's
+            for m in values:
+                tables[m][k] = torch.cat([tables[m][k], table(m, more)], 1)
+            fams[k] = fam
+
+    join(refine.refined(
+        cands, lambda k: {c for m in values for c in first_best(tables[m][k]).tolist()},
+        batch, stats, spec.window, run))
+    fit = fit_steps.fit_metric(values)
+    if fit is not None:
+        fits = fit_steps.fitted(fams, fit, tables[fit], values[fit], ys, spec.kw(fit), batch,
+                                stats, spec.window, lambda asks: run(asks, False))
+        join(refine.joined(fams, run(fits) if fits else {}, batch, stats, spec.window))
     return {False: grid, True: {m: families_reach(v, fams, ys[rows[m]], m, tables[m],
                                                   **spec.kw(m)) for m, v in values.items()}}
 

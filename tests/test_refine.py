@@ -7,7 +7,7 @@ from iclprobe import algorithms, tasks
 from iclprobe.algorithms import families
 from iclprobe.algorithms.families import Family, FamilyContext
 from iclprobe.alignment import AlignConfig, align_layers
-from iclprobe.alignment.measuring import refine
+from iclprobe.alignment.measuring import fit_steps, refine
 from iclprobe.alignment.measuring.candidates import (
     Candidate,
     TableSpec,
@@ -158,8 +158,9 @@ def test_a_layer_between_the_grids_step_sizes_is_matched_at_its_own():
 
 
 def test_without_the_fine_step_sizes_the_same_layers_read_cannot_tell(monkeypatch):
-    # the test above can fail: with every family's grid alone, Newton imitates those
-    # layers as well as GD's grid does
+    # the test above can fail: with every family's grid alone (and no step size fitted
+    # between its points, `fit_steps`), Newton imitates those layers as well as GD's grid does
+    monkeypatch.setattr(fit_steps, "fitted", lambda *args, **kwargs: {})
     for fine, grid in (("GD_FINE", "GD_SCALES"), ("NEWTON_SCALES_FINE", "NEWTON_SCALES"),
                        ("NEWTON_FIXED_FINE", "NEWTON_FIXED"), ("MOMENTUM_FINE", "MOMENTUM_SCALES")):
         monkeypatch.setattr(families, fine, getattr(families, grid))  # nothing between

@@ -85,7 +85,7 @@ def _runner_up(scores: Mapping[str, C.LearnerScore], learner: str, layer: int) -
 
 
 def separation(task: RegressionTask, pairs: Mapping[int, Sequence[tuple[str, str]]],
-               places: Mapping[str, Sequence[tuple[int, int]]], n_layers: int,
+               places: Mapping[str, Sequence[tuple[float, int]]], n_layers: int,
                cfg: AlignConfig, positions: str, n_sequences: int, seed: int,
                model: Regressor | None = None) -> float:
     """The objective on ``task``: the mean over layers of its closest pair's separation.
@@ -126,14 +126,15 @@ def separation(task: RegressionTask, pairs: Mapping[int, Sequence[tuple[str, str
     return float(sum(per_layer) / len(per_layer))
 
 
-def matched_fine(places: Sequence[tuple[int, int]]) -> dict[int, tuple[int, ...]]:
+def matched_fine(places: Sequence[tuple[float, int]]) -> dict[float, tuple[int, ...]]:
     """The matched columns' variants and steps, to run where they are fine ones (`Family.fine`).
 
-    A layer matched between the grid's step sizes is matched there on the design's data too.
+    A layer matched between the grid's step sizes (a fine variant, or a step size fitted on
+    the family's continuum) is matched there on the design's data too.
     """
-    out: dict[int, set[int]] = {}
+    out: dict[float, set[int]] = {}
     for rank, step in places:
-        out.setdefault(int(rank), set()).add(int(step))
+        out.setdefault(rank, set()).add(int(step))
     return {r: tuple(sorted(s)) for r, s in out.items()}
 
 
@@ -141,7 +142,7 @@ Ask = tuple[Tensor, str]  # a column, and the family asked to imitate it
 
 
 def _pair_asks(a: str, b: str, layer: int, fams: Mapping[str, Any],
-               places: Mapping[str, Sequence[tuple[int, int]]]) -> list[Ask] | None:
+               places: Mapping[str, Sequence[tuple[float, int]]]) -> list[Ask] | None:
     """What a pair's separation needs imitated (None: one of them is no candidate here).
 
     Each matched column by the other learner's family, and their average by both.

@@ -13,8 +13,9 @@ from iclprobe import algorithms
 from iclprobe.alignment.metrics import METRIC_INFO
 from iclprobe.errors import InputError
 
-#: fine variants to run (`Family.fine`): their rank in `Family.grid` -> the steps to run
-Fine = Mapping[int, tuple[int, ...]]
+#: fine variants to run (`Family.fine`): their rank in `Family.grid` -> the steps to run (a
+#: rank between two integers: a step size between theirs, `Family.variant_at`)
+Fine = Mapping[float, tuple[int, ...]]
 #: hyperparameters a family's variants set, recorded per column in ``hyper["variant"]``
 #: where several variants share one table
 VARIANT_HYPER = ("lr", "alpha", "lr_scale", "alpha_scale", "lam", "beta", "gamma")
@@ -38,7 +39,7 @@ class Candidate:
     closed: bool  # a closed form: one column per variant (ridge over λ)
     #: per column, (its variant's place in the family's variants, its step): the same
     #: column on other data (the variants' numbers, e.g. a fixed η, are the data's)
-    places: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+    places: list[tuple[float, int]] = dataclasses.field(default_factory=list)
 
     def neighbors(self, col: int) -> list[int]:
         """The columns next to ``col`` on the family's grid.

@@ -23,7 +23,7 @@ from iclprobe import algorithms
 from iclprobe.algorithms.families import FamilyContext, NotACandidate
 from iclprobe.algorithms.numerics import Diverged
 from iclprobe.algorithms.prefix import PrefixStats
-from iclprobe.alignment.measuring import kept, refine
+from iclprobe.alignment.measuring import fit_steps, kept, refine
 from iclprobe.alignment.measuring.candidate import VARIANT_HYPER, Candidate, Fine
 from iclprobe.alignment.measuring.reading import probe_read, reread
 from iclprobe.alignment.measuring.runs import concat_iterates, run_spec
@@ -72,22 +72,16 @@ def family_iterates(key: str, batch: RegressionBatch, stats: PrefixStats, window
     ``claim``: a family's claimed run (one variant: its own hyperparameters and steps).
     ``sequences``: run on those sequences only (``stats`` is of the whole batch). ``skip``:
     variants (by label) to leave out. ``fine``: variants between the grid's
-    (`Family.fine`), by their rank in `Family.grid`, each run at the steps given;
+    (`Family.fine`), by their rank in `Family.grid`, each run at the steps given (a rank
+    between two integers: a step size on the family's continuum, `Family.variant_at`);
     ``grid=False``: those alone. A variant
     whose iterates diverge on these data (GD++ at its larger steps on some data) is left
     out; raises `NotACandidate` where the learner's family says it is none here, or where
     every variant diverges.
     """
     fine = fine or {}
-    if claim is not None:
-        specs = [(0, "", claim)]
-    else:
-        info = algorithms.learner_info(key)
-        family = info.fitted_family
-        ctx = FamilyContext(stats, batch.cov, window)
-        specs = [(at, label, RunSpec(key, info.label, family.steps if on else fine[at], hyper))
-                 for at, ((label, hyper), on) in enumerate(family.grid(ctx))
-                 if label not in skip and ((on and grid) or (not on and at in fine))]
+    specs = [(0, "", claim)] if claim is not None else \
+        _specs(key, FamilyContext(stats, batch.cov, window), fine, skip, grid)
     parts, columns, labels, variant, rank = [], [], [], [], []
     dropped = []
     for at, label, spec in specs:
@@ -113,6 +107,24 @@ def family_iterates(key: str, batch: RegressionBatch, stats: PrefixStats, window
     it.hyper["variant_index"] = variant
     it.hyper["variant_rank"] = rank
     return dataclasses.replace(it, name=key), columns, dropped
+
+
+def _specs(key: str, ctx: FamilyContext, fine: Fine, skip: Sequence[str], grid: bool
+           ) -> list[tuple[float, str, RunSpec]]:
+    """`family_iterates`' runs, by rank: the grid (``grid``), the fine variants and those between."""
+    info = algorithms.learner_info(key)
+    family = info.fitted_family
+    specs: list[tuple[float, str, RunSpec]] = [
+        (at, label, RunSpec(key, info.label, family.steps if on else fine[at], hyper))
+        for at, ((label, hyper), on) in enumerate(family.grid(ctx))
+        if label not in skip and ((on and grid) or (not on and at in fine))]
+    for at in fine:
+        if at != int(at):  # a step size on the family's continuum
+            label, hyper = family.variant_at(ctx, at)
+            if label not in skip:
+                specs.append((at, label, RunSpec(key, info.label, None if family.steps is None
+                                                 else fine[at], hyper)))
+    return sorted(specs, key=lambda spec: spec[0])
 
 
 def build_candidates(keys: Sequence[str], batch: RegressionBatch, stats: PrefixStats,
@@ -313,21 +325,45 @@ def measure_candidates(ev: Evaluation, layers: Layers, stats: PrefixStats) -> Ca
             (read_p, read_w), noisy[0], ev.ys, ev.cfg.metrics, spec, more),
             noise_features=layers.noise_features)
     tables = candidate_tables(members, read_p, read_w, ev.ys, ev.cfg.metrics, spec)
-    w_rows = slice(0, ev.weight_rows) if ev.weight_metrics else None
-    exact = rows is None and layers.noise is None  # no readout noise to fit
-    changed = {} if not exact else refine.refined(  # read exactly: the step sizes
-        # between the grid's, next to the layers' matches (`refine`)
-        members, lambda key: refine.matched_columns(tables, key), ev.batch, stats, ev.window,
-        lambda fine: build_candidates(list(fine), ev.batch, stats, ev.window, layers.n_layers,
-                                      w_rows, claims, rows, fine)[0])
-    fine_tables = candidate_tables({k: f for k, (_, f) in changed.items()}, read_p, read_w,
-                                   ev.ys, ev.cfg.metrics, spec)  # their fine columns alone
-    for key, (family, _) in changed.items():
-        for metric, by in fine_tables.items():
-            tables[metric][key] = refine.merged_table(tables[metric][key], by[key], family)
-        members[key] = family
+    if rows is None and layers.noise is None:  # read exactly: no readout noise to fit
+        _refine(ev, layers, stats, claims, members, tables, (read_p, read_w), spec)
     return Candidates(members, tables, {"preds": read_p, "weights": read_w}, spec, notes, noisy,
-                      fine=exact)
+                      fine=rows is None and layers.noise is None)
+
+
+def _refine(ev: Evaluation, layers: Layers, stats: PrefixStats, claims: Mapping[str, RunSpec],
+            members: dict[str, Candidate], tables: dict[str, dict[str, Similarity]],
+            read: tuple[Tensor, Tensor | None], spec: TableSpec) -> None:
+    """The families' step sizes next to the layers' matches, then fitted (in place).
+
+    First each family's fine step sizes next to its matches (`refine`), then each match's
+    step size fitted along the family's continuum (`fit_steps`); each joins the families and
+    their tables.
+    """
+    w_rows = slice(0, ev.weight_rows) if ev.weight_metrics else None
+
+    def run(fine: Mapping[str, Fine], weights: slice | None = w_rows) -> dict[str, Candidate]:
+        return build_candidates(list(fine), ev.batch, stats, ev.window, layers.n_layers,
+                                weights, claims, None, fine)[0]
+
+    def join(changed: Mapping[str, tuple[Candidate, Candidate]]) -> None:
+        more = candidate_tables({k: f for k, (_, f) in changed.items()}, *read, ev.ys,
+                                ev.cfg.metrics, spec)  # their new columns alone
+        for key, (family, _) in changed.items():
+            for metric, by in more.items():
+                tables[metric][key] = refine.merged_table(tables[metric][key], by[key], family)
+            members[key] = family
+
+    join(refine.refined(members, lambda key: refine.matched_columns(tables, key), ev.batch,
+                        stats, ev.window, run))
+    metric = fit_steps.fit_metric(tables)
+    if metric is not None:
+        sign = 1.0 if metric_info(metric).higher_is_better else -1.0
+        fits = fit_steps.fitted(members, metric,
+                                {k: sign * t.values for k, t in tables[metric].items()},
+                                read[0], ev.ys, spec.kw(metric), ev.batch, stats, ev.window,
+                                lambda asks: run(asks, None))
+        join(refine.joined(members, run(fits) if fits else {}, ev.batch, stats, ev.window))
 
 
 def _read_with_noise(layers: Layers, sign: float, xs: Tensor, ys: Tensor,

@@ -40,7 +40,7 @@ def grid_of(key: str, batch: RegressionBatch, stats: algorithms.PrefixStats,
 
 
 def fine_asks(cand: Candidate, on_grid: Sequence[bool], steps: Sequence[int] | None,
-              matched: Iterable[int]) -> dict[int, tuple[int, ...]]:
+              matched: Iterable[int]) -> dict[float, tuple[int, ...]]:
     """The fine variants next to the matched columns' variants, and the steps to run each at.
 
     ``on_grid``: per rank, whether the variant is on the coarse grid; ``steps``: the
@@ -48,9 +48,10 @@ def fine_asks(cand: Candidate, on_grid: Sequence[bool], steps: Sequence[int] | N
     columns of ``cand``. A fine variant is next to a grid variant where only fine ones lie
     between them; it runs at the matched step and the family's steps on either side of it.
     """
-    asks: dict[int, set[int]] = {}
+    asks: dict[float, set[int]] = {}
     for col in sorted(set(matched)):
-        rank, step = cand.places[col]
+        place, step = cand.places[col]
+        rank = int(place)  # the grid's and fine variants' ranks (before any step size is fitted)
         around = {step}
         if steps is not None and step in steps:
             at = steps.index(step)
@@ -73,7 +74,19 @@ def matched_columns(tables: Mapping[str, Mapping[str, Similarity]], key: str) ->
     return out
 
 
-def merged(cand: Candidate, more: Candidate, labels: Sequence[str]) -> Candidate:
+def rank_labels(key: str, batch: RegressionBatch, stats: algorithms.PrefixStats,
+                window: tuple[int, int], ranks: Iterable[float]) -> dict[float, str]:
+    """Candidate ``key``'s variants' labels by rank, the grid's and ``ranks`` between them."""
+    family = algorithms.learner_info(key).fitted_family
+    ctx = FamilyContext(stats, batch.cov, window)
+    out: dict[float, str] = {r: label for r, ((label, _), _) in enumerate(family.grid(ctx))}
+    for r in ranks:
+        if r not in out:
+            out[r] = family.variant_at(ctx, r)[0]
+    return out
+
+
+def merged(cand: Candidate, more: Candidate, labels: Mapping[float, str]) -> Candidate:
     """``cand`` with ``more``'s columns (its fine variants) after its own, in their places.
 
     The columns are appended, not reordered (no copy of the grid's in another order): a
@@ -137,7 +150,7 @@ def refined(members: Mapping[str, Candidate], matched: Callable[[str], set[int]]
     the candidates' fine variants alone, as candidates (`build_candidates` with ``fine``).
     Returns, per candidate that changed, its family merged and its fine variants alone.
     """
-    asks, grids = {}, {}
+    asks = {}
     for key, cand in members.items():
         grid = grid_of(key, batch, stats, window)
         if grid is None:
@@ -146,8 +159,14 @@ def refined(members: Mapping[str, Candidate], matched: Callable[[str], set[int]]
         ask = fine_asks(cand, [on for _, on in grid],
                         steps if isinstance(steps, tuple) else None, matched(key))
         if ask:
-            asks[key], grids[key] = ask, [label for label, _ in grid]
-    if not asks:
-        return {}
-    more = run(asks)
-    return {key: (merged(members[key], extra, grids[key]), extra) for key, extra in more.items()}
+            asks[key] = ask
+    return joined(members, run(asks) if asks else {}, batch, stats, window)
+
+
+def joined(members: Mapping[str, Candidate], more: Mapping[str, Candidate],
+           batch: RegressionBatch, stats: algorithms.PrefixStats, window: tuple[int, int]
+           ) -> dict[str, tuple[Candidate, Candidate]]:
+    """Per candidate in ``more`` (variants of its family run alone): its family merged, and them."""
+    return {key: (merged(members[key], extra, rank_labels(
+        key, batch, stats, window, [r for r, _ in extra.places])), extra)
+        for key, extra in more.items()}

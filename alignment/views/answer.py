@@ -68,7 +68,7 @@ class Answer:
     notes: list[str] = dataclasses.field(default_factory=list)  # candidates left out, why
     #: candidate -> per layer, its matched column's place in its family (variant, step), by
     #: the error cosine where computed: the same columns on other data (`alignment.design`)
-    places: dict[str, list[tuple[int, int]]] = dataclasses.field(default_factory=dict)
+    places: dict[str, list[tuple[float, int]]] = dataclasses.field(default_factory=dict)
     #: whether the families' fine step sizes next to the layers' matches joined them (the
     #: layers read exactly; through probes the grids alone: `measuring.refine`)
     fine: bool = False

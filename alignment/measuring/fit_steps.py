@@ -1,0 +1,235 @@
+"""Step sizes fitted continuously: each layer's match moved along its family's continuum.
+
+A family's grid, and its fine step sizes next to the matches (`refine`), are points 2^(1/4)
+apart. A layer that runs GD at 1.5/λ_max sits between GD's 1.41 and 1.68; on a spread
+spectrum (κ 1000) the top direction's factor (1 − m)^k changes fast with m, so the
+nearest of GD's columns reached such a layer only at 0.982–0.985 by the error cosine
+while heavy ball's (β, step size) grid, denser in effective rates, came to 0.9995: the
+known-answer benchmark named the layer heavy ball (a held-out GD oracle on its designed
+data). A finer grid does not end it (2^(1/8) apart still left 1.54/λ_max at 0.995); a
+fitted step size does.
+
+So, where the layers are read exactly, every candidate whose family lies on continua of
+one step size each (`Family.continuum`: GD's and preconditioned GD's rules and fixed
+steps, Newton's α, heavy ball's step size at each β, ridge's λ, online GD's relaxation)
+has each layer's match moved along its continuum, at the matched step: a search over the
+ranks between the matched variant's neighbours (``r − 1 … r + 1``, within one continuum)
+by successive parabolic interpolation through the best point and its two nearest, with
+golden-section steps where the parabola has no maximum inside (`_Search`). It stops where
+the parabola promises less than `VALUE_TOLERANCE` more, where the points around the best
+are `TOLERANCE` apart, or after `MAX_EVALS` (about 3 evaluations a search on the
+known-answer benchmark). The metric is the error cosine where computed (`fit_metric`). The
+variant found joins the family where it is closer to the layer than the match was, as the
+fine step sizes do (every metric's table gains its column). Every such candidate is
+searched the same way, rivals included, so that a rival's imitation of a match is as
+flexible as the match. Through probes nothing is fitted, for the reason the fine step
+sizes are not run there (`measure_candidates`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterable, Mapping
+
+from torch import Tensor
+
+from iclprobe import algorithms
+from iclprobe.algorithms.families import FamilyContext
+from iclprobe.alignment.measuring.candidate import Candidate, Fine
+from iclprobe.alignment.measuring.similarities import first_best, similarity_values
+from iclprobe.alignment.metrics import METRIC_INFO, metric_info
+from iclprobe.tasks import RegressionBatch
+
+#: a search ends when the points around its best are this close (in ranks: 2^(1/4) apart
+#: on the fine grids, so a step size within about 0.02% of the best), or after `MAX_EVALS`
+TOLERANCE = 1e-3
+MAX_EVALS = 8
+#: ... or when the parabola through them promises less than this above the best (the
+#: answer's rule reads similarities to `continua.PRECISION`, 1e-5)
+VALUE_TOLERANCE = 1e-9
+_GOLDEN = (3.0 - math.sqrt(5.0)) / 2.0  # 0.382: golden section's step into the wider side
+#: the metric the step sizes are fitted by where it is computed (the answer's lead metric)
+FIT_METRIC = "error_cosine"
+
+
+def fit_metric(metrics: Iterable[str]) -> str | None:
+    """The metric to fit by among ``metrics``: `FIT_METRIC`, else the first on predictions."""
+    metrics = list(metrics)
+    if FIT_METRIC in metrics:
+        return FIT_METRIC
+    return next((m for m in metrics if METRIC_INFO[m].on == "preds"), None)
+
+
+@dataclasses.dataclass
+class _Search:
+    """One (candidate, layer)'s search: maximise its similarity over ranks in [low, high].
+
+    Successive parabolic interpolation through the best point and its neighbours, with
+    golden-section steps where the parabola does not point inside (Brent's safeguard).
+    ``values``: rank -> similarity of the points evaluated (the match's to begin with).
+    """
+
+    step: int  # the matched step (a closed form's one column: its own)
+    low: float
+    high: float
+    values: dict[float, float]
+    start: float = 0.0  # the match's value
+    evals: int = 0
+
+    def __post_init__(self) -> None:
+        self.start = max(self.values.values())
+
+    @property
+    def best(self) -> tuple[float, float]:
+        """(rank, value) of the best point evaluated (the first of equals)."""
+        return max(self.values.items(), key=lambda kv: kv[1])
+
+    def ask(self) -> float | None:
+        """The next rank to evaluate, or None: done."""
+        for end in (self.low, self.high):
+            if end not in self.values:
+                return end
+        if self.evals >= MAX_EVALS:
+            return None
+        b, fb = self.best
+        a = max((x for x in self.values if x < b), default=None)
+        c = min((x for x in self.values if x > b), default=None)
+        gaps = [(b - a if a is not None else 0.0, -1.0), (c - b if c is not None else 0.0, 1.0)]
+        width, way = max(gaps)
+        if width < TOLERANCE:
+            return None
+        # the parabola through the best and the two points nearest it (either side or both)
+        near = sorted(sorted(self.values, key=lambda x: (abs(x - b), x))[:3])
+        top = _vertex(*[v for x in near for v in (x, self.values[x])]) \
+            if len(near) == 3 else None
+        if top is not None and (a if a is not None else b) <= top[0] <= \
+                (c if c is not None else b):
+            x, peak = top
+            if peak - fb < VALUE_TOLERANCE:
+                return None  # the parabola promises nothing the rule could read
+            if abs(x - b) < TOLERANCE / 2:  # the vertex is the best: look beside it
+                x = b + way * TOLERANCE / 2
+            if x not in self.values:
+                return x
+        if a is None or c is None:  # the best at an end, and no peak inside: it is the peak
+            return b + way * TOLERANCE / 2  # unless the function rises right beside it
+        return b + way * _GOLDEN * width
+
+    def told(self, rank: float, value: float) -> None:
+        self.values[rank] = value
+        self.evals += 1
+
+
+def _vertex(*points: float) -> tuple[float, float] | None:
+    """The parabola through three points (a < b < c): its vertex and its value there.
+
+    ``points``: a, f(a), b, f(b), c, f(c). None where it has no maximum (not concave, or a
+    point is not finite).
+    """
+    a, fa, b, fb, c, fc = points
+    if not all(math.isfinite(v) for v in (fa, fb, fc)):
+        return None
+    # f(x) = fb + s (x - b) + k (x - b)²: the slopes either side give s and k
+    left, right = (fb - fa) / (b - a), (fc - fb) / (c - b)
+    k = (right - left) / (c - a)
+    if not k < 0:
+        return None
+    s = left + k * (b - a)  # the slope at b: f(a) = fb − s (b − a) + k (b − a)²
+    return b - s / (2 * k), fb - s * s / (4 * k)
+
+
+def _searches(members: Mapping[str, Candidate], scored: Mapping[str, Tensor],
+              ctx: FamilyContext) -> dict[tuple[str, int], _Search]:
+    """One search per (candidate with a continuum, layer), from the layer's match.
+
+    The ranks either side of the match's (within its continuum) bound it; where their
+    columns at the matched step are in the family, their values start it too.
+    """
+    out = {}
+    for key, cand in members.items():
+        if key not in algorithms.LEARNERS or key not in scored:
+            continue
+        family = algorithms.learner_info(key).fitted_family
+        if family.continuum is None:
+            continue
+        at = {place: i for i, place in enumerate(cand.places)}
+        for layer, col in enumerate(first_best(scored[key]).tolist()):
+            rank, step = cand.places[col]
+            if rank != int(rank) or (family.steps is not None and step == 0):
+                continue  # fitted already, or the zero predictor (no step size)
+            first, last = family.span(ctx, int(rank))
+            if first == last:
+                continue
+            low, high = max(rank - 1, first), min(rank + 1, last)
+            known = {r: float(scored[key][layer, at[(r, step)]])
+                     for r in (low, rank, high) if (r, step) in at}
+            out[(key, layer)] = _Search(step, low, high, known)
+    return out
+
+
+def fitted(members: Mapping[str, Candidate], metric: str, scored: Mapping[str, Tensor],
+           values: Tensor, ys: Tensor, kw: Mapping[str, object], batch: RegressionBatch,
+           stats: algorithms.PrefixStats, window: tuple[int, int],
+           run: Callable[[Mapping[str, Fine]], Mapping[str, Candidate]]
+           ) -> dict[str, Fine]:
+    """Per candidate, the fitted variants that beat the layers' matches, to join the family.
+
+    ``scored``: candidate -> its family's values by ``metric`` (`fit_metric`), ``[layer,
+    column]``, signed so that higher is better (grid and fine columns); ``values``: the
+    layers as they were compared (or any other rows: the benchmark fits to the true
+    learner's columns); ``kw``: the metric's window and pooling;
+    ``run(asks)``: the asked variants alone, as candidates (predictions only).
+    """
+    ctx = FamilyContext(stats, batch.cov, window)
+    searches = _searches(members, scored, ctx)
+    while True:
+        wanted = {where: x for where, search in searches.items()
+                  if (x := search.ask()) is not None}
+        if not wanted:
+            break
+        asks: dict[str, dict[float, set[int]]] = {}
+        for (key, layer), rank in wanted.items():
+            asks.setdefault(key, {}).setdefault(rank, set()).add(searches[key, layer].step)
+        got = _evaluate(asks, metric, values, ys, kw, run)
+        for (key, layer), rank in wanted.items():
+            search = searches[key, layer]
+            search.told(rank, got[key].get(layer, rank, search.step) if key in got
+                        else -math.inf)
+    out: dict[str, dict[float, set[int]]] = {}
+    for (key, _), search in searches.items():
+        rank, value = search.best
+        if value > search.start and rank != int(rank):
+            out.setdefault(key, {}).setdefault(rank, set()).add(search.step)
+    return {key: _fine(by) for key, by in out.items()}
+
+
+def _fine(by: Mapping[float, set[int]]) -> dict[float, tuple[int, ...]]:
+    return {rank: tuple(sorted(steps)) for rank, steps in by.items()}
+
+
+class _Values:
+    """One family's evaluated columns against every layer, signed higher-is-better."""
+
+    def __init__(self, table: Tensor, places: list[tuple[float, int]]) -> None:
+        self.table = table
+        self.at = {(rank, step): i for i, (rank, step) in enumerate(places)}
+
+    def get(self, layer: int, rank: float, step: int) -> float:
+        """The similarity of ``layer`` to the column at (``rank``, ``step``); -inf: it diverged."""
+        col = self.at.get((rank, step))
+        value = -math.inf if col is None else float(self.table[layer, col])
+        return value if math.isfinite(value) else -math.inf
+
+
+def _evaluate(asks: Mapping[str, Mapping[float, set[int]]], metric: str, values: Tensor,
+              ys: Tensor,
+              kw: Mapping[str, object], run: Callable[[Mapping[str, Fine]], Mapping[str, Candidate]]
+              ) -> dict[str, _Values]:
+    """Every asked (rank, step) of every family against every layer."""
+    cands = run({key: _fine(by) for key, by in asks.items()})
+    sign = 1.0 if metric_info(metric).higher_is_better else -1.0
+    return {key: _Values(sign * similarity_values(values, cand.preds, ys, metric,
+                                                  **kw),  # type: ignore[arg-type]
+                         cand.places)
+            for key, cand in cands.items()}

@@ -1,0 +1,176 @@
+"""Step sizes fitted along each family's continuum (`Family.continuum`, `measuring.fit_steps`)."""
+
+import math
+
+import pytest
+import torch
+
+from iclprobe import algorithms, tasks
+from iclprobe.algorithms.families import FamilyContext
+from iclprobe.alignment import AlignConfig, align_layers
+from iclprobe.alignment.measuring import fit_steps
+from iclprobe.alignment.measuring.candidates import family_iterates
+from iclprobe.errors import InputError
+
+CONTINUA = ["gd", "pgd", "newton", "momentum", "ridge", "online_gd"]
+
+
+def _batch(cov="ill-conditioned", sequences=32, n_dims=3, n_points=9, kappa=100.0, seed=0):
+    task = tasks.RegressionTask(n_dims=n_dims, n_points=n_points, cov=cov,
+                                condition_number=kappa)
+    return task.sample(sequences, generator=torch.Generator().manual_seed(seed),
+                       dtype=torch.float64)
+
+
+def _ctx(batch):
+    stats = algorithms.prefix_stats(batch.xs, batch.ys)
+    return FamilyContext(stats, batch.cov, (1, batch.xs.shape[1] - 1))
+
+
+def _same(a, b):
+    """Two variants (label, hyperparameters) equal, tensors element for element."""
+    assert a[0] == b[0] and a[1].keys() == b[1].keys()
+    for k, v in a[1].items():
+        if isinstance(v, torch.Tensor):
+            assert torch.equal(v, b[1][k]), k
+        else:
+            assert v == b[1][k], k
+
+
+@pytest.mark.parametrize("key", CONTINUA)
+def test_the_continuum_holds_the_grid_and_interpolates_the_step_size_between(key):
+    ctx = _ctx(_batch())
+    family = algorithms.learner_info(key).fitted_family
+    grid = family.grid(ctx)
+    points = family.continuum.points(ctx)
+    assert len(points) == len(grid)
+    for rank, (variant, _) in enumerate(grid):
+        _same(family.variant_at(ctx, rank), variant)  # a whole rank: the grid's own
+        _same(family.continuum.at(ctx, *points[rank]), variant)  # its point, rebuilt
+    # between two variants of one continuum, every hyperparameter that differs is at the
+    # geometric interpolation of theirs: each is proportional to the multiplier
+    inside = [r for r in range(len(points) - 1) if points[r][0] == points[r + 1][0]]
+    assert inside
+    for rank in inside[:: max(len(inside) // 4, 1)]:
+        f = 0.3
+        (_, a), (_, b) = grid[rank][0], grid[rank + 1][0]
+        _, got = family.variant_at(ctx, rank + f)
+        varying = [k for k in a if not (torch.equal(a[k], b[k]) if isinstance(a[k], torch.Tensor)
+                                        else a[k] == b[k])]
+        assert varying, (key, rank)
+        for k in varying:
+            x, y = torch.as_tensor(a[k], dtype=torch.float64), torch.as_tensor(b[k],
+                                                                               dtype=torch.float64)
+            want = torch.where(x > 0, x ** (1 - f) * y ** f, x)
+            torch.testing.assert_close(torch.as_tensor(got[k], dtype=torch.float64), want,
+                                       rtol=1e-12, atol=0)
+
+
+def test_ranks_outside_one_continuum_are_refused_naming_the_rank():
+    ctx = _ctx(_batch())
+    gd = algorithms.learner_info("gd").fitted_family
+    names = [name for name, _ in gd.continuum.points(ctx)]
+    edge = next(r for r in range(len(names) - 1) if names[r] != names[r + 1])
+    with pytest.raises(InputError, match=rf"rank {edge + 0.5} lies between two continua"):
+        gd.variant_at(ctx, edge + 0.5)
+    for rank in (-0.5, len(names) - 0.5, len(names)):
+        with pytest.raises(InputError, match=rf"rank {rank} is not a variant of this family"):
+            gd.variant_at(ctx, rank)
+    cg = algorithms.learner_info("cg").fitted_family  # a family without a continuum
+    with pytest.raises(InputError, match="not a variant of this family.*integers"):
+        cg.variant_at(ctx, 0.5)
+    # each continuum's span of ranks: GD's rule, fixed step and summed loss, in turn
+    assert gd.span(ctx, 0) == (0, edge) and gd.span(ctx, edge + 1)[0] == edge + 1
+    assert cg.span(ctx, 0) == (0, 0)
+
+
+def test_a_fitted_variant_runs_as_the_learner_at_that_step_size():
+    # an independent run of GD at the interpolated multiplier, column for column
+    batch = _batch()
+    ctx = _ctx(batch)
+    gd = algorithms.learner_info("gd").fitted_family
+    rank, f = 3, 0.37
+    (_, m0), (_, m1) = gd.continuum.points(ctx)[rank:rank + 2]
+    it, columns, _ = family_iterates("gd", batch, ctx.stats, ctx.window, 4, False,
+                                     fine={rank + f: (2, 5)}, grid=False)
+    m = m0 ** (1 - f) * m1 ** f
+    want = algorithms.gd(batch.xs, batch.ys, steps=(2, 5), lr="max", lr_scale=m,
+                         normalize=True)
+    torch.testing.assert_close(it.preds, want.preds, rtol=1e-12, atol=1e-12)
+    assert it.hyper["variant_rank"] == [rank + f] * 2
+    assert columns == [f"{m:.3g}/λmax, step 2", f"{m:.3g}/λmax, step 5"]
+
+
+def test_the_parabolas_vertex():
+    def f(x):
+        return 1.0 - 2.0 * (x - 0.3) ** 2
+
+    x, top = fit_steps._vertex(-1.0, f(-1.0), 0.0, f(0.0), 1.0, f(1.0))
+    assert x == pytest.approx(0.3, abs=1e-12) and top == pytest.approx(f(0.3), abs=1e-12)
+    x, top = fit_steps._vertex(0.5, f(0.5), 0.7, f(0.7), 1.0, f(1.0))  # all on one side
+    assert x == pytest.approx(0.3, abs=1e-12) and top == pytest.approx(f(0.3), abs=1e-12)
+    assert fit_steps._vertex(0.0, 0.0, 1.0, 1.0, 2.0, 3.0) is None  # convex: no maximum
+    assert fit_steps._vertex(0.0, 0.0, 1.0, 1.0, 2.0, 1.0) is not None
+    assert fit_steps._vertex(0.0, -math.inf, 1.0, 1.0, 2.0, 0.0) is None  # diverged
+
+
+def _run_search(f, low, high, start):
+    search = fit_steps._Search(0, low, high, {start: f(start)})
+    while (x := search.ask()) is not None:
+        search.told(x, f(x))
+    return search
+
+
+@pytest.mark.parametrize("peak", [0.3, -0.71, 0.999])
+def test_the_search_finds_a_smooth_peak_to_the_rules_resolution(peak):
+    def f(x):  # not a parabola: a cosine-like peak with a skew
+        return math.cos(1.3 * (x - peak)) + 0.05 * (x - peak) ** 3
+
+    search = _run_search(f, -1.0, 1.0, 0.0)
+    rank, value = search.best
+    assert f(peak) - value < 1e-7  # the answer's rule reads similarities to 1e-5
+    assert search.evals <= fit_steps.MAX_EVALS + 2  # the two ends, then at most MAX_EVALS
+
+
+def test_the_search_stops_at_an_end_when_the_peak_lies_beyond():
+    search = _run_search(lambda x: -abs(x - 5.0), 0.0, 2.0, 1.0)
+    assert search.best[0] == 2.0 and search.evals <= fit_steps.MAX_EVALS + 2
+
+
+def _said_of_gd_at_one_and_a_half(monkeypatch=None, **kw):
+    """GD at 1.5/λ_max(S_t/t) on κ 1000 data (between GD's step sizes 1.41 and 1.68)."""
+    if monkeypatch is not None:  # the fit switched off
+        monkeypatch.setattr(fit_steps, "fitted", lambda *args, **kwargs: {})
+    batch = _batch(n_dims=5, n_points=13, sequences=64, kappa=1000.0)
+    it = algorithms.gd(batch.xs, batch.ys, steps=range(1, 7), lr="max", lr_scale=1.5,
+                       normalize=True)
+    layers = torch.cat([torch.zeros_like(it.preds[:1]), it.preds])
+    cfg = AlignConfig(n_boot=20, separation=False, metrics=("error_cosine",),
+                      algorithms=("gd", "newton", "momentum", "ridge"))
+    answer = align_layers(layers, batch, cfg, positions="last", **kw).answer
+    assert answer is not None
+    return answer
+
+
+def test_a_step_size_between_the_fine_grids_is_fitted_and_named():
+    answer = _said_of_gd_at_one_and_a_half()
+    said = answer.layers[1:]
+    assert [a.learner for a in said] == ["gd"] * 6 and {a.kind for a in said} == {"runs"}
+    for step, a in enumerate(said[:5], start=1):  # near convergence the step trades off
+        assert a.column == f"1.5/λmax, step {step}", a.column
+    assert any(rank != int(rank) for rank, _ in answer.places["gd"][1:])
+
+
+def test_without_the_fit_the_same_layers_are_not_all_named(monkeypatch):
+    # the test above can fail: with the fine step sizes alone (1.41, 1.68) Newton and
+    # heavy ball imitate these layers as well as GD's columns do
+    said = _said_of_gd_at_one_and_a_half(monkeypatch).layers[1:]
+    assert sum(a.kind == "runs" and a.learner == "gd" for a in said) <= 3, \
+        [a.text for a in said]
+    assert not any(a.kind == "runs" and a.learner != "gd" for a in said)
+
+
+def test_through_probes_no_step_size_is_fitted():
+    answer = _said_of_gd_at_one_and_a_half(probe_t_min=1)
+    assert not answer.fine
+    assert all(rank == int(rank) for places in answer.places.values() for rank, _ in places)

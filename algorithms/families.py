@@ -57,9 +57,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch import Tensor
 
-from iclprobe.algorithms.prefix import PrefixStats
+from iclprobe.algorithms.family_context import FamilyContext
 from iclprobe.errors import InputError, InputTypeError
 
 # 2 / λ_max is on the boundary. Octaves below 1/2, where a step count makes up for the
@@ -119,58 +118,6 @@ class NotACandidate(InputError):
     E.g. GD preconditioned by Σ⁻¹ on data whose Σ is a multiple of I is GD itself. The
     message says why; `align` notes it.
     """
-
-
-@dataclasses.dataclass(frozen=True)
-class FamilyContext:
-    """What a family's variants may depend on: the evaluation data and window.
-
-    ``stats``: ``prefix_stats`` of the evaluation batch (its moments are of the scaled data,
-    ``xs / stats.x_scale``). ``cov``: the population covariance, ``[d, d]`` or
-    ``[batch, d, d]``. ``window``: the positions ``(t_min, t_max)`` aligned.
-    """
-
-    stats: PrefixStats
-    cov: Tensor
-    window: tuple[int, int]
-
-    @property
-    def rows(self) -> slice:
-        """The prefixes of the window with at least one example (t >= 1)."""
-        return slice(max(self.window[0], 1), self.window[1] + 1)
-
-    def inside(self) -> Tensor:
-        """``[pos]``: 1 inside the window (t >= 1), 0 elsewhere (float64)."""
-        mask = torch.zeros(self.stats.counts.numel(), dtype=torch.float64)
-        mask[self.rows] = 1.0
-        return mask
-
-    def top_mean(self) -> float:
-        """The largest λ_max(S_t/t) over the window, in the data's units (the mean loss's Hessian)."""
-        t = self.stats.counts[self.rows].clamp(min=1)
-        top = self.stats.eigvals[:, self.rows, -1] / t
-        return _positive(top) * self.stats.x_scale**2
-
-    def top_sum(self) -> float:
-        """The largest λ_max(S_t) over the window, in the data's units (the summed loss's Hessian)."""
-        return _positive(self.stats.eigvals[:, self.rows, -1]) * self.stats.x_scale**2
-
-    def spread(self) -> float:
-        """Σ's largest eigenvalue over its mean eigenvalue, the largest over the batch (>= 1)."""
-        eig = torch.linalg.eigvalsh(self.cov.to(torch.float64))  # basis-free: values only
-        ratio = eig[..., -1] / eig.mean(-1).clamp(min=torch.finfo(torch.float64).tiny)
-        return max(float(ratio.max()), 1.0)
-
-    def mean_eigenvalue(self) -> float:
-        """The mean eigenvalue of S_t/t over the window's prefixes, in the data's units."""
-        t = self.stats.counts[self.rows].clamp(min=1)
-        mean = self.stats.eigvals[:, self.rows].mean(-1) / t
-        return float(mean.mean()) * self.stats.x_scale**2 if mean.numel() else 1.0
-
-
-def _positive(values: Tensor) -> float:
-    top = float(values.max()) if values.numel() else 1.0
-    return top if top > 0 else 1.0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -114,9 +114,10 @@ def _specs(key: str, ctx: FamilyContext, fine: Fine, skip: Sequence[str], grid: 
     """`family_iterates`' runs, by rank: the grid (``grid``), the fine variants and those between."""
     info = algorithms.learner_info(key)
     family = info.fitted_family
+    whole = grid or any(at == int(at) for at in fine)  # else the continuum's points alone
     specs: list[tuple[float, str, RunSpec]] = [
         (at, label, RunSpec(key, info.label, family.steps if on else fine[at], hyper))
-        for at, ((label, hyper), on) in enumerate(family.grid(ctx))
+        for at, ((label, hyper), on) in enumerate(family.grid(ctx) if whole else [])
         if label not in skip and ((on and grid) or (not on and at in fine))]
     for at in fine:
         if at != int(at):  # a step size on the family's continuum

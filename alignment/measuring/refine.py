@@ -87,7 +87,7 @@ def rank_labels(key: str, batch: RegressionBatch, stats: algorithms.PrefixStats,
 
 
 def merged(cand: Candidate, more: Candidate, labels: Mapping[float, str]) -> Candidate:
-    """``cand`` with ``more``'s columns (its fine variants) after its own, in their places.
+    """``cand`` with ``more``'s columns (fine or fitted variants) after its own, in their places.
 
     The columns are appended, not reordered (no copy of the grid's in another order): a
     column's variant index is its variant's place among the family's ranks, so that a fine

@@ -67,7 +67,9 @@ class Answer:
     sequences: dict[str, int]  # metric -> the sequences its tables were computed on
     notes: list[str] = dataclasses.field(default_factory=list)  # candidates left out, why
     #: candidate -> per layer, its matched column's place in its family (variant, step), by
-    #: the error cosine where computed: the same columns on other data (`alignment.design`)
+    #: the error cosine where computed: the same columns on other data (`alignment.design`);
+    #: a variant between two integers is a step size fitted between two of the family's
+    #: (`Family.variant_at`, `measuring.fit_steps`)
     places: dict[str, list[tuple[float, int]]] = dataclasses.field(default_factory=dict)
     #: whether the families' fine step sizes next to the layers' matches joined them (the
     #: layers read exactly; through probes the grids alone: `measuring.refine`)

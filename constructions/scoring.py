@@ -225,26 +225,31 @@ def _reaches(values: dict[str, Tensor], cands: dict[str, Candidate], batch: Regr
     tables = {m: {k: table(m, c) for k, c in cands.items()} for m in values}
     grid = {m: families_reach(v, cands, ys[rows[m]], m, tables[m], **spec.kw(m))
             for m, v in values.items()}
+
     def run(fine: Mapping[str, Fine], weights: bool = True) -> dict[str, Candidate]:
         return build_candidates(list(fine), batch, stats, spec.window, n_layers,
                                 slice(0, n_w) if n_w and weights else None, {}, None, fine)[0]
 
-    fams = dict(cands)
-
-    def join(changed: Mapping[str, tuple[Candidate, Candidate]]) -> None:
-        for k, (fam, more) in changed.items():  # the new columns after the family's
-            for m in values:
-                tables[m][k] = torch.cat([tables[m][k], table(m, more)], 1)
-            fams[k] = fam
-
-    join(refine.refined(
+    fine = refine.refined(
         cands, lambda k: {c for m in values for c in first_best(tables[m][k]).tolist()},
-        batch, stats, spec.window, run))
+        batch, stats, spec.window, run)
+    for k, more in fine.items():  # the fine columns after the grid's
+        for m in values:
+            tables[m][k] = torch.cat([tables[m][k], table(m, more)], 1)
+    runs = [fine]
     fit = fit_steps.fit_metric(values)
     if fit is not None:
-        fits = fit_steps.fitted(fams, fit, tables[fit], values[fit], ys, spec.kw(fit), batch,
+        places = {k: c.places + (fine[k].places if k in fine else []) for k, c in cands.items()}
+        fits = fit_steps.fitted(places, fit, tables[fit], values[fit], ys, spec.kw(fit), batch,
                                 stats, spec.window, lambda asks: run(asks, False))
-        join(refine.joined(fams, run(fits) if fits else {}, batch, stats, spec.window))
+        runs.append(run(fits) if fits else {})
+        for k, more in runs[-1].items():  # the fitted columns after those
+            for m in values:
+                tables[m][k] = torch.cat([tables[m][k], table(m, more)], 1)
+    fams = dict(cands)
+    for k, (fam, _) in refine.joined(cands, *runs, batch=batch, stats=stats,
+                                     window=spec.window).items():
+        fams[k] = fam
     return {False: grid, True: {m: families_reach(v, fams, ys[rows[m]], m, tables[m],
                                                   **spec.kw(m)) for m, v in values.items()}}
 

@@ -186,3 +186,28 @@ def test_through_probes_the_grids_alone_are_read():
     assert exact.fine and not probed.fine and not noisy.fine
     assert {r for r, _ in exact.places["gd"][2:4]} - on_grid  # a fine variant matched
     assert all(r in on_grid for r, _ in probed.places["gd"])
+
+
+def test_fine_and_fitted_runs_join_a_family_in_one_merge_as_in_two():
+    # `joined` merges each family once; the result is the two merges in turn, column for
+    # column (places, descriptions, variant indices, predictions and weights)
+    batch = _batch()
+    stats = _stats(batch)
+    grid = refine.grid_of("gd", batch, stats, (1, 8))
+    r = next(r for r, (_, on) in enumerate(grid) if not on)
+    coarse, _ = build_candidates(["gd"], batch, stats, (1, 8), 4, slice(0, 5), {}, None)
+    fine, _ = build_candidates(["gd"], batch, stats, (1, 8), 4, slice(0, 5), {}, None,
+                               {"gd": {r: (2, 3)}})
+    fit, _ = build_candidates(["gd"], batch, stats, (1, 8), 4, slice(0, 5), {}, None,
+                              {"gd": {r + 0.4: (3,), r - 0.3: (2,)}})
+    got, extra = refine.joined(coarse, fine, fit, batch=batch, stats=stats, window=(1, 8))["gd"]
+    labels = refine.rank_labels("gd", batch, stats, (1, 8), [r + 0.4, r - 0.3])
+    want = refine.merged(refine.merged(coarse["gd"], fine["gd"], labels), fit["gd"], labels)
+    assert got.places == want.places and got.columns == want.columns
+    assert got.variant == want.variant and len(extra.places) == 4  # 2 fine, 2 fitted
+    assert got.preds.hyper["variant"] == want.preds.hyper["variant"]
+    assert torch.equal(got.preds.preds, want.preds.preds)
+    assert torch.equal(got.weights.weights, want.weights.weights)
+    # the fitted variants sit between their neighbours by rank
+    assert got.variant[got.places.index((r - 0.3, 2))] < got.variant[got.places.index((r, 2))]
+    assert refine.joined(coarse, {}, batch=batch, stats=stats, window=(1, 8)) == {}

@@ -338,8 +338,8 @@ def _refine(ev: Evaluation, layers: Layers, stats: PrefixStats, claims: Mapping[
     """The families' step sizes next to the layers' matches, then fitted (in place).
 
     First each family's fine step sizes next to its matches (`refine`), then each match's
-    step size fitted along the family's continuum (`fit_steps`); each joins the families and
-    their tables.
+    step size fitted along the family's continuum (`fit_steps`); both join the family, and
+    their columns its tables, in one merge.
     """
     w_rows = slice(0, ev.weight_rows) if ev.weight_metrics else None
 
@@ -347,24 +347,28 @@ def _refine(ev: Evaluation, layers: Layers, stats: PrefixStats, claims: Mapping[
         return build_candidates(list(fine), ev.batch, stats, ev.window, layers.n_layers,
                                 weights, claims, None, fine)[0]
 
-    def join(changed: Mapping[str, tuple[Candidate, Candidate]]) -> None:
-        more = candidate_tables({k: f for k, (_, f) in changed.items()}, *read, ev.ys,
-                                ev.cfg.metrics, spec)  # their new columns alone
-        for key, (family, _) in changed.items():
-            for metric, by in more.items():
-                tables[metric][key] = refine.merged_table(tables[metric][key], by[key], family)
-            members[key] = family
-
-    join(refine.refined(members, lambda key: refine.matched_columns(tables, key), ev.batch,
-                        stats, ev.window, run))
+    fine = refine.refined(members, lambda key: refine.matched_columns(tables, key), ev.batch,
+                          stats, ev.window, run)
+    more = [fine]
+    fine_tables = candidate_tables(fine, *read, ev.ys, ev.cfg.metrics, spec)
     metric = fit_steps.fit_metric(tables)
     if metric is not None:
         sign = 1.0 if metric_info(metric).higher_is_better else -1.0
-        fits = fit_steps.fitted(members, metric,
-                                {k: sign * t.values for k, t in tables[metric].items()},
-                                read[0], ev.ys, spec.kw(metric), ev.batch, stats, ev.window,
-                                lambda asks: run(asks, None))
-        join(refine.joined(members, run(fits) if fits else {}, ev.batch, stats, ev.window))
+        scored = {k: sign * (torch.cat([t.values, fine_tables[metric][k].values], 1)
+                             if k in fine else t.values) for k, t in tables[metric].items()}
+        places = {k: c.places + (fine[k].places if k in fine else []) for k, c in members.items()}
+        fits = fit_steps.fitted(places, metric, scored, read[0], ev.ys, spec.kw(metric),
+                                ev.batch, stats, ev.window, lambda asks: run(asks, None))
+        more.append(run(fits) if fits else {})
+    more_tables = [fine_tables] + [candidate_tables(m, *read, ev.ys, ev.cfg.metrics, spec)
+                                   for m in more[1:]]
+    for key, (family, extra) in refine.joined(members, *more, batch=ev.batch, stats=stats,
+                                              window=ev.window).items():
+        for name, by in tables.items():
+            parts = [t[name][key] for t in more_tables if key in t.get(name, {})]
+            part = parts[0] if len(parts) == 1 else refine.merged_table(parts[0], parts[1], extra)
+            by[key] = refine.merged_table(by[key], part, family)
+        members[key] = family
 
 
 def _read_with_noise(layers: Layers, sign: float, xs: Tensor, ys: Tensor,

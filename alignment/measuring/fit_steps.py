@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from torch import Tensor
 
@@ -139,23 +139,23 @@ def _vertex(*points: float) -> tuple[float, float] | None:
     return b - s / (2 * k), fb - s * s / (4 * k)
 
 
-def _searches(members: Mapping[str, Candidate], scored: Mapping[str, Tensor],
-              ctx: FamilyContext) -> dict[tuple[str, int], _Search]:
+def _searches(places: Mapping[str, Sequence[tuple[float, int]]],
+              scored: Mapping[str, Tensor], ctx: FamilyContext) -> dict[tuple[str, int], _Search]:
     """One search per (candidate with a continuum, layer), from the layer's match.
 
     The ranks either side of the match's (within its continuum) bound it; where their
     columns at the matched step are in the family, their values start it too.
     """
     out = {}
-    for key, cand in members.items():
+    for key, where in places.items():
         if key not in algorithms.LEARNERS or key not in scored:
             continue
         family = algorithms.learner_info(key).fitted_family
         if family.continuum is None:
             continue
-        at = {place: i for i, place in enumerate(cand.places)}
+        at = {place: i for i, place in enumerate(where)}
         for layer, col in enumerate(first_best(scored[key]).tolist()):
-            rank, step = cand.places[col]
+            rank, step = where[col]
             if rank != int(rank) or (family.steps is not None and step == 0):
                 continue  # fitted already, or the zero predictor (no step size)
             first, last = family.span(ctx, int(rank))
@@ -168,21 +168,23 @@ def _searches(members: Mapping[str, Candidate], scored: Mapping[str, Tensor],
     return out
 
 
-def fitted(members: Mapping[str, Candidate], metric: str, scored: Mapping[str, Tensor],
+def fitted(places: Mapping[str, Sequence[tuple[float, int]]], metric: str,
+           scored: Mapping[str, Tensor],
            values: Tensor, ys: Tensor, kw: Mapping[str, object], batch: RegressionBatch,
            stats: algorithms.PrefixStats, window: tuple[int, int],
            run: Callable[[Mapping[str, Fine]], Mapping[str, Candidate]]
            ) -> dict[str, Fine]:
     """Per candidate, the fitted variants that beat the layers' matches, to join the family.
 
-    ``scored``: candidate -> its family's values by ``metric`` (`fit_metric`), ``[layer,
-    column]``, signed so that higher is better (grid and fine columns); ``values``: the
+    ``places``: candidate -> its family's columns' places (`Candidate.places`, grid and
+    fine columns); ``scored``: candidate -> the family's values by ``metric``
+    (`fit_metric`), ``[layer, column]``, signed so that higher is better; ``values``: the
     layers as they were compared (or any other rows: the benchmark fits to the true
     learner's columns); ``kw``: the metric's window and pooling;
     ``run(asks)``: the asked variants alone, as candidates (predictions only).
     """
     ctx = FamilyContext(stats, batch.cov, window)
-    searches = _searches(members, scored, ctx)
+    searches = _searches(places, scored, ctx)
     while True:
         wanted = {where: x for where, search in searches.items()
                   if (x := search.ask()) is not None}

@@ -143,12 +143,12 @@ def merged_table(table: Similarity, more: Similarity, family: Candidate) -> Simi
 def refined(members: Mapping[str, Candidate], matched: Callable[[str], set[int]],
             batch: RegressionBatch, stats: algorithms.PrefixStats, window: tuple[int, int],
             run: Callable[[Mapping[str, Fine]], Mapping[str, Candidate]]
-            ) -> dict[str, tuple[Candidate, Candidate]]:
-    """The candidates whose families gain fine variants next to their matched columns.
+            ) -> Mapping[str, Candidate]:
+    """The fine variants next to each candidate's matched columns, run alone.
 
     ``matched(key)``: the columns of candidate ``key`` some layer matches; ``run(fine)``:
     the candidates' fine variants alone, as candidates (`build_candidates` with ``fine``).
-    Returns, per candidate that changed, its family merged and its fine variants alone.
+    Returns them per candidate that has any (`merged` joins them to the family).
     """
     asks = {}
     for key, cand in members.items():
@@ -160,13 +160,25 @@ def refined(members: Mapping[str, Candidate], matched: Callable[[str], set[int]]
                         steps if isinstance(steps, tuple) else None, matched(key))
         if ask:
             asks[key] = ask
-    return joined(members, run(asks) if asks else {}, batch, stats, window)
+    return run(asks) if asks else {}
 
 
-def joined(members: Mapping[str, Candidate], more: Mapping[str, Candidate],
+def joined(members: Mapping[str, Candidate], *runs: Mapping[str, Candidate],
            batch: RegressionBatch, stats: algorithms.PrefixStats, window: tuple[int, int]
            ) -> dict[str, tuple[Candidate, Candidate]]:
-    """Per candidate in ``more`` (variants of its family run alone): its family merged, and them."""
-    return {key: (merged(members[key], extra, rank_labels(
-        key, batch, stats, window, [r for r, _ in extra.places])), extra)
-        for key, extra in more.items()}
+    """Per candidate in ``runs``: its family with their columns after its own, and those alone.
+
+    ``runs``: variants of the families run alone (fine, then fitted). Each family is merged
+    once (a merge copies its columns), however many runs add to it.
+    """
+    keys = [k for k in members if any(k in more for more in runs)]
+    out = {}
+    for key in keys:
+        parts = [more[key] for more in runs if key in more]
+        ranks = [r for part in parts for r, _ in part.places]
+        labels = rank_labels(key, batch, stats, window, ranks)
+        extra = parts[0]
+        for part in parts[1:]:
+            extra = merged(extra, part, labels)
+        out[key] = (merged(members[key], extra, labels), extra)
+    return out

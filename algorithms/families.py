@@ -159,6 +159,9 @@ class Family:
             if not callable(fn) and (name == "variants" or fn is not None):
                 raise InputTypeError(f"Family.{name} must be a function of a FamilyContext, "
                                      f"got {fn!r}")
+        if self.continuum is not None and not isinstance(self.continuum, Continuum):
+            raise InputTypeError(f"Family.continuum must be a families.Continuum or None, got "
+                                 f"{self.continuum!r}")
 
     def grid(self, ctx: FamilyContext) -> list[tuple[Variant, bool]]:
         """Every variant, fine ones included, each with whether it is on the coarse grid.
@@ -203,12 +206,11 @@ class Family:
             grid = self.grid(ctx)
             if 0 <= low < len(grid):
                 return grid[low][0]
-        n = len(self.continuum.points(ctx)) if self.continuum is not None else 0
-        if self.continuum is None or not 0 <= low < n - 1:
+        points = self.continuum.points(ctx) if self.continuum is not None else []
+        if self.continuum is None or not 0 <= low < len(points) - 1:
             raise InputError(f"rank {rank!r} is not a variant of this family (ranks 0…"
-                             f"{max(n, len(self.grid(ctx))) - 1}"
+                             f"{max(len(points), len(self.grid(ctx))) - 1}"
                              f"{'' if self.continuum else ', integers'})")
-        points = self.continuum.points(ctx)
         (name, a), (other, b) = points[low], points[low + 1]
         if name != other:
             raise InputError(f"rank {rank!r} lies between two continua ({name!r}, {other!r})")

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from iclprobe import algorithms, tasks
-from iclprobe.algorithms.families import FamilyContext
+from iclprobe.algorithms.families import Family, FamilyContext
 from iclprobe.alignment import AlignConfig, align_layers
 from iclprobe.alignment.measuring import fit_steps
 from iclprobe.alignment.measuring.candidates import family_iterates
-from iclprobe.errors import InputError
+from iclprobe.errors import InputError, InputTypeError
 
 CONTINUA = ["gd", "pgd", "newton", "momentum", "ridge", "online_gd"]
 
@@ -76,6 +76,9 @@ def test_ranks_outside_one_continuum_are_refused_naming_the_rank():
     for rank in (-0.5, len(names) - 0.5, len(names)):
         with pytest.raises(InputError, match=rf"rank {rank} is not a variant of this family"):
             gd.variant_at(ctx, rank)
+    with pytest.raises(InputTypeError, match=r"Family.continuum must be a families.Continuum "
+                                             r"or None, got \(1, 2\)"):
+        Family(lambda ctx: [("", {})], None, continuum=(1, 2))
     cg = algorithms.learner_info("cg").fitted_family  # a family without a continuum
     with pytest.raises(InputError, match="not a variant of this family.*integers"):
         cg.variant_at(ctx, 0.5)

@@ -119,6 +119,24 @@ def test_the_prediction_metrics_lead_and_a_weight_metric_can_only_object(error, 
     assert (out.kind, out.learner) == want
 
 
+@pytest.mark.parametrize("between, lead_learner, want", [
+    ([], "gd", "runs"),  # spd could not separate gd from newton: no objection
+    (["newton"], "gd", "cannot tell"),  # spd found the layer between gd and newton
+    (["gd"], "newton", "cannot tell"),  # ... seen from newton's side
+    (["cg"], "newton", "runs"),  # between newton and cg says nothing against gd
+])
+def test_a_prediction_metric_that_finds_the_layer_between_two_blocks_the_name(
+        between, lead_learner, want):
+    # The known-answer benchmark's average of GD's and Newton's predictions, read by probes
+    # on designed data: the error cosine named Newton, while spd found a mix of Newton's and
+    # GD's matched columns fitting the layer better than Newton's alone.
+    others = ["newton", "cg"] if lead_learner == "gd" else ["gd", "cg"]
+    spd = dataclasses.replace(_said(CANNOT_TELL, lead_learner, others, "spd"), between=between)
+    out = combine({"error_cosine": [_said(RUNS, "gd")], "spd": [spd]})[0]
+    assert out.kind == want
+    assert out.learner == "gd"
+
+
 def test_the_answer_is_json_ready_and_names_its_candidates():
     batch, cands, spec = _setup()
     layers = cands["cg"].preds.preds[1:3]

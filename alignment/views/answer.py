@@ -133,8 +133,9 @@ def combine(by_metric: Mapping[str, list[LayerAnswer]]) -> list[LayerAnswer]:
 
     The metrics on the layers' own predictions lead (error cosine, spd: no fit of induced
     weights stands between the layer and the metric): a learner is named ("runs X") where
-    the first of them names X, every other one names X or cannot tell X from others, and
-    no metric on induced weights names another learner; "none of them" where every
+    the first of them names X, every other one names X or cannot tell X from others without
+    finding the layer between X and another candidate (a mix of their columns fitting it
+    better: `LayerAnswer.between`), and no metric on induced weights names another learner; "none of them" where every
     prediction metric says so. Otherwise "cannot tell" among every candidate a metric
     named, could not separate, or found nearest. On the known-answer benchmark, letting a
     weight metric name a learner alone, or block one by "none of them", cost through probes
@@ -149,6 +150,11 @@ def _involved(a: LayerAnswer) -> list[str]:
     return [n for n in [a.learner, *a.others] if n is not None]
 
 
+def _between(a: LayerAnswer, x: str | None) -> bool:
+    """``a`` found the layer between ``x`` and another candidate (a mix of theirs fits it)."""
+    return bool(a.between) and (a.learner == x or x in a.between)
+
+
 def _combine_layer(metrics: list[str], said: list[LayerAnswer]) -> LayerAnswer:
     live = [(m, a) for m, a in zip(metrics, said) if a.kind not in DEAD]
     if not live:
@@ -158,7 +164,8 @@ def _combine_layer(metrics: list[str], said: list[LayerAnswer]) -> LayerAnswer:
     lead = on_preds[0][1]
     if lead.kind == RUNS:
         x = lead.learner
-        agree = all(a.kind in (RUNS, CANNOT_TELL) and x in _involved(a) for _, a in on_preds)
+        agree = all(a.kind in (RUNS, CANNOT_TELL) and x in _involved(a)
+                    and not _between(a, x) for _, a in on_preds)
         blocked = any(a.kind == RUNS and a.learner != x for _, a in live)
         if agree and not blocked:
             return dataclasses.replace(lead, source=", ".join(

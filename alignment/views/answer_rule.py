@@ -49,6 +49,9 @@ class LayerAnswer:
     resemblance: float | None = None
     metric: str | None = None
     source: str = ""  # the metrics that said it (combined answers)
+    #: the candidates of ``others`` that a mix of ``learner``'s and theirs fits better than
+    #: ``learner`` alone (the layer lies between them; one metric's answers only)
+    between: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def short(self) -> str:
@@ -258,13 +261,15 @@ def _decide(metric: str, ev: Evidence, tables: Mapping[str, Similarity],
     pessimistic, optimistic = torch.quantile(own, q).tolist()
     ranked = _ranked(ev, layer)
     level = _at_most_perfect(metric, sticks.own_value[layer])
-    unseparated = []
+    unseparated, between = [], []
     for y in ranked[1:]:
         diff_low = float(torch.quantile(own - sticks.rival_own[y][layer], q[0]))
         diff_low -= sticks.margin.get(y, {}).get(layer, 0.0)
         close = level > sticks.imitation[y][layer] + PRECISION
         if not (diff_low > PRECISION and close and not sticks.mixed[y][layer]):
             unseparated.append(y)
+            if sticks.mixed[y][layer]:
+                between.append(y)
     if not unseparated:
         return _named(metric, ev, tables, cands, layer, x)
     runner_up = sticks.runner_up[layer]
@@ -272,4 +277,4 @@ def _decide(metric: str, ev: Evidence, tables: Mapping[str, Similarity],
     if optimistic + sticks.slack.get(layer, 0.0) + PRECISION < runner_up:
         return _named(metric, ev, tables, cands, layer, x, NONE, **extra)
     return _named(metric, ev, tables, cands, layer, x, CANNOT_TELL, others=unseparated,
-                  **extra)
+                  between=between, **extra)

@@ -137,11 +137,11 @@ def combine(by_metric: Mapping[str, list[LayerAnswer]]) -> list[LayerAnswer]:
     finding the layer between X and another candidate (a mix of their columns fitting it
     better: `LayerAnswer.between`), and no metric on induced weights names another learner;
     "none of them" where every prediction metric says so. Otherwise "cannot tell" among
-    every candidate a metric named, could not separate, or found nearest. On the known-
-    answer benchmark, letting a weight metric name a learner alone, or block one by "none of
-    them", cost through probes false attributions (a weight metric naming heavy ball in a
-    layer between GD and Newton) and a sixth of the named layers (noisy induced weights read
-    as "none").
+    every candidate a metric named, could not separate, or found nearest. On the
+    known-answer benchmark, letting a weight metric name a learner alone, or block one by
+    "none of them", cost through probes false attributions (a weight metric naming heavy
+    ball in a layer between GD and Newton) and a sixth of the named layers (noisy induced
+    weights read as "none").
     """
     per_layer = list(zip(*by_metric.values()))
     return [_combine_layer(list(by_metric), list(said)) for said in per_layer]

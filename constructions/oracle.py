@@ -65,18 +65,22 @@ class LearnerOracle(Regressor):
         self.cfg = cfg
         self.exact_layer_readout = cfg.exact_readout  # type: ignore[misc]
         self.task = task
-        if torch.empty(0).device.type != "meta":  # measured on meta, like every family
+        d, m = cfg.n_dims, cfg.n_noise
+        if torch.empty(0).device.type == "meta":  # sized only: shapes, no draws (torch
+            # draws from a seeded generator on meta in ~0.1 s each, longer than the build)
+            rotation = torch.empty(cfg.d_model, cfg.d_model)
+            noise_w, noise_c = torch.empty(m, d), torch.empty(m)
+        else:  # measured on meta first, like every family
             check_model_fits(LearnerOracle, cfg, f"building a LearnerOracle of {cfg.learner}",
                              copies=1, held=True)
-        gen = torch.Generator().manual_seed(cfg.seed)
-        d, m = cfg.n_dims, cfg.n_noise
+            gen = torch.Generator().manual_seed(cfg.seed)
+            rotation = random_orthogonal(cfg.d_model, gen).float()
+            noise_w = torch.randn(m, d, generator=gen).float()
+            noise_c = torch.randn(m, generator=gen).float()
         # not persistent: a checkpoint holds no weights, the seed rebuilds them
-        self.register_buffer("rotation", random_orthogonal(cfg.d_model, gen).float(),
-                             persistent=False)
-        self.register_buffer("noise_w", torch.randn(m, d, generator=gen).float(),
-                             persistent=False)
-        self.register_buffer("noise_c", torch.randn(m, generator=gen).float(),
-                             persistent=False)
+        self.register_buffer("rotation", rotation, persistent=False)
+        self.register_buffer("noise_w", noise_w, persistent=False)
+        self.register_buffer("noise_c", noise_c, persistent=False)
         self.blocks: ModuleList[_OracleLayer] = ModuleList(
             _OracleLayer() for _ in range(cfg.n_layers))
         self.setup()

@@ -66,10 +66,11 @@ class PQTransformer(Regressor):
         self.cfg = cfg
         self.task: Any = None
         self.blocks: ModuleList[PQBlock] = ModuleList(PQBlock(cfg) for _ in range(cfg.n_layers))
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(cfg.seed)
-            for param in self.parameters():
-                nn.init.normal_(param, std=cfg.init_std)
+        if torch.empty(0).device.type != "meta":  # sized only on meta: nothing to draw
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(cfg.seed)
+                for param in self.parameters():
+                    nn.init.normal_(param, std=cfg.init_std)
         self.setup()
 
     # ------------------------------------------------------------------ forward

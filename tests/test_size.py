@@ -116,3 +116,15 @@ def test_activations_too_large_to_describe_are_a_refusal_not_a_crash():
     with pytest.raises(ValueError, match="needs at least"):
         check_training_fits(GPTRegressor, cfg, RegressionTask(n_dims=8, n_points=10**6),
                             TrainConfig(batch_size=10**6), available=16 * 2**30)
+
+
+def test_an_oracle_sized_on_meta_holds_what_a_built_one_holds():
+    # On the meta device an oracle draws nothing (its rotation and distractors come from a
+    # seeded generator, which torch serves slowly there) but keeps their shapes.
+    from iclprobe.constructions.oracle import LearnerOracle, oracle
+    built = oracle("gd", 4, 3, n_noise=5, lr=0.1)
+    held = size.count_held(built)
+    assert held == 10 * 10 + 5 * 4 + 5  # rotation [d + 1 + n_noise]^2, W [n_noise, d], c
+    assert size.measure(LearnerOracle, built.cfg, held=True)[0] == held
+    assert size.parameter_bound(PQTransformer, PQConfig(n_dims=4, n_layers=3)) == \
+        sum(p.numel() for p in PQTransformer(PQConfig(n_dims=4, n_layers=3)).parameters())

@@ -70,10 +70,13 @@ def run_cells(cells: list[B.Cell], cfg: AlignConfig, jobs: int, design: bool = F
     if jobs == 1:
         with reusing_families():
             return [B.run_cell(cell, cfg, design) for cell in tqdm(cells, desc="cells")]
+    groups: dict[B.Cell, list[int]] = {}  # a cell's readouts in one worker: they share
+    for i, cell in enumerate(cells):      # the truth's reach (`scoring.truth_reach`)
+        groups.setdefault(dataclasses.replace(cell, readout="exact"), []).append(i)
     out: list[B.CellResult | None] = [None] * len(cells)
     with ProcessPoolExecutor(jobs, initializer=_worker) as pool:
         futures = {pool.submit(_run_group, [cells[i] for i in at], cfg, design): at
-                   for at in chunks(cells)}
+                   for at in groups.values()}
         with tqdm(total=len(cells), desc="cells") as bar:
             for future in as_completed(futures):
                 for i, result in zip(futures[future], future.result()):
@@ -81,20 +84,6 @@ def run_cells(cells: list[B.Cell], cfg: AlignConfig, jobs: int, design: bool = F
                 bar.update(len(futures[future]))
     assert all(r is not None for r in out)
     return out  # type: ignore[return-value]
-
-
-def chunks(cells: list[B.Cell]) -> list[list[int]]:
-    """The cells' indices in the pieces one worker runs, the largest first.
-
-    One piece per evaluation batch (setting, protocol, data, κ): its cells share the
-    candidates' families and the truths' reach, which a worker keeps (`reusing_families`)
-    and another would run again. Largest first, so that no worker is left with a long
-    piece at the end.
-    """
-    pieces: dict[tuple[Any, ...], list[int]] = {}
-    for i, c in enumerate(cells):
-        pieces.setdefault((c.setting, c.protocol, c.data, c.condition_number), []).append(i)
-    return sorted(pieces.values(), key=len, reverse=True)
 
 
 def _run_group(cells: list[B.Cell], cfg: AlignConfig, design: bool) -> list[B.CellResult]:

@@ -62,6 +62,10 @@ class AlignConfig:
                             "fitted on the other folds; one forward pass), fresh = on "
                             "--n-probe-sequences fresh sequences", choices=PROBE_FITS)
     probe_folds: int = option(4, "folds of the cross-fitted probes")
+    probe_extra_sequences: int = option(
+        0, "further sequences of the evaluation task the cross-fitted probes are also "
+        "fitted on, never read: their estimation error shrinks with the rows, for a forward "
+        "pass over them")
     n_probe_sequences: int | None = option(
         None, "fresh sequences the layer probes are fitted on (default: probes saved by "
         "`iclprobe probe` are used however many they were fitted on, fresh ones on "
@@ -100,6 +104,15 @@ class AlignConfig:
                           ("n_queries", 1)):
             if getattr(self, name) is not None:
                 check_fields(self, check_int, name, low=low)
+        check_fields(self, check_int, "probe_extra_sequences", low=0)
+        if self.probe_extra_sequences and self.probe_fit != "crossfit":
+            raise ConfigError(_OWNER, "probe_extra_sequences", f"{_OWNER}.probe_extra_sequences "
+                              f"applies to cross-fitted probes (probe_fit='crossfit'), got "
+                              f"{self.probe_extra_sequences} with probe_fit={self.probe_fit!r}")
+        if 0 < self.probe_extra_sequences < self.probe_folds:
+            raise ConfigError(_OWNER, "probe_extra_sequences", f"{_OWNER}.probe_extra_sequences "
+                              f"must be 0 or at least probe_folds={self.probe_folds} (split "
+                              f"among the folds), got {self.probe_extra_sequences}")
         check_fields(self, check_real, "condition_number", low=1.0, high=MAX_CONDITION)
         check_fields(self, check_real, "confidence", low=0.0, high=1.0, low_open=True,
                      high_open=True)

@@ -2,7 +2,7 @@
 
     python bench/known_answers.py [--setting main|held-out|fresh|hard-d10|hard-d3|all]
                                   [--out DIR] [--n-sequences 256] [--n-boot 100] [--jobs 2]
-                                  [--design] [--probe-folds K]
+                                  [--design] [--probe-folds K] [--probe-extra-sequences N]
                                   [--probe-fit fresh --n-probe-sequences N]
 
 Models whose algorithm is known by construction (`iclprobe.constructions`): oracles of GD,
@@ -108,6 +108,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help="fresh probes' sequences (align's --n-probe-sequences)")
     parser.add_argument("--probe-folds", type=int, default=None,
                         help="cross-fitted probes' folds (align's --probe-folds; default 4)")
+    parser.add_argument("--probe-extra-sequences", type=int, default=None,
+                        help="further sequences the cross-fitted probes are fitted on "
+                             "(align's --probe-extra-sequences)")
     parser.add_argument("--jobs", type=int, default=2,
                         help="worker processes, one torch thread each (cells are independent)")
     args = parser.parse_args(argv)
@@ -125,6 +128,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     except ConfigError as err:  # the config's check, named by the flag that set the field
         flag = {"n_sequences": "--n-sequences", "n_boot": "--n-boot",
                 "n_probe_sequences": "--n-probe-sequences",
+                "probe_extra_sequences": "--probe-extra-sequences",
                 "probe_folds": "--probe-folds"}.get(err.field)
         parser.error(f"{flag + ': ' if flag else ''}{err}")
     return args
@@ -134,13 +138,19 @@ def config(args: argparse.Namespace) -> AlignConfig:
     """The benchmark's AlignConfig with the command line's sizes and probe fit (checked)."""
     cfg = B.bench_config(args.n_sequences, args.n_boot)
     folds = cfg.probe_folds if args.probe_folds is None else args.probe_folds
+    extra = args.probe_extra_sequences
+    if extra is None:  # the benchmark's own, where probes are cross-fitted
+        extra = cfg.probe_extra_sequences if args.probe_fit == "crossfit" else 0
     return dataclasses.replace(cfg, probe_fit=args.probe_fit, probe_folds=folds,
-                               n_probe_sequences=args.n_probe_sequences)
+                               n_probe_sequences=args.n_probe_sequences,
+                               probe_extra_sequences=extra)
 
 
 def _probes(cfg: AlignConfig) -> str:
     if cfg.probe_fit == "crossfit":
-        return f"cross-fitted, {cfg.probe_folds} folds"
+        also = f", fitted on {cfg.probe_extra_sequences} more sequences" \
+            if cfg.probe_extra_sequences else ""
+        return f"cross-fitted, {cfg.probe_folds} folds{also}"
     return f"fitted on {cfg.fresh_probe_sequences} fresh sequences"
 
 

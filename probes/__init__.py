@@ -5,7 +5,7 @@ sequences themselves (`cross_fit`); `decodability` fits learners' predictions fr
 layer's residual stream instead (how much of each a layer holds).
 """
 
-from iclprobe.probes.crossfit import CrossFit, ReadoutNoise, cross_fit, readout_noise
+from iclprobe.probes.crossfit import CrossFit, ReadoutNoise, cross_fit, fold_sums, readout_noise
 from iclprobe.probes.decode import decodability
 from iclprobe.probes.induced import gradient_weights, induced_weights, sample_queries
 from iclprobe.probes.layer_probes import (
@@ -25,7 +25,7 @@ from iclprobe.probes.preconditioners import (
     preconditioners,
 )
 from iclprobe.probes.readout import ReadoutProbe
-from iclprobe.probes.ridge import RidgeFit, ridge_gcv
+from iclprobe.probes.ridge import RidgeFit, RidgeSums, ridge_gcv
 
 __all__ = [
     "CrossFit",
@@ -37,10 +37,12 @@ __all__ = [
     "ProbeMetrics",
     "ReadoutProbe",
     "RidgeFit",
+    "RidgeSums",
     "ahn_optimum",
     "analyze_preconditioners",
     "cross_fit",
     "decodability",
+    "fold_sums",
     "readout_noise",
     "definiteness",
     "distance",

@@ -12,6 +12,7 @@ minus its own). Axis legend: ``layer``, ``batch``, ``pos``, ``d_model``.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -43,14 +44,19 @@ class CrossFit:
     #: per fold, the fit on the other folds that read it (None: not kept; refitted)
     fold_fits: list[RidgeFit] | None = None
 
+    @property
+    def extra(self) -> list[int]:
+        """The sums of sequences only fitted on, never read (``sums`` after the folds')."""
+        return list(range(len(self.folds), len(self.sums)))
+
     def others(self, rows: slice) -> list[int]:
-        """The folds that hold none of the sequences ``rows``."""
+        """The sums that hold none of the sequences ``rows``: other folds, and the extra."""
         start, stop = rows.start or 0, rows.stop
         keep = [k for k, (a, b) in enumerate(self.folds) if b <= start or a >= stop]
         if not keep:
             raise InputError(f"every fold holds some of the sequences {start}..{stop - 1}: "
                              "no probe is out of sample for them")
-        return keep
+        return keep + self.extra
 
     def probes_excluding(self, rows: slice) -> LayerProbes:
         """Probes fitted on every fold that holds none of the sequences ``rows``."""
@@ -65,7 +71,7 @@ class CrossFit:
 
     def fit_on(self, keep: list[int]) -> RidgeFit:
         """The ridge fit (GCV per layer) on the folds ``keep``: a fold's own where it is one."""
-        left_out = [k for k in range(len(self.folds)) if k not in keep]
+        left_out = [k for k in range(len(self.sums)) if k not in keep]
         if self.fold_fits is not None and len(left_out) == 1:
             return self.fold_fits[left_out[0]]
         return ridge_from_sums(_total([self.sums[k] for k in keep]), self.alphas)
@@ -79,15 +85,20 @@ def _total(sums: list[RidgeSums]) -> RidgeSums:
 
 
 def cross_fit(model: Regressor, resid: Tensor, ys: Tensor, folds: int = 4, t_min: int = 1,
-              alphas: Tensor | None = None) -> CrossFit:
+              alphas: Tensor | None = None, extra: Sequence[RidgeSums] = ()) -> CrossFit:
     """Ridge probes (GCV per layer) cross-fitted on residuals ``[L+1, B, n, d_model]``.
 
     The probes' target is the true y (positions ``t >= t_min`` enter the fits); every
-    position is predicted.
+    position is predicted. ``extra``: the ridge sums (`fold_sums`) of further sequences that
+    every fold's probe is also fitted on, none of them read (the probes' estimation error
+    shrinks with their rows; the sequences read stay the B), in ``folds`` parts of equal
+    size (`CrossFit.extra`), so that the halves the readout's noise is measured on
+    (`readout_noise`) each hold some of them.
     """
     n_layers, batch, n, width = resid.shape
     if ys.shape != (batch, n):
         raise InputError(f"ys must have shape {(batch, n)}, got {tuple(ys.shape)}")
+    more = _check_extra(extra, folds, resid.shape)
     if not is_int(folds) or not 2 <= folds <= batch:
         raise InputError(f"folds must be an integer in [2, {batch}], got {folds!r}")
     if not isinstance(t_min, int) or not 0 <= t_min < n:
@@ -97,11 +108,26 @@ def cross_fit(model: Regressor, resid: Tensor, ys: Tensor, folds: int = 4, t_min
     fitted_on = batch - max(b - a for a, b in bounds)  # the fewest sequences a probe sees
     check_rows(fitted_on * (n - t_min), width, f"the other {folds - 1} of {folds} folds "
                 f"({fitted_on} sequences) x {n - t_min} positions t >= {t_min}", n - t_min)
-    sums = [ridge_sums(resid[:, a:b, t_min:].flatten(1, 2), ys[a:b, t_min:].flatten())
-            for a, b in bounds]
+    sums = [fold_sums(resid[:, a:b], ys[a:b], t_min) for a, b in bounds] + more
     preds, fits = _out_of_fold(resid, sums, bounds, alphas)
     metrics = probe_metrics(preds, ys, ys, t_min, model.cfg.n_dims)  # the target is y
     return CrossFit(preds, metrics, bounds, sums, model, t_min, alphas, fits)
+
+
+def fold_sums(resid: Tensor, ys: Tensor, t_min: int) -> RidgeSums:
+    """A block of sequences' ridge sums as a cross-fit adds them (positions ``t >= t_min``)."""
+    return ridge_sums(resid[:, :, t_min:].flatten(1, 2), ys[:, t_min:].flatten())
+
+
+def _check_extra(extra: Sequence[RidgeSums], folds: int, shape: torch.Size) -> list[RidgeSums]:
+    if not extra:
+        return []
+    n_layers, width = shape[0], shape[-1]
+    if len(extra) != folds or any(tuple(e.sx.shape) != (n_layers, width) for e in extra):
+        raise InputError(f"extra must be {folds} RidgeSums (one per fold) of {n_layers} "
+                         f"layers x {width} features, got "
+                         f"{[tuple(e.sx.shape) for e in extra]}")
+    return list(extra)
 
 
 def _out_of_fold(resid: Tensor, sums: list[RidgeSums], bounds: list[tuple[int, int]],
@@ -181,7 +207,8 @@ def readout_noise(fit: CrossFit, resid: Tensor) -> ReadoutNoise:
     (``ReadoutNoise.draws``): K − 1 draws, or (K − 1)/2 for odd
     K (the other rotations repeat them with the halves swapped). With 4 folds the three
     draws hold every contrast of the other folds' fits: their mean squared size has twice
-    one draw's degrees of freedom.
+    one draw's degrees of freedom. Sequences fitted on and never read (`cross_fit`'s
+    ``extra``) are split between the halves with the folds; the draws are as many.
     """
     n_layers, batch, n, _ = resid.shape
     others = len(fit.folds) - 1
@@ -190,7 +217,7 @@ def readout_noise(fit: CrossFit, resid: Tensor) -> ReadoutNoise:
     n_draws = others // 2 if others % 2 == 0 else others
     draws = torch.empty(n_draws, n_layers, batch, n, dtype=torch.float64)
     for k, (a, b) in enumerate(fit.folds):
-        keep = [j for j in range(len(fit.folds)) if j != k]
+        keep = [j for j in range(len(fit.sums)) if j != k]  # the extra sequences' too
         alpha = fit.fit_on(keep).alpha
         for r in range(n_draws):
             coef, intercept = _half_difference(fit, keep[r:] + keep[:r], alpha)

@@ -133,3 +133,18 @@ def test_the_exit_status_comes_from_the_type_not_the_source_text(checkpoint, cap
     finally:
         for name in ("torch_refuses_test", "plain_value_error_test", "numpy_value_error_test"):
             algorithms.LEARNERS.pop(name)
+
+
+def test_extra_probe_sequences_are_for_cross_fitted_probes_and_fill_every_fold(capsys):
+    with pytest.raises(ConfigError, match=r"AlignConfig.probe_extra_sequences applies to "
+                                          r"cross-fitted probes .* got 8 with probe_fit='fresh'"):
+        AlignConfig(probe_fit="fresh", probe_extra_sequences=8)
+    with pytest.raises(ConfigError, match=r"must be 0 or at least probe_folds=4 .* got 3"):
+        AlignConfig(probe_extra_sequences=3)
+    with pytest.raises(ConfigError, match=r"probe_extra_sequences must be an integer >= 0"):
+        AlignConfig(probe_extra_sequences=-1)
+    assert AlignConfig(probe_fit="fresh").probe_extra_sequences == 0  # the default fits both
+    assert main(["align", "gpt-softmax", "--probe-extra-sequences", "2"]) == 2
+    assert capsys.readouterr().err.strip().startswith(
+        "iclprobe align: error: --probe-extra-sequences: AlignConfig.probe_extra_sequences "
+        "must be 0 or at least probe_folds=4")

@@ -182,11 +182,14 @@ def layer_predictions(model: Regressor, task: RegressionTask, batch: RegressionB
         batch_size, n = batch.ys.shape
         start = 1 if window is None else probe_start(
             window, n, resid.shape[-1], batch_size - -(-batch_size // cfg.probe_folds))
-        fit = probes.cross_fit(model, resid, batch.ys, folds=cfg.probe_folds, t_min=start)
+        extra, also = _extra_sums(model, task, cfg, start, resid)
+        fit = probes.cross_fit(model, resid, batch.ys, folds=cfg.probe_folds, t_min=start,
+                               extra=extra)
         rows = weight_rows or slice(0, batch.xs.shape[0] // cfg.probe_folds)
         noise = probes.readout_noise(fit, resid) if cfg.probe_folds >= 3 else None
         return (fit.preds, f"ridge probes cross-fitted on the evaluation sequences "
-                f"({cfg.probe_folds} folds: each sequence read by probes fitted on the others)",
+                f"({cfg.probe_folds} folds: each sequence read by probes fitted on the others"
+                f"{also})",
                 fit.metrics.r2, fit.probes_excluding(rows), noise)
     if layer_probes is None:
         gen = torch.Generator().manual_seed(cfg.seed + 1)
@@ -202,6 +205,41 @@ def layer_predictions(model: Regressor, task: RegressionTask, batch: RegressionB
     r2 = list(layer_probes.metrics_.r2) if hasattr(layer_probes, "metrics_") else []
     preds = layer_probes.predict(xs, ys).double().cpu()
     return preds, how, r2, layer_probes, None
+
+
+def _extra_sums(model: Regressor, task: RegressionTask, cfg: AlignConfig, t_min: int,
+                resid: Tensor) -> tuple[list[probes.RidgeSums], str]:
+    """The ridge sums of ``cfg.probe_extra_sequences`` more sequences, and what they add.
+
+    The sequences are the evaluation task's (seed + 2), one part per fold, with what the
+    readout's description adds. One forward pass per fold's part, so that only one part's
+    residuals are held. A sequence whose residuals at some layer (positions ``t >= t_min``)
+    are larger than every evaluation sequence's there (``resid``) is left out: the probes
+    never read such a residual, and it would weigh on their fit beyond the range they read
+    (a model sized on the evaluation data diverging on a few others). Where the model
+    refuses the sequences or a part keeps none, none are used.
+    """
+    n, folds = cfg.probe_extra_sequences, cfg.probe_folds
+    if not n:
+        return [], ""
+    more = task.sample(n, generator=torch.Generator().manual_seed(cfg.seed + 2))
+    top = resid[:, :, t_min:].double().pow(2).sum((2, 3)).amax(1)  # [layer]
+    edges = [round(k * n / folds) for k in range(folds + 1)]
+    out, kept = [], 0
+    for a, b in zip(edges[:-1], edges[1:]):
+        try:
+            r = collect_residuals(model, more.xs[a:b].to(cfg.device),
+                                  more.ys[a:b].to(cfg.device)).cpu()
+        except InputError:  # an oracle's learner diverging on them
+            return [], f", not on {n} more: the model diverges on them"
+        size = r[:, :, t_min:].double().pow(2).sum((2, 3))  # [layer, sequence]
+        inside = (size.isfinite() & (size <= top[:, None])).all(0)
+        if not bool(inside.any()):
+            return [], f", not on {n} more: their residuals lie beyond the evaluation's"
+        out.append(probes.fold_sums(r[:, inside], more.ys[a:b][inside], t_min))
+        kept += int(inside.sum())
+    return out, f", and fitted on {kept} of {n} more" + \
+        (" (the others' residuals beyond the evaluation's)" if kept < n else "")
 
 
 def probe_start(window: tuple[int, int], n_points: int, width: int, fitted_on: int) -> int:

@@ -223,7 +223,7 @@ def _extra_sums(model: Regressor, task: RegressionTask, cfg: AlignConfig, t_min:
     if not n:
         return [], ""
     more = task.sample(n, generator=torch.Generator().manual_seed(cfg.seed + 2))
-    top = resid[:, :, t_min:].double().pow(2).sum((2, 3)).amax(1)  # [layer]
+    top = _sizes(resid, t_min).amax(1)  # [layer]
     edges = [round(k * n / folds) for k in range(folds + 1)]
     out, kept = [], 0
     for a, b in zip(edges[:-1], edges[1:]):
@@ -232,7 +232,7 @@ def _extra_sums(model: Regressor, task: RegressionTask, cfg: AlignConfig, t_min:
                                   more.ys[a:b].to(cfg.device)).cpu()
         except InputError:  # an oracle's learner diverging on them
             return [], f", not on {n} more: the model diverges on them"
-        size = r[:, :, t_min:].double().pow(2).sum((2, 3))  # [layer, sequence]
+        size = _sizes(r, t_min)  # [layer, sequence]
         inside = (size.isfinite() & (size <= top[:, None])).all(0)
         if not bool(inside.any()):
             return [], f", not on {n} more: their residuals lie beyond the evaluation's"
@@ -240,6 +240,14 @@ def _extra_sums(model: Regressor, task: RegressionTask, cfg: AlignConfig, t_min:
         kept += int(inside.sum())
     return out, f", and fitted on {kept} of {n} more" + \
         (" (the others' residuals beyond the evaluation's)" if kept < n else "")
+
+
+def _sizes(resid: Tensor, t_min: int) -> Tensor:
+    """Each sequence's squared residual norm per layer, ``[layer, batch]``, in float64.
+
+    Summed in float64 without a float64 copy of the residuals (at Garg size, a gigabyte).
+    """
+    return torch.linalg.vector_norm(resid[:, :, t_min:], dim=(2, 3), dtype=torch.float64) ** 2
 
 
 def probe_start(window: tuple[int, int], n_points: int, width: int, fitted_on: int) -> int:

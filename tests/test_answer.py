@@ -390,3 +390,14 @@ def test_a_mix_is_a_better_fit_only_beyond_the_rules_precision(metric, gain, mix
                               layers if on_w else None, ys, [metric], spec)[metric]
     _, _, _, said = mixes("x", 0, evidence(tables), cands, metric, ys, spec, layers)
     assert said["y"] is mixed
+
+
+@pytest.mark.parametrize(("slack", "kind"), [(0.0, RUNS), (1.2e-4, CANNOT_TELL)])
+def test_through_probes_the_closeness_test_leaves_the_corrections_slack_unsettled(slack, kind):
+    # The held-out slice's GD oracle at 1.5/λmax, layer 2, read by probes fitted on 1024
+    # more sequences (its numbers, the roles turned around: heavy ball led there): the
+    # corrected similarity went past a perfect match and led the truth's family by 8e-5,
+    # while the truth's own column imitates the leader's match to 2e-5. The correction is
+    # uncertain by its slack (√(2/p) of it, 1.2e-4 there); a layer the correction could
+    # carry that far is not closer to the match than the rival's imitation.
+    assert _decided(1.00026, 8e-5, 0.99996, 1.7e-5, slack).kind == kind

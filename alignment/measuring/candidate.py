@@ -40,6 +40,9 @@ class Candidate:
     #: per column, (its variant's place in the family's variants, its step): the same
     #: column on other data (the variants' numbers, e.g. a fixed η, are the data's)
     places: list[tuple[float, int]] = dataclasses.field(default_factory=list)
+    #: columns of the family fitted to imitate other candidates' matched columns (through
+    #: probes: `measuring.imitators`), predictions only; read for that imitation alone
+    imitators: algorithms.Iterates | None = None
 
     def neighbors(self, col: int) -> list[int]:
         """The columns next to ``col`` on the family's grid.

@@ -23,7 +23,7 @@ from iclprobe import algorithms
 from iclprobe.algorithms.families import FamilyContext, NotACandidate
 from iclprobe.algorithms.numerics import Diverged
 from iclprobe.algorithms.prefix import PrefixStats
-from iclprobe.alignment.measuring import fit_steps, kept, refine
+from iclprobe.alignment.measuring import fit_steps, imitators, kept, refine
 from iclprobe.alignment.measuring.candidate import VARIANT_HYPER, Candidate, Fine
 from iclprobe.alignment.measuring.reading import probe_read, reread
 from iclprobe.alignment.measuring.runs import concat_iterates, run_spec
@@ -304,7 +304,10 @@ def measure_candidates(ev: Evaluation, layers: Layers, stats: PrefixStats) -> Ca
     each family's fine step sizes next to the layers' matches join it (`refine`); through
     probes they do not: the probes' noise is larger than what they resolve, and a family
     refined around its match fits that noise (on the known-answer benchmark it named GD at
-    a heavy-ball oracle's first step and at the GD/Newton average's last layer).
+    a heavy-ball oracle's first step and at the GD/Newton average's last layer). There
+    each rival's step size is fitted toward the leading candidate's matched columns
+    instead, for its imitation of them alone (`imitators`): fitted to a learner's column,
+    not to the noisy layer.
     """
     claims = {k: ev.runs[k] for k in ev.claimed if k in ev.runs}
     keys = candidate_keys(ev.cfg.algorithms, claims)
@@ -328,6 +331,13 @@ def measure_candidates(ev: Evaluation, layers: Layers, stats: PrefixStats) -> Ca
     tables = candidate_tables(members, read_p, read_w, ev.ys, ev.cfg.metrics, spec)
     if rows is None and layers.noise is None:  # read exactly: no readout noise to fit
         _refine(ev, layers, stats, claims, members, tables, (read_p, read_w), spec)
+    if rows is not None:  # through probes: the rivals' step sizes fitted to the matches
+
+        def run(fine: Mapping[str, Fine]) -> dict[str, Candidate]:
+            return build_candidates(list(fine), ev.batch, stats, ev.window, layers.n_layers,
+                                    None, claims, rows, fine)[0]
+
+        imitators.fit_imitators(members, tables, ev.batch, stats, ev.window, spec, run)
     return Candidates(members, tables, {"preds": read_p, "weights": read_w}, spec, notes, noisy,
                       fine=rows is None and layers.noise is None)
 

@@ -22,16 +22,18 @@ known-answer benchmark). The metric is the error cosine where computed (`fit_met
 variant found joins the family where it is closer to the layer than the match was, as the
 fine step sizes do (every metric's table gains its column). Every such candidate is
 searched the same way, rivals included, so that a rival's imitation of a match is as
-flexible as the match. Through probes nothing is fitted, for the reason the fine step
-sizes are not run there (`measure_candidates`).
+flexible as the match. Through probes no match is fitted, for the reason the fine step
+sizes are not run there (`measure_candidates`); the rivals' imitations of the matches are
+(`imitators`, searching the step counts next to the best imitating one too).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 
+import torch
 from torch import Tensor
 
 from iclprobe import algorithms
@@ -140,11 +142,16 @@ def _vertex(*points: float) -> tuple[float, float] | None:
 
 
 def _searches(places: Mapping[str, Sequence[tuple[float, int]]],
-              scored: Mapping[str, Tensor], ctx: FamilyContext) -> dict[tuple[str, int], _Search]:
-    """One search per (candidate with a continuum, layer), from the layer's match.
+              scored: Mapping[str, Tensor], ctx: FamilyContext,
+              skip: Set[tuple[str, int]] = frozenset(), around: bool = False
+              ) -> dict[tuple[str, int, int], _Search]:
+    """The searches per (candidate with a continuum, layer), from the layer's match.
 
     The ranks either side of the match's (within its continuum) bound it; where their
-    columns at the matched step are in the family, their values start it too.
+    columns at the matched step are in the family, their values start it too. ``around``:
+    also one at each step count next to the match's on the family's steps, from that
+    step's best column. ``skip``: (candidate, layer) pairs not searched. Keyed by
+    (candidate, layer, step).
     """
     out = {}
     for key, where in places.items():
@@ -154,17 +161,49 @@ def _searches(places: Mapping[str, Sequence[tuple[float, int]]],
         if family.continuum is None:
             continue
         at = {place: i for i, place in enumerate(where)}
-        for layer, col in enumerate(first_best(scored[key]).tolist()):
-            rank, step = where[col]
-            if rank != int(rank) or (family.steps is not None and step == 0):
-                continue  # fitted already, or the zero predictor (no step size)
-            first, last = family.span(ctx, int(rank))
-            if first == last:
+        starts = _starts(scored[key], where, family.steps if around else None)
+        for layer, cols in enumerate(starts):
+            if (key, layer) in skip:
                 continue
-            low, high = max(rank - 1, first), min(rank + 1, last)
-            known = {r: float(scored[key][layer, at[(r, step)]])
-                     for r in (low, rank, high) if (r, step) in at}
-            out[(key, layer)] = _Search(step, low, high, known)
+            for col in cols:
+                rank, step = where[col]
+                if rank != int(rank) or (family.steps is not None and step == 0):
+                    continue  # fitted already, or the zero predictor (no step size)
+                first, last = family.span(ctx, int(rank))
+                if first == last:
+                    continue
+                low, high = max(rank - 1, first), min(rank + 1, last)
+                known = {r: float(scored[key][layer, at[(r, step)]])
+                         for r in (low, rank, high) if (r, step) in at}
+                out[(key, layer, step)] = _Search(step, low, high, known)
+    return out
+
+
+def _starts(scored: Tensor, where: Sequence[tuple[float, int]], steps: object
+            ) -> list[list[int]]:
+    """Per layer, the columns the searches start from: the match, and its neighbours' steps.
+
+    Where ``steps`` is a tuple of step counts, the best column at each step count next to
+    the match's follows the match.
+    """
+    matches = first_best(scored).tolist()
+    if not isinstance(steps, tuple):
+        return [[c] for c in matches]
+    cols_at: dict[int, list[int]] = {}
+    for col, (rank, step) in enumerate(where):
+        if rank == int(rank):
+            cols_at.setdefault(step, []).append(col)
+    out = []
+    for layer, match in enumerate(matches):
+        step = where[match][1]
+        at = steps.index(step) if step in steps else None
+        near = [] if at is None else [s for s in steps[max(at - 1, 0):at + 2] if s != step]
+        cols = [match]
+        for s in near:
+            if s in cols_at:
+                idx = torch.tensor(cols_at[s])
+                cols.append(int(idx[first_best(scored[layer, idx])]))
+        out.append(cols)
     return out
 
 
@@ -172,7 +211,8 @@ def fitted(places: Mapping[str, Sequence[tuple[float, int]]], metric: str,
            scored: Mapping[str, Tensor],
            values: Tensor, ys: Tensor, kw: Mapping[str, object], batch: RegressionBatch,
            stats: algorithms.PrefixStats, window: tuple[int, int],
-           run: Callable[[Mapping[str, Fine]], Mapping[str, Candidate]]
+           run: Callable[[Mapping[str, Fine]], Mapping[str, Candidate]],
+           skip: Set[tuple[str, int]] = frozenset(), around: bool = False
            ) -> dict[str, Fine]:
     """Per candidate, the fitted variants that beat the layers' matches, to join the family.
 
@@ -181,27 +221,31 @@ def fitted(places: Mapping[str, Sequence[tuple[float, int]]], metric: str,
     (`fit_metric`), ``[layer, column]``, signed so that higher is better; ``values``: the
     layers as they were compared (or any other rows: the benchmark fits to the true
     learner's columns); ``kw``: the metric's window and pooling;
-    ``run(asks)``: the asked variants alone, as candidates (predictions only).
+    ``run(asks)``: the asked variants alone, as candidates (predictions only); ``skip``:
+    (candidate, layer) pairs not fitted (`imitators`: not every rival, nor a column to
+    itself); ``around``: search the step counts next to the match's too (`_searches`).
     """
     ctx = FamilyContext(stats, batch.cov, window)
-    searches = _searches(places, scored, ctx)
+    searches = _searches(places, scored, ctx, skip, around)
     while True:
         wanted = {where: x for where, search in searches.items()
                   if (x := search.ask()) is not None}
         if not wanted:
             break
         asks: dict[str, dict[float, set[int]]] = {}
-        for (key, layer), rank in wanted.items():
-            asks.setdefault(key, {}).setdefault(rank, set()).add(searches[key, layer].step)
+        for (key, _, step), rank in wanted.items():
+            asks.setdefault(key, {}).setdefault(rank, set()).add(step)
         got = _evaluate(asks, metric, values, ys, kw, run)
-        for (key, layer), rank in wanted.items():
-            search = searches[key, layer]
-            search.told(rank, got[key].get(layer, rank, search.step) if key in got
-                        else -math.inf)
+        for (key, layer, step), rank in wanted.items():
+            searches[key, layer, step].told(
+                rank, got[key].get(layer, rank, step) if key in got else -math.inf)
+    match: dict[tuple[str, int], float] = {}  # the layer's match in the family
+    for (key, layer, _), search in searches.items():
+        match[key, layer] = max(match.get((key, layer), -math.inf), search.start)
     out: dict[str, dict[float, set[int]]] = {}
-    for (key, _), search in searches.items():
+    for (key, layer, _), search in searches.items():
         rank, value = search.best
-        if value > search.start and rank != int(rank):
+        if value > match[key, layer] and rank != int(rank):
             out.setdefault(key, {}).setdefault(rank, set()).add(search.step)
     return {key: _fine(by) for key, by in out.items()}
 

@@ -145,6 +145,9 @@ def _resemblances(x: str, layers: Sequence[int], ev: Evidence, cands: Mapping[st
         if y == x:
             continue
         best, _ = C.imitation(values, cand.of(metric), ys, metric, **kw)
+        if cand.imitators is not None and not on_w:  # its columns fitted to the matches
+            fitted, _ = C.imitation(values, cand.imitators, ys, metric, **kw)
+            best = [ev.sign * max(ev.sign * a, ev.sign * b) for a, b in zip(best, fitted)]
         imit[y] = {i: ev.sign * best[cols.index(ev.best[x][i])] for i in layers}
     runner: dict[int, float] = {}
     by_rival: dict[str, list[int]] = {}
@@ -249,23 +252,27 @@ def _decide(metric: str, ev: Evidence, tables: Mapping[str, Similarity],
     (`probe_margins`); it is closer to X's match than Y's best imitation of that
     match is (the learners' own resemblance: a layer farther from X's match than Y comes
     to it is not X's; the point estimate, never beyond a perfect match, the interval
-    being the paired difference's job); and no mix of X's and Y's matched columns fits it
+    being the paired difference's job; through probes less the noise correction's own
+    uncertainty, its slack, and against Y's imitation with its step size fitted to X's
+    match, `measuring.imitators`); and no mix of X's and Y's matched columns fits it
     better (a layer between X and Y is neither's). Runs X: separated from every other
     candidate. None of them: its optimistic bound falls short of the runner-up's matched
     column's similarity to X's match by more than the probes' noise correction could
     leave it (its slack). Otherwise: cannot tell X from the candidates it is not separated
-    from.
+    from. The slack counts against naming and against "none of them" alike: what the
+    correction cannot settle is "cannot tell".
     """
     q = torch.tensor([(1 - ev.confidence) / 2, (1 + ev.confidence) / 2], dtype=torch.float64)
     own = sticks.own[layer]
     pessimistic, optimistic = torch.quantile(own, q).tolist()
     ranked = _ranked(ev, layer)
     level = _at_most_perfect(metric, sticks.own_value[layer])
+    slack = sticks.slack.get(layer, 0.0)  # through probes: the correction's own uncertainty
     unseparated, between = [], []
     for y in ranked[1:]:
         diff_low = float(torch.quantile(own - sticks.rival_own[y][layer], q[0]))
         diff_low -= sticks.margin.get(y, {}).get(layer, 0.0)
-        close = level > sticks.imitation[y][layer] + PRECISION
+        close = level - slack > sticks.imitation[y][layer] + PRECISION
         if not (diff_low > PRECISION and close and not sticks.mixed[y][layer]):
             unseparated.append(y)
             if sticks.mixed[y][layer]:
@@ -274,7 +281,7 @@ def _decide(metric: str, ev: Evidence, tables: Mapping[str, Similarity],
         return _named(metric, ev, tables, cands, layer, x)
     runner_up = sticks.runner_up[layer]
     extra = {"runner_up": ranked[1], "resemblance": ev.sign * runner_up}
-    if optimistic + sticks.slack.get(layer, 0.0) + PRECISION < runner_up:
+    if optimistic + slack + PRECISION < runner_up:
         return _named(metric, ev, tables, cands, layer, x, NONE, **extra)
     return _named(metric, ev, tables, cands, layer, x, CANNOT_TELL, others=unseparated,
                   between=between, **extra)

@@ -239,13 +239,10 @@ def fitted(places: Mapping[str, Sequence[tuple[float, int]]], metric: str,
         for (key, layer, step), rank in wanted.items():
             searches[key, layer, step].told(
                 rank, got[key].get(layer, rank, step) if key in got else -math.inf)
-    match: dict[tuple[str, int], float] = {}  # the layer's match in the family
-    for (key, layer, _), search in searches.items():
-        match[key, layer] = max(match.get((key, layer), -math.inf), search.start)
     out: dict[str, dict[float, set[int]]] = {}
     for (key, layer, _), search in searches.items():
         rank, value = search.best
-        if value > match[key, layer] and rank != int(rank):
+        if value > float(scored[key][layer].max()) and rank != int(rank):  # beats the match
             out.setdefault(key, {}).setdefault(rank, set()).add(search.step)
     return {key: _fine(by) for key, by in out.items()}
 

@@ -7,7 +7,10 @@ fine step sizes next to the layers' matches.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
+
+import torch
 
 from iclprobe import algorithms
 from iclprobe.alignment.metrics import METRIC_INFO
@@ -52,16 +55,29 @@ class Candidate:
         Adjacent on the family's step counts: a fine variant (`Family.fine`) runs at a few
         of them only, and its columns either side of a gap are not neighbours.
         """
-        steps = self.preds.steps.tolist()
-        axis = sorted(set(steps))
-        at = axis.index(steps[col])
-        near = set(axis[max(at - 1, 0):at + 2]) - {steps[col]}
+        steps, axis, at_place = self._grid
+        step, variant = steps[col], self.variant[col]
+        at = axis.index(step)
+        near = set(axis[max(at - 1, 0):at + 2]) - {step}
         out = [k for k in (col - 1, col + 1) if 0 <= k < len(self.variant)
-               and self.variant[k] == self.variant[col] and steps[k] in near]
-        for v in (self.variant[col] - 1, self.variant[col] + 1):
-            out += [k for k, (vk, sk) in enumerate(zip(self.variant, steps))
-                    if vk == v and sk == steps[col]]
+               and self.variant[k] == variant and steps[k] in near]
+        for v in (variant - 1, variant + 1):
+            out += at_place.get((v, step), [])
         return sorted(set(out))
+
+    @functools.cached_property
+    def _grid(self) -> tuple[list[int], list[int], dict[tuple[int, int], list[int]]]:
+        """Each column's step, the family's step counts, and (variant, step) -> its columns."""
+        steps = self.preds.steps.tolist()
+        at_place: dict[tuple[int, int], list[int]] = {}
+        for k, place in enumerate(zip(self.variant, steps)):
+            at_place.setdefault(place, []).append(k)
+        return steps, sorted(set(steps)), at_place
+
+    @functools.cached_property
+    def variant_index(self) -> tuple[torch.Tensor, list[int]]:
+        """``variant`` as a tensor, and the variants in the order their columns first appear."""
+        return torch.as_tensor(self.variant), list(dict.fromkeys(self.variant))
 
     def of(self, metric: str) -> algorithms.Iterates:
         """The iterates ``metric`` compares: with weights for a weight metric."""

@@ -122,17 +122,21 @@ def bootstrap_weights(batch: int, n_boot: int, seed: int) -> Tensor:
     return counts.scatter_add_(1, picks, torch.ones(n_boot, batch, dtype=torch.float64)) / batch
 
 
+def inverse_norm(norm: Tensor) -> Tensor:
+    """``1 / norm``, 0 where the norm is below the dtype's smallest normal number.
+
+    (Whose inverse overflows: a cosine with such a vector counts as 0, as with 0.)
+    """
+    ok = norm >= torch.finfo(norm.dtype).tiny
+    return torch.where(ok, 1.0 / torch.where(ok, norm, 1.0), 0.0)
+
+
 def _pair_cosines(num: Tensor, norm_a: Tensor, norm_b: Tensor) -> Tensor:
     """Cosines from products ``[L, K, ...]`` and norms ``[L, ...]``, ``[K, ...]`` (0 at 0).
 
-    The inverse norms are taken on the small tensors, so the large one is touched once (a
-    norm below the dtype's smallest normal number, whose inverse overflows, counts as 0).
+    The inverse norms are taken on the small tensors, so the large one is touched once.
     """
-    def inverse(norm: Tensor) -> Tensor:
-        ok = norm >= torch.finfo(norm.dtype).tiny
-        return torch.where(ok, 1.0 / torch.where(ok, norm, 1.0), 0.0)
-
-    return num.mul_(inverse(norm_a)[:, None]).mul_(inverse(norm_b)[None])
+    return num.mul_(inverse_norm(norm_a)[:, None]).mul_(inverse_norm(norm_b)[None])
 
 
 def _cross(a: Tensor, b: Tensor) -> Tensor:
@@ -178,7 +182,8 @@ _FAST = {"error_cosine": ("_error_cosine", _fast_error_cosine),
          "spd": ("_spd", _fast_spd), "ilwd": ("_ilwd", _fast_ilwd)}
 
 
-def _fast_form(metric: str) -> Any:
+def fast_form(metric: str) -> Any:
+    """The built-in ``metric``'s layer × column form (None: another metric, or re-registered)."""
     entry = _FAST.get(metric)
     if entry is None:
         return None
@@ -195,7 +200,7 @@ def moments(metric: str, over: str, a: Tensor, b: Tensor, ys: Tensor, t_min: int
     """
     if over == "sequences":
         return M.across_moments(metric, a, b, ys, t_min, t_max)
-    fast = _fast_form(metric)
+    fast = fast_form(metric)
     if fast is not None and a.ndim == b.ndim and a.shape[1] == 1 and b.shape[0] == 1:
         t_max = M.check_window(t_min, t_max, ys.shape[-1])
         return fast(a[:, 0], b[0], ys, slice(t_min, t_max + 1))[..., None, None]

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from iclprobe.algorithms.base import Iterates
 from iclprobe.alignment.measuring.candidates import Candidate, TableSpec, columns_of
+from iclprobe.alignment.measuring.mixing import mix_replicates, mix_scores
 from iclprobe.alignment.measuring.similarities import (
     Similarity,
     first_best,
@@ -170,9 +171,10 @@ def families_reach(values: Tensor, cands: Mapping[str, Candidate], ys: Tensor, m
         mixed = [(key, g) for key, gs in groups.items() if (g := gs[row]) is not None]
         if not mixed:
             continue
-        sims = sign * similarity_values(values[row:row + 1],
-                                        _mix_iterates([g for _, g in mixed], on_w), ys, metric,
-                                        **kw)[0]
+        pairs = [g for _, g in mixed]
+        scores = mix_scores(values[row], pairs, MIX_WEIGHTS, ys, metric, **kw)
+        sims = sign * (scores.mean(-1) if scores is not None else similarity_values(
+            values[row:row + 1], _mix_iterates(pairs, on_w), ys, metric, **kw)[0])
         at = 0
         for key, group in mixed:
             k = len(group[1]) * len(MIX_WEIGHTS)
@@ -191,13 +193,20 @@ def _mix_tables(groups: Sequence[tuple[Tensor, Tensor]], layer: int, ev: Evidenc
     mix is one column of one table (a column's similarity is its own, whatever sits beside
     it: the same resamples, the same numbers).
     """
-    it = _mix_iterates(groups, METRIC_INFO[metric].on == "weights")
-    sim = similarity(values_of_layers[layer:layer + 1], it, ys, metric, n_boot=spec.n_boot,
-                     confidence=ev.confidence, seed=spec.seed, check=False, **spec.kw(metric))
-    assert sim.boots is not None
+    scores = mix_scores(values_of_layers[layer], groups, MIX_WEIGHTS, ys, metric,
+                        **spec.kw(metric))
+    if scores is not None:  # from the columns' products (`mixing`)
+        value, boot = (t[None] for t in mix_replicates(scores, spec.n_boot, spec.seed))
+    else:  # every mix a column
+        it = _mix_iterates(groups, METRIC_INFO[metric].on == "weights")
+        sim = similarity(values_of_layers[layer:layer + 1], it, ys, metric, n_boot=spec.n_boot,
+                         confidence=ev.confidence, seed=spec.seed, check=False,
+                         **spec.kw(metric))
+        assert sim.boots is not None
+        value, boot = sim.values, sim.boots
     rows = slice(layer, layer + 1)
-    boots = ev.sign * spec.correct(metric, sim.boots, rows)[0]
-    values = ev.sign * spec.correct(metric, sim.values, rows)[0]
+    boots = ev.sign * spec.correct(metric, boot, rows)[0]
+    values = ev.sign * spec.correct(metric, value, rows)[0]
     out, at, n_w = [], 0, len(MIX_WEIGHTS)
     for _, parts in groups:
         k = len(parts) * n_w
@@ -251,14 +260,11 @@ def _variant_bests(cand: Candidate, values: Tensor) -> list[int]:
 
     The first column reaching its variant's best, variants in column order.
     """
-    variant = torch.as_tensor(cand.variant)
+    variant, order = cand.variant_index
     n = int(variant.max()) + 1
     top = torch.full((n,), -torch.inf, dtype=values.dtype).scatter_reduce(
         0, variant, values, "amax")
     at_top = values == top[variant]
     first = torch.full((n,), len(variant)).scatter_reduce(
-        0, variant[at_top], torch.arange(len(variant))[at_top], "amin")
-    seen = torch.full((n,), len(variant)).scatter_reduce(
-        0, variant, torch.arange(len(variant)), "amin")  # each variant's first column
-    order = sorted(range(n), key=lambda v: int(seen[v]))  # as the columns list them
-    return [int(first[v]) for v in order if int(first[v]) < len(variant)]
+        0, variant[at_top], torch.arange(len(variant))[at_top], "amin").tolist()
+    return [first[v] for v in order if first[v] < len(variant)]  # variants in column order

@@ -6,6 +6,7 @@ Axis legend: ``step`` (K step counts), ``batch``, ``pos`` (prefix t), ``n_dims``
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import operator
 from collections.abc import Callable, Iterable, Mapping
@@ -244,6 +245,16 @@ def aligned_learners() -> list[LearnerInfo]:
     return sorted(infos, key=lambda i: i.order)
 
 
+@functools.lru_cache(maxsize=256)
+def parameters(fn: Callable[..., Any]) -> Mapping[str, inspect.Parameter]:
+    """A learner function's parameters, as ``inspect.signature`` gives them.
+
+    Kept per function: learners run thousands of times a benchmark, and reading the
+    signature costs a fifth of a closed form's run.
+    """
+    return inspect.signature(fn).parameters
+
+
 def iterates(name: str, xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
              **hyper: Any) -> Iterates:
     """Run the learner registered as ``name`` on every prefix of every sequence.
@@ -265,7 +276,7 @@ def iterates(name: str, xs: Tensor, ys: Tensor, steps: Iterable[int] | None = No
         ValueError: an unknown name or hyperparameter, or iterates of the wrong shape.
     """
     fn = learner_info(name).fn
-    params = inspect.signature(fn).parameters
+    params = parameters(fn)
     any_kw = any(v.kind is v.VAR_KEYWORD for v in params.values())
     if not any_kw:
         unknown = sorted(set(hyper) - set(params))

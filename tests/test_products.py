@@ -1,9 +1,10 @@
 """The batched products behind the learners and the similarity tables, against references.
 
-`rowdot` and `similarities._cross` are written as one `bmm` on reshaped views for speed;
-each is compared with the plain elementwise sum it stands for (numpy's, in float64), so a
-wrong reshape or axis order fails here before it moves any benchmark count. Tolerances,
-not bit equality: the order of a BLAS kernel's sums is not portable across machines.
+`rowdot`, `products._cross` and `products._cross_weights` are written as one `bmm` on
+reshaped views for speed; each is compared with the plain elementwise sum it stands for
+(numpy's, in float64), so a wrong reshape or axis order fails here before it moves any
+benchmark count. Tolerances, not bit equality: the order of a BLAS kernel's sums is not
+portable across machines.
 `similarity_values` is compared with `similarity`'s values bit for bit: both run the same
 kernels on the same chunks in one process, so equality is the claim (no BLAS order enters
 between them).
@@ -15,7 +16,8 @@ import torch
 
 from iclprobe.algorithms.base import Iterates
 from iclprobe.algorithms.prefix import rowdot
-from iclprobe.alignment.measuring.similarities import _cross, similarity, similarity_values
+from iclprobe.alignment.measuring.products import _cross, _cross_weights
+from iclprobe.alignment.measuring.similarities import similarity, similarity_values
 from iclprobe.errors import InputError
 
 
@@ -44,6 +46,16 @@ def test_cross_is_the_per_sequence_product_of_layers_and_columns():
     want = np.einsum("lbt,kbt->lkb", a.numpy(), b.numpy())
     got = _cross(a, b)
     assert got.shape == (3, 11, 5)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12)
+
+
+def test_cross_weights_is_the_per_position_product_of_layers_and_columns():
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(3, 5, 9, 4, generator=g, dtype=torch.float64)[:, :, 2:]  # a window
+    b = torch.randn(11, 5, 9, 4, generator=g, dtype=torch.float64)[:, :, 2:]
+    want = np.einsum("lbtd,kbtd->lkbt", a.numpy(), b.numpy())
+    got = _cross_weights(a, b)
+    assert got.shape == (3, 11, 5, 7)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12)
 
 

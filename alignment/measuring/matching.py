@@ -172,8 +172,8 @@ def match_steps(sim: Similarity, steps: Sequence[int] | torch.Tensor | None = No
     best = first_best(score)  # the first maximum, to round-off
     best_step = [steps[int(i)] for i in best]
     best_score = score.max(dim=1).values
-    ties = [[steps[k] for k in range(n_steps) if score[layer, k] >= best_score[layer] - tol]
-            for layer in range(n_layers)]
+    tied = (score >= (best_score - tol)[:, None]).tolist()
+    ties = [[steps[k] for k in range(n_steps) if tied[layer][k]] for layer in range(n_layers)]
     rows = torch.arange(n_layers)
     bound = (sim.lower if sim.higher_is_better else sim.upper)[rows, best]
     above_zero = [bool(sign * bound[layer] > sign * sim.zero[best[layer]] + tol)

@@ -10,12 +10,12 @@ one eigendecomposition of the prefix matrices. A run with a ``grid`` becomes one
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from typing import Any
 
 import torch
 
 from iclprobe import algorithms
+from iclprobe.algorithms.base import parameters
 from iclprobe.algorithms.prefix import stats_rows
 from iclprobe.algorithms.sequential import initial_weights
 from iclprobe.alignment.evaluation import Evaluation, refuse_nonfinite
@@ -94,7 +94,7 @@ def run_spec(spec: RunSpec, batch: RegressionBatch, n_layers: int, weights: bool
     """
     rows = sequences or slice(None)
     fn = algorithms.learner_info(spec.learner).fn
-    params = inspect.signature(fn).parameters
+    params = parameters(fn)
     kw: dict[str, Any] = {**_resolve_hyper(dict(spec.hyper), batch), "weights": weights}
     init_uniform = "generator" in params and kw.get("init") == "uniform"
     if init_uniform:  # one start per (sequence, prefix) of the whole batch, then the rows

@@ -28,6 +28,7 @@ from torch import Tensor
 from iclprobe._checks import check_seed, is_int
 from iclprobe.algorithms.base import Iterates
 from iclprobe.alignment import metrics as M
+from iclprobe.alignment.measuring.products import fast_form
 from iclprobe.errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -120,75 +121,6 @@ def bootstrap_weights(batch: int, n_boot: int, seed: int) -> Tensor:
     picks = torch.randint(batch, (n_boot, batch), generator=gen)
     counts = torch.zeros(n_boot, batch, dtype=torch.float64)
     return counts.scatter_add_(1, picks, torch.ones(n_boot, batch, dtype=torch.float64)) / batch
-
-
-def inverse_norm(norm: Tensor) -> Tensor:
-    """``1 / norm``, 0 where the norm is below the dtype's smallest normal number.
-
-    (Whose inverse overflows: a cosine with such a vector counts as 0, as with 0.)
-    """
-    ok = norm >= torch.finfo(norm.dtype).tiny
-    return torch.where(ok, 1.0 / torch.where(ok, norm, 1.0), 0.0)
-
-
-def _pair_cosines(num: Tensor, norm_a: Tensor, norm_b: Tensor) -> Tensor:
-    """Cosines from products ``[L, K, ...]`` and norms ``[L, ...]``, ``[K, ...]`` (0 at 0).
-
-    The inverse norms are taken on the small tensors, so the large one is touched once.
-    """
-    return num.mul_(inverse_norm(norm_a)[:, None]).mul_(inverse_norm(norm_b)[None])
-
-
-def _cross(a: Tensor, b: Tensor) -> Tensor:
-    """``Σ_t a[l, b, t] b[k, b, t]`` as ``[L, K, B]``: one product per sequence.
-
-    A batched product over the sequences on views of ``a`` and ``b`` (no copy of the
-    large ``b``, a family's columns): the sums torch's einsum gives, bit for bit, in about
-    half its time.
-    """
-    return torch.bmm(a.transpose(0, 1), b.permute(1, 2, 0)).permute(1, 2, 0)
-
-
-def _fast_error_cosine(a: Tensor, b: Tensor, ys: Tensor, w: slice) -> Tensor:
-    ra, rb = (a - ys)[..., w], (b - ys)[..., w]  # [L, B, T], [K, B, T]
-    return _pair_cosines(_cross(ra, rb), ra.norm(dim=-1), rb.norm(dim=-1))
-
-
-def _fast_weight_cosine(a: Tensor, b: Tensor, ys: Tensor, w: slice) -> Tensor:
-    wa, wb = a[..., w, :], b[..., w, :]  # [L, B, T, d], [K, B, T, d]
-    return _pair_cosines(torch.einsum("lbtd,kbtd->lkbt", wa, wb), wa.norm(dim=-1),
-                         wb.norm(dim=-1)).mean(-1)
-
-
-def _fast_spd(a: Tensor, b: Tensor, ys: Tensor, w: slice) -> Tensor:
-    pa, pb = a[..., w], b[..., w]
-    cross = _cross(pa, pb)
-    sq = pa.pow(2).sum(-1)[:, None] + pb.pow(2).sum(-1)[None] - 2.0 * cross
-    return sq.clamp(min=0.0) / pa.shape[-1]
-
-
-def _fast_ilwd(a: Tensor, b: Tensor, ys: Tensor, w: slice) -> Tensor:
-    wa, wb = a[..., w, :], b[..., w, :]
-    cross = torch.einsum("lbtd,kbtd->lkbt", wa, wb)
-    sq = wa.pow(2).sum(-1)[:, None] + wb.pow(2).sum(-1)[None] - 2.0 * cross
-    return sq.clamp(min=0.0).mean(-1)
-
-
-#: Layer × column forms of the built-in metrics (``[L, B, ...] × [K, B, ...] -> [L, K, B]``
-#: as contractions, without the ``[L, K, B, pos]`` broadcast of the generic path); used
-#: only while the registered function is the built-in one.
-_FAST = {"error_cosine": ("_error_cosine", _fast_error_cosine),
-         "weight_cosine": ("_weight_cosine", _fast_weight_cosine),
-         "spd": ("_spd", _fast_spd), "ilwd": ("_ilwd", _fast_ilwd)}
-
-
-def fast_form(metric: str) -> Any:
-    """The built-in ``metric``'s layer × column form (None: another metric, or re-registered)."""
-    entry = _FAST.get(metric)
-    if entry is None:
-        return None
-    builtin = getattr(M, entry[0], None)
-    return entry[1] if M.metric_info(metric).per_sequence is builtin else None
 
 
 def moments(metric: str, over: str, a: Tensor, b: Tensor, ys: Tensor, t_min: int,
@@ -319,13 +251,25 @@ def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
         mom = moments(metric, over, a, b[:, s:s + chunk], ys64, t_min,
                       t_max)  # [layer, step, batch, pos, m]
         values.append(combine(mom.mean(2)))
-        boots.append(combine(torch.einsum("lkbtm,rb->lkrtm", mom, weights)))
+        boots.append(combine(_resampled(mom, weights)))
     zero_mom = moments(metric, over, torch.zeros_like(a[:1]), b, ys64, t_min, t_max)
     value, boot = torch.cat(values, dim=1), torch.cat(boots, dim=1)  # boot: [layer, step, boot]
     lower, upper = interval(boot, confidence)
     return Similarity(metric, iterates.name, iterates.steps.tolist(), value, lower, upper,
                       combine(zero_mom.mean(2))[0], info.higher_is_better, t_min, ys.shape[0],
                       confidence, t_max, over, column_labels(iterates) if labels else None, boot)
+
+
+def _resampled(mom: Tensor, weights: Tensor) -> Tensor:
+    """Moments ``[L, K, batch, pos, m]`` averaged by each resample's weights ``[boot, batch]``.
+
+    One matrix product where a value per sequence is all (pos = m = 1: the positions'
+    tables), einsum's contraction otherwise.
+    """
+    n_l, n_k, batch, pos, m = mom.shape
+    if pos == m == 1:
+        return (mom.reshape(-1, batch) @ weights.T).view(n_l, n_k, -1, 1, 1)
+    return torch.einsum("lkbtm,rb->lkrtm", mom, weights)
 
 
 def similarity_values(layer_values: Tensor, iterates: Iterates, ys: Tensor,

@@ -17,7 +17,7 @@ import torch
 from iclprobe.algorithms.base import Iterates
 from iclprobe.algorithms.prefix import rowdot
 from iclprobe.alignment.measuring.products import _cross, _cross_weights
-from iclprobe.alignment.measuring.similarities import similarity, similarity_values
+from iclprobe.alignment.measuring.similarities import _resampled, similarity, similarity_values
 from iclprobe.errors import InputError
 
 
@@ -56,6 +56,17 @@ def test_cross_weights_is_the_per_position_product_of_layers_and_columns():
     want = np.einsum("lbtd,kbtd->lkbt", a.numpy(), b.numpy())
     got = _cross_weights(a, b)
     assert got.shape == (3, 11, 5, 7)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("pos,m", [(1, 1), (4, 3)])
+def test_resampled_is_each_resamples_weighted_mean(pos, m):
+    g = torch.Generator().manual_seed(4)
+    mom = torch.randn(3, 5, 7, pos, m, generator=g, dtype=torch.float64)  # [L, K, batch, ...]
+    weights = torch.rand(6, 7, generator=g, dtype=torch.float64)  # [boot, batch]
+    want = np.einsum("lkbtm,rb->lkrtm", mom.numpy(), weights.numpy())
+    got = _resampled(mom, weights)
+    assert got.shape == (3, 5, 6, pos, m)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12)
 
 

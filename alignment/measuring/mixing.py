@@ -6,8 +6,8 @@ a row ``a`` and its own squared norm follow from the pairwise products of ``a``,
 ``‖v‖² = (1 − w)²‖m‖² + 2w(1 − w)⟨m, p⟩ + w²‖p‖²``. A cosine is ``⟨a, v⟩ / (‖a‖ ‖v‖)``, a
 squared distance ``‖a‖² − 2⟨a, v⟩ + ‖v‖²``. So the built-in metrics per sequence
 (`mix_scores`) need three products per part instead of every mix as a column of its own
-(the answer's continua compare each layer with about 170 mixes at three weights each:
-materialised, they were a sixth of the known-answer benchmark's time). The numbers are
+(the answer's continua compare each layer with some 170 mixes, about 60 parts at three
+weights each: built as columns, they were a sixth of the known-answer benchmark's time). The numbers are
 those of the mixes' columns up to float64 round-off (tested against them).
 """
 

@@ -190,8 +190,9 @@ def _mix_tables(groups: Sequence[tuple[Tensor, Tensor]], layer: int, ev: Evidenc
 
     Per group ``(mine, parts)``: values ``[part, w]`` and replicates ``[part, w, boot]``, in
     higher-is-better space and corrected for the readout's noise as the tables are. Every
-    mix is one column of one table (a column's similarity is its own, whatever sits beside
-    it: the same resamples, the same numbers).
+    mix is scored from the columns' products (`measuring.mixing`: the built-in metrics over
+    positions) or, for other metrics, is one column of one table; either way with the
+    tables' resamples.
     """
     scores = mix_scores(values_of_layers[layer], groups, MIX_WEIGHTS, ys, metric,
                         **spec.kw(metric))

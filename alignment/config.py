@@ -24,6 +24,7 @@ DEFAULT_METRICS = ("error_cosine", "weight_cosine")
 POSITION_CHOICES = ("auto", "all", "last")
 FIT_LAYER_CHOICES = ("live", "all")
 PROBE_FITS = ("crossfit", "fresh")
+PROBE_TARGETS = ("column", "y")
 FRESH_PROBE_SEQUENCES = 1000  # fresh probes' sequences where n_probe_sequences is not set
 DEVICES = ("cpu", "cuda")
 _OWNER = "AlignConfig"  # in the messages of the names' checks
@@ -62,6 +63,12 @@ class AlignConfig:
                             "fitted on the other folds; one forward pass), fresh = on "
                             "--n-probe-sequences fresh sequences", choices=PROBE_FITS)
     probe_folds: int = option(4, "folds of the cross-fitted probes")
+    probe_target: str = option(
+        "column", "what the cross-fitted probes are fitted to: column = per layer, the "
+        "candidate learner's prediction that layer's residual holds best (a target without "
+        "label noise: a layer that holds it is read almost exactly), y = the true labels "
+        "(Fu et al.'s probes; saved and fresh probes are always fitted to y)",
+        choices=PROBE_TARGETS)
     probe_extra_sequences: int = option(
         0, "further sequences of the evaluation task the cross-fitted probes are also "
         "fitted on, never read: their estimation error shrinks with the rows, for a forward "
@@ -96,7 +103,7 @@ class AlignConfig:
         self._check_names()
         for name, allowed in (("data", DATA_CHOICES), ("positions", POSITION_CHOICES),
                               ("fit_layers", FIT_LAYER_CHOICES), ("device", DEVICES),
-                              ("probe_fit", PROBE_FITS)):
+                              ("probe_fit", PROBE_FITS), ("probe_target", PROBE_TARGETS)):
             check_fields(self, check_choice, name, choices=allowed)
         check_fields(self, check_int, "n_sequences", "n_probe_heldout", "n_weight_sequences",
                      "n_boot", "probe_folds", low=2)
@@ -109,6 +116,12 @@ class AlignConfig:
             raise ConfigError(_OWNER, "probe_extra_sequences", f"{_OWNER}.probe_extra_sequences "
                               f"applies to cross-fitted probes (probe_fit='crossfit'), got "
                               f"{self.probe_extra_sequences} with probe_fit={self.probe_fit!r}")
+        if self.probe_extra_sequences and self.probe_target != "y":
+            raise ConfigError(_OWNER, "probe_extra_sequences", f"{_OWNER}.probe_extra_sequences "
+                              f"applies to probes fitted to y (probe_target='y'; the "
+                              f"further sequences have no candidates' columns), got "
+                              f"{self.probe_extra_sequences} with "
+                              f"probe_target={self.probe_target!r}")
         if 0 < self.probe_extra_sequences < self.probe_folds:
             raise ConfigError(_OWNER, "probe_extra_sequences", f"{_OWNER}.probe_extra_sequences "
                               f"must be 0 or at least probe_folds={self.probe_folds} (split "

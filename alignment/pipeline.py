@@ -34,6 +34,7 @@ from iclprobe.alignment.comparison import PairVerdict
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.evaluation import Evaluation, evaluation, evaluation_task, model_evaluation
 from iclprobe.alignment.measuring.candidates import measure_candidates
+from iclprobe.alignment.measuring.held import targets_for
 from iclprobe.alignment.measuring.layers import Layers, checked_layers, needs_probes, read_layers
 from iclprobe.alignment.measuring.matching import match_runs
 from iclprobe.alignment.measuring.memory import check_align_fits
@@ -74,7 +75,7 @@ def align(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
     crossfit = layer_probes is None and cfg.probe_fit == "crossfit" and needs_probes(model)
     ev = model_evaluation(model, task, cfg, name, crossfit)  # refuses before the forward work
     timings = Timings()
-    layers = read_layers(model, ev, layer_probes, timings)
+    layers = read_layers(model, ev, layer_probes, timings, targets_for(ev))
     return run_stages(ev, layers, timings, probes_info)
 
 

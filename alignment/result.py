@@ -185,6 +185,8 @@ def build_result(ev: Evaluation, layers: Layers, learners: Learners, matched: Ma
                        "beyond its interval): its layers cannot be aligned with a learner")
     task = ev.task.to_dict() if ev.task is not None else {"n_dims": d, "n_points": n,
                                                           "cov": "given"}
+    if layers.probe_targets:  # per layer, the column its probe was fitted to
+        probes_info = {**(probes_info or {}), "targets": list(layers.probe_targets)}
     return AlignResult(
         name=ev.name, n_layers=layers.n_layers, task=task, protocol=ev.protocol.to_dict(),
         positions=ev.positions, window=ev.window, readout=layers.readout,

@@ -2,7 +2,8 @@
 
     python bench/known_answers.py [--setting main|held-out|fresh|hard-d10|hard-d3|all]
                                   [--out DIR] [--n-sequences 256] [--n-boot 100] [--jobs 2]
-                                  [--design] [--probe-folds K] [--probe-extra-sequences N]
+                                  [--design] [--probe-folds K] [--probe-target column|y]
+                                  [--probe-extra-sequences N]
                                   [--probe-fit fresh --n-probe-sequences N]
 
 Models whose algorithm is known by construction (`iclprobe.constructions`): oracles of GD,
@@ -108,6 +109,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help="fresh probes' sequences (align's --n-probe-sequences)")
     parser.add_argument("--probe-folds", type=int, default=None,
                         help="cross-fitted probes' folds (align's --probe-folds; default 4)")
+    parser.add_argument("--probe-target", choices=("column", "y"), default="column",
+                        help="what the cross-fitted probes are fitted to (align's "
+                             "--probe-target): each layer's best-held candidate column, or y")
     parser.add_argument("--probe-extra-sequences", type=int, default=None,
                         help="further sequences the cross-fitted probes are fitted on "
                              "(align's --probe-extra-sequences)")
@@ -129,14 +133,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         flag = {"n_sequences": "--n-sequences", "n_boot": "--n-boot",
                 "n_probe_sequences": "--n-probe-sequences",
                 "probe_extra_sequences": "--probe-extra-sequences",
-                "probe_folds": "--probe-folds"}.get(err.field)
+                "probe_folds": "--probe-folds", "probe_target": "--probe-target"}.get(err.field)
         parser.error(f"{flag + ': ' if flag else ''}{err}")
     return args
 
 
 def config(args: argparse.Namespace) -> AlignConfig:
     """The benchmark's AlignConfig with the command line's sizes and probe fit (checked)."""
-    cfg = B.bench_config(args.n_sequences, args.n_boot)
+    cfg = B.bench_config(args.n_sequences, args.n_boot, args.probe_target)
     folds = cfg.probe_folds if args.probe_folds is None else args.probe_folds
     extra = args.probe_extra_sequences
     if extra is None:  # the benchmark's own, where probes are cross-fitted
@@ -150,7 +154,7 @@ def _probes(cfg: AlignConfig) -> str:
     if cfg.probe_fit == "crossfit":
         also = f", fitted on {cfg.probe_extra_sequences} more sequences" \
             if cfg.probe_extra_sequences else ""
-        return f"cross-fitted, {cfg.probe_folds} folds{also}"
+        return f"cross-fitted, {cfg.probe_folds} folds, fitted to {cfg.probe_target}{also}"
     return f"fitted on {cfg.fresh_probe_sequences} fresh sequences"
 
 

@@ -54,10 +54,10 @@ DATA = ("isotropic", "ill-conditioned")
 READOUTS = ("exact", "probe")
 METRICS = ("error_cosine", "weight_cosine", "spd", "ilwd")  # every built-in metric
 N_LAYERS = 8
-#: further sequences the probe cells' cross-fitted probes are fitted on (align's
-#: ``probe_extra_sequences``): the probes' own error shrinks with their rows, and the
-#: probes name what the exact readout names at 88–91% of the layers instead of 80–89%
-#: (docs/known-answers.md, "Probes fitted on more sequences")
+#: further sequences the probe cells' cross-fitted probes are fitted on where they are
+#: fitted to y (align's ``probe_extra_sequences``; ``probe_target="y"``): the probes' own
+#: error shrinks with their rows (docs/known-answers.md, "Probes fitted on more
+#: sequences"); probes fitted to the column a layer holds best need none
 PROBE_EXTRA_SEQUENCES = 1024
 RANDOM_PGD_KAPPA = 20.0  # condition number of the random preconditioner
 
@@ -357,14 +357,17 @@ def run_cell(cell: Cell, cfg: AlignConfig, design: bool = False) -> CellResult:
     return CellResult(cell, False, counts, verdicts, hyper)
 
 
-def bench_config(n_sequences: int = 256, n_boot: int = 100) -> AlignConfig:
+def bench_config(n_sequences: int = 256, n_boot: int = 100,
+                 probe_target: str = "column") -> AlignConfig:
     """The AlignConfig the benchmark runs.
 
     Every built-in metric; the candidates are the registered learners (a PQ construction's
     own preconditioned GD restates its truth); no separation views; cross-fitted probes
-    also fitted on `PROBE_EXTRA_SEQUENCES` further sequences.
+    fitted to ``probe_target`` (align's), those fitted to y also on
+    `PROBE_EXTRA_SEQUENCES` further sequences.
     """
     learners = tuple(i.name for i in algorithms.candidate_learners())
     return AlignConfig(n_sequences=n_sequences, n_boot=n_boot, metrics=METRICS,
-                       algorithms=learners, separation=False,
-                       probe_extra_sequences=PROBE_EXTRA_SEQUENCES)
+                       algorithms=learners, separation=False, probe_target=probe_target,
+                       probe_extra_sequences=PROBE_EXTRA_SEQUENCES if probe_target == "y"
+                       else 0)

@@ -6,7 +6,7 @@ layer's residual stream instead (how much of each a layer holds).
 """
 
 from iclprobe.probes.crossfit import CrossFit, ReadoutNoise, cross_fit, fold_sums, readout_noise
-from iclprobe.probes.decode import decodability
+from iclprobe.probes.decode import decodability, held_shares
 from iclprobe.probes.induced import gradient_weights, induced_weights, sample_queries
 from iclprobe.probes.layer_probes import (
     LayerProbes,
@@ -42,6 +42,7 @@ __all__ = [
     "analyze_preconditioners",
     "cross_fit",
     "decodability",
+    "held_shares",
     "fold_sums",
     "readout_noise",
     "definiteness",

@@ -85,19 +85,32 @@ def _total(sums: list[RidgeSums]) -> RidgeSums:
 
 
 def cross_fit(model: Regressor, resid: Tensor, ys: Tensor, folds: int = 4, t_min: int = 1,
-              alphas: Tensor | None = None, extra: Sequence[RidgeSums] = ()) -> CrossFit:
+              alphas: Tensor | None = None, extra: Sequence[RidgeSums] = (),
+              targets: Tensor | None = None) -> CrossFit:
     """Ridge probes (GCV per layer) cross-fitted on residuals ``[L+1, B, n, d_model]``.
 
-    The probes' target is the true y (positions ``t >= t_min`` enter the fits); every
-    position is predicted. ``extra``: the ridge sums (`fold_sums`) of further sequences that
-    every fold's probe is also fitted on, none of them read (the probes' estimation error
-    shrinks with their rows; the sequences read stay the B), in ``folds`` parts of equal
-    size (`CrossFit.extra`), so that the halves the readout's noise is measured on
-    (`readout_noise`) each hold some of them.
+    The probes' target is the true y, or per layer ``targets [L+1, B, n]`` (positions
+    ``t >= t_min`` enter the fits); every position is predicted. ``targets``: the column
+    each layer's probe is fitted to instead of y, e.g. the learner's prediction the layer
+    holds best (`held_shares`; `align` chooses them so): a target without label noise, so
+    that a layer holding it is read without the estimation error a fit to y carries; the
+    held-out R² is then against the target, the normalized error against y. ``extra``:
+    the ridge sums (`fold_sums`) of further sequences that every fold's probe is also
+    fitted on, none of them read (the probes' estimation error shrinks with their rows;
+    the sequences read stay the B), in ``folds`` parts of equal size (`CrossFit.extra`), so
+    that the halves the readout's noise is measured on (`readout_noise`) each hold some of
+    them; sums fitted to y, so not with ``targets``.
     """
     n_layers, batch, n, width = resid.shape
     if ys.shape != (batch, n):
         raise InputError(f"ys must have shape {(batch, n)}, got {tuple(ys.shape)}")
+    if targets is not None and tuple(targets.shape) != (n_layers, batch, n):
+        raise InputError(f"targets must have shape {(n_layers, batch, n)} (one column per "
+                         f"layer), got {tuple(targets.shape)}")
+    if targets is not None and extra:
+        raise InputError("extra sums are fitted to y: they cannot join probes fitted to "
+                         "targets")
+    target = ys if targets is None else targets
     more = _check_extra(extra, folds, resid.shape)
     if not is_int(folds) or not 2 <= folds <= batch:
         raise InputError(f"folds must be an integer in [2, {batch}], got {folds!r}")
@@ -108,15 +121,18 @@ def cross_fit(model: Regressor, resid: Tensor, ys: Tensor, folds: int = 4, t_min
     fitted_on = batch - max(b - a for a, b in bounds)  # the fewest sequences a probe sees
     check_rows(fitted_on * (n - t_min), width, f"the other {folds - 1} of {folds} folds "
                 f"({fitted_on} sequences) x {n - t_min} positions t >= {t_min}", n - t_min)
-    sums = [fold_sums(resid[:, a:b], ys[a:b], t_min) for a, b in bounds] + more
+    sums = [fold_sums(resid[:, a:b], target[..., a:b, :], t_min) for a, b in bounds] + more
     preds, fits = _out_of_fold(resid, sums, bounds, alphas)
-    metrics = probe_metrics(preds, ys, ys, t_min, model.cfg.n_dims)  # the target is y
+    metrics = probe_metrics(preds, target, ys, t_min, model.cfg.n_dims)
     return CrossFit(preds, metrics, bounds, sums, model, t_min, alphas, fits)
 
 
 def fold_sums(resid: Tensor, ys: Tensor, t_min: int) -> RidgeSums:
-    """A block of sequences' ridge sums as a cross-fit adds them (positions ``t >= t_min``)."""
-    return ridge_sums(resid[:, :, t_min:].flatten(1, 2), ys[:, t_min:].flatten())
+    """A block of sequences' ridge sums as a cross-fit adds them (positions ``t >= t_min``).
+
+    ``ys``: the target, ``[B, n]`` for every layer or ``[layer, B, n]`` per layer.
+    """
+    return ridge_sums(resid[:, :, t_min:].flatten(1, 2), ys[..., t_min:].flatten(-2))
 
 
 def _check_extra(extra: Sequence[RidgeSums], folds: int, shape: torch.Size) -> list[RidgeSums]:

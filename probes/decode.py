@@ -89,6 +89,52 @@ def decodability(resid: Tensor, targets: Tensor, folds: int = 4, t_min: int = 1,
     return out
 
 
+def held_shares(resid: Tensor, targets: Tensor, t_min: int = 1,
+                t_max: int | None = None) -> Tensor:
+    """In-sample unexplained share of each column ``targets[k]`` by each layer, ``[layer, K]``.
+
+    The share `decodability` measures out of sample (``Σ (decoded − column)² / Σ column²``
+    over the window's rows), here from one fit on every row: the ridge residual sum of
+    squares of the column on the layer's centred residual, from the normal equations in the
+    eigenbasis of its covariance (eigenvalues under the round-off of the largest dropped,
+    the penalty `ALPHA_SCALE` × the trace). No folds: one product of the residual with the
+    columns per layer, so that thousands of columns can be ranked. `align` ranks the
+    candidates' columns by it to choose each layer's probe target
+    (`iclprobe.alignment.measuring.held`). A column that is 0 on the whole window has share
+    +inf.
+
+    Args:
+        resid: the layers' residual streams ``[layer, batch, pos, d_model]``.
+        targets: the columns, ``[K, batch, pos]``.
+        t_min, t_max: the positions fitted (default: t >= 1).
+
+    Raises:
+        InputError: shapes that do not match, fewer than 2 sequences, a bad window, or
+            non-finite inputs.
+    """
+    n_layers, _, n, _ = _checked(resid, targets, 2, t_min, t_max, None)
+    window = slice(t_min, (n - 1 if t_max is None else t_max) + 1)
+    y = targets[:, :, window].detach().to("cpu", torch.float64).flatten(1)  # [K, rows]
+    y = y / power_of_two_scale(y)
+    rows = y.shape[1]
+    total = y.pow(2).sum(1)
+    yy = total - y.sum(1).pow(2) / rows  # centred: the intercept takes the mean
+    out = torch.empty(n_layers, y.shape[0], dtype=torch.float64)
+    for layer in range(n_layers):
+        x = resid[layer, :, window].detach().to("cpu", torch.float64).flatten(0, 1)
+        x = x - x.mean(0)
+        x = x / power_of_two_scale(x)
+        lam, vec = sym_eigh(x.T @ x, "the residual's covariance")
+        lam = lam.clamp(min=0)
+        pen = ALPHA_SCALE * float(lam.sum())
+        top = float(lam.max()) if lam.numel() else 0.0
+        keep = lam > 100 * x.shape[1] * torch.finfo(torch.float64).eps * top
+        inv = torch.where(keep, 1.0 / torch.where(keep, lam + pen, 1.0), 0.0)
+        z = (y @ x) @ vec  # [K, w]: x is centred, so y's mean drops out
+        out[layer] = (yy - z.pow(2) @ (2 * inv - lam * inv.pow(2))).clamp(min=0) / total
+    return torch.where(total > 0, out, torch.full_like(out, math.inf))
+
+
 def _fit_predict(x: Tensor, y: Tensor, x_new: Tensor, penalty: float | None) -> Tensor:
     """Ridge of ``y [rows, K]`` on ``x [rows, w]`` with an intercept, applied to ``x_new``.
 

@@ -95,11 +95,14 @@ def probe_metrics(preds: Tensor, targets: Tensor, ys: Tensor, t_min: int,
                   n_dims: int) -> ProbeMetrics:
     """R² of ``preds [layer, B, n]`` against ``targets``, normalized error against ``ys``.
 
-    Both over the positions ``t >= t_min``.
+    Both over the positions ``t >= t_min``; ``targets`` ``[B, n]`` (one for every layer) or
+    ``[layer, B, n]`` (each layer's own).
     """
     pred = preds[:, :, t_min:].double()
-    tgt, y = targets[:, t_min:].double(), ys[:, t_min:].double()
-    r2 = 1 - (pred - tgt).pow(2).sum((1, 2)) / (tgt - tgt.mean()).pow(2).sum()
+    tgt, y = targets[..., t_min:].double(), ys[:, t_min:].double()
+    tgt = tgt.expand_as(pred)
+    spread = (tgt - tgt.mean((1, 2), keepdim=True)).pow(2).sum((1, 2))
+    r2 = 1 - (pred - tgt).pow(2).sum((1, 2)) / spread
     err = (pred - y).pow(2).mean((1, 2)) / n_dims
     return ProbeMetrics(r2.tolist(), err.tolist())
 

@@ -139,12 +139,16 @@ def test_extra_probe_sequences_are_for_cross_fitted_probes_and_fill_every_fold(c
     with pytest.raises(ConfigError, match=r"AlignConfig.probe_extra_sequences applies to "
                                           r"cross-fitted probes .* got 8 with probe_fit='fresh'"):
         AlignConfig(probe_fit="fresh", probe_extra_sequences=8)
+    with pytest.raises(ConfigError, match=r"applies to probes fitted to y \(probe_target='y'"
+                                          r".* got 8 with probe_target='column'"):
+        AlignConfig(probe_extra_sequences=8)  # the further sequences have no target columns
     with pytest.raises(ConfigError, match=r"must be 0 or at least probe_folds=4 .* got 3"):
-        AlignConfig(probe_extra_sequences=3)
+        AlignConfig(probe_target="y", probe_extra_sequences=3)
     with pytest.raises(ConfigError, match=r"probe_extra_sequences must be an integer >= 0"):
         AlignConfig(probe_extra_sequences=-1)
     assert AlignConfig(probe_fit="fresh").probe_extra_sequences == 0  # the default fits both
-    assert main(["align", "gpt-softmax", "--probe-extra-sequences", "2"]) == 2
+    assert main(["align", "gpt-softmax", "--probe-target", "y", "--probe-extra-sequences",
+                 "2"]) == 2
     assert capsys.readouterr().err.strip().startswith(
         "iclprobe align: error: --probe-extra-sequences: AlignConfig.probe_extra_sequences "
         "must be 0 or at least probe_folds=4")

@@ -99,7 +99,7 @@ def test_every_train_and_align_field_has_a_flag_showing_its_default():
     for name, family in trainable().items():
         check_shown_default("train", ["train", "--out", "x", "--family", name], family.config,
                             name, {"seed": "model_seed"})
-    assert len(dataclasses.fields(AlignConfig)) == len(align_flags()) == 24
+    assert len(dataclasses.fields(AlignConfig)) == len(align_flags()) == 25
 
 
 def test_the_task_flags_come_from_the_task_dataclass():

@@ -410,7 +410,7 @@ def test_align_fits_its_probes_on_the_extra_sequences_of_its_task():
 
     task = tasks.RegressionTask(n_dims=3, n_points=9)
     model = oracle("gd", 3, 4, lr=0.2, exact_readout=False, task=task)
-    cfg = AlignConfig(n_sequences=32, probe_extra_sequences=12, seed=5)
+    cfg = AlignConfig(n_sequences=32, probe_extra_sequences=12, seed=5, probe_target="y")
     batch = task.sample(32, generator=torch.Generator().manual_seed(5))
     preds, how, *_ = layer_predictions(model, task, batch, cfg, None)
     more = task.sample(12, generator=torch.Generator().manual_seed(7))
@@ -450,7 +450,8 @@ def test_extra_sequences_a_model_diverges_on_are_not_used():
     model = oracle("gd", 3, 4, lambda layer: 6 * layer, lr=float(1.9 / top[..., -1].max()),
                    normalize=False, exact_readout=False, task=task)
     preds, how, *_ = layer_predictions(
-        model, task, batch, AlignConfig(n_sequences=16, probe_extra_sequences=64, seed=5), None)
+        model, task, batch, AlignConfig(n_sequences=16, probe_extra_sequences=64, seed=5,
+                                       probe_target="y"), None)
     assert how.endswith("not on 64 more: the model diverges on them)")
     plain, *_ = layer_predictions(model, task, batch, AlignConfig(n_sequences=16, seed=5), None)
     torch.testing.assert_close(preds, plain, rtol=0, atol=0)

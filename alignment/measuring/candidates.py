@@ -329,9 +329,13 @@ def measure_candidates(ev: Evaluation, layers: Layers, stats: PrefixStats) -> Ca
             (read_p, read_w), noisy[0], ev.ys, ev.cfg.metrics, spec, more),
             noise_features=layers.noise_features)
     tables = candidate_tables(members, read_p, read_w, ev.ys, ev.cfg.metrics, spec)
-    if rows is None and layers.noise is None:  # read exactly: no readout noise to fit
-        _refine(ev, layers, stats, claims, members, tables, (read_p, read_w), spec)
-    if rows is not None:  # through probes: the rivals' step sizes fitted to the matches
+    # read exactly, or by probes fitted to the column each layer holds (`held`: their
+    # noise is of the size of the layer's distance from that column, not of its error
+    # from y), there is no readout noise for a family refined around its match to fit
+    sharp = (rows is None and layers.noise is None) or bool(layers.probe_targets)
+    if sharp:
+        _refine(ev, layers, stats, claims, members, tables, (read_p, read_w), spec, rows)
+    else:  # through probes fitted to y: the rivals' step sizes fitted to the matches
 
         def run(fine: Mapping[str, Fine]) -> dict[str, Candidate]:
             return build_candidates(list(fine), ev.batch, stats, ev.window, layers.n_layers,
@@ -339,23 +343,25 @@ def measure_candidates(ev: Evaluation, layers: Layers, stats: PrefixStats) -> Ca
 
         imitators.fit_imitators(members, tables, ev.batch, stats, ev.window, spec, run)
     return Candidates(members, tables, {"preds": read_p, "weights": read_w}, spec, notes, noisy,
-                      fine=rows is None and layers.noise is None)
+                      fine=sharp)
 
 
 def _refine(ev: Evaluation, layers: Layers, stats: PrefixStats, claims: Mapping[str, RunSpec],
             members: dict[str, Candidate], tables: dict[str, dict[str, Similarity]],
-            read: tuple[Tensor, Tensor | None], spec: TableSpec) -> None:
+            read: tuple[Tensor, Tensor | None], spec: TableSpec,
+            rows: tuple[int, int] | None = None) -> None:
     """The families' step sizes next to the layers' matches, then fitted (in place).
 
     First each family's fine step sizes next to its matches (`refine`), then each match's
     step size fitted along the family's continuum (`fit_steps`); both join the family, and
-    their columns its tables, in one merge.
+    their columns its tables, in one merge. ``rows``: the probes' rows, where the columns
+    are read as probes read the layers (`read_as_probes`).
     """
     w_rows = slice(0, ev.weight_rows) if ev.weight_metrics else None
 
     def run(fine: Mapping[str, Fine], weights: slice | None = w_rows) -> dict[str, Candidate]:
         return build_candidates(list(fine), ev.batch, stats, ev.window, layers.n_layers,
-                                weights, claims, None, fine)[0]
+                                weights, claims, rows, fine)[0]
 
     fine = refine.refined(members, lambda key: refine.matched_columns(tables, key), ev.batch,
                           stats, ev.window, run)

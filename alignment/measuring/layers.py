@@ -29,6 +29,9 @@ from iclprobe.tasks import RegressionBatch, RegressionTask
 if TYPE_CHECKING:
     from iclprobe.alignment.config import AlignConfig
 
+#: ``(resid, t_min) -> (columns [L+1, B, n], descriptions)``: each layer's probe target
+Targets = Callable[[Tensor, int], tuple[Tensor, list[str]]]
+
 
 @dataclasses.dataclass(frozen=True)
 class Layers:
@@ -48,6 +51,9 @@ class Layers:
         noise_features: the width the probes read (the noise's degrees of freedom).
         more_noise: ``[draw, layer, batch, pos]``, further draws of that noise in ``preds``
             (`probes.ReadoutNoise.draws` after the first, ``noise``; None: ``noise`` alone).
+        probe_targets: per layer, the column its probe was fitted to and the share of it
+            the residual leaves unexplained (`held.held_targets`; empty: fitted to y, or
+            no probes).
     """
 
     preds: Tensor
@@ -60,6 +66,7 @@ class Layers:
     weight_noise: Tensor | None = None
     noise_features: int | None = None
     more_noise: Tensor | None = None
+    probe_targets: tuple[str, ...] = ()
 
     @property
     def n_layers(self) -> int:
@@ -75,19 +82,21 @@ class Layers:
 
 
 def read_layers(model: Regressor, ev: Evaluation, layer_probes: probes.LayerProbes | None,
-                timings: Timings) -> Layers:
+                timings: Timings, targets: Targets | None = None) -> Layers:
     """`align`'s stage: every layer's predictions, and its induced weights where needed.
 
     ``layer_probes`` as `resolve_probes` gave them (None: cross-fitted on the evaluation
-    sequences, or an exact readout). The induced weights come from fresh queries on the
-    first ``ev.weight_rows`` sequences, read by probes that did not see them.
+    sequences, or an exact readout). ``targets``: what cross-fitted probes are fitted to
+    instead of y (`layer_predictions`; `held.targets_for` gives align's). The induced
+    weights come from fresh queries on the first ``ev.weight_rows`` sequences, read by
+    probes that did not see them.
     """
     cfg, batch = ev.cfg, ev.batch
     assert ev.task is not None  # a model's evaluation has its task
     sub = slice(0, ev.weight_rows)
     with timings.stage("layer predictions (forward pass, probes)"):
-        preds, readout, r2, layer_probes, noise = layer_predictions(
-            model, ev.task, batch, cfg, layer_probes, sub, ev.window)
+        preds, readout, r2, layer_probes, noise, held = layer_predictions(
+            model, ev.task, batch, cfg, layer_probes, sub, ev.window, targets)
     weights = weight_noise = None
     if ev.weight_metrics:
         cov = batch.cov[sub] if batch.cov.ndim == 3 else batch.cov
@@ -102,7 +111,8 @@ def read_layers(model: Regressor, ev: Evaluation, layer_probes: probes.LayerProb
     return Layers(preds, weights, readout, r2, probe_rows(model, layer_probes),
                   noise=None if noise is None else noise.noise, weight_noise=weight_noise,
                   noise_features=None if noise is None else noise.features,
-                  more_noise=None if noise is None else noise.draws[1:])
+                  more_noise=None if noise is None else noise.draws[1:],
+                  probe_targets=tuple(held))
 
 
 def checked_layers(ev: Evaluation, layers: Layers) -> Layers:
@@ -159,38 +169,48 @@ def needs_probes(model: Regressor) -> bool:
 
 def layer_predictions(model: Regressor, task: RegressionTask, batch: RegressionBatch,
                       cfg: AlignConfig, layer_probes: probes.LayerProbes | None,
-                      weight_rows: slice | None = None, window: tuple[int, int] | None = None
+                      weight_rows: slice | None = None, window: tuple[int, int] | None = None,
+                      targets: Targets | None = None
                       ) -> tuple[Tensor, str, list[float], probes.LayerProbes | None,
-                                 probes.ReadoutNoise | None]:
+                                 probes.ReadoutNoise | None, list[str]]:
     """Every layer's prediction ``[L+1, B, n]`` (float64), how it was read, probe R², probes.
 
     Given ``layer_probes`` (`resolve_probes` picks them for `align`) read the batch; else
     probes are cross-fitted on the batch itself (``cfg.probe_fit="crossfit"``: one forward
     pass, every sequence read by probes fitted on the others) or fitted on fresh sequences
     (``"fresh"``, seed + 1), on the aligned ``window``'s positions (`probe_start`; None:
-    every t >= 1). The probes returned are the ones to read the sequences ``weight_rows``
-    with (out of sample for them). Probes cross-fitted on 3 folds or more also measure
-    their own noise (`probes.readout_noise`, last; else None).
+    every t >= 1). Cross-fitted probes are fitted to y, or with ``targets`` given
+    (``(resid, t_min) -> (columns [L+1, B, n], descriptions)``, `held.targets_for` for
+    ``cfg.probe_target="column"``) each layer's to its column (the descriptions returned
+    last; empty where the probes were fitted to y). The probes returned are the ones to
+    read the sequences ``weight_rows`` with (out of sample for them). Probes cross-fitted on
+    3 folds or more also measure their own noise (`probes.readout_noise`; else None).
     """
     xs, ys = batch.xs.to(cfg.device), batch.ys.to(cfg.device)
     if model.exact_layer_readout:
         preds = probes.readout_predictions(model, xs, ys)
         return preds.double().cpu(), "the exact readout of each layer (its own prediction)", \
-            [], None, None
+            [], None, None, []
     if layer_probes is None and cfg.probe_fit == "crossfit":
         resid = collect_residuals(model, xs, ys).cpu()
         batch_size, n = batch.ys.shape
         start = 1 if window is None else probe_start(
             window, n, resid.shape[-1], batch_size - -(-batch_size // cfg.probe_folds))
         extra, also = _extra_sums(model, task, cfg, start, resid)
+        columns: Tensor | None = None
+        held: list[str] = []
+        if targets is not None:
+            columns, held = targets(resid, start)
+            also += ("; each layer's probe fitted to the candidate's prediction its residual "
+                     "holds best, not to y")
         fit = probes.cross_fit(model, resid, batch.ys, folds=cfg.probe_folds, t_min=start,
-                               extra=extra)
+                               extra=extra, targets=columns)
         rows = weight_rows or slice(0, batch.xs.shape[0] // cfg.probe_folds)
         noise = probes.readout_noise(fit, resid) if cfg.probe_folds >= 3 else None
         return (fit.preds, f"ridge probes cross-fitted on the evaluation sequences "
                 f"({cfg.probe_folds} folds: each sequence read by probes fitted on the others"
                 f"{also})",
-                fit.metrics.r2, fit.probes_excluding(rows), noise)
+                fit.metrics.r2, fit.probes_excluding(rows), noise, held)
     if layer_probes is None:
         gen = torch.Generator().manual_seed(cfg.seed + 1)
         width = getattr(model.cfg, "d_model", None)  # unknown before a forward pass: t >= 1
@@ -204,7 +224,7 @@ def layer_predictions(model: Regressor, task: RegressionTask, batch: RegressionB
            else "given ridge probes")
     r2 = list(layer_probes.metrics_.r2) if hasattr(layer_probes, "metrics_") else []
     preds = layer_probes.predict(xs, ys).double().cpu()
-    return preds, how, r2, layer_probes, None
+    return preds, how, r2, layer_probes, None, []
 
 
 def _extra_sums(model: Regressor, task: RegressionTask, cfg: AlignConfig, t_min: int,

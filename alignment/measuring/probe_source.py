@@ -94,11 +94,13 @@ def resolve_probes(model: Regressor, cfg: AlignConfig, task: RegressionTask,
             why = f" (the probes saved in {saved} have {'; '.join(mismatch)})"
     if cfg.probe_fit == "crossfit":  # align fits them on its own evaluation sequences
         record = {"source": "cross-fitted", "path": None, "folds": cfg.probe_folds,
-                  "n_sequences": cfg.n_sequences, "seed": cfg.seed, "target": "y",
-                  "alpha": "gcv", "fitted_at": None}
+                  "n_sequences": cfg.n_sequences, "seed": cfg.seed,
+                  "target": cfg.probe_target, "alpha": "gcv", "fitted_at": None}
+        fitted_to = "y" if cfg.probe_target == "y" else \
+            "each layer's best-held candidate prediction"
         return None, _noted(name, record, [*notes, f"cross-fitting probes on the {cfg.n_sequences} "
                                              f"evaluation sequences ({cfg.probe_folds} "
-                                             f"folds){why}"])
+                                             f"folds, fitted to {fitted_to}){why}"])
     n = cfg.fresh_probe_sequences
     check_fit_fits(model, task, n, cfg.n_probe_heldout)  # refused before it is announced
     _noted(name, {}, [*notes, f"fitting new probes on {n} fresh sequences (seed "

@@ -1,0 +1,94 @@
+"""Each layer's probe target: the candidate's prediction the layer's residual holds best.
+
+A ridge probe fitted to y reads a layer with an estimation error of the size of the
+layer's own error from y, about √(p/N) of it (p residual features, N rows): at an early
+layer, most of y. Through such probes GD's late iterates and heavy ball's, or a layer
+between two of GD's step sizes and its neighbours, differ by less than that error. Fitted
+to a learner's column instead — a target without label noise — a probe reads a layer that
+holds that column exactly whatever the rows, and a layer that holds a column near it with
+an error of the size of that distance, not of the layer's error from y.
+
+So `align`, reading a model through cross-fitted probes with
+``AlignConfig.probe_target="column"`` (the default), ranks every column of every
+candidate's grid by the share of it the layer's residual leaves unexplained
+(`iclprobe.probes.held_shares`, on the probes' rows) and fits that layer's probe to the
+column it holds best: the layer's reading is then the part of that column the layer holds,
+on the scale of the column. The learners are read as such a reading is (on
+``[prediction, x_t, 1]``, `reading`), so its scale and any part linear in ``x_t`` do not
+matter. What the layer holds is not always what it outputs: a residual stream can hold
+several learners' predictions; the probe reads the one it holds best, as Akyürek et al.
+(2023) probe for a learner's quantities.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from iclprobe import algorithms
+from iclprobe.alignment.evaluation import Evaluation
+from iclprobe.alignment.measuring.candidates import build_candidates, candidate_keys
+from iclprobe.alignment.measuring.layers import Targets
+from iclprobe.probes import held_shares
+
+#: columns per layer ranked again on every sequence after the first ranking on a part
+SHORTLIST = 8
+#: rows per residual feature the first ranking reads at least (an eighth of the sequences
+#: where that is more)
+ROWS_PER_FEATURE = 16
+
+
+def held_targets(ev: Evaluation, resid: Tensor, t_min: int) -> tuple[Tensor, list[str]]:
+    """Per layer, the candidate column its residual holds best, ``[L+1, B, n]``, described.
+
+    Over the grid columns of every candidate `align`'s answer reads (``ev.cfg.algorithms``
+    and the model's claims), on the positions ``t >= t_min``: every column ranked by its
+    share on the leading sequences (an eighth, or `ROWS_PER_FEATURE` rows per residual
+    feature where that is more), then each layer's `SHORTLIST` best by their shares on
+    every sequence. The descriptions read "gd (0.5/λmax, step 6): 1.2e-05 unexplained".
+    """
+    claims = {k: ev.runs[k] for k in ev.claimed if k in ev.runs}
+    keys = candidate_keys(ev.cfg.algorithms, claims)
+    batch = ev.batch
+    stats = algorithms.prefix_stats(batch.xs.double(), batch.ys.double())
+    n_layers = resid.shape[0] - 1
+    cands, _ = build_candidates(keys, batch, stats, ev.window, n_layers,
+                                slice(0, ev.weight_rows) if ev.weight_metrics else None,
+                                claims, None)  # raw columns (kept for the answer's stage)
+    # the products of the residual with thousands of columns are the cost; a part of the
+    # sequences ranks them as the whole does but for near ties, which the shortlist holds
+    n_seq, per_seq = resid.shape[1], resid.shape[2] - t_min
+    part = min(n_seq, max(-(-n_seq // 8),
+                          -(-ROWS_PER_FEATURE * (resid.shape[-1] + 1) // max(per_seq, 1))))
+    ranked = {key: held_shares(resid[:, :part], c.preds.preds[:, :part], t_min)
+              for key, c in cands.items()}
+    picked, best = [], []
+    for layer in range(resid.shape[0]):
+        short = sorted((float(v), key, col) for key, shares in ranked.items()
+                       for v, col in zip(*map(torch.Tensor.tolist, torch.topk(
+                           shares[layer], min(SHORTLIST, shares.shape[1]), largest=False))))
+        short = short[:SHORTLIST]
+        cols = torch.stack([cands[key].preds.preds[col] for _, key, col in short])
+        full = held_shares(resid[layer:layer + 1], cols, t_min)[0]
+        at = int(full.argmin())
+        if not math.isfinite(float(full[at])):
+            raise RuntimeError("no candidate column is nonzero on the probes' rows")  # t >= 1
+        picked.append(short[at][1:])
+        best.append(float(full[at]))
+    targets = torch.stack([cands[k].preds.preds[col] for k, col in picked])
+    notes = [f"{k} ({cands[k].columns[col]}): {b:.2g} unexplained"
+             for (k, col), b in zip(picked, best)]
+    return targets.double(), notes
+
+
+def targets_for(ev: Evaluation) -> Targets | None:
+    """What `read_layers` fits cross-fitted probes to: `held_targets` (None: y).
+
+    Per ``ev.cfg.probe_target``: "column" fits each layer's probe to its best-held
+    candidate column, "y" to the labels.
+    """
+    if ev.cfg.probe_target == "y":
+        return None
+    return lambda resid, t_min: held_targets(ev, resid, t_min)

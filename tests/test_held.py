@@ -1,0 +1,110 @@
+"""Probes fitted to the candidate column a layer holds best (``probe_target="column"``).
+
+`probes.held_shares` against numpy's least squares with an intercept; `cross_fit` with
+per-layer targets against scikit-learn's `Ridge` fitted fold by fold; and the point of it
+on an oracle whose residual holds GD's prediction among distractor channels: fitted to y
+the probes read each layer with an error of about √(p/N) of its error from y, fitted to
+the column the layer holds they read it to round-off.
+"""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.linear_model import Ridge
+
+from iclprobe import probes
+from iclprobe.alignment import AlignConfig
+from iclprobe.alignment.evaluation import model_evaluation
+from iclprobe.alignment.measuring.held import held_targets, targets_for
+from iclprobe.alignment.measuring.layers import layer_predictions
+from iclprobe.constructions.oracle import oracle
+from iclprobe.errors import InputError
+from iclprobe.hooks import collect_residuals
+from iclprobe.probes.decode import ALPHA_SCALE
+from iclprobe.tasks import RegressionTask
+
+
+def test_held_shares_are_numpys_least_squares_in_sample():
+    g = torch.Generator().manual_seed(1)
+    resid = torch.randn(3, 11, 7, 4, generator=g, dtype=torch.float64)
+    targets = torch.randn(4, 11, 7, generator=g, dtype=torch.float64)
+    targets[1] = resid[2] @ torch.tensor([0.3, -1.0, 2.0, 0.5], dtype=torch.float64) - 4.0
+    targets[3, :, 2:6] = 0.0  # 0 on the window: no share
+    got = probes.held_shares(resid, targets, t_min=2, t_max=5)
+    for layer in range(3):
+        x = resid[layer, :, 2:6].reshape(-1, 4).numpy()
+        design = np.concatenate([x, np.ones((len(x), 1))], 1)
+        for k in range(3):
+            y = targets[k, :, 2:6].reshape(-1).numpy()
+            coef = np.linalg.lstsq(design, y, rcond=None)[0]
+            want = ((design @ coef - y) ** 2).sum() / (y ** 2).sum()
+            # the penalty ALPHA_SCALE x trace moves the fit by about that much, relatively
+            assert got[layer, k].item() == pytest.approx(want, rel=1e-7, abs=1e-12)
+        assert got[layer, 3].item() == float("inf")
+    assert got[2, 1].item() < 1e-12  # an affine map of layer 2's residual
+    assert ALPHA_SCALE <= 1e-9
+    with pytest.raises(InputError, match="targets must have shape"):
+        probes.held_shares(resid, targets[:, :5])
+
+
+def test_cross_fit_to_columns_is_sklearns_ridge_fold_by_fold():
+    """Each layer's probe fitted to its own column: fold k read by Ridge fitted on the others
+    (one α, so that GCV's choice is not in question), R² against the target."""
+    g = torch.Generator().manual_seed(4)
+    resid = torch.randn(2, 12, 6, 3, generator=g, dtype=torch.float64)
+    ys = torch.randn(12, 6, generator=g, dtype=torch.float64)
+    targets = torch.randn(2, 12, 6, generator=g, dtype=torch.float64)
+    model = oracle("gd", 3, 1, lr=0.1, exact_readout=False, task=RegressionTask(3, 6))
+    alpha = 0.05
+    fit = probes.cross_fit(model, resid, ys, folds=3, t_min=1, alphas=torch.tensor([alpha]),
+                           targets=targets)
+    for layer in range(2):
+        for a, b in fit.folds:
+            train = [i for i in range(12) if not a <= i < b]
+            x = resid[layer, train, 1:].reshape(-1, 3).numpy()
+            y = targets[layer, train, 1:].reshape(-1).numpy()
+            ref = Ridge(alpha=alpha).fit(x, y)
+            want = ref.predict(resid[layer, a:b].reshape(-1, 3).numpy()).reshape(b - a, 6)
+            np.testing.assert_allclose(fit.preds[layer, a:b].numpy(), want, rtol=1e-9,
+                                       atol=1e-12)
+        t = targets[layer, :, 1:]
+        r2 = 1 - (fit.preds[layer, :, 1:] - t).pow(2).sum() / (t - t.mean()).pow(2).sum()
+        assert fit.metrics.r2[layer] == pytest.approx(r2.item())
+    with pytest.raises(InputError, match=r"targets must have shape \(2, 12, 6\)"):
+        probes.cross_fit(model, resid, ys, folds=3, targets=targets[0])
+    extra = [probes.fold_sums(resid[:, :4], ys[:4], 1)] * 3
+    with pytest.raises(InputError, match="extra sums are fitted to y"):
+        probes.cross_fit(model, resid, ys, folds=3, extra=extra, targets=targets)
+
+
+def test_an_oracle_read_through_column_probes_is_read_to_round_off():
+    """GD at steps 2l among x_t and tanh distractors, 64 sequences: the y-probes' reading
+    leaves about p/N of it off the layer's prediction, the column-probes' nothing."""
+    task = RegressionTask(n_dims=4, n_points=12)
+    model = oracle("gd", 4, 3, lambda layer: 2 * layer, task=task, exact_readout=False,
+                   lr="max", normalize=True)
+    cfg = AlignConfig(n_sequences=64, seed=2, n_boot=20, algorithms=("gd", "newton", "momentum"))
+    ev = model_evaluation(model, task, cfg, crossfit=True)
+    batch = ev.batch
+    truth = model.iterates(batch.xs, batch.ys).preds  # each layer's own prediction
+
+    def off(preds: torch.Tensor, layer: int) -> float:
+        """The share of the reading that no a·truth + b explains (scale-free)."""
+        r, t = preds[layer, :, 1:].reshape(-1), truth[layer, :, 1:].reshape(-1)
+        design = torch.stack([t, torch.ones_like(t)], 1)
+        coef = torch.linalg.lstsq(design, r[:, None]).solution
+        return float((r - (design @ coef)[:, 0]).pow(2).sum() / (r - r.mean()).pow(2).sum())
+
+    by_y, *_ = layer_predictions(model, task, batch, cfg, None, window=ev.window)
+    by_col, how, _, _, _, held = layer_predictions(
+        model, task, batch, cfg, None, window=ev.window,
+        targets=targets_for(ev))
+    assert "fitted to the candidate's prediction its residual holds best" in how
+    assert [h.split(" (")[0] for h in held[1:]] == ["gd"] * 3
+    assert all(float(h.rsplit(": ", 1)[1].split()[0]) < 1e-12 for h in held[1:])
+    for layer in (1, 2, 3):
+        assert off(by_y, layer) > 1e-4  # p/N: 14 features, 48 x 11 rows per fold's fit
+        assert off(by_col, layer) < 1e-12
+    resid = collect_residuals(model, batch.xs, batch.ys)
+    columns, _ = held_targets(ev, resid, 1)
+    torch.testing.assert_close(columns[1:], truth[1:].double())

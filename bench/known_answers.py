@@ -62,7 +62,7 @@ _WORKER = contextlib.ExitStack()
 
 def _worker() -> None:
     torch.set_num_threads(1)
-    _WORKER.enter_context(reusing_families())
+    _WORKER.enter_context(reusing_families(256))  # the grids, and the readouts' fine asks
 
 
 def run_cells(cells: list[B.Cell], cfg: AlignConfig, jobs: int, design: bool = False

@@ -112,7 +112,7 @@ def held_shares(resid: Tensor, targets: Tensor, t_min: int = 1,
         InputError: shapes that do not match, fewer than 2 sequences, a bad window, or
             non-finite inputs.
     """
-    n_layers, _, n, _ = _checked(resid, targets, 2, t_min, t_max, None)
+    n_layers, _, n, _ = _checked(resid, targets, 2, t_min, t_max, None, "held_shares")
     window = slice(t_min, (n - 1 if t_max is None else t_max) + 1)
     y = targets[:, :, window].detach().to("cpu", torch.float64).flatten(1)  # [K, rows]
     y = y / power_of_two_scale(y)
@@ -154,7 +154,7 @@ def _fit_predict(x: Tensor, y: Tensor, x_new: Tensor, penalty: float | None) -> 
 
 
 def _checked(resid: Tensor, targets: Tensor, folds: int, t_min: int, t_max: int | None,
-             alpha: float | None) -> tuple[int, int, int, int]:
+             alpha: float | None, who: str = "decodability") -> tuple[int, int, int, int]:
     """`decodability`'s arguments checked: ``resid``'s shape."""
     if resid.ndim != 4:
         raise InputError(f"resid must have shape [layer, batch, pos, d_model], "
@@ -175,7 +175,9 @@ def _checked(resid: Tensor, targets: Tensor, folds: int, t_min: int, t_max: int 
     if not (is_int(t_min) and is_int(last) and 0 <= t_min <= last < n):
         raise InputError(f"t_min and t_max must satisfy 0 <= t_min <= t_max < {n}, "
                          f"got t_min={t_min!r}, t_max={t_max!r}")
-    for what, t in (("resid", resid), ("targets", targets)):
+    for what, t in (("resid", resid[:, :, t_min:last + 1]),
+                    ("targets", targets[:, :, t_min:last + 1])):  # only the rows fitted
         if not bool(torch.isfinite(t).all()):
-            raise InputError(f"decodability: {what} are not finite (found NaN or Inf)")
+            raise InputError(f"{who}: {what} are not finite at positions {t_min}..{last} "
+                             f"(found NaN or Inf)")
     return n_layers, batch, n, width

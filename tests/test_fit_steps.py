@@ -140,6 +140,26 @@ def test_the_search_stops_at_an_end_when_the_peak_lies_beyond():
     assert search.best[0] == 2.0 and search.evals <= fit_steps.MAX_EVALS + 2
 
 
+def test_a_search_is_bracketed_by_the_ranks_the_family_holds_at_its_step():
+    """From a coarse grid column (no fine neighbours run at its step) the search spans the
+    coarse neighbours, two ranks away; with a fine neighbour held, that one. (Heavy ball's
+    grid is 2× apart in step size: its step 2 at 1.5/λ_max, which GD's step 2 at 1.2/λ_max
+    is up to a scale, lies beyond the fine rank next to its grid's 1/λ_max, and a search
+    between that rank's neighbours never reached it: GD was named through probes.)"""
+    ctx = _ctx(_batch())
+    key = "gd"
+    family = algorithms.learner_info(key).fitted_family
+    first, last = family.span(ctx, 4)
+    places = {key: [(4.0, 3), (2.0, 3), (6.0, 3), (5.0, 2)]}  # rank 5 held at step 2 only
+    scored = {key: torch.tensor([[0.9, 0.5, 0.6, 0.1]])}
+    search = fit_steps._searches(places, scored, ctx)[(key, 0, 3)]
+    assert (search.low, search.high) == (max(2.0, first), min(6.0, last))
+    places[key].append((5.0, 3))
+    scored[key] = torch.tensor([[0.9, 0.5, 0.6, 0.1, 0.7]])
+    search = fit_steps._searches(places, scored, ctx)[(key, 0, 3)]
+    assert (search.low, search.high) == (max(2.0, first), min(5.0, last))
+
+
 def _said_of_gd_at_one_and_a_half(monkeypatch=None, **kw):
     """GD at 1.5/λ_max(S_t/t) on κ 1000 data (between GD's step sizes 1.41 and 1.68)."""
     if monkeypatch is not None:  # the fit switched off

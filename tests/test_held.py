@@ -7,6 +7,8 @@ the probes read each layer with an error of about √(p/N) of its error from y, 
 the column the layer holds they read it to round-off.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -43,6 +45,13 @@ def test_held_shares_are_numpys_least_squares_in_sample():
         assert got[layer, 3].item() == float("inf")
     assert got[2, 1].item() < 1e-12  # an affine map of layer 2's residual
     assert ALPHA_SCALE <= 1e-9
+    # outside the rows fitted, a residual may not be finite (a model valid only where it
+    # is aligned); inside, it is refused
+    resid[:, :, 0] = float("nan")
+    torch.testing.assert_close(probes.held_shares(resid, targets, t_min=2, t_max=5), got)
+    with pytest.raises(InputError, match=r"^held_shares: resid are not finite at positions "
+                                         r"0..5 \(found NaN or Inf\)$"):
+        probes.held_shares(resid, targets, t_min=0, t_max=5)
     with pytest.raises(InputError, match="targets must have shape"):
         probes.held_shares(resid, targets[:, :5])
 
@@ -107,4 +116,34 @@ def test_an_oracle_read_through_column_probes_is_read_to_round_off():
         assert off(by_col, layer) < 1e-12
     resid = collect_residuals(model, batch.xs, batch.ys)
     columns, _ = held_targets(ev, resid, 1)
-    torch.testing.assert_close(columns[1:], truth[1:].double())
+    ys = batch.ys.double()
+    for layer in (1, 2, 3):  # each layer's own column, put on y's scale
+        assert off(columns, layer) < 1e-20
+        col, y = columns[layer, :, 1:].flatten(), ys[:, 1:].flatten()
+        assert float((y - col) @ (col - col.mean())) == pytest.approx(0.0, abs=1e-8)
+        assert float(col.mean()) == pytest.approx(float(y.mean()), abs=1e-12)
+
+
+def test_align_through_column_probes_refines_and_names_the_oracles_learner():
+    """Read through probes fitted to the column each layer holds, the families are refined
+    and fitted as read exactly (`AlignResult.answer.fine`), the columns are recorded, and
+    GD's oracle at 0.7/λ_max (between GD's grid step sizes) is named GD at its steps 4 and
+    6 (its step 2 is heavy ball's too, up to a scale); fitted to y, nothing is refined."""
+    from iclprobe.alignment import align
+
+    task = RegressionTask(n_dims=4, n_points=12)
+    model = oracle("gd", 4, 3, lambda layer: 2 * layer, task=task, exact_readout=False,
+                   lr="max", normalize=True, lr_scale=0.7)
+    cfg = AlignConfig(n_sequences=64, seed=2, n_boot=20, separation=False,
+                      algorithms=("gd", "newton", "momentum"))
+    res = align(model, cfg)
+    assert res.answer is not None and res.answer.fine
+    assert res.probes_info["target"] == "column" and len(res.probes_info["targets"]) == 4
+    said = [a for a, live in zip(res.answer.layers, res.live) if live]
+    assert [(a.kind, a.learner) for a in said[1:]] == [("runs", "gd")] * 2, res.answer.texts
+    # step 2: heavy ball's step 2 is GD's up to a scale, which a probe's reading is blind to
+    assert said[0].kind in ("runs", "cannot tell") and said[0].learner in ("gd", "momentum")
+    assert said[0].kind == "cannot tell" or said[0].learner == "gd", res.answer.texts
+    by_y = align(model, dataclasses.replace(cfg, probe_target="y"))
+    assert by_y.answer is not None and not by_y.answer.fine
+    assert "targets" not in by_y.probes_info

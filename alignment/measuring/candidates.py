@@ -172,15 +172,16 @@ def _family(key: str, batch: RegressionBatch, stats: PrefixStats, window: tuple[
             fine: Fine | None = None) -> kept.Family:
     """A candidate's columns, its weights' on ``weight_rows`` (reused where kept).
 
-    ``fine``: its fine variants alone (`family_iterates`), not kept.
+    ``fine``: its fine variants alone (`family_iterates`), kept for another readout's ask.
     """
     def run() -> kept.Family:
         return _run_family(key, batch, stats, window, n_layers, weight_rows, claim, fine)
 
-    if claim is not None or fine is not None:  # a model's own claim, or its matches
+    if claim is not None:  # a model's own claim: not kept
         return run()
     rows = None if weight_rows is None else (weight_rows.start, weight_rows.stop)
-    return kept.family((key, tuple(window), n_layers, rows), batch, run)
+    asked = tuple(sorted((float(r), tuple(st)) for r, st in (fine or {}).items()))
+    return kept.family((key, tuple(window), n_layers, rows, asked), batch, run)
 
 
 def _run_family(key: str, batch: RegressionBatch, stats: PrefixStats,
@@ -301,13 +302,14 @@ def measure_candidates(ev: Evaluation, layers: Layers, stats: PrefixStats) -> Ca
     ``ev.cfg.algorithms`` allows (`candidate_keys`); where probes read the layers, the
     learners are read the same way and the tables are corrected for the probes' own noise
     (`noise_ceilings`). Where the layers are read exactly (no probes, no readout noise),
-    each family's fine step sizes next to the layers' matches join it (`refine`); through
-    probes they do not: the probes' noise is larger than what they resolve, and a family
-    refined around its match fits that noise (on the known-answer benchmark it named GD at
-    a heavy-ball oracle's first step and at the GD/Newton average's last layer). There
-    each rival's step size is fitted toward the leading candidate's matched columns
-    instead, for its imitation of them alone (`imitators`): fitted to a learner's column,
-    not to the noisy layer.
+    or through probes fitted to the column each layer holds (`held`), each family's fine
+    step sizes next to the layers' matches join it (`refine`) and the matches are fitted
+    (`fit_steps`); through probes fitted to y they do not: those probes' noise is larger
+    than what they resolve, and a family refined around its match fits that noise (on the
+    known-answer benchmark it named GD at a heavy-ball oracle's first step and at the
+    GD/Newton average's last layer). Through probes either way each rival's step size is
+    also fitted toward the leading candidate's matched columns, for its imitation of them
+    alone (`imitators`): fitted to a learner's column, not to the layer.
     """
     claims = {k: ev.runs[k] for k in ev.claimed if k in ev.runs}
     keys = candidate_keys(ev.cfg.algorithms, claims)
@@ -329,13 +331,11 @@ def measure_candidates(ev: Evaluation, layers: Layers, stats: PrefixStats) -> Ca
             (read_p, read_w), noisy[0], ev.ys, ev.cfg.metrics, spec, more),
             noise_features=layers.noise_features)
     tables = candidate_tables(members, read_p, read_w, ev.ys, ev.cfg.metrics, spec)
-    # read exactly, or by probes fitted to the column each layer holds (`held`: their
-    # noise is of the size of the layer's distance from that column, not of its error
-    # from y), there is no readout noise for a family refined around its match to fit
-    sharp = (rows is None and layers.noise is None) or bool(layers.probe_targets)
+    # read exactly or by probes fitted to a held column (`held`): no noise for a refit to fit
+    sharp = (rows is None and layers.noise is None) or layers.holds_columns
     if sharp:
         _refine(ev, layers, stats, claims, members, tables, (read_p, read_w), spec, rows)
-    else:  # through probes fitted to y: the rivals' step sizes fitted to the matches
+    if rows is not None:  # through probes: the rivals' step sizes fitted to the matches
 
         def run(fine: Mapping[str, Fine]) -> dict[str, Candidate]:
             return build_candidates(list(fine), ev.batch, stats, ev.window, layers.n_layers,
@@ -373,8 +373,10 @@ def _refine(ev: Evaluation, layers: Layers, stats: PrefixStats, claims: Mapping[
         scored = {k: sign * (torch.cat([t.values, fine_tables[metric][k].values], 1)
                              if k in fine else t.values) for k, t in tables[metric].items()}
         places = {k: c.places + (fine[k].places if k in fine else []) for k, c in members.items()}
+        # through probes a scale is free: the step counts near the match's searched too
         fits = fit_steps.fitted(places, metric, scored, read[0], ev.ys, spec.kw(metric),
-                                ev.batch, stats, ev.window, lambda asks: run(asks, None))
+                                ev.batch, stats, ev.window, lambda asks: run(asks, None),
+                                within=None if rows is None else fit_steps.PROBE_WITHIN)
         more.append(run(fits) if fits else {})
     more_tables = [fine_tables] + [candidate_tables(m, *read, ev.ys, ev.cfg.metrics, spec)
                                    for m in more[1:]]

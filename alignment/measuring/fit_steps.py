@@ -22,9 +22,14 @@ known-answer benchmark). The metric is the error cosine where computed (`fit_met
 variant found joins the family where it is closer to the layer than the match was, as the
 fine step sizes do (every metric's table gains its column). Every such candidate is
 searched the same way, rivals included, so that a rival's imitation of a match is as
-flexible as the match. Through probes no match is fitted, for the reason the fine step
-sizes are not run there (`measure_candidates`); the rivals' imitations of the matches are
-(`imitators`, searching the step counts next to the best imitating one too).
+flexible as the match. A search is bracketed by the neighbouring ranks the family holds
+at that step: its fine step sizes where they were run, else the coarse grid's two ranks
+away. Through probes fitted to the column a layer holds (`held`) the matches are fitted
+too, and since a probe's reading is blind to a scale (a step count then makes up for a
+step size), at every step count whose best grid column comes within `PROBE_WITHIN` of the
+match (at most `AROUND`); through probes fitted to y no match is fitted, for the reason
+the fine step sizes are not run there (`measure_candidates`). Through probes either way
+the rivals' imitations of the matches are fitted (`imitators`).
 """
 
 from __future__ import annotations
@@ -53,6 +58,14 @@ VALUE_TOLERANCE = 1e-9
 _GOLDEN = (3.0 - math.sqrt(5.0)) / 2.0  # 0.382: golden section's step into the wider side
 #: the metric the step sizes are fitted by where it is computed (the answer's lead metric)
 FIT_METRIC = "error_cosine"
+#: searched step counts at most, with ``within`` (`fitted`'s): the match's and the nearest
+AROUND = 6
+#: through probes (read on ``[prediction, x_t, 1]``: a scale is free, and a step count
+#: makes up for a step size), the step counts whose best grid column comes this near the
+#: match's by the error cosine are searched too: at a GD oracle's step 3 at 0.6/λ_max,
+#: GD's grid columns at steps 2-8 all come within 8·10⁻⁴ of its best (step 7), and only
+#: step 3's search reaches the layer
+PROBE_WITHIN = 1e-3
 
 
 def fit_metric(metrics: Iterable[str]) -> str | None:
@@ -143,15 +156,18 @@ def _vertex(*points: float) -> tuple[float, float] | None:
 
 def _searches(places: Mapping[str, Sequence[tuple[float, int]]],
               scored: Mapping[str, Tensor], ctx: FamilyContext,
-              skip: Set[tuple[str, int]] = frozenset(), around: bool = False
+              skip: Set[tuple[str, int]] = frozenset(), around: bool = False,
+              within: float | None = None, also_at: Sequence[int] | None = None
               ) -> dict[tuple[str, int, int], _Search]:
     """The searches per (candidate with a continuum, layer), from the layer's match.
 
     The ranks either side of the match's (within its continuum) bound it; where their
     columns at the matched step are in the family, their values start it too. ``around``:
     also one at each step count next to the match's on the family's steps, from that
-    step's best column. ``skip``: (candidate, layer) pairs not searched. Keyed by
-    (candidate, layer, step).
+    step's best column; ``within``: at each step count whose best column comes within that
+    of the match instead (`_starts`); ``also_at``: per layer, one more step count.
+    ``skip``: (candidate, layer) pairs not searched.
+    Keyed by (candidate, layer, step).
     """
     out = {}
     for key, where in places.items():
@@ -161,7 +177,9 @@ def _searches(places: Mapping[str, Sequence[tuple[float, int]]],
         if family.continuum is None:
             continue
         at = {place: i for i, place in enumerate(where)}
-        starts = _starts(scored[key], where, family.steps if around else None)
+        starts = _starts(scored[key], where,
+                         family.steps if around or within or also_at else None, within,
+                         also_at)
         for layer, cols in enumerate(starts):
             if (key, layer) in skip:
                 continue
@@ -172,38 +190,60 @@ def _searches(places: Mapping[str, Sequence[tuple[float, int]]],
                 first, last = family.span(ctx, int(rank))
                 if first == last:
                     continue
-                low, high = max(rank - 1, first), min(rank + 1, last)
+                # between the neighbours the family holds at this step: the fine ones
+                # where they were run, else the coarse grid's, two ranks away
+                low, high = (max(rank - 1, first), min(rank + 1, last))
+                if (low, step) not in at:
+                    low = max(rank - 2, first)
+                if (high, step) not in at:
+                    high = min(rank + 2, last)
                 known = {r: float(scored[key][layer, at[(r, step)]])
                          for r in (low, rank, high) if (r, step) in at}
                 out[(key, layer, step)] = _Search(step, low, high, known)
     return out
 
 
-def _starts(scored: Tensor, where: Sequence[tuple[float, int]], steps: object
+def _starts(scored: Tensor, where: Sequence[tuple[float, int]], steps: object,
+            within: float | None = None, also_at: Sequence[int] | None = None
             ) -> list[list[int]]:
     """Per layer, the columns the searches start from: the match, and its neighbours' steps.
 
     Where ``steps`` is a tuple of step counts, the best column at each step count next to
-    the match's follows the match.
+    the match's follows the match. ``within``: instead, the best column at every step
+    count whose best grid column comes within that of the match (at most `AROUND`, the
+    nearest to the match's step first). ``also_at``: per layer, one more step count whose
+    best column starts a search.
     """
     matches = first_best(scored).tolist()
     if not isinstance(steps, tuple):
         return [[c] for c in matches]
-    cols_at: dict[int, list[int]] = {}
+    lists: dict[int, list[int]] = {}
     for col, (rank, step) in enumerate(where):
         if rank == int(rank):
-            cols_at.setdefault(step, []).append(col)
+            lists.setdefault(step, []).append(col)
+    cols_at = {s: torch.tensor(c) for s, c in lists.items()}
+    order = list(cols_at)
+    if within is not None and order:  # each step count's best value, per layer
+        group = torch.full((scored.shape[1],), len(order))
+        for i, s in enumerate(order):
+            group[cols_at[s]] = i
+        tops = torch.full((scored.shape[0], len(order) + 1), -torch.inf, dtype=scored.dtype)
+        tops.scatter_reduce_(1, group.expand(scored.shape[0], -1), scored, "amax")
     out = []
     for layer, match in enumerate(matches):
         step = where[match][1]
-        at = steps.index(step) if step in steps else None
-        near = [] if at is None else [s for s in steps[max(at - 1, 0):at + 2] if s != step]
-        cols = [match]
-        for s in near:
-            if s in cols_at:
-                idx = torch.tensor(cols_at[s])
-                cols.append(int(idx[first_best(scored[layer, idx])]))
-        out.append(cols)
+        if within is None:
+            at = steps.index(step) if step in steps else None
+            near = [] if at is None else [s for s in steps[max(at - 1, 0):at + 2] if s != step]
+        else:
+            top = float(scored[layer, match])
+            near = sorted((s for s, v in zip(order, tops[layer].tolist())
+                           if s != step and v >= top - within),
+                          key=lambda s: (abs(s - step), s))[:AROUND - 1]
+        if also_at is not None and also_at[layer] != step and also_at[layer] not in near:
+            near.append(also_at[layer])
+        out.append([match] + [int(cols_at[s][first_best(scored[layer, cols_at[s]])])
+                              for s in near if s in cols_at])
     return out
 
 
@@ -212,7 +252,8 @@ def fitted(places: Mapping[str, Sequence[tuple[float, int]]], metric: str,
            values: Tensor, ys: Tensor, kw: Mapping[str, object], batch: RegressionBatch,
            stats: algorithms.PrefixStats, window: tuple[int, int],
            run: Callable[[Mapping[str, Fine]], Mapping[str, Candidate]],
-           skip: Set[tuple[str, int]] = frozenset(), around: bool = False
+           skip: Set[tuple[str, int]] = frozenset(), around: bool = False,
+           within: float | None = None, also_at: Sequence[int] | None = None
            ) -> dict[str, Fine]:
     """Per candidate, the fitted variants that beat the layers' matches, to join the family.
 
@@ -223,10 +264,13 @@ def fitted(places: Mapping[str, Sequence[tuple[float, int]]], metric: str,
     learner's columns); ``kw``: the metric's window and pooling;
     ``run(asks)``: the asked variants alone, as candidates (predictions only); ``skip``:
     (candidate, layer) pairs not fitted (`imitators`: not every rival, nor a column to
-    itself); ``around``: search the step counts next to the match's too (`_searches`).
+    itself); ``around``: search the step counts next to the match's too (`_searches`);
+    ``within``: every step count whose best column comes within that of the match's;
+    ``also_at``: per row of ``values``, one more step count searched (`imitators`: the
+    imitated column's own).
     """
     ctx = FamilyContext(stats, batch.cov, window)
-    searches = _searches(places, scored, ctx, skip, around)
+    searches = _searches(places, scored, ctx, skip, around, within, also_at)
     while True:
         wanted = {where: x for where, search in searches.items()
                   if (x := search.ask()) is not None}

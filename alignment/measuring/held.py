@@ -30,11 +30,16 @@ from torch import Tensor
 from iclprobe import algorithms
 from iclprobe.alignment.evaluation import Evaluation
 from iclprobe.alignment.measuring.candidates import build_candidates, candidate_keys
-from iclprobe.alignment.measuring.layers import Targets
+from iclprobe.alignment.measuring.layers import Y_TARGET, Targets
 from iclprobe.probes import held_shares
 
 #: columns per layer ranked again on every sequence after the first ranking on a part
 SHORTLIST = 8
+#: a layer whose residual leaves more than this share of every column unexplained holds
+#: none: its probe is fitted to y (a Newton construction's layer that predicts 0 holds 9%
+#: of one of Newton's columns, and a probe fitted to it read the layer as computing
+#: something, "prefers gd", where the exact readout finds nothing)
+MAX_SHARE = 0.5
 #: rows per residual feature the first ranking reads at least (an eighth of the sequences
 #: where that is more)
 ROWS_PER_FEATURE = 16
@@ -47,7 +52,10 @@ def held_targets(ev: Evaluation, resid: Tensor, t_min: int) -> tuple[Tensor, lis
     and the model's claims), on the positions ``t >= t_min``: every column ranked by its
     share on the leading sequences (an eighth, or `ROWS_PER_FEATURE` rows per residual
     feature where that is more), then each layer's `SHORTLIST` best by their shares on
-    every sequence. The descriptions read "gd (0.5/λmax, step 6): 1.2e-05 unexplained".
+    every sequence; the column is put on y's scale (`_on_y_scale`). A layer that leaves
+    more than `MAX_SHARE` of every column unexplained holds none: its target is y. The
+    descriptions read "gd (0.5/λmax, step 6): 1.2e-05 unexplained", or "y, as no column
+    is held: newton (...): 0.91 unexplained".
     """
     claims = {k: ev.runs[k] for k in ev.claimed if k in ev.runs}
     keys = candidate_keys(ev.cfg.algorithms, claims)
@@ -62,8 +70,11 @@ def held_targets(ev: Evaluation, resid: Tensor, t_min: int) -> tuple[Tensor, lis
     n_seq, per_seq = resid.shape[1], resid.shape[2] - t_min
     part = min(n_seq, max(-(-n_seq // 8),
                           -(-ROWS_PER_FEATURE * (resid.shape[-1] + 1) // max(per_seq, 1))))
-    ranked = {key: held_shares(resid[:, :part], c.preds.preds[:, :part], t_min)
-              for key, c in cands.items()}
+    usable = {key: torch.isfinite(c.preds.preds[:, :, t_min:]).all(2).all(1)
+              for key, c in cands.items()}  # a column that diverges outside the window
+    ranked = {key: torch.where(usable[key], held_shares(
+        resid[:, :part], torch.nan_to_num(c.preds.preds[:, :part]), t_min), torch.inf)
+        for key, c in cands.items()}
     picked, best = [], []
     for layer in range(resid.shape[0]):
         short = sorted((float(v), key, col) for key, shares in ranked.items()
@@ -77,10 +88,25 @@ def held_targets(ev: Evaluation, resid: Tensor, t_min: int) -> tuple[Tensor, lis
             raise RuntimeError("no candidate column is nonzero on the probes' rows")  # t >= 1
         picked.append(short[at][1:])
         best.append(float(full[at]))
-    targets = torch.stack([cands[k].preds.preds[col] for k, col in picked])
-    notes = [f"{k} ({cands[k].columns[col]}): {b:.2g} unexplained"
-             for (k, col), b in zip(picked, best)]
-    return targets.double(), notes
+    ys = batch.ys.double()
+    targets = torch.stack([_on_y_scale(cands[k].preds.preds[col].double(), ys, t_min)
+                           if b <= MAX_SHARE else ys for (k, col), b in zip(picked, best)])
+    notes = [f"{'' if b <= MAX_SHARE else Y_TARGET}{k} "
+             f"({cands[k].columns[col]}): {b:.2g} unexplained" for (k, col), b in zip(picked, best)]
+    return targets, notes
+
+
+def _on_y_scale(column: Tensor, ys: Tensor, t_min: int) -> Tensor:
+    """``a · column + c`` with ``a, c`` the least squares of y on ``[column, 1]`` (t >= t_min).
+
+    A probe fitted to it reads the layer on y's scale, the same for any of the columns that
+    differ by a scale (GD's step 1 at every step size: which one ranks first is round-off),
+    so a layer's error and liveness do not depend on which was picked.
+    """
+    c, y = column[:, t_min:].flatten(), ys[:, t_min:].flatten()
+    c0, y0 = c - c.mean(), y - y.mean()
+    a = float(c0 @ y0) / max(float(c0 @ c0), torch.finfo(torch.float64).tiny)
+    return a * (column - c.mean()) + y.mean()
 
 
 def targets_for(ev: Evaluation) -> Targets | None:

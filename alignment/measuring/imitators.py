@@ -17,9 +17,11 @@ probe sequences: five false attributions between GD and heavy ball).
 So, where probes read the layers, the rivals whose families lie on continua
 (`Family.continuum`) have their step sizes fitted toward each layer's matched column of
 the leading candidate (by the fit metric, `fit_steps.fit_metric`), by the search
-`fit_steps` runs toward the layers read exactly: at the rival's best-imitating step and
-the step counts next to it (heavy ball at 1/λ_max, β ½ is GD's step 2 at 0.8/λ_max, while
-GD's grid imitates it best at step 3), between the neighbouring grid step sizes. The
+`fit_steps` runs toward the layers read exactly: at the rival's best-imitating step, the
+step counts next to it, and the column's own step count (heavy ball at 1/λ_max, β ½ is
+GD's step 2 at 0.8/λ_max, while GD's grid imitates it best at step 3; heavy ball's grid,
+2× apart in step size, imitates GD's step 2 at 1.2/λ_max best at its step 4, and only its
+step 2 reaches it), between the neighbouring grid step sizes. The
 `RIVALS_FITTED` rivals whose grids imitate the column best are fitted. The columns found
 are kept as the rival's **imitators** (`Candidate.imitators`): used only for its
 imitation of another candidate's match, never for its own match to a layer, so that they
@@ -88,8 +90,9 @@ def fit_imitators(members: dict[str, Candidate], tables: Mapping[str, Mapping[st
         return
     skip = _not_fitted(scored, targets)
     places = {k: members[k].places for k in scored}
+    own_steps = [int(members[k].preds.steps[c]) for k, c in targets]  # each column's step
     fits = fit_steps.fitted(places, metric, scored, values, ys, kw, batch, stats, window, run,
-                            skip=skip, around=True)
+                            skip=skip, around=True, also_at=own_steps)
     for key, cand in (run(fits) if fits else {}).items():
         members[key] = dataclasses.replace(members[key], imitators=cand.preds)
 

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 #: ``(resid, t_min) -> (columns [L+1, B, n], descriptions)``: each layer's probe target
 Targets = Callable[[Tensor, int], tuple[Tensor, list[str]]]
+#: how a layer's target description begins where the layer holds no column (fitted to y)
+Y_TARGET = "y, as no column is held: "
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +69,11 @@ class Layers:
     noise_features: int | None = None
     more_noise: Tensor | None = None
     probe_targets: tuple[str, ...] = ()
+
+    @property
+    def holds_columns(self) -> bool:
+        """Whether some layer was read by a probe fitted to a column it holds (`held`)."""
+        return any(not t.startswith(Y_TARGET) for t in self.probe_targets)
 
     @property
     def n_layers(self) -> int:

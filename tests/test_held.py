@@ -124,6 +124,7 @@ def test_an_oracle_read_through_column_probes_is_read_to_round_off():
         assert float(col.mean()) == pytest.approx(float(y.mean()), abs=1e-12)
 
 
+@pytest.mark.slow  # two aligns of a refined oracle: about 20 s on 2 cores
 def test_align_through_column_probes_refines_and_names_the_oracles_learner():
     """Read through probes fitted to the column each layer holds, the families are refined
     and fitted as read exactly (`AlignResult.answer.fine`), the columns are recorded, and

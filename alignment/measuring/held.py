@@ -70,11 +70,14 @@ def held_targets(ev: Evaluation, resid: Tensor, t_min: int) -> tuple[Tensor, lis
     n_seq, per_seq = resid.shape[1], resid.shape[2] - t_min
     part = min(n_seq, max(-(-n_seq // 8),
                           -(-ROWS_PER_FEATURE * (resid.shape[-1] + 1) // max(per_seq, 1))))
-    usable = {key: torch.isfinite(c.preds.preds[:, :, t_min:]).all(2).all(1)
-              for key, c in cands.items()}  # a column that diverges outside the window
-    ranked = {key: torch.where(usable[key], held_shares(
-        resid[:, :part], torch.nan_to_num(c.preds.preds[:, :part]), t_min), torch.inf)
-        for key, c in cands.items()}
+    # every family's columns in one ranking: the residual's covariance decomposed once
+    keys = list(cands)
+    sizes = [cands[k].preds.preds.shape[0] for k in keys]
+    usable = torch.cat([torch.isfinite(cands[k].preds.preds[:, :, t_min:]).all(2).all(1)
+                        for k in keys])  # a column that diverges outside the window
+    joint = torch.cat([torch.nan_to_num(cands[k].preds.preds[:, :part]) for k in keys])
+    shares = torch.where(usable, held_shares(resid[:, :part], joint, t_min), torch.inf)
+    ranked = dict(zip(keys, shares.split(sizes, dim=1)))
     picked, best = [], []
     for layer in range(resid.shape[0]):
         short = sorted((float(v), key, col) for key, shares in ranked.items()

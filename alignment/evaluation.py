@@ -72,6 +72,11 @@ class Evaluation:
         """``[batch, pos]`` the targets in float64, as every metric reads them."""
         return self.batch.ys.double()
 
+    @functools.cached_property
+    def stats(self) -> algorithms.PrefixStats:
+        """The prefix statistics of the data, computed once for every stage that runs learners."""
+        return algorithms.prefix_stats(self.batch.xs.double(), self.ys)
+
     @property
     def weight_metrics(self) -> list[str]:
         """The metrics that compare induced weights (they need the layers' and learners')."""

@@ -33,6 +33,7 @@ from iclprobe.algorithms.base import REFERENCE_PAIR
 from iclprobe.alignment.comparison import PairVerdict
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.evaluation import Evaluation, evaluation, evaluation_task, model_evaluation
+from iclprobe.alignment.measuring import kept
 from iclprobe.alignment.measuring.candidates import measure_candidates
 from iclprobe.alignment.measuring.held import targets_for
 from iclprobe.alignment.measuring.layers import Layers, checked_layers, needs_probes, read_layers
@@ -75,8 +76,9 @@ def align(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
     crossfit = layer_probes is None and cfg.probe_fit == "crossfit" and needs_probes(model)
     ev = model_evaluation(model, task, cfg, name, crossfit)  # refuses before the forward work
     timings = Timings()
-    layers = read_layers(model, ev, layer_probes, timings, targets_for(ev))
-    return run_stages(ev, layers, timings, probes_info)
+    with kept.reusing_in_alignment():  # the probe targets' candidates, measured after
+        layers = read_layers(model, ev, layer_probes, timings, targets_for(ev))
+        return run_stages(ev, layers, timings, probes_info)
 
 
 def run_stages(ev: Evaluation, layers: Layers, timings: Timings,

@@ -28,7 +28,7 @@ from torch import Tensor
 from iclprobe._checks import check_int, check_real
 from iclprobe.atomic import atomic_directory
 from iclprobe.errors import InputError
-from iclprobe.hooks.residuals import collect_residuals
+from iclprobe.hooks.residuals import BATCH_SEQUENCES, collect_residuals
 from iclprobe.models.base import Regressor, check_model
 from iclprobe.probes.inputs import check_batch, check_finite_inputs, check_fit_fits, check_tensors
 from iclprobe.probes.ridge import ridge_gcv
@@ -64,7 +64,7 @@ def model_hash(model: Regressor) -> str:
 
 @torch.no_grad()
 def readout_predictions(model: Regressor, xs: Tensor, ys: Tensor,
-                        batch_size: int = 256) -> Tensor:
+                        batch_size: int = BATCH_SEQUENCES) -> Tensor:
     """The no-training readout of every layer, ``[L+1, B, n]``.
 
     GPT: the final norm and read-out applied to each layer's residual (a logit lens);
@@ -143,7 +143,7 @@ class LayerProbes:
     # ------------------------------------------------------------------ fitting
     def fit(self, model: Regressor, task: RegressionTask | None = None,
             n_sequences: int = 2000, generator: torch.Generator | int = 0,
-            n_heldout: int = 500, batch_size: int = 256) -> LayerProbes:
+            n_heldout: int = 500, batch_size: int = BATCH_SEQUENCES) -> LayerProbes:
         """Fit on residuals of ``n_sequences`` fresh draws of ``task`` (default: the model's).
 
         Records how in ``fit_settings_`` (sequences, seed — None for a generator already
@@ -251,7 +251,7 @@ class LayerProbes:
             raise InputError("no model attached: fit() on a model or load(path, model)")
         return self.model
 
-    def predict(self, xs: Tensor, ys: Tensor, batch_size: int = 256) -> Tensor:
+    def predict(self, xs: Tensor, ys: Tensor, batch_size: int = BATCH_SEQUENCES) -> Tensor:
         """Every layer's prediction ``[L+1, B, n]``."""
         self._check_fitted()
         check_batch(xs=xs, ys=ys)

@@ -7,6 +7,7 @@ the probes read each layer with an error of about √(p/N) of its error from y, 
 the column the layer holds they read it to round-off.
 """
 
+import contextlib
 import dataclasses
 
 import numpy as np
@@ -148,3 +149,32 @@ def test_align_through_column_probes_refines_and_names_the_oracles_learner():
     by_y = align(model, dataclasses.replace(cfg, probe_target="y"))
     assert by_y.answer is not None and not by_y.answer.fine
     assert "targets" not in by_y.probes_info
+
+
+def test_align_runs_each_candidates_grid_once_and_keeps_nothing(monkeypatch):
+    """The probe targets' choice and the candidates' stage share one run of each grid
+    (`kept.reusing_in_alignment`): the answer is the one of two runs each, number for
+    number, and nothing is kept after `align` returns."""
+    from iclprobe.alignment import align
+    from iclprobe.alignment.measuring import candidates as cand
+    from iclprobe.alignment.measuring import kept
+
+    task = RegressionTask(n_dims=3, n_points=8)
+    model = oracle("gd", 3, 2, lambda layer: 2 * layer, task=task, exact_readout=False,
+                   lr="max", normalize=True)
+    cfg = AlignConfig(n_sequences=48, seed=1, n_boot=10, separation=False,
+                      algorithms=("gd", "newton", "ridge"))
+    runs: list[str] = []
+    real = cand._run_family
+    monkeypatch.setattr(cand, "_run_family",
+                        lambda *a: (a[7] is None and runs.append(a[0])) or real(*a))
+    once = align(model, cfg)
+    assert sorted(runs) == ["gd", "newton", "ridge"]  # the grids, once each
+    assert kept._KEPT is None and not kept._HANDOVER
+    runs.clear()
+    monkeypatch.setattr(kept, "reusing_in_alignment", contextlib.nullcontext)  # nothing shared
+    twice = align(model, cfg)
+    assert sorted(runs) == ["gd", "gd", "newton", "newton", "ridge", "ridge"]
+    assert once.answer is not None and twice.answer is not None
+    assert once.answer.to_dict() == twice.answer.to_dict()
+    assert once.probes_info["targets"] == twice.probes_info["targets"]

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
+from torch import Tensor
 
 from iclprobe import algorithms
 from iclprobe.alignment.metrics import METRIC_INFO
@@ -86,3 +87,11 @@ class Candidate:
                 raise InputError(f"candidate {self.key!r} has no weights for {metric!r}")
             return self.weights
         return self.preds
+
+
+def columns_of(it: algorithms.Iterates, cols: Sequence[int], weights: bool) -> Tensor:
+    """The values of columns ``cols`` (predictions or weights), as layers to compare."""
+    values = it.weights if weights else it.preds
+    if values is None:
+        raise InputError(f"{it.name} has no weights")
+    return values[torch.as_tensor(list(cols), dtype=torch.long)]

@@ -31,7 +31,6 @@ from iclprobe.alignment.measuring.similarities import Similarity, similarity, si
 from iclprobe.alignment.measuring.table_spec import TableSpec
 from iclprobe.alignment.metrics import METRIC_INFO, metric_info
 from iclprobe.alignment.protocols import RunSpec
-from iclprobe.errors import InputError
 from iclprobe.tasks import RegressionBatch
 
 if TYPE_CHECKING:
@@ -131,14 +130,15 @@ def _specs(key: str, ctx: FamilyContext, fine: Fine, skip: Sequence[str], grid: 
 def build_candidates(keys: Sequence[str], batch: RegressionBatch, stats: PrefixStats,
                      window: tuple[int, int], n_layers: int, weight_rows: slice | None,
                      claims: Mapping[str, RunSpec], probe_rows: tuple[int, int] | None,
-                     fine: Mapping[str, Fine] | None = None
+                     fine: Mapping[str, Fine] | None = None, peek: bool = False
                      ) -> tuple[dict[str, Candidate], list[str]]:
     """Every candidate's columns (read as probes read, given ``probe_rows``), and notes.
 
     ``weight_rows``: the sequences the weight metrics use (None: no weights). A candidate
     whose family says it is none here (`NotACandidate`) is left out with a note.
     ``fine``: per candidate, the fine variants alone to run instead of its grid
-    (`family_iterates`); candidates not in it are left out.
+    (`family_iterates`); candidates not in it are left out. ``peek``: the caller only reads
+    the columns (`kept.family`: a kept family is not copied).
     """
     xs, ys = batch.xs.double(), batch.ys.double()
     out, notes = {}, []
@@ -147,7 +147,7 @@ def build_candidates(keys: Sequence[str], batch: RegressionBatch, stats: PrefixS
         try:
             preds, columns, w, dropped = _family(key, batch, stats, window, n_layers,
                                                  weight_rows, claim,
-                                                 None if fine is None else fine[key])
+                                                 None if fine is None else fine[key], peek)
         except NotACandidate as why:
             notes.append(str(why))
             continue
@@ -157,19 +157,26 @@ def build_candidates(keys: Sequence[str], batch: RegressionBatch, stats: PrefixS
         if probe_rows is not None:
             preds, w = probe_read(preds, xs, ys, probe_rows, w)
         label = claim.label if claim is not None else algorithms.learner_info(key).label
-        variant, rank = preds.hyper.pop("variant_index"), preds.hyper.pop("variant_rank")
+        # the family may be a kept one (`kept.family`'s peek): its hyper dicts are not changed
+        preds, variant, rank = _without_places(preds)
         if w is not None:
-            w.hyper.pop("variant_index", None)
-            w.hyper.pop("variant_rank", None)
+            w = _without_places(w)[0]
         closed = len(set(variant)) == len(variant)  # one column per variant
         out[key] = Candidate(key, label, preds, w, columns, variant, closed,
                              [(r, int(k)) for r, k in zip(rank, preds.steps.tolist())])
     return out, notes
 
 
+def _without_places(it: algorithms.Iterates) -> tuple[algorithms.Iterates, list[int], list[float]]:
+    """``it`` with its hyper lacking the columns' variant indices and ranks, and those."""
+    hyper = dict(it.hyper)
+    variant, rank = hyper.pop("variant_index", []), hyper.pop("variant_rank", [])
+    return dataclasses.replace(it, hyper=hyper), variant, rank
+
+
 def _family(key: str, batch: RegressionBatch, stats: PrefixStats, window: tuple[int, int],
             n_layers: int, weight_rows: slice | None, claim: RunSpec | None,
-            fine: Fine | None = None) -> kept.Family:
+            fine: Fine | None = None, peek: bool = False) -> kept.Family:
     """A candidate's columns, its weights' on ``weight_rows`` (reused where kept).
 
     ``fine``: its fine variants alone (`family_iterates`), kept for another readout's ask.
@@ -181,7 +188,7 @@ def _family(key: str, batch: RegressionBatch, stats: PrefixStats, window: tuple[
         return run()
     rows = None if weight_rows is None else (weight_rows.start, weight_rows.stop)
     asked = tuple(sorted((float(r), tuple(st)) for r, st in (fine or {}).items()))
-    return kept.family((key, tuple(window), n_layers, rows, asked), batch, run)
+    return kept.family((key, tuple(window), n_layers, rows, asked), batch, run, peek)
 
 
 def _run_family(key: str, batch: RegressionBatch, stats: PrefixStats,
@@ -264,14 +271,6 @@ def noise_ceilings(clean: tuple[Tensor, Tensor | None], noisy: Mapping[str, Tens
             similarity_values(a, layers, ys[:b.shape[1]], metric,
                               **spec.kw(metric)).diagonal() for a in draws]).mean(0)
     return out
-
-
-def columns_of(it: algorithms.Iterates, cols: Sequence[int], weights: bool) -> Tensor:
-    """The values of columns ``cols`` (predictions or weights), as layers to compare."""
-    values = it.weights if weights else it.preds
-    if values is None:
-        raise InputError(f"{it.name} has no weights")
-    return values[torch.as_tensor(list(cols), dtype=torch.long)]
 
 
 @dataclasses.dataclass

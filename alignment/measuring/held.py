@@ -27,7 +27,6 @@ import math
 import torch
 from torch import Tensor
 
-from iclprobe import algorithms
 from iclprobe.alignment.evaluation import Evaluation
 from iclprobe.alignment.measuring.candidates import build_candidates, candidate_keys
 from iclprobe.alignment.measuring.layers import Y_TARGET, Targets
@@ -60,11 +59,11 @@ def held_targets(ev: Evaluation, resid: Tensor, t_min: int) -> tuple[Tensor, lis
     claims = {k: ev.runs[k] for k in ev.claimed if k in ev.runs}
     keys = candidate_keys(ev.cfg.algorithms, claims)
     batch = ev.batch
-    stats = algorithms.prefix_stats(batch.xs.double(), batch.ys.double())
+    stats = ev.stats
     n_layers = resid.shape[0] - 1
     cands, _ = build_candidates(keys, batch, stats, ev.window, n_layers,
                                 slice(0, ev.weight_rows) if ev.weight_metrics else None,
-                                claims, None)  # raw columns (kept for the answer's stage)
+                                claims, None, peek=True)  # raw, kept for the answer's stage
     # the products of the residual with thousands of columns are the cost; a part of the
     # sequences ranks them as the whole does but for near ties, which the shortlist holds
     n_seq, per_seq = resid.shape[1], resid.shape[2] - t_min
@@ -73,10 +72,10 @@ def held_targets(ev: Evaluation, resid: Tensor, t_min: int) -> tuple[Tensor, lis
     # every family's columns in one ranking: the residual's covariance decomposed once
     keys = list(cands)
     sizes = [cands[k].preds.preds.shape[0] for k in keys]
-    usable = torch.cat([torch.isfinite(cands[k].preds.preds[:, :, t_min:]).all(2).all(1)
-                        for k in keys])  # a column that diverges outside the window
-    joint = torch.cat([torch.nan_to_num(cands[k].preds.preds[:, :part]) for k in keys])
-    shares = torch.where(usable, held_shares(resid[:, :part], joint, t_min), torch.inf)
+    joint = torch.cat([cands[k].preds.preds[:, :part] for k in keys])
+    usable = _finite(joint, t_min)  # a column may diverge outside the window
+    shares = torch.where(usable, held_shares(resid[:, :part], joint.nan_to_num_(), t_min),
+                         torch.inf)
     ranked = dict(zip(keys, shares.split(sizes, dim=1)))
     picked, best = [], []
     for layer in range(resid.shape[0]):
@@ -85,7 +84,8 @@ def held_targets(ev: Evaluation, resid: Tensor, t_min: int) -> tuple[Tensor, lis
                            shares[layer], min(SHORTLIST, shares.shape[1]), largest=False))))
         short = short[:SHORTLIST]
         cols = torch.stack([cands[key].preds.preds[col] for _, key, col in short])
-        full = held_shares(resid[layer:layer + 1], cols, t_min)[0]
+        full = torch.where(_finite(cols, t_min), held_shares(
+            resid[layer:layer + 1], cols.nan_to_num(), t_min)[0], torch.inf)
         at = int(full.argmin())
         if not math.isfinite(float(full[at])):
             raise RuntimeError("no candidate column is nonzero on the probes' rows")  # t >= 1
@@ -97,6 +97,11 @@ def held_targets(ev: Evaluation, resid: Tensor, t_min: int) -> tuple[Tensor, lis
     notes = [f"{'' if b <= MAX_SHARE else Y_TARGET}{k} "
              f"({cands[k].columns[col]}): {b:.2g} unexplained" for (k, col), b in zip(picked, best)]
     return targets, notes
+
+
+def _finite(columns: Tensor, t_min: int) -> Tensor:
+    """``[K]``: whether each column ``[K, batch, pos]`` is finite at every ``t >= t_min``."""
+    return torch.isfinite(columns[:, :, t_min:]).flatten(1).all(1)
 
 
 def _on_y_scale(column: Tensor, ys: Tensor, t_min: int) -> Tensor:

@@ -28,6 +28,8 @@ Family = tuple[algorithms.Iterates, list[str], algorithms.Iterates | None, list[
 #: the families kept (None: outside `reusing_families`, nothing is kept)
 _KEPT: OrderedDict[tuple[Any, ...], Any] | None = None
 _KEPT_MAX = 0
+#: inside `reusing_in_alignment`: a kept value goes to its next ask, uncopied
+_HANDOVER = False
 
 
 @contextlib.contextmanager
@@ -38,39 +40,68 @@ def reusing_families(max_families: int = 96) -> Iterator[None]:
     batch, or a value `kept` computed from the data); the numbers are those a rerun gives,
     bit for bit.
     """
-    global _KEPT, _KEPT_MAX
-    outer = (_KEPT, _KEPT_MAX)
-    _KEPT, _KEPT_MAX = OrderedDict(), max_families
+    global _KEPT, _KEPT_MAX, _HANDOVER
+    outer = (_KEPT, _KEPT_MAX, _HANDOVER)
+    _KEPT, _KEPT_MAX, _HANDOVER = OrderedDict(), max_families, False
     try:
         yield
     finally:
-        _KEPT, _KEPT_MAX = outer
+        _KEPT, _KEPT_MAX, _HANDOVER = outer
 
 
-def family(at: tuple[Any, ...], batch: RegressionBatch, run: Callable[[], Family]) -> Family:
-    """``run()``'s family, or a copy of the one kept for ``at`` on the same data."""
-    return kept(at, (batch.xs, batch.ys, batch.cov), run, _copy)
+@contextlib.contextmanager
+def reusing_in_alignment() -> Iterator[None]:
+    """Within one alignment, a family peeked at is handed over to its next ask, not rerun.
+
+    `align` asks for each candidate's grid twice on the same data: to choose the layers'
+    probe targets (`held`, which only reads it: ``peek=True``) and to measure the
+    candidates. Inside this block the first ask keeps the family and the second takes it
+    (no copy, nothing left kept); what nobody peeked at is run and not kept. Inside a
+    caller's `reusing_families` block, that block's rules hold instead.
+    """
+    global _KEPT, _HANDOVER
+    if _KEPT is not None:
+        yield
+        return
+    _KEPT, _HANDOVER = OrderedDict(), True
+    try:
+        yield
+    finally:
+        _KEPT, _HANDOVER = None, False
+
+
+def family(at: tuple[Any, ...], batch: RegressionBatch, run: Callable[[], Family],
+           peek: bool = False) -> Family:
+    """``run()``'s family, or a copy of the one kept for ``at`` on the same data.
+
+    ``peek``: the caller only reads it; the kept family itself is returned (never copied).
+    """
+    return kept(at, (batch.xs, batch.ys, batch.cov), run, _copy, peek)
 
 
 T = TypeVar("T")
 
 
 def kept(at: tuple[Any, ...], data: Sequence[Tensor], run: Callable[[], T],
-         copy: Callable[[T], T] = copy_module.deepcopy) -> T:
+         copy: Callable[[T], T] = copy_module.deepcopy, peek: bool = False) -> T:
     """``run()``'s value, or a copy of the one kept for ``at`` on the same ``data``.
 
     Inside `reusing_families` only (outside it ``run()`` is called each time); ``at`` names
-    what is computed, ``data`` the tensors it is computed from (digested).
+    what is computed, ``data`` the tensors it is computed from (digested). ``peek``: the
+    kept value itself, for a caller that does not change it (inside
+    `reusing_in_alignment`, kept for the next ask, which takes it).
     """
     if _KEPT is None:
         return run()
     key = (*at, _data_key(data))
+    if _HANDOVER and not peek:  # one alignment: the peeked value, taken, or a fresh run
+        return _KEPT.pop(key) if key in _KEPT else run()
     if key not in _KEPT:
         _KEPT[key] = run()
-        while len(_KEPT) > _KEPT_MAX:
+        while _KEPT_MAX and len(_KEPT) > _KEPT_MAX:
             _KEPT.popitem(last=False)
     _KEPT.move_to_end(key)
-    return copy(_KEPT[key])
+    return _KEPT[key] if peek else copy(_KEPT[key])
 
 
 def _data_key(data: Sequence[Tensor]) -> str:

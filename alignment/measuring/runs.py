@@ -50,7 +50,7 @@ def run_learners(ev: Evaluation, n_layers: int) -> Learners:
     Raises:
         InputError: a learner's iterates are not finite.
     """
-    stats = algorithms.prefix_stats(ev.batch.xs.double(), ev.ys)
+    stats = ev.stats
     iterates, with_weights = {}, {}
     for key, spec in ev.runs.items():
         it = run_spec(spec, ev.batch, n_layers, False, stats, ev.cfg.seed)

@@ -18,7 +18,8 @@ from torch import Tensor
 
 from iclprobe.algorithms.base import Iterates
 from iclprobe.alignment import comparison as C
-from iclprobe.alignment.measuring.candidates import Candidate, TableSpec, columns_of
+from iclprobe.alignment.measuring.candidate import columns_of
+from iclprobe.alignment.measuring.candidates import Candidate, TableSpec
 from iclprobe.alignment.measuring.similarities import Similarity, similarity_values
 from iclprobe.alignment.metrics import METRIC_INFO, metric_info
 from iclprobe.alignment.views.continua import PRECISION, Evidence, evidence, mixes

@@ -8,7 +8,8 @@ import torch
 from torch import Tensor
 
 from iclprobe.algorithms.base import Iterates
-from iclprobe.alignment.measuring.candidates import Candidate, TableSpec, columns_of
+from iclprobe.alignment.measuring.candidate import columns_of
+from iclprobe.alignment.measuring.candidates import Candidate, TableSpec
 from iclprobe.alignment.measuring.similarities import similarity_values
 from iclprobe.alignment.metrics import METRIC_INFO
 

@@ -199,6 +199,18 @@ class Family:
             last += 1
         return first, last
 
+    def holds(self, ctx: FamilyContext, rank: float) -> bool:
+        """Whether ``rank`` is a variant of this family on ``ctx``'s data (`variant_at`'s).
+
+        A family's ranks depend on the data (ridge's grid reaches further on a spread
+        spectrum), so a rank matched on one task may be none on another.
+        """
+        low = math.floor(rank)
+        if rank == low and 0 <= low < len(self.grid(ctx)):
+            return True
+        points = self.continuum.points(ctx) if self.continuum is not None else []
+        return 0 <= low < len(points) - 1 and points[low][0] == points[low + 1][0]
+
     def variant_at(self, ctx: FamilyContext, rank: float) -> Variant:
         """The variant at ``rank`` of `grid`; between two ranks, on their continuum (`Continuum`)."""
         low = math.floor(rank)

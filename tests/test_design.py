@@ -119,6 +119,30 @@ def test_the_objective_is_the_learners_resemblance_by_hand(gd_oracle, query):
     assert same == 0.0  # a learner imitates itself exactly
 
 
+def test_a_variant_matched_on_the_own_task_that_is_none_here_is_not_separated(gd_oracle):
+    """Ridge's grid reaches further on a spread spectrum: a λ matched there (rank 26 of a
+    κ 1000 task's grid) is no variant on isotropic data (25 ranks), so the pair it is in
+    is not separated there (0), and the other layers count as before; never an error."""
+    from iclprobe.algorithms.families import FamilyContext
+
+    model, res = gd_oracle
+    task = D.Distribution(1.0, "linear", 9, 0.0, "context").task(4, 0)
+    batch = task.sample(64, generator=0, dtype=torch.float64)
+    stats = algorithms.prefix_stats(batch.xs, batch.ys)
+    ctx = FamilyContext(stats, batch.cov, (1, 8))
+    ridge = algorithms.learner_info("ridge").fitted_family
+    top = len(ridge.grid(ctx)) - 1
+    assert ridge.holds(ctx, top) and ridge.holds(ctx, top - 0.5)
+    assert not ridge.holds(ctx, top + 1.2) and not ridge.holds(ctx, -0.5)
+    with pytest.raises(ValueError, match="not a variant"):
+        ridge.variant_at(ctx, top + 1.2)
+    places = {**res.answer.places, "ridge": [(top + 1.2, 0)] * len(res.answer.places["gd"])}
+    pairs = {3: [("gd", "ridge")], 5: [("gd", "newton")]}
+    got = D.separation(task, pairs, places, 6, CFG, "all", 64, 0, model)
+    alone = D.separation(task, {5: [("gd", "newton")]}, places, 6, CFG, "all", 64, 0, model)
+    assert alone > 0 and got == pytest.approx(alone / 2, rel=1e-12)  # layer 3's pair: 0
+
+
 def test_isotropic_data_offer_no_low_variance_queries():
     # on Σ ∝ I every direction is a low-variance one: the query would be drawn as the context
     family = D.DesignFamily()

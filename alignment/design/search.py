@@ -12,7 +12,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from iclprobe import algorithms
-from iclprobe.algorithms.families import NotACandidate
+from iclprobe.algorithms.families import FamilyContext, NotACandidate
 from iclprobe.algorithms.numerics import Diverged
 from iclprobe.alignment import comparison as C
 from iclprobe.alignment.config import AlignConfig
@@ -93,7 +93,9 @@ def separation(task: RegressionTask, pairs: Mapping[int, Sequence[tuple[str, str
     ``places``: per candidate, each layer's matched column as (variant, step) in its family
     (`Answer.places`). ``model``: whose family's claimed learners (a PQ model's
     ``pgd_own``) are run on these data. A pair one of whose learners is no candidate here
-    (GD preconditioned by Σ⁻¹ on isotropic data is GD) or diverges is not separated (0).
+    (GD preconditioned by Σ⁻¹ on isotropic data is GD), diverges, or whose matched variant
+    is none of its family on these data (a ridge λ beyond the grid of a less spread
+    spectrum) is not separated (0).
     """
     if not pairs:
         return 0.0
@@ -104,11 +106,16 @@ def separation(task: RegressionTask, pairs: Mapping[int, Sequence[tuple[str, str
     claims = family_runs(model, batch)[0] if model is not None else {}
     needed = sorted({c for ps in pairs.values() for p in ps for c in p})
     fams: dict[str, tuple[algorithms.Iterates, dict[tuple[int, int], int]] | None] = {}
+    ctx = FamilyContext(stats, batch.cov, window)
     for key in needed:
+        own = places.get(key, ())
+        if key in algorithms.LEARNERS:  # a variant matched on the own task may be none here
+            family = algorithms.learner_info(key).fitted_family
+            own = [p for p in own if family.holds(ctx, p[0])]
         try:
             it, _, _ = family_iterates(key, batch, stats, window, n_layers, False,
                                        claim=claims.get(key) if key not in algorithms.LEARNERS
-                                       else None, fine=matched_fine(places.get(key, ())))
+                                       else None, fine=matched_fine(own))
         except (NotACandidate, Diverged):
             fams[key] = None
             continue

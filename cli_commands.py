@@ -238,6 +238,7 @@ def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int | None = 
     ``out`` is checked before any work (`check_output`) and written whole at the end.
     """
     from iclprobe import models, probes
+    from iclprobe.alignment.measuring import kept
     from iclprobe.alignment.output.report import write_report
     from iclprobe.alignment.output.tables import answer_lines
     from iclprobe.alignment.pipeline import AlignConfig, align
@@ -247,14 +248,15 @@ def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int | None = 
     check_output(out, "report", overwrite)
     cfg = AlignConfig(n_sequences=n_sequences, n_probe_sequences=n_probe_sequences)
     model = models.load(DEMO_MODELS[0])
-    with probe_notes():
-        gpt = [align(model, cfg, name=DEMO_MODELS[0]),
-               align(model, dataclasses.replace(cfg, protocol="fu2024"),
-                     name=f"{DEMO_MODELS[0]}-fu2024")]  # the same probes: same data, seed
-    paired, _ = align_checkpoints(list(DEMO_MODELS[1:]), cfg)
-    recurrent = align_checkpoints([DEMO_RECURRENT], cfg)[0][0]
-    pq_aligned = [align_checkpoints([name], cfg)[0][0] for name in DEMO_PQ]
-    known = [align_checkpoints([name], cfg)[0][0] for name in DEMO_KNOWN]
+    with kept.reusing():  # models aligned on the same data share the candidates' families
+        with probe_notes():
+            gpt = [align(model, cfg, name=DEMO_MODELS[0]),
+                   align(model, dataclasses.replace(cfg, protocol="fu2024"),
+                         name=f"{DEMO_MODELS[0]}-fu2024")]  # the same probes: data, seed
+        paired, _ = align_checkpoints(list(DEMO_MODELS[1:]), cfg)
+        recurrent = align_checkpoints([DEMO_RECURRENT], cfg)[0][0]
+        pq_aligned = [align_checkpoints([name], cfg)[0][0] for name in DEMO_PQ]
+        known = [align_checkpoints([name], cfg)[0][0] for name in DEMO_KNOWN]
     pq = []
     for name in DEMO_PQ:
         pq.append((name, probes.analyze_preconditioners(models.load(name))))  # type: ignore[arg-type]

@@ -137,8 +137,9 @@ def compare(models: Sequence[Regressor], cfg: AlignConfig | None = None,
         if model.cfg.n_dims != task.n_dims:
             raise InputError(f"{name} has n_dims={model.cfg.n_dims}, but the data has "
                              f"d={task.n_dims}: compare models of one dimension")
-    return [align(model, cfg, name=name, layer_probes=lp, eval_task=task)
-            for model, name, lp in zip(models, names, lps)]
+    with kept.reusing():  # the candidates' families depend on the data alone
+        return [align(model, cfg, name=name, layer_probes=lp, eval_task=task)
+                for model, name, lp in zip(models, names, lps)]
 
 
 def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig | None = None,

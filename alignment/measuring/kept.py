@@ -50,6 +50,19 @@ def reusing_families(max_families: int = 96) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def reusing(max_families: int = 96) -> Iterator[None]:
+    """`reusing_families`, unless a caller's block is open (then that one, unchanged).
+
+    For several alignments on the same data (`compare`, ``iclprobe demo``).
+    """
+    if _KEPT is not None and not _HANDOVER:
+        yield
+        return
+    with reusing_families(max_families):
+        yield
+
+
+@contextlib.contextmanager
 def reusing_in_alignment() -> Iterator[None]:
     """Within one alignment, a family peeked at is handed over to its next ask, not rerun.
 

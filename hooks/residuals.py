@@ -134,7 +134,7 @@ class ResidualStore:
 
     @classmethod
     def write(cls, path: str | os.PathLike[str], model: Regressor, xs: Tensor, ys: Tensor,
-              layers: Sequence[int] | None = None, batch_size: int = BATCH_SEQUENCES,
+              layers: Sequence[int] | None = None, batch_size: int = 256,
               progress: bool = True, overwrite: bool = False) -> ResidualStore:
         """Collect residuals shard by shard (one per batch) into ``path``, atomically.
 

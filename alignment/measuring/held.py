@@ -79,13 +79,16 @@ def held_targets(ev: Evaluation, resid: Tensor, t_min: int) -> tuple[Tensor, lis
     ranked = dict(zip(keys, shares.split(sizes, dim=1)))
     picked, best = [], []
     for layer in range(resid.shape[0]):
-        short = sorted((float(v), key, col) for key, shares in ranked.items()
-                       for v, col in zip(*map(torch.Tensor.tolist, torch.topk(
-                           shares[layer], min(SHORTLIST, shares.shape[1]), largest=False))))
-        short = short[:SHORTLIST]
+        # ranked on the first sequences, then finite on every sequence (checked for these)
+        short = [s for s in sorted(
+            (float(v), key, col) for key, shares in ranked.items()
+            for v, col in zip(*map(torch.Tensor.tolist, torch.topk(
+                shares[layer], min(2 * SHORTLIST, shares.shape[1]), largest=False))))
+            if _finite(cands[s[1]].preds.preds[s[2]][None], t_min)][:SHORTLIST]
+        if not short:
+            raise RuntimeError("no candidate column is finite on every sequence")
         cols = torch.stack([cands[key].preds.preds[col] for _, key, col in short])
-        full = torch.where(_finite(cols, t_min), held_shares(
-            resid[layer:layer + 1], cols.nan_to_num(), t_min)[0], torch.inf)
+        full = held_shares(resid[layer:layer + 1], cols, t_min)[0]
         at = int(full.argmin())
         if not math.isfinite(float(full[at])):
             raise RuntimeError("no candidate column is nonzero on the probes' rows")  # t >= 1

@@ -178,3 +178,32 @@ def test_align_runs_each_candidates_grid_once_and_keeps_nothing(monkeypatch):
     assert once.answer is not None and twice.answer is not None
     assert once.answer.to_dict() == twice.answer.to_dict()
     assert once.probes_info["targets"] == twice.probes_info["targets"]
+
+
+def test_a_column_that_diverges_on_a_later_sequence_is_never_a_target(monkeypatch):
+    """The columns are ranked on the first sequences; the one a layer holds exactly there but
+    that is not finite on the last sequence (a step size past a prefix's bound) is passed
+    over for the next best, finite on every sequence — no error, and y where none is."""
+    from iclprobe import algorithms
+    from iclprobe.alignment.measuring import held
+    from iclprobe.alignment.measuring.candidate import Candidate
+
+    task = RegressionTask(n_dims=3, n_points=8)
+    model = oracle("gd", 3, 2, lambda layer: 2 * layer, task=task, exact_readout=False,
+                   lr="max", normalize=True)
+    cfg = AlignConfig(n_sequences=64, seed=1, n_boot=10, algorithms=("gd",))
+    ev = model_evaluation(model, task, cfg, crossfit=True)
+    truth = model.iterates(ev.batch.xs, ev.batch.ys).preds.double()  # [layer, B, n]
+    broken = truth[2].clone()
+    broken[-1, 5] = float("nan")  # the last sequence, inside the window
+    near = truth[2] + 1e-3 * torch.randn(truth[2].shape, generator=torch.Generator().manual_seed(0),
+                                         dtype=torch.float64)
+    cols = torch.stack([broken, near])
+    fam = algorithms.Iterates(torch.tensor([4, 4]), cols, None, {}, "gd")
+    cand = Candidate("gd", "GD", fam, None, ["broken", "near"], [0, 1], True)
+    monkeypatch.setattr(held, "build_candidates", lambda *a, **k: ({"gd": cand}, []))
+    resid = collect_residuals(model, ev.batch.xs, ev.batch.ys)
+    ranked_part = probes.held_shares(resid[2:3, :8], cols[:, :8], 1)[0]
+    assert float(ranked_part[0]) < float(ranked_part[1])  # first on the first sequences
+    _, notes = held_targets(ev, resid, 1)
+    assert notes[2].startswith("gd (near)")

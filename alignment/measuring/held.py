@@ -22,6 +22,7 @@ several learners' predictions; the probe reads the one it holds best, as Akyüre
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -79,12 +80,14 @@ def held_targets(ev: Evaluation, resid: Tensor, t_min: int) -> tuple[Tensor, lis
     ranked = dict(zip(keys, shares.split(sizes, dim=1)))
     picked, best = [], []
     for layer in range(resid.shape[0]):
-        # ranked on the first sequences, then finite on every sequence (checked for these)
-        short = [s for s in sorted(
-            (float(v), key, col) for key, shares in ranked.items()
-            for v, col in zip(*map(torch.Tensor.tolist, torch.topk(
-                shares[layer], min(2 * SHORTLIST, shares.shape[1]), largest=False))))
-            if _finite(cands[s[1]].preds.preds[s[2]][None], t_min)][:SHORTLIST]
+        # ranked on the first sequences, then the best finite on every sequence (checked
+        # in that order until the shortlist is full)
+        order = sorted((float(v), key, col) for key, shares in ranked.items()
+                       for v, col in zip(*map(torch.Tensor.tolist, torch.topk(
+                           shares[layer], min(2 * SHORTLIST, shares.shape[1]), largest=False))))
+        short = list(itertools.islice(
+            (s for s in order if _finite(cands[s[1]].preds.preds[s[2]][None], t_min)),
+            SHORTLIST))
         if not short:
             raise RuntimeError("no candidate column is finite on every sequence")
         cols = torch.stack([cands[key].preds.preds[col] for _, key, col in short])

@@ -4,9 +4,14 @@ A family's columns depend only on the data (``xs``, ``ys``, Σ), the window, the
 layers and the weight sequences — not on the model. A batch of alignments on the same
 evaluation data (the known-answer benchmark's cells share a few batches) can run each
 family once: inside `reusing_families`, `family` keeps what it ran, keyed by those and a
-digest of the data, and hands out copies. Outside it nothing is kept. `kept` does the
-same for any value computed from the data alone (the benchmark's reach of the candidates
-on a truth's iterates, the same for a cell's exact and probe readouts).
+digest of the data, and hands out copies (`reusing`: the same, for `compare` and
+``iclprobe demo``, unless a caller's block is open). Outside it nothing is kept. `kept`
+does the same for any value computed from the data alone (the benchmark's reach of the
+candidates on a truth's iterates, the same for a cell's exact and probe readouts).
+
+Within one `align` (`reusing_in_alignment`) a family is run once for its two asks: the
+probe targets' choice only reads it (``peek=True``: the kept value itself, never copied),
+and the candidates' stage then takes it out of the block, uncopied.
 """
 
 from __future__ import annotations

@@ -15,11 +15,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from iclprobe.alignment.output import plots
 from iclprobe.alignment.output import tables as T
+from iclprobe.alignment.output.drawing import Figures
 from iclprobe.alignment.output.report_model import csv_text, folder_names, markdown_table, model_section
 from iclprobe.alignment.output.tables import nice_float
 from iclprobe.atomic import atomic_directory, writing_here
@@ -121,6 +123,7 @@ def _write_files(out: Path, results: Sequence[AlignResult], pq: Sequence[tuple[s
                  designed: Mapping[str, Any]) -> Path:
     """The report's files, in ``out``."""
     by_name = {r.name: r for r in results}
+    figures = Figures()
     folders = folder_names([r.name for r in results])
     md = [f"# {title}", ""] + ([f"Produced by `{command}`.", ""] if command else [])
     md += _findings(results, [[by_name[n] for n in group] for group in side_by_side])
@@ -133,11 +136,12 @@ def _write_files(out: Path, results: Sequence[AlignResult], pq: Sequence[tuple[s
         summary["designed"] = {name: done.to_dict() for name, done in designed.items()}
     for res, folder in zip(results, folders):
         summary["models"][res.name] = res.to_dict()
-        md += model_section(out, res, folder)
-    md += _across_models(out, results)
+        md += model_section(out, res, folder, figures)
+    md += _across_models(out, results, figures)
     if pq:
-        md += _pq_section(out, pq, summary)
+        md += _pq_section(out, pq, summary, figures)
     md += ["## How to read the tables", "", GLOSSARY]
+    figures.draw()
     write_text_atomic(out / "summary.json", json.dumps(summary, indent=1))
     write_text_atomic(out / "report.md", "\n".join(md))
     return out / "report.md"
@@ -173,12 +177,13 @@ def _findings_json(results: Sequence[AlignResult], folders: Sequence[str]) -> di
     return out
 
 
-def _across_models(out: Path, results: Sequence[AlignResult]) -> list[str]:
+def _across_models(out: Path, results: Sequence[AlignResult], figures: Figures) -> list[str]:
     md = []
     pairs = [(r.name, r.matches["newton"]["error_cosine"]) for r in results
              if not r.meaningless and "error_cosine" in r.matches.get("newton", {})]
     if pairs:
-        png = plots.matched_steps(pairs, out / "matched_newton_steps.png")
+        png = figures.add(out / "matched_newton_steps.png",
+                          partial(plots.matched_steps, pairs, out / "matched_newton_steps.png"))
         md += ["## Matched Newton step against depth", "", f"![matched steps]({png.name})", "",
                "The best-matching Newton step per layer (hollow: not above the zero "
                "predictor) with the least-squares line over the live layers where it is "
@@ -192,7 +197,8 @@ def _across_models(out: Path, results: Sequence[AlignResult]) -> list[str]:
     return md
 
 
-def _pq_section(out: Path, pq: Sequence[tuple[str, Any]], summary: dict[str, Any]) -> list[str]:
+def _pq_section(out: Path, pq: Sequence[tuple[str, Any]], summary: dict[str, Any],
+                figures: Figures) -> list[str]:
     rows = []
     for name, analysis in pq:
         summary["pq"][name] = analysis.to_dict()
@@ -205,7 +211,8 @@ def _pq_section(out: Path, pq: Sequence[tuple[str, Any]], summary: dict[str, Any
     write_text_atomic(out / "pq_preconditioners.csv",
                       csv_text(["model", "layer", "dist_to_inv_cov", "scale", "dist_to_identity",
                                 "min_sym_eigenvalue", "skew_ratio"], rows))
-    png = plots.preconditioner_distances(pq, out / "pq_preconditioners.png")
+    png = figures.add(out / "pq_preconditioners.png",
+                      partial(plots.preconditioner_distances, pq, out / "pq_preconditioners.png"))
     md = ["## PQ transformers: the learned preconditioners", "", markdown_table(header, rows),
           "", f"![preconditioners]({png.name})", "",
           "Left: how far each layer's A_l is from a multiple of Σ⁻¹ and of I "

@@ -11,12 +11,14 @@ import io
 import json
 import re
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from iclprobe.alignment.metrics import metric_info
 from iclprobe.alignment.output import plots
 from iclprobe.alignment.output import tables as T
+from iclprobe.alignment.output.drawing import Figures
 from iclprobe.storage import write_text_atomic
 
 if TYPE_CHECKING:
@@ -62,8 +64,11 @@ def folder_names(names: Sequence[str]) -> list[str]:
     return out
 
 
-def model_section(top: Path, res: AlignResult, folder: str) -> list[str]:
-    """Write ``res``'s files into ``top / folder`` and return its section of report.md."""
+def model_section(top: Path, res: AlignResult, folder: str, figures: Figures) -> list[str]:
+    """Write ``res``'s tables into ``top / folder`` and return its section of report.md.
+
+    Its figures are added to ``figures`` (drawn when the report's text is written).
+    """
     out = top / folder
     out.mkdir()
     write_text_atomic(out / "result.json", json.dumps(res.to_dict(), indent=1))
@@ -75,12 +80,14 @@ def model_section(top: Path, res: AlignResult, folder: str) -> list[str]:
           f"(tables as CSV, figures, [result.json]({folder}/result.json)).", ""]
     md += [f"- {n}" for n in res.notes] + ([""] if res.notes else [])
     if res.meaningless:
-        png = plots.error_curves(res, out / "error.png")
+        png = out / "error.png"
+        figures.add(png, partial(plots.error_curves, res, png))
         return md + [f"**No alignment:** {res.meaningless}.", "",
                      f"![error curves]({folder}/{png.name})", ""]
     for metric in res.comparisons:
-        md += _metric_part(out, res, folder, metric)
-    png = plots.error_curves(res, out / "error.png")
+        md += _metric_part(out, res, folder, metric, figures)
+    png = out / "error.png"
+    figures.add(png, partial(plots.error_curves, res, png))
     md += [f"![error curves]({folder}/{png.name})", "",
            "Normalized error against the number of in-context examples t, one curve per "
            "layer (colour bar), with OLS and each learner at the step that best matches the "
@@ -100,7 +107,8 @@ def model_section(top: Path, res: AlignResult, folder: str) -> list[str]:
     return md
 
 
-def _metric_part(out: Path, res: AlignResult, folder: str, metric: str) -> list[str]:
+def _metric_part(out: Path, res: AlignResult, folder: str, metric: str, figures: Figures
+                 ) -> list[str]:
     """The tables and figures of one metric."""
     words = metric_info(metric).label
     write_text_atomic(out / f"table_{metric}.csv", csv_text(*T.matched_csv(res, metric)))
@@ -119,15 +127,17 @@ def _metric_part(out: Path, res: AlignResult, folder: str, metric: str) -> list[
                f"**{res.fitted[metric].sentence}**", ""]
     md += ["Step growth over live layers:", ""]
     md += [f"- {g}" for g in T.growth_lines(res, metric)] + [""]
-    png = plots.learner_comparison(res, metric, out / f"learners_{metric}.png")
+    png = out / f"learners_{metric}.png"
+    figures.add(png, partial(plots.learner_comparison, res, metric, png))
     md += [f"![learner comparison]({folder}/{png.name})", "",
            "Left: each learner's best similarity per layer with its 95% interval; "
            "right: the paired differences with intervals (0 = indistinguishable). "
            "Hollow markers: layers not above the zero predictor.", ""]
     panels = [(res.similarities[run][metric], res.matches[run][metric],
                res.run_labels.get(run, run)) for run in res.step_runs]
-    png = plots.similarity_heatmaps(panels, out / f"heatmaps_{metric}.png",
-                                    f"{res.name}: {words} with each learner")
+    png = out / f"heatmaps_{metric}.png"
+    figures.add(png, partial(plots.similarity_heatmaps, panels, png,
+                             f"{res.name}: {words} with each learner"))
     md += [f"![{metric} heatmaps]({folder}/{png.name})", "",
            f"{words.capitalize()} between each layer and each step of "
            + ", ".join(res.step_runs) + " (one panel each); ★ marks each layer's best "

@@ -1,0 +1,115 @@
+"""A report's figures drawn by several processes: the same files, failures raised, no echo.
+
+On a platform without fork `Figures.draw` draws everything in this process; the tests
+below then check that path (they say which one they ran).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+from iclprobe.alignment.output.drawing import Figures  # noqa: E402
+
+FORKS = "fork" in multiprocessing.get_all_start_methods()
+
+
+def _figure(path: Path, k: int, pids: Path | None = None) -> None:
+    """A small figure of its own (a curve that depends on k), and who drew it."""
+    time.sleep(0.2)  # long enough that a forked child takes some of them
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.plot(range(10), [(i * k) % 7 for i in range(10)], label=f"figure {k}")
+    ax.legend()
+    fig.savefig(path, dpi=60)
+    plt.close(fig)
+    if pids is not None:
+        (pids / f"{path.stem}.pid").write_text(str(os.getpid()))
+
+
+def _figures(folder: Path, n: int, pids: Path | None = None) -> Figures:
+    folder.mkdir()
+    figures = Figures()
+    for k in range(n):
+        path = folder / f"f{k}.png"
+        assert figures.add(path, lambda path=path, k=k: _figure(path, k, pids)) == path
+    return figures
+
+
+def test_figures_drawn_by_several_processes_are_the_files_one_process_draws(tmp_path):
+    _figures(tmp_path / "one", 8).draw(workers=1)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    figures = _figures(tmp_path / "two", 8, pids)
+    assert len(figures) == 8
+    figures.draw(workers=2)
+    assert len(figures) == 0  # drawn once
+    for k in range(8):
+        assert (tmp_path / "one" / f"f{k}.png").read_bytes() == \
+            (tmp_path / "two" / f"f{k}.png").read_bytes()
+    drawers = {p.read_text() for p in pids.iterdir()}
+    assert len(drawers) == (2 if FORKS else 1), drawers  # a child drew some where it forks
+    assert str(os.getpid()) in drawers
+
+
+def _fails_in(where: str, parent: int):
+    def call() -> None:
+        time.sleep(0.2)
+        if where == "child" and os.getpid() != parent:
+            raise ValueError("no such colormap: 'not-a-map'")
+        if where == "parent" and os.getpid() == parent:
+            raise ValueError("the parent's figure failed")
+        if where == "dies" and os.getpid() != parent:
+            os._exit(3)
+    return call
+
+
+@pytest.mark.skipif(not FORKS, reason="no fork on this platform: nothing is drawn in a child")
+def test_a_figure_that_fails_in_a_child_raises_with_its_traceback(tmp_path):
+    figures = Figures()
+    for k in range(8):
+        figures.add(tmp_path / f"f{k}.png", _fails_in("child", os.getpid()))
+    with pytest.raises(RuntimeError, match=r"(?s)child process.*ValueError: no such colormap"):
+        figures.draw(workers=2)
+
+
+@pytest.mark.skipif(not FORKS, reason="no fork on this platform: nothing is drawn in a child")
+def test_a_child_that_dies_is_an_error(tmp_path):
+    figures = Figures()
+    for k in range(8):
+        figures.add(tmp_path / f"f{k}.png", _fails_in("dies", os.getpid()))
+    with pytest.raises(RuntimeError, match="exited with status 3"):
+        figures.draw(workers=2)
+
+
+def test_a_figure_that_fails_here_raises_its_own_error_and_stops_the_children(tmp_path):
+    figures = Figures()
+    for k in range(8):
+        figures.add(tmp_path / f"f{k}.png", _fails_in("parent", os.getpid()))
+    with pytest.raises(ValueError, match="the parent's figure failed"):
+        figures.draw(workers=2)
+    assert not multiprocessing.active_children()  # joined, none left behind
+
+
+def test_what_was_printed_before_the_figures_is_printed_once():
+    # a forked child inherits this process's unflushed output buffer; written out by both,
+    # a line printed before the report would appear twice
+    code = ("import sys, time\n"
+            "from iclprobe.alignment.output.drawing import Figures\n"
+            "print('written before the figures', end='')\n"
+            "figures = Figures()\n"
+            "for k in range(6):\n"
+            "    figures.add(None, lambda: time.sleep(0.2))\n"
+            "figures.draw(workers=2)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.count("written before the figures") == 1, out

@@ -159,7 +159,7 @@ def test_the_search_is_coordinate_ascent_and_reproducible(gd_oracle):
     design = D.design_evaluation(model, res, CFG, family)
     again = D.design_evaluation(model, res, CFG, family)
     assert design.to_dict() == again.to_dict()  # same seed: same numbers, same choice
-    tried, chosen = dict(design.tried), design.chosen
+    tried, chosen = dict(design.tried), dataclasses.replace(design.chosen, scale=1.0)
     # the last factor (the query) took its best value with the others held
     last = [v for d, v in tried.items() if d != chosen and
             (d.condition_number, d.shape, d.n_points, d.noise_std) ==
@@ -168,8 +168,52 @@ def test_the_search_is_coordinate_ascent_and_reproducible(gd_oracle):
     # each factor keeps the best so far: never below where the search started
     start = D.nearest_distribution(model.task, family)
     assert tried[start] <= design.objective == tried[chosen]
-    assert json.loads(json.dumps(design.to_dict()))["chosen"] == chosen.to_dict()
+    assert json.loads(json.dumps(design.to_dict()))["chosen"] == design.chosen.to_dict()
     assert "designed evaluation:" in design.sentence()
+
+
+def _curvature(task, window):
+    """The largest λ_max(S_t/t) over the evaluation sequences and the window, in numpy."""
+    batch = task.sample(CFG.n_sequences, generator=torch.Generator().manual_seed(CFG.seed))
+    xs = batch.xs.double().numpy()
+    outer = np.einsum("bti,btj->btij", xs, xs)
+    prefix = np.cumsum(outer, axis=1) - outer  # S_t: the examples before position t
+    lo, hi = window
+    return max(float(np.linalg.eigvalsh(prefix[:, k]).max()) / k
+               for k in range(max(lo, 1), hi + 1))
+
+
+def test_the_designed_data_have_the_own_tasks_curvature(gd_oracle):
+    """A fixed step size is a multiple of 1/(the largest λ_max(S_t/t)) over the evaluation
+    sequences and the window (its bound, the families' fixed step sizes): on the designed
+    data it is the own task's, so a model's fixed step size keeps its multiple. Σ's top
+    eigenvalue kept instead, κ 1000 data have far less (‖x‖² ≈ tr Σ ≈ 1.7 against 4)."""
+    model, res = gd_oracle
+    family = D.DesignFamily(condition_numbers=(1000.0,), examples=(), noise=(0.0,),
+                            queries=("context",), n_sequences=32)
+    design = D.design_evaluation(model, res, CFG, family)
+    chosen = design.chosen
+    own = _curvature(model.task, (1, 8))
+    kept = _curvature(dataclasses.replace(chosen, scale=1.0).task(4, design.seed), (1, 8))
+    assert kept < own / 1.5 and chosen.scale > 1.2
+    assert _curvature(chosen.task(4, design.seed), (1, 8)) == pytest.approx(own, rel=1e-5)
+    assert design.objective == dict(design.tried)[dataclasses.replace(chosen, scale=1.0)]
+    assert f"x and y × {chosen.scale:.3g}" in chosen.text
+
+
+@pytest.mark.parametrize("query", ["context", "low-variance"])
+def test_the_objective_does_not_depend_on_the_data_scale(gd_oracle, query):
+    # every candidate's rule is relative to the data, and the error cosine to their scale:
+    # so the search need not know the scale it will choose
+    model, res = gd_oracle
+    pairs = {3: [("gd", "newton")], 5: [("gd", "newton"), ("gd", "cg")]}
+    positions = "last" if query == "low-variance" else "all"
+    values = [D.separation(D.Distribution(100.0, "linear", 9, 0.5, query, scale=s).task(4, 0),
+                           pairs, res.answer.places, 6, CFG, positions, 64, 0, model)
+              for s in (1.0, 2.5)]
+    assert values[0] > 1e-4 and values[1] == pytest.approx(values[0], rel=1e-9), values
+    with pytest.raises(ValueError, match="scale must be a positive number, got 0"):
+        D.Distribution(1.0, "linear", 9, 0.0, "context", scale=0)
 
 
 def test_a_model_that_does_no_regression_there_is_out_of_distribution():
@@ -218,7 +262,7 @@ def test_align_design_through_the_cli(capsys, tmp_path):
                  "--no-separation", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)["ka-gd-oracle"]["designed"]
     assert set(data["design"]["chosen"]) == {"condition_number", "shape", "n_points",
-                                             "noise_std", "query", "top"}
+                                             "noise_std", "query", "top", "scale"}
     assert data["designed"]["answer"] is not None
     assert data["design"]["chosen"] == chosen  # a rerun chooses the same distribution
 
@@ -227,3 +271,22 @@ def test_design_without_the_fitted_view_is_a_usage_error(capsys):
     assert main(["align", "ka-gd-oracle", "--design", "--no-fitted"]) == 2
     err = capsys.readouterr().err
     assert "--design needs the fitted view" in err and "Traceback" not in err
+
+
+@pytest.mark.slow  # a benchmark cell: its alignment, the design search and the designed one
+def test_a_newton_construction_is_named_newton_on_its_designed_data():
+    """The construction runs a fixed α (0.3 of its bound on its isotropic data): on κ 1000
+    data with Σ's largest eigenvalue kept, α fell below the Newton family's smallest step
+    size and layers 2–7 matched no learner (5 of 11 live layers named); scaled to the own
+    task's curvature, α is the same multiple of the bound there, and Newton is named."""
+    from iclprobe.constructions import benchmark as B
+
+    cell = next(c for c in B.grid(setting="main") if c.kind == "newton construction"
+                and c.protocol == "iclprobe" and c.data == "isotropic"
+                and c.readout == "exact" and c.multiplier == 0.3)
+    done = B.run_cell(cell, B.bench_config(), design=True)
+    assert done.hyper["design"]["condition_number"] == 1000 and done.hyper["design"]["scale"] > 1
+    answers = done.verdicts["answer"]
+    named = [a for a in answers if a not in ("computes nothing", "matches no learner")]
+    assert all(a.startswith("newton (") for a in named), answers  # no other learner named
+    assert len(named) >= 9, answers

@@ -11,10 +11,17 @@ a `RegressionTask` with
 
 - Σ's spectrum: condition number κ ∈ {1, 10, 100, 1000} and the shape of its decay,
   *geometric* (eigenvalues κ^(−i/(d−1))) or *linear* (from 1 down to 1/κ in equal
-  steps), its largest eigenvalue the model's own Σ's (1 on isotropic data), in a random
-  basis: a fixed step size stable on the model's data stays stable (scaled to tr Σ = d
-  instead, the benchmark's GD construction at 0.9 of its bound diverged on κ = 100 data,
-  its error rising with depth, and read as Newton at one layer);
+  steps), in a random basis. The chosen distribution's data are then scaled (x and y by
+  one factor, `matched_scale`) so that their curvature — the largest λ_max(S_t/t) over the
+  evaluation sequences and the aligned window, of which a fixed step size is a multiple —
+  is the model's own task's: a fixed step size keeps its multiple of the stability bound,
+  so it stays stable and within its family's reach. Keeping Σ's largest eigenvalue
+  instead, a spread spectrum's sequences are shorter (‖x‖² ≈ tr Σ): on the benchmark the
+  Newton constructions' fixed α fell below their family's smallest step size there and 13
+  of their live layers matched no learner; scaled to tr Σ = d, the GD construction at 0.9
+  of its bound diverged on κ = 100 data (read as Newton at one layer). The objective does
+  not depend on the scale (every candidate's rule is relative to the data, the error
+  cosine to their scale), so the search runs at the model's own Σ's largest eigenvalue;
 - the number of examples n: the model's own, and m·d + 1 for m ∈ {1, 1.5, 2} below it
   (a model aligned at its trained length only keeps its own);
 - label noise σ ∈ {0, 0.5};

@@ -56,25 +56,37 @@ class Distribution:
     noise_std: float
     query: str
     top: float = 1.0  # Σ's largest eigenvalue: the model's own
+    #: x and y multiplied by it (Σ by its square, the label noise by it): chosen by
+    #: `design_evaluation` so that the data's curvature is the own task's (`matched_scale`)
+    scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.scale, (int, float)) and math.isfinite(self.scale)
+                and self.scale > 0):
+            raise InputError(f"scale must be a positive number, got {self.scale!r}")
 
     def task(self, n_dims: int, seed: int) -> RegressionTask:
-        """The `RegressionTask` that samples it (``seed``: the rotation of its Σ)."""
-        if self.condition_number == 1 and self.top == 1:
+        """The `RegressionTask` that samples it (``seed``: the rotation of its Σ).
+
+        With the same generator, its sequences at ``scale`` s are s times those at scale 1.
+        """
+        noise = self.noise_std * self.scale
+        if self.condition_number == 1 and self.top == 1 and self.scale == 1:
             return RegressionTask(n_dims=n_dims, n_points=self.n_points,
-                                  noise_std=self.noise_std, query=self.query)
-        eig = spectrum(n_dims, self.condition_number, self.shape, self.top)
+                                  noise_std=noise, query=self.query)
+        eig = spectrum(n_dims, self.condition_number, self.shape, self.top * self.scale**2)
         return RegressionTask(n_dims=n_dims, n_points=self.n_points, cov="rotated",
-                              eigenvalues=eig, noise_std=self.noise_std, seed=seed,
-                              query=self.query)
+                              eigenvalues=eig, noise_std=noise, seed=seed, query=self.query)
 
     @property
     def text(self) -> str:
-        """"κ 1000 (geometric), n 21, noise 0, queries along low-variance directions"."""
+        """"κ 1000 (geometric, λ_max 1), n 21, noise 0, queries as the context, × 1.7"."""
         sigma = "isotropic Σ" if self.condition_number == 1 else \
             f"κ {self.condition_number:g} ({self.shape}, λ_max {self.top:.3g})"
         query = "queries along Σ's low-variance directions" if self.query == "low-variance" \
             else "queries as the context"
-        return f"{sigma}, n {self.n_points}, noise {self.noise_std:g}, {query}"
+        scaled = "" if self.scale == 1 else f", x and y × {self.scale:.3g}"
+        return f"{sigma}, n {self.n_points}, noise {self.noise_std:g}, {query}{scaled}"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""

@@ -243,4 +243,39 @@ def design_evaluation(model: Regressor, res: AlignResult, cfg: AlignConfig | Non
                 bar.update()
         current = max(options, key=lambda o: (tried[o], -options.index(o)))
     bar.close()
-    return Design(current, tried[current], own, list(tried.items()), pairs, seed)
+    chosen = dataclasses.replace(current, scale=matched_scale(
+        model, cfg, res.positions, current, seed))
+    return Design(chosen, tried[current], own, list(tried.items()), pairs, seed)
+
+
+def matched_scale(model: Regressor, cfg: AlignConfig, positions: str, chosen: Distribution,
+                  seed: int) -> float:
+    """The scale of ``chosen``'s data at which its curvature is the model's own task's.
+
+    The curvature: the largest λ_max(S_t/t) over the evaluation sequences (``cfg``'s
+    n_sequences and seed, as `align` samples them) and the aligned window's prefixes — what
+    a fixed step size is relative to (its stability bound, the families' fixed step sizes,
+    `FamilyContext.top_mean`). At that scale a model that runs fixed step sizes (a
+    construction, a network trained on its own task) runs them at the same multiple of
+    the designed data's bound as of its own data's, within the families' reach; keeping Σ's
+    largest eigenvalue instead, a spread spectrum's sequences are shorter (‖x‖² ≈ tr Σ), a
+    Newton construction's fixed α fell below its family's smallest step size there, and
+    its layers matched no learner. The objective is unchanged by a scale: every
+    candidate's rule is relative to the data, and the error cosine to their scale.
+    """
+    own_task = evaluation_task(model, cfg)
+    own_window = aligned_window(cfg, positions, own_task.n_points)
+    there = chosen.task(own_task.n_dims, seed)
+    where = "last" if there.query == "low-variance" else positions
+    window = aligned_window(dataclasses.replace(cfg, t_max=None), where, chosen.n_points)
+    curvature = [_curvature(task, cfg, w) for task, w in ((own_task, own_window),
+                                                          (there, window))]
+    return chosen.scale * math.sqrt(curvature[0] / curvature[1])
+
+
+def _curvature(task: RegressionTask, cfg: AlignConfig, window: tuple[int, int]) -> float:
+    """`FamilyContext.top_mean` of ``task``'s evaluation sequences over ``window``."""
+    batch = task.sample(cfg.n_sequences, generator=torch.Generator().manual_seed(cfg.seed))
+    xs = batch.xs.to(torch.float64)
+    stats = algorithms.prefix_stats(xs, torch.zeros(xs.shape[:2], dtype=torch.float64))
+    return FamilyContext(stats, batch.cov, window).top_mean()

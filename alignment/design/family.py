@@ -85,7 +85,7 @@ class Distribution:
             f"κ {self.condition_number:g} ({self.shape}, λ_max {self.top:.3g})"
         query = "queries along Σ's low-variance directions" if self.query == "low-variance" \
             else "queries as the context"
-        scaled = "" if self.scale == 1 else f", x and y × {self.scale:.3g}"
+        scaled = "" if f"{self.scale:.3g}" == "1" else f", x and y × {self.scale:.3g}"
         return f"{sigma}, n {self.n_points}, noise {self.noise_std:g}, {query}{scaled}"
 
     def to_dict(self) -> dict[str, Any]:

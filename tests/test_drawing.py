@@ -73,29 +73,23 @@ def _fails_in(where: str, parent: int):
     return call
 
 
-@pytest.mark.skipif(not FORKS, reason="no fork on this platform: nothing is drawn in a child")
-def test_a_figure_that_fails_in_a_child_raises_with_its_traceback(tmp_path):
+NEEDS_FORK = pytest.mark.skipif(not FORKS, reason="no fork on this platform: nothing is "
+                                "drawn in a child")
+
+
+@pytest.mark.parametrize("where, error, message", [
+    # a child's failure comes back with its traceback; a child that dies is named
+    pytest.param("child", RuntimeError, r"(?s)child process.*ValueError: no such colormap",
+                 marks=NEEDS_FORK),
+    pytest.param("dies", RuntimeError, "exited with status 3", marks=NEEDS_FORK),
+    # this process's own failure is raised as it is, the children stopped and joined
+    ("parent", ValueError, "the parent's figure failed"),
+])
+def test_a_figure_that_fails_is_an_error(tmp_path, where, error, message):
     figures = Figures()
     for k in range(8):
-        figures.add(tmp_path / f"f{k}.png", _fails_in("child", os.getpid()))
-    with pytest.raises(RuntimeError, match=r"(?s)child process.*ValueError: no such colormap"):
-        figures.draw(workers=2)
-
-
-@pytest.mark.skipif(not FORKS, reason="no fork on this platform: nothing is drawn in a child")
-def test_a_child_that_dies_is_an_error(tmp_path):
-    figures = Figures()
-    for k in range(8):
-        figures.add(tmp_path / f"f{k}.png", _fails_in("dies", os.getpid()))
-    with pytest.raises(RuntimeError, match="exited with status 3"):
-        figures.draw(workers=2)
-
-
-def test_a_figure_that_fails_here_raises_its_own_error_and_stops_the_children(tmp_path):
-    figures = Figures()
-    for k in range(8):
-        figures.add(tmp_path / f"f{k}.png", _fails_in("parent", os.getpid()))
-    with pytest.raises(ValueError, match="the parent's figure failed"):
+        figures.add(tmp_path / f"f{k}.png", _fails_in(where, os.getpid()))
+    with pytest.raises(error, match=message):
         figures.draw(workers=2)
     assert not multiprocessing.active_children()  # joined, none left behind
 

@@ -55,13 +55,14 @@ class Distribution:
     n_points: int
     noise_std: float
     query: str
-    top: float = 1.0  # Σ's largest eigenvalue: the model's own
+    top: float = 1.0  # Σ's largest eigenvalue before `scale`: the model's own
     #: x and y multiplied by it (Σ by its square, the label noise by it): chosen by
     #: `design_evaluation` so that the data's curvature is the own task's (`matched_scale`)
     scale: float = 1.0
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.scale, (int, float)) and math.isfinite(self.scale)
+        if not (isinstance(self.scale, (int, float)) and not isinstance(self.scale, bool)
+                and math.isfinite(self.scale)
                 and self.scale > 0):
             raise InputError(f"scale must be a positive number, got {self.scale!r}")
 
@@ -80,7 +81,7 @@ class Distribution:
 
     @property
     def text(self) -> str:
-        """"κ 1000 (geometric, λ_max 1), n 21, noise 0, queries as the context, × 1.7"."""
+        """"κ 1000 (geometric, λ_max 1), n 21, noise 0, queries as the context, x and y × 1.57"."""
         sigma = "isotropic Σ" if self.condition_number == 1 else \
             f"κ {self.condition_number:g} ({self.shape}, λ_max {self.top:.3g})"
         query = "queries along Σ's low-variance directions" if self.query == "low-variance" \

@@ -182,8 +182,8 @@ def _across_models(out: Path, results: Sequence[AlignResult], figures: Figures) 
     pairs = [(r.name, r.matches["newton"]["error_cosine"]) for r in results
              if not r.meaningless and "error_cosine" in r.matches.get("newton", {})]
     if pairs:
-        png = figures.add(out / "matched_newton_steps.png",
-                          partial(plots.matched_steps, pairs, out / "matched_newton_steps.png"))
+        png = out / "matched_newton_steps.png"
+        figures.add(png, partial(plots.matched_steps, pairs, png))
         md += ["## Matched Newton step against depth", "", f"![matched steps]({png.name})", "",
                "The best-matching Newton step per layer (hollow: not above the zero "
                "predictor) with the least-squares line over the live layers where it is "
@@ -211,8 +211,8 @@ def _pq_section(out: Path, pq: Sequence[tuple[str, Any]], summary: dict[str, Any
     write_text_atomic(out / "pq_preconditioners.csv",
                       csv_text(["model", "layer", "dist_to_inv_cov", "scale", "dist_to_identity",
                                 "min_sym_eigenvalue", "skew_ratio"], rows))
-    png = figures.add(out / "pq_preconditioners.png",
-                      partial(plots.preconditioner_distances, pq, out / "pq_preconditioners.png"))
+    png = out / "pq_preconditioners.png"
+    figures.add(png, partial(plots.preconditioner_distances, pq, png))
     md = ["## PQ transformers: the learned preconditioners", "", markdown_table(header, rows),
           "", f"![preconditioners]({png.name})", "",
           "Left: how far each layer's A_l is from a multiple of Σ⁻¹ and of I "

@@ -159,7 +159,9 @@ def test_the_search_is_coordinate_ascent_and_reproducible(gd_oracle):
     design = D.design_evaluation(model, res, CFG, family)
     again = D.design_evaluation(model, res, CFG, family)
     assert design.to_dict() == again.to_dict()  # same seed: same numbers, same choice
-    tried, chosen = dict(design.tried), dataclasses.replace(design.chosen, scale=1.0)
+    # each distribution tried at its own scale: looked up here by the other fields
+    tried = {dataclasses.replace(d, scale=1.0): v for d, v in design.tried}
+    chosen = dataclasses.replace(design.chosen, scale=1.0)
     # the last factor (the query) took its best value with the others held
     last = [v for d, v in tried.items() if d != chosen and
             (d.condition_number, d.shape, d.n_points, d.noise_std) ==
@@ -197,8 +199,28 @@ def test_the_designed_data_have_the_own_tasks_curvature(gd_oracle):
     kept = _curvature(dataclasses.replace(chosen, scale=1.0).task(4, design.seed), (1, 8))
     assert kept < own / 1.5 and chosen.scale > 1.2
     assert _curvature(chosen.task(4, design.seed), (1, 8)) == pytest.approx(own, rel=1e-5)
-    assert design.objective == dict(design.tried)[dataclasses.replace(chosen, scale=1.0)]
+    assert design.objective == dict(design.tried)[chosen]  # judged at that scale
     assert f"x and y × {chosen.scale:.3g}" in chosen.text
+
+
+def test_a_pq_models_design_is_judged_on_the_data_it_is_aligned_on():
+    # its own learner (pgd_own: the model's fixed preconditioner) is not relative to the
+    # data: the objective moves with the scale, so each option is judged at its own
+    from iclprobe import models
+
+    model = models.load("pq-isotropic-1layer")
+    res = align(model, CFG, name="pq")
+    family = D.DesignFamily(condition_numbers=(10.0,), shapes=("geometric",), examples=(),
+                            noise=(0.0,), queries=("low-variance",), n_sequences=32)
+    design = D.design_evaluation(model, res, CFG, family)
+    chosen = design.chosen
+    assert chosen.scale != pytest.approx(1.0, abs=0.05)
+    d = model.task.n_dims
+    at = [D.separation(dataclasses.replace(chosen, scale=s).task(d, design.seed),
+                       design.pairs, res.answer.places, res.n_layers, CFG, "last", 32,
+                       design.seed, model) for s in (chosen.scale, 1.0)]
+    assert design.objective == pytest.approx(at[0], rel=1e-9)
+    assert at[1] != pytest.approx(at[0], rel=1e-3)  # unscaled, another objective
 
 
 @pytest.mark.parametrize("query", ["context", "low-variance"])

@@ -1,7 +1,7 @@
 """A report's figures drawn by several processes: the same files, failures raised, no echo.
 
-On a platform without fork `Figures.draw` draws everything in this process; the tests
-below then check that path (they say which one they ran).
+Off Linux `Figures.draw` draws everything in this process; the tests below then check
+that path (those that need a child are skipped, saying so).
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
+from iclprobe.alignment.output import drawing  # noqa: E402
 from iclprobe.alignment.output.drawing import Figures  # noqa: E402
 
-FORKS = "fork" in multiprocessing.get_all_start_methods()
+FORKS = drawing.can_fork()  # Linux, not in a daemonic process
 
 
 def _figure(path: Path, k: int, pids: Path | None = None) -> None:
@@ -73,8 +74,8 @@ def _fails_in(where: str, parent: int):
     return call
 
 
-NEEDS_FORK = pytest.mark.skipif(not FORKS, reason="no fork on this platform: nothing is "
-                                "drawn in a child")
+NEEDS_FORK = pytest.mark.skipif(not FORKS, reason="figures are drawn by forked children on "
+                                "Linux only: nothing is drawn in a child here")
 
 
 @pytest.mark.parametrize("where, error, message", [
@@ -92,6 +93,41 @@ def test_a_figure_that_fails_is_an_error(tmp_path, where, error, message):
     with pytest.raises(error, match=message):
         figures.draw(workers=2)
     assert not multiprocessing.active_children()  # joined, none left behind
+
+
+@NEEDS_FORK
+def test_a_long_traceback_comes_back_cut_to_its_end(tmp_path):
+    def huge() -> None:
+        time.sleep(0.2)
+        if os.getpid() != parent:
+            raise ValueError("x" * 200_000 + " where it failed")
+    parent = os.getpid()
+    figures = Figures()
+    for k in range(8):
+        figures.add(tmp_path / f"f{k}.png", huge)
+    with pytest.raises(RuntimeError, match="where it failed") as caught:
+        figures.draw(workers=2)
+    assert len(str(caught.value)) <= drawing.MAX_MESSAGE + 100
+
+
+def test_a_fork_the_system_refuses_leaves_the_figures_to_this_process(tmp_path, monkeypatch):
+    def refused(self) -> None:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+    monkeypatch.setattr(multiprocessing.get_context("fork").Process, "start", refused)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    _figures(tmp_path / "f", 4, pids).draw(workers=3)
+    assert {p.read_text() for p in pids.iterdir()} == {str(os.getpid())}
+    assert len(list((tmp_path / "f").iterdir())) == 4
+    assert not multiprocessing.active_children()
+
+
+def test_a_daemonic_process_draws_alone(monkeypatch):
+    # a multiprocessing.Pool worker may not have children: it draws every figure itself
+    class Daemon:
+        daemon = True
+    monkeypatch.setattr(drawing.multiprocessing, "current_process", lambda: Daemon())
+    assert not drawing.can_fork()
 
 
 def test_what_was_printed_before_the_figures_is_printed_once():

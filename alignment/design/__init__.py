@@ -19,9 +19,10 @@ a `RegressionTask` with
   instead, a spread spectrum's sequences are shorter (‖x‖² ≈ tr Σ): on the benchmark the
   Newton constructions' fixed α fell below their family's smallest step size there and 13
   of their live layers matched no learner; scaled to tr Σ = d, the GD construction at 0.9
-  of its bound diverged on κ = 100 data (read as Newton at one layer). The objective does
-  not depend on the scale (every candidate's rule is relative to the data, the error
-  cosine to their scale), so the search runs at the model's own Σ's largest eigenvalue;
+  of its bound diverged on κ = 100 data (read as Newton at one layer). Every distribution
+  tried is judged at its own scale: the built-in candidates' rules are relative to the
+  data (and the error cosine to their scale), so for them the scale does not change the
+  objective, but a model's own learner — a PQ model's fixed preconditioner — is not;
 - the number of examples n: the model's own, and m·d + 1 for m ∈ {1, 1.5, 2} below it
   (a model aligned at its trained length only keeps its own);
 - label noise σ ∈ {0, 0.5};

@@ -230,26 +230,36 @@ def design_evaluation(model: Regressor, res: AlignResult, cfg: AlignConfig | Non
         return separation(task, pairs, places, res.n_layers, cfg, positions,
                           family.n_sequences, seed, model)
 
-    tried: dict[Distribution, float] = {}
+    # every option scored at its own scale (`matched_scale`): the built-in learners' rules
+    # are relative to the data, but a model's own learner (a PQ model's preconditioner) is not
+    tried: dict[Distribution, tuple[Distribution, float]] = {}
     bar = tqdm(total=None, desc=f"{res.name}: designing the evaluation", disable=not progress,
                unit=" distributions", leave=False)
     own = objective(own_task)
+    mine = own_curvature(model, cfg, res.positions)
     current = nearest_distribution(own_task, family)
     for factor in FACTORS:  # coordinate ascent: each factor's best, the others held
         options = family.options(factor, current, own_task.n_dims, own_task.n_points, fixed_n)
         for option in options:
             if option not in tried:
-                tried[option] = objective(option.task(own_task.n_dims, seed))
+                at = dataclasses.replace(option, scale=matched_scale(
+                    model, cfg, res.positions, option, seed, mine))
+                tried[option] = (at, objective(at.task(own_task.n_dims, seed)))
                 bar.update()
-        current = max(options, key=lambda o: (tried[o], -options.index(o)))
+        current = max(options, key=lambda o: (tried[o][1], -options.index(o)))
     bar.close()
-    chosen = dataclasses.replace(current, scale=matched_scale(
-        model, cfg, res.positions, current, seed))
-    return Design(chosen, tried[current], own, list(tried.items()), pairs, seed)
+    chosen, value = tried[current]
+    return Design(chosen, value, own, list(tried.values()), pairs, seed)
+
+
+def own_curvature(model: Regressor, cfg: AlignConfig, positions: str) -> float:
+    """The curvature of the model's own evaluation sequences (see `matched_scale`)."""
+    task = evaluation_task(model, cfg)
+    return _curvature(task, cfg, aligned_window(cfg, positions, task.n_points))
 
 
 def matched_scale(model: Regressor, cfg: AlignConfig, positions: str, chosen: Distribution,
-                  seed: int) -> float:
+                  seed: int, own: float | None = None) -> float:
     """The scale of ``chosen``'s data at which its curvature is the model's own task's.
 
     The curvature: the largest λ_max(S_t/t) over the evaluation sequences (``cfg``'s
@@ -260,17 +270,13 @@ def matched_scale(model: Regressor, cfg: AlignConfig, positions: str, chosen: Di
     the designed data's bound as of its own data's, within the families' reach; keeping Σ's
     largest eigenvalue instead, a spread spectrum's sequences are shorter (‖x‖² ≈ tr Σ), a
     Newton construction's fixed α fell below its family's smallest step size there, and
-    its layers matched no learner. The objective is unchanged by a scale: every
-    candidate's rule is relative to the data, and the error cosine to their scale.
+    its layers matched no learner. ``own``: `own_curvature`, where already computed.
     """
-    own_task = evaluation_task(model, cfg)
-    own_window = aligned_window(cfg, positions, own_task.n_points)
-    there = chosen.task(own_task.n_dims, seed)
+    own = own_curvature(model, cfg, positions) if own is None else own
+    there = chosen.task(evaluation_task(model, cfg).n_dims, seed)
     where = "last" if there.query == "low-variance" else positions
     window = aligned_window(dataclasses.replace(cfg, t_max=None), where, chosen.n_points)
-    curvature = [_curvature(task, cfg, w) for task, w in ((own_task, own_window),
-                                                          (there, window))]
-    return chosen.scale * math.sqrt(curvature[0] / curvature[1])
+    return chosen.scale * math.sqrt(own / _curvature(there, cfg, window))
 
 
 def _curvature(task: RegressionTask, cfg: AlignConfig, window: tuple[int, int]) -> float:

@@ -3,8 +3,8 @@
 Drawing is most of a report's time (a similarity heatmap takes about a second, a demo
 report 47 figures) and is single-threaded Python, so `Figures` collects each figure as a
 call with its path while the report is written, and `Figures.draw` runs them at the end:
-in this process and, where the platform forks, in forked children that inherit the
-results (nothing is pickled) and take figures from one shared counter until none is left.
+in this process and, on Linux, in forked children that inherit the results (nothing is
+pickled) and take figures from one shared counter until none is left.
 A figure is the same file whichever process draws it. A figure that fails raises here,
 with the child's traceback, before the report is complete (its folder is then not
 swapped in).
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import traceback
 import warnings
 from collections.abc import Callable
@@ -42,7 +43,11 @@ class Figures:
     def draw(self, workers: int | None = None) -> None:
         """Draw every figure added, by ``workers`` processes.
 
-        Default: the cores, at most `MAX_WORKERS`; one where the platform cannot fork.
+        Default: the cores, at most `MAX_WORKERS`. One process (this one) where forking is
+        not safe or not allowed: off Linux (macOS's system libraries are not fork-safe,
+        Windows cannot fork) and in a daemonic process (a `multiprocessing.Pool` worker
+        may have no children). A fork the system refuses leaves the figures to the
+        processes already running.
 
         Raises:
             RuntimeError: a figure failed in a child process (its traceback quoted) or a
@@ -50,11 +55,16 @@ class Figures:
         """
         calls, self._calls = self._calls, []
         n = min(len(calls), default_workers() if workers is None else workers)
-        if n < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        if n < 2 or not can_fork():
             for _, call in calls:
                 call()
             return
         _draw_forked(calls, n)
+
+
+def can_fork() -> bool:
+    """Whether figures may be drawn by forked children here (see `Figures.draw`)."""
+    return sys.platform.startswith("linux") and not multiprocessing.current_process().daemon
 
 
 def default_workers() -> int:
@@ -68,26 +78,40 @@ def _draw_forked(calls: list[tuple[Path, Callable[[], Any]]], n: int) -> None:
     """``calls`` by this process and ``n - 1`` forked children, from one shared counter."""
     ctx = multiprocessing.get_context("fork")
     counter = ctx.Value("i", 0)
-    children = []
-    with warnings.catch_warnings():  # Python >= 3.12 warns of forking with threads running
-        warnings.simplefilter("ignore", DeprecationWarning)
-        for _ in range(n - 1):
-            receive, send = ctx.Pipe(duplex=False)
-            child = ctx.Process(target=_child, args=(calls, counter, send), daemon=True)
-            child.start()
-            send.close()
-            children.append((child, receive))
+    children: list[tuple[Any, Connection]] = []
+    failures: list[str] = []
     try:
+        _start(ctx, n - 1, calls, counter, children)
         _take(calls, counter)
     except BaseException:
         _stop(calls, counter)  # the children stop taking figures too
         raise
     finally:
-        failures = [_joined(child, receive) for child, receive in children]
-    failed = [f for f in failures if f]
-    if failed:
+        failures = _joined_all(children)
+    if failures:
         raise RuntimeError("drawing the report's figures failed in a child process:\n"
-                           + "\n".join(failed))
+                           + "\n".join(failures))
+
+
+def _start(ctx: Any, k: int, calls: list[tuple[Path, Callable[[], Any]]], counter: Any,
+           children: list[tuple[Any, Connection]]) -> None:
+    """Start up to ``k`` children, each added to ``children`` once running.
+
+    After a fork the system refuses, no more are started.
+    """
+    with warnings.catch_warnings():  # Python >= 3.12 warns of forking with threads running
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for _ in range(k):
+            receive, send = ctx.Pipe(duplex=False)
+            child = ctx.Process(target=_child, args=(calls, counter, send), daemon=True)
+            try:
+                child.start()
+            except OSError:  # no more processes or memory: draw with those running
+                receive.close()
+                send.close()
+                return
+            send.close()
+            children.append((child, receive))
 
 
 def _take(calls: list[tuple[Path, Callable[[], Any]]], counter: Any) -> None:
@@ -106,6 +130,10 @@ def _stop(calls: list[tuple[Path, Callable[[], Any]]], counter: Any) -> None:
         counter.value = len(calls)
 
 
+#: the most characters of a child's traceback sent back (the end of it: where it failed)
+MAX_MESSAGE = 20_000
+
+
 def _child(calls: list[tuple[Path, Callable[[], Any]]], counter: Any, send: Connection) -> None:
     """A forked child's work: figures until none is left; a failure goes back by ``send``."""
     try:
@@ -115,10 +143,27 @@ def _child(calls: list[tuple[Path, Callable[[], Any]]], counter: Any, send: Conn
         _take(calls, counter)
         send.send("")
     except BaseException:  # noqa: BLE001 - everything is reported to the parent
-        send.send(traceback.format_exc())
-        _stop(calls, counter)  # the parent stops taking figures too
+        _stop(calls, counter)  # first: the parent stops taking figures too
+        send.send(traceback.format_exc()[-MAX_MESSAGE:])
     finally:
         send.close()
+
+
+def _joined_all(children: list[tuple[Any, Connection]]) -> list[str]:
+    """Every child's failure, once all have exited; interrupted, the rest are terminated."""
+    out = []
+    try:
+        for child, receive in children:
+            message = _joined(child, receive)
+            if message:
+                out.append(message)
+    except BaseException:  # e.g. an interrupt while waiting: no child is left running
+        for child, _ in children:
+            if child.is_alive():
+                child.terminate()
+            child.join()
+        raise
+    return out
 
 
 def _joined(child: Any, receive: Connection) -> str:

@@ -185,20 +185,22 @@ def _curvature(task, window):
                for k in range(max(lo, 1), hi + 1))
 
 
-def test_the_designed_data_have_the_own_tasks_curvature(gd_oracle):
+@pytest.mark.parametrize("query, window", [("context", (1, 8)), ("low-variance", (8, 8))])
+def test_the_designed_data_have_the_own_tasks_curvature(gd_oracle, query, window):
     """A fixed step size is a multiple of 1/(the largest λ_max(S_t/t)) over the evaluation
     sequences and the window (its bound, the families' fixed step sizes): on the designed
     data it is the own task's, so a model's fixed step size keeps its multiple. Σ's top
     eigenvalue kept instead, κ 1000 data have far less (‖x‖² ≈ tr Σ ≈ 1.7 against 4)."""
     model, res = gd_oracle
     family = D.DesignFamily(condition_numbers=(1000.0,), examples=(), noise=(0.0,),
-                            queries=("context",), n_sequences=32)
+                            queries=(query,), n_sequences=32)
     design = D.design_evaluation(model, res, CFG, family)
     chosen = design.chosen
-    own = _curvature(model.task, (1, 8))
-    kept = _curvature(dataclasses.replace(chosen, scale=1.0).task(4, design.seed), (1, 8))
+    assert chosen.query == query  # aligned at its last position alone where low-variance
+    own = _curvature(model.task, (1, 8))  # the own task: every position t >= 1
+    kept = _curvature(dataclasses.replace(chosen, scale=1.0).task(4, design.seed), window)
     assert kept < own / 1.5 and chosen.scale > 1.2
-    assert _curvature(chosen.task(4, design.seed), (1, 8)) == pytest.approx(own, rel=1e-5)
+    assert _curvature(chosen.task(4, design.seed), window) == pytest.approx(own, rel=1e-5)
     assert design.objective == dict(design.tried)[chosen]  # judged at that scale
     assert f"x and y × {chosen.scale:.3g}" in chosen.text
 

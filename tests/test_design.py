@@ -314,3 +314,16 @@ def test_a_newton_construction_is_named_newton_on_its_designed_data():
     named = [a for a in answers if a not in ("computes nothing", "matches no learner")]
     assert all(a.startswith("newton (") for a in named), answers  # no other learner named
     assert len(named) >= 9, answers
+
+
+def test_a_t_max_of_the_own_task_does_not_bound_the_designed_data():
+    # the designed data are aligned over every position (`align_designed` drops t_max), and
+    # fewer examples than the own t_max allows were refused by the search: "t_max=11: need
+    # t_max <= 4 for 5 points"
+    model = oracle("gd", 4, 6, lambda layer: 2 * layer, lr="max", normalize=True,
+                   task=tasks.RegressionTask(n_dims=4, n_points=13))
+    cfg = dataclasses.replace(CFG, t_max=11)
+    res = align(model, cfg, name="gd")
+    family = D.DesignFamily(condition_numbers=(1.0, 100.0), noise=(0.0,), n_sequences=32)
+    design = D.design_evaluation(model, res, cfg, family)
+    assert {d.n_points for d, _ in design.tried} >= {5, 7, 9, 13}

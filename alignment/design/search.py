@@ -223,11 +223,11 @@ def design_evaluation(model: Regressor, res: AlignResult, cfg: AlignConfig | Non
     pairs = contending_pairs(res)
     places = res.answer.places
     fixed_n = res.positions == "last" and own_task.query == "context"
+    designed_cfg = dataclasses.replace(cfg, t_max=None)  # as `align_designed` aligns them
 
-
-    def objective(task: RegressionTask) -> float:
+    def objective(task: RegressionTask, judged: AlignConfig) -> float:
         positions = "last" if fixed_n or task.query == "low-variance" else res.positions
-        return separation(task, pairs, places, res.n_layers, cfg, positions,
+        return separation(task, pairs, places, res.n_layers, judged, positions,
                           family.n_sequences, seed, model)
 
     # every option scored at its own scale (`matched_scale`): the built-in learners' rules
@@ -235,7 +235,7 @@ def design_evaluation(model: Regressor, res: AlignResult, cfg: AlignConfig | Non
     tried: dict[Distribution, tuple[Distribution, float]] = {}
     bar = tqdm(total=None, desc=f"{res.name}: designing the evaluation", disable=not progress,
                unit=" distributions", leave=False)
-    own = objective(own_task)
+    own = objective(own_task, cfg)
     mine = own_curvature(model, cfg, res.positions)
     current = nearest_distribution(own_task, family)
     for factor in FACTORS:  # coordinate ascent: each factor's best, the others held
@@ -244,7 +244,7 @@ def design_evaluation(model: Regressor, res: AlignResult, cfg: AlignConfig | Non
             if option not in tried:
                 at = dataclasses.replace(option, scale=matched_scale(
                     model, cfg, res.positions, option, seed, mine))
-                tried[option] = (at, objective(at.task(own_task.n_dims, seed)))
+                tried[option] = (at, objective(at.task(own_task.n_dims, seed), designed_cfg))
                 bar.update()
         current = max(options, key=lambda o: (tried[o][1], -options.index(o)))
     bar.close()

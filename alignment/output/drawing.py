@@ -79,7 +79,6 @@ def _draw_forked(calls: list[tuple[Path, Callable[[], Any]]], n: int) -> None:
     ctx = multiprocessing.get_context("fork")
     counter = ctx.Value("i", 0)
     children: list[tuple[Any, Connection]] = []
-    failures: list[str] = []
     try:
         _start(ctx, n - 1, calls, counter, children)
         _take(calls, counter)

@@ -8,7 +8,7 @@ from typing import Any
 from iclprobe.algorithms.numerics import Diverged
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.design.family import DesignFamily
-from iclprobe.alignment.design.search import Design, design_evaluation
+from iclprobe.alignment.design.search import Design, design_evaluation, designed_positions
 from iclprobe.alignment.result import AlignResult
 from iclprobe.errors import InputError, NonFinite
 from iclprobe.models.base import Regressor
@@ -94,7 +94,7 @@ def align_designed(model: Regressor, cfg: AlignConfig | None = None, name: str =
     if not design.objective > design.own:  # the own task separates them at least as well
         return Designed(own, design, None, False, "")
     task = design.chosen.task(own_task_dims(own), design.seed)
-    positions = "last" if task.query == "low-variance" else cfg.positions
+    positions = designed_positions(task, cfg.positions)
     designed_cfg = dataclasses.replace(cfg, positions=positions, t_max=None,
                                        refit_probes=True)
     try:

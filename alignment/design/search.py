@@ -226,7 +226,7 @@ def design_evaluation(model: Regressor, res: AlignResult, cfg: AlignConfig | Non
     designed_cfg = dataclasses.replace(cfg, t_max=None)  # as `align_designed` aligns them
 
     def objective(task: RegressionTask, judged: AlignConfig) -> float:
-        positions = "last" if fixed_n or task.query == "low-variance" else res.positions
+        positions = "last" if fixed_n else designed_positions(task, res.positions)
         return separation(task, pairs, places, res.n_layers, judged, positions,
                           family.n_sequences, seed, model)
 
@@ -252,6 +252,15 @@ def design_evaluation(model: Regressor, res: AlignResult, cfg: AlignConfig | Non
     return Design(chosen, value, own, list(tried.values()), pairs, seed)
 
 
+def designed_positions(task: RegressionTask, positions: str) -> str:
+    """Where data of ``task`` are aligned: ``positions``, or the last position alone.
+
+    The last alone where the queries are drawn apart from the context
+    (``query="low-variance"``).
+    """
+    return "last" if task.query == "low-variance" else positions
+
+
 def own_curvature(model: Regressor, cfg: AlignConfig, positions: str) -> float:
     """The curvature of the model's own evaluation sequences (see `matched_scale`)."""
     task = evaluation_task(model, cfg)
@@ -274,8 +283,8 @@ def matched_scale(model: Regressor, cfg: AlignConfig, positions: str, chosen: Di
     """
     own = own_curvature(model, cfg, positions) if own is None else own
     there = chosen.task(evaluation_task(model, cfg).n_dims, seed)
-    where = "last" if there.query == "low-variance" else positions
-    window = aligned_window(dataclasses.replace(cfg, t_max=None), where, chosen.n_points)
+    window = aligned_window(dataclasses.replace(cfg, t_max=None),
+                            designed_positions(there, positions), chosen.n_points)
     return chosen.scale * math.sqrt(own / _curvature(there, cfg, window))
 
 

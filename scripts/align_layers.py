@@ -10,6 +10,8 @@ import sys
 import torch
 
 from iclprobe import algorithms, alignment, models, probes
+from iclprobe.cli import OneLineParser
+from iclprobe.errors import InputError
 
 
 def main(checkpoint: str = "gpt-softmax") -> None:
@@ -42,5 +44,18 @@ def main(checkpoint: str = "gpt-softmax") -> None:
               f"{' (log2 steps)' if fit.log2 else ''}, R² {fit.r2:.3f}")
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """The command line: a bad argument or checkpoint is one line and exit status 2."""
+    parser = OneLineParser(prog="align_layers.py", description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint", nargs="?", default="gpt-softmax",
+                        help="a shipped model's name or a checkpoint directory")
+    args = parser.parse_args(argv)
+    try:
+        main(args.checkpoint)
+    except (InputError, OSError) as err:
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
+    return 0
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    sys.exit(cli())

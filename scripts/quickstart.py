@@ -5,12 +5,14 @@ Runs in under a minute on 2 CPU cores: ``python scripts/quickstart.py``.
 
 from __future__ import annotations
 
+import sys
 import tempfile
 
 import torch
 from tqdm import trange
 
 from iclprobe import models, tasks
+from iclprobe.cli import OneLineParser, positive_int
 
 
 def main(steps: int = 1500) -> None:
@@ -42,5 +44,14 @@ def main(steps: int = 1500) -> None:
     print(f"residual stream per layer: {tuple(resid.shape)}  [layer, batch, token, d_model]")
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """The command line: ``--steps N`` (a bad value is one line and exit status 2)."""
+    parser = OneLineParser(prog="quickstart.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=positive_int, default=1500,
+                        help="Adam steps of the small GPT's training (default 1500)")
+    main(parser.parse_args(argv).steps)
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

@@ -181,3 +181,27 @@ DECODE = Path(__file__).resolve().parents[1] / "bench" / "decode_probe.py"
 def test_the_decoding_measurement_refuses_bad_flags_in_one_line(capsys, argv, says):
     err = _refusal(DECODE, "main", argv, capsys)
     assert err.startswith(f"decode_probe.py: error: {says}") and "\n" not in err
+
+
+def _load_script(name):
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"script_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("name", "argv", "says"), [
+    ("align_layers", ["gpt-softmax", "extra"], "unrecognized arguments: extra"),
+    ("align_layers", ["no-such-model"], "checkpoint 'no-such-model' not found"),
+    ("quickstart", ["--steps", "0"], "argument --steps: expected a positive integer, got 0"),
+    ("quickstart", ["--threads", "2"], "unrecognized arguments: --threads 2"),
+])
+def test_the_example_scripts_refuse_bad_arguments_in_one_line(capsys, name, argv, says):
+    """The examples parse their arguments (they took a second one as a TypeError, and
+    quickstart ignored any and trained for its full length)."""
+    with pytest.raises(SystemExit) as exit_:
+        _load_script(name).cli(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err and "Traceback" not in err, err

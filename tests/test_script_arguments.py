@@ -136,32 +136,34 @@ def test_the_benchmark_refuses_bad_sizes_in_one_line(capsys, argv, says):
     assert _refusal(BENCH, "parse", argv, capsys) == f"known_answers.py: error: {says}"
 
 
-def _refusal(path: Path, entry: str, argv: list[str], capsys) -> str:
-    """What the script at ``path`` writes to stderr when ``entry(argv)`` exits with status 2."""
-    spec = importlib.util.spec_from_file_location(path.stem, path)
+def _load(path: Path):
+    """The script at ``path`` as a module (its ``__main__`` block not run)."""
+    spec = importlib.util.spec_from_file_location(f"script_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def _refusal(path: Path, entry: str, argv: list[str] | None, capsys) -> str:
+    """What the script at ``path`` writes to stderr when ``entry(argv)`` exits with status 2.
+
+    ``argv`` None: ``entry()``, which reads ``sys.argv``.
+    """
+    module = _load(path)
     with pytest.raises(SystemExit) as exit_:
-        getattr(module, entry)(argv)
+        getattr(module, entry)(*([] if argv is None else [argv]))
     assert exit_.value.code == 2
     return capsys.readouterr().err.strip()
 
 
-# one script in the default run (a subprocess that imports torch); the other with -m slow
-@pytest.mark.parametrize("script_path", ["scripts/reproduce_ahn2023.py",
-                                         pytest.param("bench/learners.py", marks=pytest.mark.slow)])
-def test_other_scripts_refuse_zero_threads(script_path):
+@pytest.mark.parametrize("script_path", ["scripts/reproduce_ahn2023.py", "bench/learners.py"])
+def test_other_scripts_refuse_zero_threads(script_path, capsys, monkeypatch):
     """Siblings of --threads 0: every script's counts are positive integers (cli.positive_int)."""
-    import os
-    import subprocess
-
-    root = Path(__file__).resolve().parents[1]
-    proc = subprocess.run([sys.executable, str(root / script_path), "--threads", "0"],
-                          capture_output=True, text=True, cwd=root,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-    assert proc.returncode == 2
-    assert "argument --threads: expected a positive integer, got 0" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    path = Path(__file__).resolve().parents[1] / script_path
+    monkeypatch.setattr(sys, "argv", [path.name, "--threads", "0"])
+    err = _refusal(path, "main", None, capsys)
+    assert "argument --threads: expected a positive integer, got 0" in err
+    assert "Traceback" not in err
 
 
 DECODE = Path(__file__).resolve().parents[1] / "bench" / "decode_probe.py"
@@ -183,14 +185,6 @@ def test_the_decoding_measurement_refuses_bad_flags_in_one_line(capsys, argv, sa
     assert err.startswith(f"decode_probe.py: error: {says}") and "\n" not in err
 
 
-def _load_script(name):
-    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"script_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize(("name", "argv", "says"), [
     ("align_layers", ["gpt-softmax", "extra"], "unrecognized arguments: extra"),
     ("align_layers", ["no-such-model"], "checkpoint 'no-such-model' not found"),
@@ -200,8 +194,6 @@ def _load_script(name):
 def test_the_example_scripts_refuse_bad_arguments_in_one_line(capsys, name, argv, says):
     """The examples parse their arguments (they took a second one as a TypeError, and
     quickstart ignored any and trained for its full length)."""
-    with pytest.raises(SystemExit) as exit_:
-        _load_script(name).cli(argv)
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and says in err and "Traceback" not in err, err
+    err = _refusal(Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py", "cli", argv,
+                   capsys)
+    assert "\n" not in err and says in err and "Traceback" not in err, err

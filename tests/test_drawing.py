@@ -27,7 +27,8 @@ FORKS = drawing.can_fork()  # Linux, not in a daemonic process
 
 def _figure(path: Path, k: int, pids: Path | None = None) -> None:
     """A small figure of its own (a curve that depends on k), and who drew it."""
-    time.sleep(0.2)  # long enough that a forked child takes some of them
+    if pids is not None:  # drawn by several processes: long enough that a child takes some
+        time.sleep(0.2)
     fig, ax = plt.subplots(figsize=(3, 2))
     ax.plot(range(10), [(i * k) % 7 for i in range(10)], label=f"figure {k}")
     ax.legend()

@@ -11,6 +11,7 @@ render it name each other's types); models/ may not import training/ even there.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -77,6 +78,12 @@ def _imports(nodes: Iterable[ast.AST], annotations: bool) -> list[ast.Import | a
     return found
 
 
+@functools.cache
+def _parsed() -> dict[str, ast.Module]:
+    """Every module's syntax tree, parsed once per test session (the files do not change)."""
+    return {name: ast.parse(path.read_text(), str(path)) for name, path in _module_files().items()}
+
+
 def import_graph(annotations: bool = False) -> dict[str, set[str]]:
     """Module name -> the iclprobe modules it imports (anywhere in its source).
 
@@ -85,7 +92,7 @@ def import_graph(annotations: bool = False) -> dict[str, set[str]]:
     other there).
     """
     files = _module_files()
-    trees = {name: ast.parse(path.read_text(), str(path)) for name, path in files.items()}
+    trees = _parsed()
     exports = {name: _lazy_exports(tree) for name, tree in trees.items()}
 
     def targets(source: str, node: ast.AST) -> set[str]:

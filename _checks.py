@@ -141,6 +141,21 @@ def check_real(owner: str, name: str, value: Any, low: float, high: float = math
     return float(value)
 
 
+def check_type(owner: str, name: str, value: Any, kind: type | tuple[type, ...],
+               what: str) -> Any:
+    """``value`` if it is an instance of ``kind``, else an `InputTypeError` naming ``what``.
+
+    The message reads "OWNER: NAME must be WHAT, got TYPE VALUE" (the value's repr cut to
+    60 characters).
+    """
+    if not isinstance(value, kind):
+        shown = repr(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise InputTypeError(f"{owner}: {name} must be {what}, got {type(value).__name__} "
+                             f"{shown}")
+    return value
+
+
 def check_seed(owner: str, name: str, value: Any) -> int:
     """A seed for ``torch.manual_seed``: an integer in [0, 2^63)."""
     if not (is_int(value) and 0 <= value < SEED_LIMIT):

@@ -180,6 +180,8 @@ def cmd_align(args: argparse.Namespace) -> int:
         if res.verdict_sentence and not res.meaningless:
             print("\n".join(spectral_lines(res)), end="\n\n" if res.spectral else "")
             print(res.verdict_sentence, end="\n\n")
+        if res.name in designed:
+            print("\n".join(designed[res.name].lines()), end="\n\n")
     if len(results) > 1:
         print("best Newton step per layer (* = the models differ, † = not above zero)")
         print("\n".join(aligned(*comparison_rows(results), right=False)))

@@ -38,3 +38,11 @@ class NonFinite(InputError):
     Raised where a model is read (`align`'s layer predictions, the probes' sums); the
     designed evaluation takes it as the model no longer doing regression on those data.
     """
+
+
+class TooFewRows(InputError):
+    """Too few rows (sequences × positions) for a layer probe's fit on the data given.
+
+    Raised by the probes' row check; the designed evaluation takes it as its data being too
+    short to be read with the configuration's sequences (the model's own answer stands).
+    """

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from iclprobe._checks import check_int, check_real
 from iclprobe.atomic import atomic_directory
-from iclprobe.errors import InputError
+from iclprobe.errors import InputError, TooFewRows
 from iclprobe.hooks.residuals import BATCH_SEQUENCES, collect_residuals
 from iclprobe.models.base import Regressor, check_model
 from iclprobe.probes.inputs import check_batch, check_finite_inputs, check_fit_fits, check_tensors
@@ -76,7 +76,7 @@ def readout_predictions(model: Regressor, xs: Tensor, ys: Tensor,
 def check_rows(n_rows: int, width: int, where: str, per_sequence: int) -> None:
     """Refuse fits with no more rows than features + intercept (a probe would interpolate)."""
     if n_rows <= width + 1:
-        raise InputError(
+        raise TooFewRows(
             f"too few rows for the probes: {where} give {n_rows} rows for {width} residual "
             f"features per layer; a probe needs more rows than features + 1 (its ridge fit "
             f"would interpolate them and GCV has nothing left out): use at least "

@@ -94,6 +94,8 @@ def _designed(done) -> str:
     where = done.design.chosen.text
     if done.out_of_distribution:
         return f"{where}: out of the model's distribution ({done.why}), not used"
+    if done.designed is None and done.not_read:
+        return f"{where}: cannot be read with these settings ({done.not_read}); not used"
     if done.designed is None:
         return f"{where}: separates the candidates no better than the own task; not aligned"
     return f"{where}: {_answer(done.designed)}"

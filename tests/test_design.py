@@ -236,7 +236,7 @@ def test_the_objective_does_not_depend_on_the_data_scale(gd_oracle, query):
                            pairs, res.answer.places, 6, CFG, positions, 64, 0, model)
               for s in (1.0, 2.5)]
     assert values[0] > 1e-4 and values[1] == pytest.approx(values[0], rel=1e-9), values
-    with pytest.raises(ValueError, match="scale must be a positive number, got 0"):
+    with pytest.raises(ValueError, match="scale must be a number > 0, got 0"):
         D.Distribution(1.0, "linear", 9, 0.0, "context", scale=0)
 
 

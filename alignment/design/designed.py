@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from iclprobe._checks import check_type
 from iclprobe.algorithms.numerics import Diverged
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.design.family import DesignFamily
 from iclprobe.alignment.design.search import Design, design_evaluation, designed_positions
 from iclprobe.alignment.result import AlignResult
-from iclprobe.errors import InputError, NonFinite
+from iclprobe.errors import InputError, NonFinite, TooFewRows
 from iclprobe.models.base import Regressor
 
 #: The model does regression on data where its output's normalized error is below this
@@ -27,6 +28,8 @@ class Designed:
     designed: AlignResult | None  # None: not finite there, or the own task is the best
     out_of_distribution: bool  # the model's output error there is near the zero predictor's
     why: str = ""  # where out of distribution: what the model did there
+    #: why the designed data could not be read with the configuration (its probes' rows), if so
+    not_read: str = ""
 
     def model_error(self, res: AlignResult) -> float:
         """The model output's normalized error over ``res``'s window (zero predictor: 1)."""
@@ -44,6 +47,9 @@ class Designed:
         head = [self.design.sentence(),
                 f"the model's error (normalized, zero predictor = 1): "
                 f"{self.model_error(self.own):.3f} on its own task, {there} on the designed data"]
+        if des is None and self.not_read:
+            return [self.design.sentence(), f"the designed data cannot be read with these "
+                    f"settings ({self.not_read}): the answer on the model's own task stands"]
         if des is None and not self.out_of_distribution:
             return [self.design.sentence(), "no distribution of the family separates the "
                     "candidates better than the model's own task: its answer there stands"]
@@ -65,7 +71,7 @@ class Designed:
         """JSON-ready fields: the design and the designed alignment."""
         des = self.designed
         return {"design": self.design.to_dict(), "out_of_distribution": self.out_of_distribution,
-                "why": self.why,
+                "why": self.why, "not_read": self.not_read,
                 "model_error": {"own": self.model_error(self.own),
                                 "designed": self.model_error(des) if des is not None else None},
                 "designed": des.to_dict() if des is not None else None}
@@ -85,7 +91,15 @@ def align_designed(model: Regressor, cfg: AlignConfig | None = None, name: str =
     """
     from iclprobe.alignment.pipeline import align
 
-    cfg = cfg or AlignConfig()
+    who = "align_designed"
+    check_type(who, "model", model, Regressor, "an iclprobe model (a Regressor)")
+    cfg = AlignConfig() if cfg is None else check_type(who, "cfg", cfg, AlignConfig,
+                                                       "an AlignConfig")
+    for arg, value, kind, what in (("own", own, AlignResult, "align's AlignResult"),
+                                   ("family", family, DesignFamily, "a DesignFamily"),
+                                   ("design", design, Design, "a Design")):
+        if value is not None:
+            check_type(who, arg, value, kind, what)
     if not cfg.fitted:
         raise InputError("the designed evaluation needs the fitted view (fitted=True)")
     own = own if own is not None else align(model, cfg, name=name)
@@ -101,6 +115,8 @@ def align_designed(model: Regressor, cfg: AlignConfig | None = None, name: str =
         designed = align(model, designed_cfg, name=name, eval_task=task)
     except (Diverged, NonFinite) as err:  # the model itself blows up on these data
         return Designed(own, design, None, True, f"its outputs are not finite there: {err}")
+    except TooFewRows as err:  # shorter sequences: fewer rows for the probes than cfg's give
+        return Designed(own, design, None, False, "", str(err))
     ood = not designed.layer_error[-1] < OOD_ERROR * designed.zero_error
     why = (f"its error there is not below {OOD_ERROR:g} × the zero predictor's" if ood else "")
     return Designed(own, design, designed, ood, why)

@@ -14,9 +14,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from iclprobe.errors import InputError
+from iclprobe._checks import check_choice, check_int, check_real, check_type
+from iclprobe.errors import InputError, InputTypeError
 from iclprobe.tasks import RegressionTask
 from iclprobe.tasks.covariance import ill_conditioned_eigenvalues
+from iclprobe.tasks.fields import QUERIES
 
 #: The factors of the family, in the order the search takes them.
 FACTORS = ("spectrum", "examples", "noise", "query")
@@ -27,22 +29,25 @@ FACTORS = ("spectrum", "examples", "noise", "query")
 SHAPES = ("geometric", "linear")
 #: The model does regression on data where its output's normalized error is below this
 
+#: The largest condition number of the family, and the range of Σ's largest eigenvalue
+#: (after the scale) for which float32 data stay finite and nonzero
+MAX_CONDITION = 1e6
+TOP_RANGE = (1e-30, 1e30)
+
+
 def spectrum(n_dims: int, condition_number: float, shape: str, top: float = 1.0
              ) -> tuple[float, ...]:
     """Σ's eigenvalues, largest first: ``top``, down to ``top / condition_number``."""
-    if shape not in SHAPES:
-        raise InputError(f"shape must be one of {SHAPES}, got {shape!r}")
-    if not (isinstance(condition_number, (int, float)) and 1 <= condition_number <= 1e6):
-        raise InputError(f"condition_number must be a number in [1, 1e6], got "
-                         f"{condition_number!r}")
+    check_int("spectrum", "n_dims", n_dims)
+    check_choice("spectrum", "shape", shape, SHAPES)
+    check_real("spectrum", "condition_number", condition_number, 1, MAX_CONDITION)
+    check_real("spectrum", "top", top, 0, low_open=True)
     d = n_dims
     if shape == "geometric":
         raw = [condition_number ** (-i / (d - 1)) if d > 1 else 1.0 for i in range(d)]
     else:
         raw = [1.0 - (1.0 - 1.0 / condition_number) * i / (d - 1) if d > 1 else 1.0
                for i in range(d)]
-    if not (isinstance(top, (int, float)) and math.isfinite(top) and top > 0):
-        raise InputError(f"top must be a positive number, got {top!r}")
     return tuple(top * v for v in raw)
 
 
@@ -61,10 +66,20 @@ class Distribution:
     scale: float = 1.0
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.scale, (int, float)) and not isinstance(self.scale, bool)
-                and math.isfinite(self.scale)
-                and self.scale > 0):
-            raise InputError(f"scale must be a positive number, got {self.scale!r}")
+        owner = "Distribution"
+        check_real(owner, "condition_number", self.condition_number, 1, MAX_CONDITION)
+        check_choice(owner, "shape", self.shape, SHAPES)
+        check_int(owner, "n_points", self.n_points, 2)
+        check_real(owner, "noise_std", self.noise_std, 0)
+        check_choice(owner, "query", self.query, QUERIES)
+        check_real(owner, "top", self.top, 0, low_open=True)
+        check_real(owner, "scale", self.scale, 0, low_open=True)
+        low, high = TOP_RANGE  # the sampled data are float32
+        log_variance = math.log(self.top) + 2 * math.log(self.scale)  # no overflow
+        if not math.log(low) <= log_variance <= math.log(high):
+            raise InputError(f"Distribution: Σ's largest eigenvalue top × scale² = "
+                             f"{self.top!r} × {self.scale!r}² lies outside [{low:g}, "
+                             f"{high:g}]: the data (float32) would overflow or vanish")
 
     def task(self, n_dims: int, seed: int) -> RegressionTask:
         """The `RegressionTask` that samples it (``seed``: the rotation of its Σ).
@@ -111,15 +126,25 @@ class DesignFamily:
     n_sequences: int = 64
 
     def __post_init__(self) -> None:
-        for name in ("condition_numbers", "shapes", "noise", "queries"):  # examples: may be ()
-            if not getattr(self, name):
-                raise InputError(f"DesignFamily.{name} must not be empty")
-        bad = [s for s in self.shapes if s not in SHAPES]
-        if bad:
-            raise InputError(f"DesignFamily.shapes must be among {SHAPES}, got {bad}")
-        if not (isinstance(self.n_sequences, int) and self.n_sequences >= 8):
-            raise InputError(f"DesignFamily.n_sequences must be an integer >= 8, got "
-                             f"{self.n_sequences!r}")
+        owner = "DesignFamily"
+        for name in ("condition_numbers", "shapes", "examples", "noise", "queries"):
+            values = getattr(self, name)
+            if not isinstance(values, (tuple, list)):
+                raise InputTypeError(f"{owner}.{name} must be a tuple of values, got "
+                                     f"{values!r}")
+            if not values and name != "examples":  # examples: may be () (the own n alone)
+                raise InputError(f"{owner}.{name} must not be empty")
+        for k in self.condition_numbers:
+            check_real(owner, "condition_numbers", k, 1, MAX_CONDITION)
+        for shape in self.shapes:
+            check_choice(owner, "shapes", shape, SHAPES)
+        for m in self.examples:  # multiples of d
+            check_real(owner, "examples", m, 0, low_open=True)
+        for sd in self.noise:
+            check_real(owner, "noise", sd, 0)
+        for query in self.queries:
+            check_choice(owner, "queries", query, QUERIES)
+        check_int(owner, "n_sequences", self.n_sequences, 8)
 
     def spectra(self) -> list[tuple[float, str]]:
         """(κ, shape) pairs: κ = 1 once (isotropic), every shape for the others."""
@@ -127,22 +152,26 @@ class DesignFamily:
         return out + [(float(k), s) for k in self.condition_numbers if k != 1
                       for s in self.shapes]
 
-    def n_options(self, n_dims: int, own: int, fixed: bool) -> list[int]:
-        """The numbers of examples: the model's own, and m·d + 1 below it."""
+    def n_options(self, n_dims: int, own: int, fixed: bool, least: int = 2) -> list[int]:
+        """The numbers of examples: the model's own, and m·d + 1 below it (>= ``least``)."""
         if fixed:
             return [own]
         more = sorted({round(m * n_dims) + 1 for m in self.examples} - {own})
-        return [own, *[n for n in more if 2 <= n < own]]
+        return [own, *[n for n in more if max(2, least) <= n < own]]
 
     def options(self, factor: str, current: Distribution, n_dims: int, own_n: int,
-                fixed_n: bool) -> list[Distribution]:
-        """``current`` with ``factor`` (one of `FACTORS`) set to each of its values."""
+                fixed_n: bool, least_n: int = 2) -> list[Distribution]:
+        """``current`` with ``factor`` (one of `FACTORS`) set to each of its values.
+
+        ``least_n``: the fewest examples a designed sequence may have (one past the first
+        position aligned, where the model is aligned from a given position on).
+        """
         if factor == "spectrum":
             return [dataclasses.replace(current, condition_number=k, shape=s)
                     for k, s in self.spectra()]
         if factor == "examples":
             return [dataclasses.replace(current, n_points=n)
-                    for n in self.n_options(n_dims, own_n, fixed_n)]
+                    for n in self.n_options(n_dims, own_n, fixed_n, least_n)]
         if factor == "noise":
             return [dataclasses.replace(current, noise_std=float(s)) for s in self.noise]
         if factor == "query":
@@ -157,6 +186,8 @@ class DesignFamily:
 
 def nearest_distribution(task: RegressionTask, family: DesignFamily) -> Distribution:
     """The family's member nearest the model's own task (where the search starts)."""
+    check_type("nearest_distribution", "task", task, RegressionTask, "a RegressionTask")
+    check_type("nearest_distribution", "family", family, DesignFamily, "a DesignFamily")
     kappa, shape, top = 1.0, SHAPES[0], 1.0
     if task.cov == "ill-conditioned":
         kappa = float(task.condition_number)

@@ -12,6 +12,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from iclprobe import algorithms
+from iclprobe._checks import check_choice, check_real, check_seed, check_type
 from iclprobe.algorithms.families import FamilyContext, NotACandidate
 from iclprobe.algorithms.numerics import Diverged
 from iclprobe.alignment import comparison as C
@@ -33,6 +34,8 @@ from iclprobe.tasks import RegressionTask
 
 #: The metric the objective is computed with (the answer's reference metric).
 METRIC = "error_cosine"
+#: Where data are aligned (`AlignConfig.positions` once resolved)
+POSITIONS = ("all", "last")
 
 @dataclasses.dataclass
 class Design:
@@ -44,6 +47,11 @@ class Design:
     tried: list[tuple[Distribution, float]]
     pairs: dict[int, list[tuple[str, str]]]  # live layer -> its contending pairs
     seed: int
+
+    def __post_init__(self) -> None:
+        check_type("Design", "chosen", self.chosen, Distribution, "a Distribution")
+        for name in ("objective", "own"):  # separations: 1 − error cosine, clipped at 0
+            check_real("Design", name, getattr(self, name), 0)
 
     def sentence(self) -> str:
         """The choice in words, with the objective beside the own task's."""
@@ -61,6 +69,7 @@ class Design:
 
 def contending_pairs(res: AlignResult) -> dict[int, list[tuple[str, str]]]:
     """Per live layer, the pairs of candidates its answer turns on (module docstring)."""
+    check_type("contending_pairs", "res", res, AlignResult, "align's AlignResult")
     if res.answer is None:
         raise InputError(f"{res.name}: the designed evaluation needs the answer (run align with "
                          "the fitted view on)")
@@ -97,6 +106,11 @@ def separation(task: RegressionTask, pairs: Mapping[int, Sequence[tuple[str, str
     is none of its family on these data (a ridge λ beyond the grid of a less spread
     spectrum) is not separated (0).
     """
+    check_choice("separation", "positions", positions, POSITIONS)
+    outside = sorted(layer for layer in pairs if not 0 <= layer <= n_layers)
+    if outside:
+        raise InputError(f"separation: pairs name layers {outside} of a model with layers "
+                         f"0..{n_layers}")
     if not pairs:
         return 0.0
     batch = task.sample(n_sequences, generator=seed, dtype=torch.float64)
@@ -213,17 +227,26 @@ def design_evaluation(model: Regressor, res: AlignResult, cfg: AlignConfig | Non
         seed: of every candidate distribution's sample and rotation (default ``cfg.seed``).
         progress: show a tqdm bar over the distributions tried.
     """
-    cfg = cfg or AlignConfig()
-    family = family or DesignFamily()
-    seed = cfg.seed if seed is None else seed
+    who = "design_evaluation"
+    check_type(who, "model", model, Regressor, "an iclprobe model (a Regressor)")
+    check_type(who, "res", res, AlignResult, "align's AlignResult on the model's own task")
+    cfg = AlignConfig() if cfg is None else check_type(who, "cfg", cfg, AlignConfig,
+                                                       "an AlignConfig")
+    family = DesignFamily() if family is None else check_type(who, "family", family,
+                                                              DesignFamily, "a DesignFamily")
+    seed = cfg.seed if seed is None else check_seed(who, "seed", seed)
     if res.answer is None or not res.answer.places:
         raise InputError(f"{res.name}: the designed evaluation needs the answer's matched "
                          "columns (run align with the fitted view on)")
     own_task = evaluation_task(model, cfg)
+    _check_belongs(model, res, own_task, seed)
     pairs = contending_pairs(res)
     places = res.answer.places
     fixed_n = res.positions == "last" and own_task.query == "context"
     designed_cfg = dataclasses.replace(cfg, t_max=None)  # as `align_designed` aligns them
+    # a model aligned from a given position on: the designed sequences reach past it
+    least_n = 2 if res.positions == "last" else \
+        aligned_window(designed_cfg, "all", own_task.n_points)[0] + 1
 
     def objective(task: RegressionTask, judged: AlignConfig) -> float:
         positions = "last" if fixed_n else designed_positions(task, res.positions)
@@ -233,23 +256,40 @@ def design_evaluation(model: Regressor, res: AlignResult, cfg: AlignConfig | Non
     # every option scored at its own scale (`matched_scale`): the built-in learners' rules
     # are relative to the data, but a model's own learner (a PQ model's preconditioner) is not
     tried: dict[Distribution, tuple[Distribution, float]] = {}
-    bar = tqdm(total=None, desc=f"{res.name}: designing the evaluation", disable=not progress,
-               unit=" distributions", leave=False)
     own = objective(own_task, cfg)
     mine = own_curvature(model, cfg, res.positions)
     current = nearest_distribution(own_task, family)
-    for factor in FACTORS:  # coordinate ascent: each factor's best, the others held
-        options = family.options(factor, current, own_task.n_dims, own_task.n_points, fixed_n)
-        for option in options:
-            if option not in tried:
-                at = dataclasses.replace(option, scale=matched_scale(
-                    model, cfg, res.positions, option, seed, mine))
-                tried[option] = (at, objective(at.task(own_task.n_dims, seed), designed_cfg))
-                bar.update()
-        current = max(options, key=lambda o: (tried[o][1], -options.index(o)))
-    bar.close()
+    with tqdm(total=None, desc=f"{res.name}: designing the evaluation", disable=not progress,
+              unit=" distributions", leave=False) as bar:  # closed before an error is told
+        for factor in FACTORS:  # coordinate ascent: each factor's best, the others held
+            options = family.options(factor, current, own_task.n_dims, own_task.n_points,
+                                     fixed_n, least_n)
+            for option in options:
+                if option not in tried:
+                    at = dataclasses.replace(option, scale=matched_scale(
+                        model, cfg, res.positions, option, seed, mine))
+                    tried[option] = (at, objective(at.task(own_task.n_dims, seed),
+                                                   designed_cfg))
+                    bar.update()
+            current = max(options, key=lambda o: (tried[o][1], -options.index(o)))
     chosen, value = tried[current]
     return Design(chosen, value, own, list(tried.values()), pairs, seed)
+
+
+def _check_belongs(model: Regressor, res: AlignResult, task: RegressionTask, seed: int) -> None:
+    """Refuse a result computed for another model or other data than ``model``'s ``task``."""
+    d = res.task.get("n_dims")
+    if d != task.n_dims:
+        raise InputError(f"design_evaluation: res ({res.name}) was aligned on data of "
+                         f"n_dims {d!r}, the model's evaluation task has n_dims {task.n_dims}: "
+                         "pass align's result for this model and cfg")
+    assert res.answer is not None  # checked by the caller
+    claims = family_runs(model, task.sample(2, generator=seed))[0]
+    foreign = [k for k in res.answer.places if k not in algorithms.LEARNERS and k not in claims]
+    if foreign:
+        raise InputError(f"design_evaluation: res ({res.name}) names candidates {foreign} that "
+                         "are neither registered learners nor learners this model claims: it "
+                         "is the result of another model, or of another cfg's data")
 
 
 def designed_positions(task: RegressionTask, positions: str) -> str:
@@ -281,7 +321,10 @@ def matched_scale(model: Regressor, cfg: AlignConfig, positions: str, chosen: Di
     Newton construction's fixed α fell below its family's smallest step size there, and
     its layers matched no learner. ``own``: `own_curvature`, where already computed.
     """
-    own = own_curvature(model, cfg, positions) if own is None else own
+    check_choice("matched_scale", "positions", positions, POSITIONS)
+    check_type("matched_scale", "chosen", chosen, Distribution, "a Distribution")
+    own = own_curvature(model, cfg, positions) if own is None else \
+        check_real("matched_scale", "own", own, 0, low_open=True)
     there = chosen.task(evaluation_task(model, cfg).n_dims, seed)
     window = aligned_window(dataclasses.replace(cfg, t_max=None),
                             designed_positions(there, positions), chosen.n_points)

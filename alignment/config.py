@@ -111,6 +111,9 @@ class AlignConfig:
                           ("n_queries", 1)):
             if getattr(self, name) is not None:
                 check_fields(self, check_int, name, low=low)
+        if self.t_min is not None and self.t_max is not None and self.t_min > self.t_max:
+            raise ConfigError(_OWNER, "t_max", f"{_OWNER}.t_max must be >= t_min={self.t_min} "
+                              f"(the window t_min..t_max), got {self.t_max}")
         check_fields(self, check_int, "probe_extra_sequences", low=0)
         if self.probe_extra_sequences and self.probe_fit != "crossfit":
             raise ConfigError(_OWNER, "probe_extra_sequences", f"{_OWNER}.probe_extra_sequences "

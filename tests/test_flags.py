@@ -185,6 +185,8 @@ def test_a_newly_registered_family_gets_its_flags(monkeypatch, tmp_path, capsys)
         ({"n_boot": 1}, ValueError, "AlignConfig.n_boot must be an integer >= 2, got 1"),
         ({"n_queries": 0}, ValueError, "AlignConfig.n_queries must be a positive integer, got 0"),
         ({"t_min": -1}, ValueError, "AlignConfig.t_min must be an integer >= 0, got -1"),
+        ({"t_min": 15, "t_max": 12}, ValueError,  # was accepted where positions were "last"
+         r"AlignConfig.t_max must be >= t_min=15 \(the window t_min..t_max\), got 12"),
         ({"seed": -1}, ValueError, r"AlignConfig.seed must be an integer seed in \[0, 2\*\*63\)"),
         ({"seed": 2**63}, ValueError, "AlignConfig.seed must be an integer seed"),
         ({"device": "tpu"}, ValueError, r"AlignConfig.device must be one of \('cpu', 'cuda'\)"),

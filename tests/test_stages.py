@@ -62,8 +62,8 @@ def test_evaluation_checks_the_window_and_the_learners_before_any_work(batch):
     last = evaluation(CFG, batch, "m", positions="last")
     assert last.window == (9, 9) and last.over("error_cosine") == "sequences"
     assert last.over("weight_cosine") == "positions"  # it has no form across sequences
-    with pytest.raises(ValueError, match=r"t_min=5, t_max=3: need t_min <= t_max <= 9"):
-        evaluation(dataclasses.replace(CFG, t_min=5, t_max=3), batch)
+    with pytest.raises(ValueError, match=r"t_min=5, t_max=12: need t_min <= t_max <= 9"):
+        evaluation(dataclasses.replace(CFG, t_min=5, t_max=12), batch)  # past the data
     with pytest.raises(ValueError, match=r"algorithms: 'pgd_own' cannot be run on m; "
                                          r"available here: newton, gd"):
         evaluation(dataclasses.replace(CFG, algorithms=("newton", "pgd_own")), batch, "m")

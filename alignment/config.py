@@ -6,6 +6,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from iclprobe._checks import (
+    SEED_LIMIT,
     ConfigError,
     check_bool,
     check_choice,
@@ -134,6 +135,10 @@ class AlignConfig:
                      high_open=True)
         check_fields(self, check_bool, "separation", "fitted", "refit_probes")
         check_fields(self, check_seed, "seed")
+        if self.seed > SEED_LIMIT - 3:  # the probes draw with seed + 1, further ones seed + 2
+            raise ConfigError(_OWNER, "seed", f"{_OWNER}.seed must be at most 2**63 - 3 (the "
+                              f"probes' data are drawn with seed + 1 and seed + 2), got "
+                              f"{self.seed}")
 
     @property
     def fresh_probe_sequences(self) -> int:

@@ -152,3 +152,14 @@ def test_extra_probe_sequences_are_for_cross_fitted_probes_and_fill_every_fold(c
     assert capsys.readouterr().err.strip().startswith(
         "iclprobe align: error: --probe-extra-sequences: AlignConfig.probe_extra_sequences "
         "must be 0 or at least probe_folds=4")
+
+
+def test_more_folds_than_sequences_names_the_flag(capsys):
+    # cross_fit's own "folds must be an integer in [2, 3], got 4" named no flag; a model
+    # read exactly has no folds and aligns on 2 sequences
+    assert main(["align", "gpt-linear-paired", "--n-sequences", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("iclprobe align: error: --probe-folds: AlignConfig.probe_folds must be "
+                        "at most the 3 sequences the probes are cross-fitted on (folds of "
+                        "sequences), got 4"), err
+    assert main(["align", "ka-gd-pq", "--n-sequences", "2", "--n-boot", "10", "--json"]) == 0

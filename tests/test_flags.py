@@ -189,6 +189,8 @@ def test_a_newly_registered_family_gets_its_flags(monkeypatch, tmp_path, capsys)
          r"AlignConfig.t_max must be >= t_min=15 \(the window t_min..t_max\), got 12"),
         ({"seed": -1}, ValueError, r"AlignConfig.seed must be an integer seed in \[0, 2\*\*63\)"),
         ({"seed": 2**63}, ValueError, "AlignConfig.seed must be an integer seed"),
+        ({"seed": 2**63 - 1}, ValueError,  # named the probes' generator, not the seed
+         r"AlignConfig.seed must be at most 2\*\*63 - 3 \(the probes' data are drawn with"),
         ({"device": "tpu"}, ValueError, r"AlignConfig.device must be one of \('cpu', 'cuda'\)"),
         ({"data": "hard"}, ValueError, "AlignConfig.data must be one of"),
         ({"separation": "yes"}, TypeError, "AlignConfig.separation must be a bool, got 'yes'"),

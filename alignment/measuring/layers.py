@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from iclprobe import probes
+from iclprobe._checks import ConfigError
 from iclprobe.alignment.evaluation import Evaluation, refuse_nonfinite
 from iclprobe.alignment.measuring.timing import Timings
 from iclprobe.alignment.metrics import on_weights
@@ -199,8 +200,12 @@ def layer_predictions(model: Regressor, task: RegressionTask, batch: RegressionB
         return preds.double().cpu(), "the exact readout of each layer (its own prediction)", \
             [], None, None, []
     if layer_probes is None and cfg.probe_fit == "crossfit":
-        resid = collect_residuals(model, xs, ys).cpu()
         batch_size, n = batch.ys.shape
+        if cfg.probe_folds > batch_size:  # named as the flag, before the forward pass
+            raise ConfigError("AlignConfig", "probe_folds", f"AlignConfig.probe_folds must be "
+                              f"at most the {batch_size} sequences the probes are "
+                              f"cross-fitted on (folds of sequences), got {cfg.probe_folds}")
+        resid = collect_residuals(model, xs, ys).cpu()
         start = 1 if window is None else probe_start(
             window, n, resid.shape[-1], batch_size - -(-batch_size // cfg.probe_folds))
         extra, also = _extra_sums(model, task, cfg, start, resid)

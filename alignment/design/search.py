@@ -227,14 +227,7 @@ def design_evaluation(model: Regressor, res: AlignResult, cfg: AlignConfig | Non
         seed: of every candidate distribution's sample and rotation (default ``cfg.seed``).
         progress: show a tqdm bar over the distributions tried.
     """
-    who = "design_evaluation"
-    check_type(who, "model", model, Regressor, "an iclprobe model (a Regressor)")
-    check_type(who, "res", res, AlignResult, "align's AlignResult on the model's own task")
-    cfg = AlignConfig() if cfg is None else check_type(who, "cfg", cfg, AlignConfig,
-                                                       "an AlignConfig")
-    family = DesignFamily() if family is None else check_type(who, "family", family,
-                                                              DesignFamily, "a DesignFamily")
-    seed = cfg.seed if seed is None else check_seed(who, "seed", seed)
+    cfg, family, seed = _checked(model, res, cfg, family, seed)
     if res.answer is None or not res.answer.places:
         raise InputError(f"{res.name}: the designed evaluation needs the answer's matched "
                          "columns (run align with the fitted view on)")
@@ -274,6 +267,19 @@ def design_evaluation(model: Regressor, res: AlignResult, cfg: AlignConfig | Non
             current = max(options, key=lambda o: (tried[o][1], -options.index(o)))
     chosen, value = tried[current]
     return Design(chosen, value, own, list(tried.values()), pairs, seed)
+
+
+def _checked(model: Regressor, res: AlignResult, cfg: AlignConfig | None,
+             family: DesignFamily | None, seed: int | None) -> tuple[AlignConfig, DesignFamily, int]:
+    """`design_evaluation`'s arguments checked, and the config, family and seed it uses."""
+    who = "design_evaluation"
+    check_type(who, "model", model, Regressor, "an iclprobe model (a Regressor)")
+    check_type(who, "res", res, AlignResult, "align's AlignResult on the model's own task")
+    cfg = AlignConfig() if cfg is None else check_type(who, "cfg", cfg, AlignConfig,
+                                                       "an AlignConfig")
+    family = DesignFamily() if family is None else check_type(who, "family", family,
+                                                              DesignFamily, "a DesignFamily")
+    return cfg, family, (cfg.seed if seed is None else check_seed(who, "seed", seed))
 
 
 def _check_belongs(model: Regressor, res: AlignResult, task: RegressionTask, seed: int) -> None:

@@ -201,10 +201,7 @@ def layer_predictions(model: Regressor, task: RegressionTask, batch: RegressionB
             [], None, None, []
     if layer_probes is None and cfg.probe_fit == "crossfit":
         batch_size, n = batch.ys.shape
-        if cfg.probe_folds > batch_size:  # named as the flag, before the forward pass
-            raise ConfigError("AlignConfig", "probe_folds", f"AlignConfig.probe_folds must be "
-                              f"at most the {batch_size} sequences the probes are "
-                              f"cross-fitted on (folds of sequences), got {cfg.probe_folds}")
+        _check_folds(cfg, batch_size)
         resid = collect_residuals(model, xs, ys).cpu()
         start = 1 if window is None else probe_start(
             window, n, resid.shape[-1], batch_size - -(-batch_size // cfg.probe_folds))
@@ -237,6 +234,14 @@ def layer_predictions(model: Regressor, task: RegressionTask, batch: RegressionB
     r2 = list(layer_probes.metrics_.r2) if hasattr(layer_probes, "metrics_") else []
     preds = layer_probes.predict(xs, ys).double().cpu()
     return preds, how, r2, layer_probes, None, []
+
+
+def _check_folds(cfg: AlignConfig, n_sequences: int) -> None:
+    """Refuse more cross-fit folds than sequences, as the flag (before the forward pass)."""
+    if cfg.probe_folds > n_sequences:
+        raise ConfigError("AlignConfig", "probe_folds", f"AlignConfig.probe_folds must be at "
+                          f"most the {n_sequences} sequences the probes are cross-fitted on "
+                          f"(folds of sequences), got {cfg.probe_folds}")
 
 
 def _extra_sums(model: Regressor, task: RegressionTask, cfg: AlignConfig, t_min: int,

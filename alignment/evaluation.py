@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -152,6 +153,10 @@ def model_evaluation(model: Regressor, task: RegressionTask, cfg: AlignConfig,
     return evaluation(cfg, batch, name, positions, claimed, notes, task, n_weight)
 
 
+#: the taskless models told of the length they are evaluated at
+_TASKLESS_TOLD: weakref.WeakSet[Regressor] = weakref.WeakSet()
+
+
 def evaluation_task(model: Regressor, cfg: AlignConfig) -> RegressionTask:
     """The data `align` evaluates on: the model's task, or isotropic/ill-conditioned."""
     task = getattr(model, "task", None)
@@ -167,9 +172,11 @@ def evaluation_task(model: Regressor, cfg: AlignConfig) -> RegressionTask:
 
         n_dims = model.cfg.n_dims
         n_points = getattr(model.cfg, "n_positions", None) or DEFAULT_N_CONTEXT + 1
-        logger.warning("the model has no task: evaluating on %d points (%s)", n_points,
-                       "its n_positions" if hasattr(model.cfg, "n_positions") else
-                       f"Ahn et al.'s N = {DEFAULT_N_CONTEXT} examples and a query")
+        if model not in _TASKLESS_TOLD:  # once per model (the design asks for it often)
+            _TASKLESS_TOLD.add(model)
+            logger.warning("the model has no task: evaluating on %d points (%s)", n_points,
+                           "its n_positions" if hasattr(model.cfg, "n_positions") else
+                           f"Ahn et al.'s N = {DEFAULT_N_CONTEXT} examples and a query")
     return RegressionTask(n_dims=n_dims, n_points=n_points, cov=cfg.data,
                           condition_number=cfg.condition_number)
 

@@ -120,7 +120,8 @@ def cross_fit(model: Regressor, resid: Tensor, ys: Tensor, folds: int = 4, t_min
     bounds = list(zip(edges[:-1], edges[1:]))
     fitted_on = batch - max(b - a for a, b in bounds)  # the fewest sequences a probe sees
     check_rows(fitted_on * (n - t_min), width, f"the other {folds - 1} of {folds} folds "
-                f"({fitted_on} sequences) x {n - t_min} positions t >= {t_min}", n - t_min)
+                f"({fitted_on} sequences) x {n - t_min} positions t >= {t_min}", n - t_min,
+               share=(folds - 1) / folds)
     sums = [fold_sums(resid[:, a:b], target[..., a:b, :], t_min) for a, b in bounds] + more
     preds, fits = _out_of_fold(resid, sums, bounds, alphas)
     metrics = probe_metrics(preds, target, ys, t_min, model.cfg.n_dims)

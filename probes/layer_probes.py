@@ -73,14 +73,20 @@ def readout_predictions(model: Regressor, xs: Tensor, ys: Tensor,
     return model.readout_residual(collect_residuals(model, xs, ys, batch_size=batch_size))
 
 
-def check_rows(n_rows: int, width: int, where: str, per_sequence: int) -> None:
-    """Refuse fits with no more rows than features + intercept (a probe would interpolate)."""
+def check_rows(n_rows: int, width: int, where: str, per_sequence: int,
+               share: float = 1.0) -> None:
+    """Refuse fits with no more rows than features + intercept (a probe would interpolate).
+
+    ``share``: the fraction of the sequences a probe is fitted on (cross-fitting: the other
+    folds'), so that the advice counts every sequence.
+    """
     if n_rows <= width + 1:
+        fitted = (width + 1) // max(per_sequence, 1) + 1
         raise TooFewRows(
             f"too few rows for the probes: {where} give {n_rows} rows for {width} residual "
             f"features per layer; a probe needs more rows than features + 1 (its ridge fit "
             f"would interpolate them and GCV has nothing left out): use at least "
-            f"{(width + 1) // max(per_sequence, 1) + 1} sequences")
+            f"{math.ceil(fitted / share - 1e-9)} sequences")
 
 
 @dataclasses.dataclass

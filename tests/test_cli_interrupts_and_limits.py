@@ -122,6 +122,14 @@ def test_a_taskless_ahn_file_aligns_on_the_data_asked_for(tmp_path, capsys, capl
     out = capsys.readouterr()
     assert json.loads(out.out)["ahn.pt"]["task"]["n_points"] == 21
     assert "no task: evaluating on 21 points (Ahn et al.'s N = 20" in caplog.text
+    from iclprobe import models
+    from iclprobe.alignment import AlignConfig
+    from iclprobe.alignment.evaluation import evaluation_task
+
+    caplog.clear()
+    model, cfg = models.load(tmp_path / "ahn.pt"), AlignConfig(data="isotropic")
+    assert {evaluation_task(model, cfg).n_points for _ in range(3)} == {21}
+    assert caplog.text.count("no task: evaluating") == 1  # once per model (the design: 11)
 
 
 @pytest.mark.parametrize("argv, says", [

@@ -144,6 +144,14 @@ def test_probes_refuse_fewer_rows_than_features():
     resid = torch.zeros(3, 2, 8, 16)
     with pytest.raises(ValueError, match="2 sequences x 7 positions t >= 1 give 14 rows"):
         probes.LayerProbes().fit_residuals(resid, torch.zeros(2, 8))
+    # cross-fitted, a probe sees the other folds: the advice counts every sequence (it said
+    # "use at least 3" of 5 sequences in 2 folds, the 3 a probe must see)
+    resid = torch.randn(3, 5, 8, 16, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=r"the other 1 of 2 folds \(2 sequences\) x 7 "
+                                         r"positions .* give 14 rows .* use at least 6 sequences"):
+        probes.cross_fit(model, resid, torch.zeros(5, 8), folds=2)
+    assert probes.cross_fit(model, torch.randn(3, 6, 8, 16), torch.randn(6, 8),
+                            folds=2).preds.shape == (3, 6, 8)  # 6: 3 x 7 = 21 rows > 17
 
 
 @pytest.fixture(scope="module")

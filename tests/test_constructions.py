@@ -254,7 +254,7 @@ SLICE = [
 ]
 
 
-FAST = ("gd construction", "gd oracle", "blend oracle")  # the others with -m slow
+FAST = ("gd oracle", "blend oracle")  # the others with -m slow
 
 
 @pytest.mark.parametrize("cell, counts", [

@@ -146,6 +146,7 @@ def test_designed_data_too_short_for_the_probes_leave_the_own_answer():
     assert done.to_dict()["not_read"] == done.not_read
 
 
+@pytest.mark.slow  # a design search through the CLI; the search itself: the tests above
 def test_align_design_verbose_prints_the_design(capsys):
     assert main(["align", "ka-gd-pq", "--design", "--verbose", "--n-sequences", "32",
                  "--n-boot", "10", "--no-separation", "--algorithms", "gd,newton"]) == 0

@@ -104,6 +104,7 @@ def test_reports_refuse_foreign_output_before_any_work(ckpt, tmp_path, capsys, m
 
 
 # ---------------------------------------------------------------- reports
+@pytest.mark.slow  # two aligns and reports in subprocesses; atomic replacement: test_replace
 def test_an_interrupted_align_keeps_the_old_report_and_a_new_one_replaces_it_whole(
         ckpt, tmp_path, capsys, monkeypatch):
     import iclprobe.alignment.output.report as report
@@ -134,6 +135,7 @@ def test_an_interrupted_align_keeps_the_old_report_and_a_new_one_replaces_it_who
     assert "soft/error.png" in names and not any("lin" in n for n in names)  # no mix
 
 
+@pytest.mark.slow  # three aligns and reports; compare's report: test_cli
 def test_compare_of_two_runs_with_one_directory_name_keeps_both(tmp_path, capsys):
     # GD constructions: models that solve the task, so their alignment has tables
     d = TASK.n_dims

@@ -117,6 +117,7 @@ def test_the_family_recipe_trains_saves_loads_ablates_and_compares(ext, run, tmp
     assert run_spec(spec, model.task.sample(4, generator=0), 2, True).weights is not None
 
 
+@pytest.mark.slow  # the recipes' CLI runs; the recipes themselves: the tests above
 def test_the_recipes_through_the_cli(ext, run, tmp_path, capsys):
     out = tmp_path / "cli-run"
     assert main(["train", *TRAIN_FLAGS, "--out", str(out)]) == 0

@@ -60,6 +60,23 @@ def test_ctrl_c_exits_130_with_one_line_and_writes_nothing(ckpt, tmp_path, comma
     assert sorted(p.name for p in tmp_path.iterdir()) == ["lin", "stderr.txt"]
 
 
+def test_ctrl_c_in_a_command_is_one_line_and_exit_130(ckpt, tmp_path, capsys, monkeypatch):
+    """The handler the subprocess runs above exercise (-m slow), in-process: a Ctrl-C while
+    the models are aligned."""
+    from iclprobe import cli_commands
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_commands, "align_checkpoints", interrupted)
+    out = tmp_path / "out"
+    assert main(["align", str(ckpt), *FAST, "--out", str(out)]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["iclprobe align: interrupted; nothing was written (an output folder is "
+                   "swapped in whole or not at all)"], err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("argv", [["align", "CKPT"], ["compare", "CKPT", "CKPT"],
                                   ["probe", "CKPT"], ["demo"], ["train"]])
 def test_an_empty_out_is_refused(ckpt, capsys, argv, monkeypatch, tmp_path):

@@ -17,7 +17,7 @@ from torch import Tensor
 from iclprobe._checks import check_choice, check_int, check_real, check_type
 from iclprobe.errors import InputError, InputTypeError
 from iclprobe.tasks import RegressionTask
-from iclprobe.tasks.covariance import ill_conditioned_eigenvalues
+from iclprobe.tasks.covariance import MAX_CONDITION, ill_conditioned_eigenvalues
 from iclprobe.tasks.fields import QUERIES
 
 #: The factors of the family, in the order the search takes them.
@@ -27,11 +27,8 @@ FACTORS = ("spectrum", "examples", "noise", "query")
 #: levels a learner's filter is judged at two points, and on the benchmark at κ 1000 GD's
 #: family imitated the average of GD and Newton through probes (4 false attributions).
 SHAPES = ("geometric", "linear")
-#: The model does regression on data where its output's normalized error is below this
-
-#: The largest condition number of the family, and the range of Σ's largest eigenvalue
-#: (after the scale) for which float32 data stay finite and nonzero
-MAX_CONDITION = 1e6
+#: The range of Σ's largest eigenvalue (after the scale) in which float32 data stay finite
+#: and nonzero; condition numbers up to the tasks' `MAX_CONDITION`
 TOP_RANGE = (1e-30, 1e30)
 
 

@@ -101,7 +101,9 @@ def test_wrong_types_are_named(gd_oracle):
              (lambda: D.align_designed(model, CFG, design="x"), "design must be a Design"),
              (lambda: D.contending_pairs(None), "contending_pairs: res must be"),
              (lambda: D.Design(D.Distribution(**GOOD), math.inf, 0.0, [], {}, 0),
-              "Design.objective must be a number >= 0, got inf")]
+              "Design.objective must be a number >= 0, got inf"),
+             (lambda: D.design_evaluation(model, res, CFG, D.DesignFamily(n_sequences=10**12)),
+              "DesignFamily.n_sequences=1000000000000: judging a distribution needs at least")]
     for call, says in cases:
         with pytest.raises((ValueError, TypeError)) as err:
             call()

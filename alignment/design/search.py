@@ -12,7 +12,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from iclprobe import algorithms
-from iclprobe._checks import check_choice, check_real, check_seed, check_type
+from iclprobe._checks import check_bytes, check_choice, check_real, check_seed, check_type
 from iclprobe.algorithms.families import FamilyContext, NotACandidate
 from iclprobe.algorithms.numerics import Diverged
 from iclprobe.alignment import comparison as C
@@ -233,6 +233,9 @@ def design_evaluation(model: Regressor, res: AlignResult, cfg: AlignConfig | Non
                          "columns (run align with the fitted view on)")
     own_task = evaluation_task(model, cfg)
     _check_belongs(model, res, own_task, seed)
+    n, d = own_task.n_points, own_task.n_dims  # the designed data's n is at most the own
+    check_bytes(family.n_sequences * n * (d + 1 + 2 * d * d) * 8,  # data, prefix statistics
+                f"DesignFamily.n_sequences={family.n_sequences}: judging a distribution")
     pairs = contending_pairs(res)
     places = res.answer.places
     fixed_n = res.positions == "last" and own_task.query == "context"

@@ -5,11 +5,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from iclprobe._checks import check_type
 from iclprobe.algorithms.numerics import Diverged
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.design.family import DesignFamily
-from iclprobe.alignment.design.search import Design, design_evaluation, designed_positions
+from iclprobe.alignment.design.search import (
+    Design,
+    checked_arguments,
+    design_evaluation,
+    designed_positions,
+)
 from iclprobe.alignment.result import AlignResult
 from iclprobe.errors import InputError, NonFinite, TooFewRows
 from iclprobe.models.base import Regressor
@@ -91,15 +95,9 @@ def align_designed(model: Regressor, cfg: AlignConfig | None = None, name: str =
     """
     from iclprobe.alignment.pipeline import align
 
-    who = "align_designed"
-    check_type(who, "model", model, Regressor, "an iclprobe model (a Regressor)")
-    cfg = AlignConfig() if cfg is None else check_type(who, "cfg", cfg, AlignConfig,
-                                                       "an AlignConfig")
-    for arg, value, kind, what in (("own", own, AlignResult, "align's AlignResult"),
-                                   ("family", family, DesignFamily, "a DesignFamily"),
-                                   ("design", design, Design, "a Design")):
-        if value is not None:
-            check_type(who, arg, value, kind, what)
+    cfg, family = checked_arguments(
+        "align_designed", model, cfg, family, own=(own, AlignResult, "align's AlignResult"),
+        design=(design, Design, "a Design"))
     if not cfg.fitted:
         raise InputError("the designed evaluation needs the fitted view (fitted=True)")
     own = own if own is not None else align(model, cfg, name=name)

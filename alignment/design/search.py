@@ -227,7 +227,9 @@ def design_evaluation(model: Regressor, res: AlignResult, cfg: AlignConfig | Non
         seed: of every candidate distribution's sample and rotation (default ``cfg.seed``).
         progress: show a tqdm bar over the distributions tried.
     """
-    cfg, family, seed = _checked(model, res, cfg, family, seed)
+    check_type("design_evaluation", "res", res, AlignResult, "align's AlignResult")
+    cfg, family = checked_arguments("design_evaluation", model, cfg, family)
+    seed = cfg.seed if seed is None else check_seed("design_evaluation", "seed", seed)
     if res.answer is None or not res.answer.places:
         raise InputError(f"{res.name}: the designed evaluation needs the answer's matched "
                          "columns (run align with the fitted view on)")
@@ -272,17 +274,23 @@ def design_evaluation(model: Regressor, res: AlignResult, cfg: AlignConfig | Non
     return Design(chosen, value, own, list(tried.values()), pairs, seed)
 
 
-def _checked(model: Regressor, res: AlignResult, cfg: AlignConfig | None,
-             family: DesignFamily | None, seed: int | None) -> tuple[AlignConfig, DesignFamily, int]:
-    """`design_evaluation`'s arguments checked, and the config, family and seed it uses."""
-    who = "design_evaluation"
+def checked_arguments(who: str, model: Regressor, cfg: AlignConfig | None,
+                      family: DesignFamily | None, **given: tuple[Any, type, str]
+                      ) -> tuple[AlignConfig, DesignFamily]:
+    """The designed evaluation's common arguments checked, with the config and family used.
+
+    ``given``: further arguments, name -> (value, its type, what it must be), checked where
+    not None.
+    """
     check_type(who, "model", model, Regressor, "an iclprobe model (a Regressor)")
-    check_type(who, "res", res, AlignResult, "align's AlignResult on the model's own task")
+    for name, (value, kind, what) in given.items():
+        if value is not None:
+            check_type(who, name, value, kind, what)
     cfg = AlignConfig() if cfg is None else check_type(who, "cfg", cfg, AlignConfig,
                                                        "an AlignConfig")
     family = DesignFamily() if family is None else check_type(who, "family", family,
                                                               DesignFamily, "a DesignFamily")
-    return cfg, family, (cfg.seed if seed is None else check_seed(who, "seed", seed))
+    return cfg, family
 
 
 def _check_belongs(model: Regressor, res: AlignResult, task: RegressionTask, seed: int) -> None:

@@ -197,3 +197,61 @@ def test_through_probes_no_step_size_is_fitted():
     answer = _said_of_gd_at_one_and_a_half(probe_t_min=1)
     assert not answer.fine
     assert all(rank == int(rank) for places in answer.places.values() for rank, _ in places)
+
+
+def _search(step, value):
+    return fit_steps._Search(step, 0.0, 2.0, {1.0: value})
+
+
+def test_the_climb_goes_on_past_the_best_step_count_until_it_is_inside():
+    """A lone match is searched on both sides; then only beyond an edge that is best; a best
+    inside the searched step counts, or `MAX_CLIMB` of them, ends it."""
+    ctx = _ctx(_batch())
+    key = "gd"
+    steps = algorithms.learner_info(key).fitted_family.steps
+    places = {key: [(r, s) for s in range(1, 12) for r in (4.0, 5.0, 6.0)]}
+    scored = {key: torch.linspace(0.0, 0.9, len(places[key]))[None]}
+    got = fit_steps._climbs({(key, 0, 5): _search(5, 0.9)}, places, scored, ctx)
+    assert sorted(s for _, _, s in got) == [4, 6]
+    rival = {**scored, "newton": torch.tensor([[0.9 + 2 * fit_steps.CLIMB_WITHIN]])}
+    assert fit_steps._climbs({(key, 0, 5): _search(5, 0.9)}, places, rival, ctx) == {}
+    # each from its step's best grid column (rank 6: the table rises with the column)
+    assert all(search.step == s and search.best[0] == 6.0 and search.low < 6.0 < search.high
+               for (_, _, s), search in got.items())
+    searched = {(key, 0, s): _search(s, v) for s, v in ((4, 0.95), (5, 0.9), (6, 0.8))}
+    assert list(fit_steps._climbs(searched, places, scored, ctx)) == [(key, 0, 3)]
+    searched[(key, 0, 4)] = _search(4, 0.85)  # best inside: done
+    assert fit_steps._climbs(searched, places, scored, ctx) == {}
+    many = {(key, 0, s): _search(s, 1.0 - 0.01 * s) for s in steps[1:fit_steps.MAX_CLIMB + 1]}
+    assert fit_steps._climbs(many, places, scored, ctx) == {}  # the best at an edge, capped
+
+
+def _said_of_heavy_ball(monkeypatch=None):
+    """Heavy ball (β 1/2) at 0.6/λ_max(S_t/t), steps 2, 4, …, 12: between its grid's step
+    sizes 1/2 and 0.71, where a step count makes up for a step size (step 5 at 0.47 comes
+    within 3·10⁻³ of step 4 at 0.6 by the squared difference)."""
+    if monkeypatch is not None:  # the climb switched off: the matched step count alone
+        monkeypatch.setattr(fit_steps, "_climbs", lambda *args, **kwargs: {})
+    batch = _batch(cov="isotropic", n_dims=6, n_points=19, sequences=64)
+    it = algorithms.iterates("momentum", batch.xs, batch.ys, steps=range(2, 13, 2), lr="max",
+                             lr_scale=0.6, beta=0.5)
+    layers = torch.cat([torch.zeros_like(it.preds[:1]), it.preds])
+    cfg = AlignConfig(n_boot=20, separation=False, metrics=("error_cosine",),
+                      algorithms=("gd", "newton", "momentum"))
+    answer = align_layers(layers, batch, cfg, positions="all")
+    assert answer.answer is not None
+    return answer.answer.layers[1:]
+
+
+def test_the_climb_finds_the_step_count_and_step_size_a_layer_runs():
+    said = _said_of_heavy_ball()
+    assert [a.text for a in said[1:]] == \
+        [f"momentum (β 0.5, 0.6/λmax, step {2 * k})" for k in range(2, 7)]
+
+
+def test_without_the_climb_other_step_counts_are_named(monkeypatch):
+    # the test above can fail: from the matched step count alone the step size is fitted
+    # there, and the grid's nearest step count is not the layer's
+    said = _said_of_heavy_ball(monkeypatch)
+    assert sum(a.text.endswith(f"step {2 * k})") and "0.6/λmax" in a.text
+               for k, a in enumerate(said, start=1)) < len(said) - 1, [a.text for a in said]

@@ -151,11 +151,11 @@ def _said_of_gd_between_the_grids_step_sizes(answer_only=False, **kw):
 
 def test_a_layer_between_the_grids_step_sizes_is_matched_at_its_own():
     said = _said_of_gd_between_the_grids_step_sizes()
-    # step 1: GD's nearest column lies at another step count (a step count makes up for
-    # the size), where its fitted step size does not reach the layer, while Newton's step 0
-    # at a fitted α comes within the rule's resolution (the fit searches the matched step)
-    assert said[0] in ("cannot tell newton from gd", "cannot tell gd from newton") or \
-        said[0].startswith("gd ("), said
+    # step 1: Newton's step 0 at a fitted α comes within the rule's resolution, and heavy
+    # ball's step 1 is GD's step 1 itself (the searches climb to it, `fit_steps._climbs`):
+    # "cannot tell" among them, GD included
+    assert said[0].startswith("gd (") or (said[0].startswith("cannot tell")
+                                          and "gd" in said[0].replace(",", "").split()), said
     assert said[1:3] == ["gd (0.84/λmax, step 2)", "gd (0.84/λmax, step 3)"], said
     # near convergence heavy ball imitates it: "cannot tell" with GD, never another learner
     assert all(t.startswith("gd (") or (t.startswith("cannot tell") and "gd" in t.split())

@@ -20,7 +20,11 @@ the parabola promises less than `VALUE_TOLERANCE` more, where the points around 
 are `TOLERANCE` apart, or after `MAX_EVALS` (about 3 evaluations a search on the
 known-answer benchmark). The metric is the error cosine where computed (`fit_metric`). The
 variant found joins the family where it is closer to the layer than the match was, as the
-fine step sizes do (every metric's table gains its column). Every such candidate is
+fine step sizes do (every metric's table gains its column). A step count makes up for a
+step size, so the searches climb along that valley: from the match's step count to the
+next on either side, and on past an edge that stays best (`_climbs`; the contenders
+within `CLIMB_WITHIN` of the layer's best, at most `MAX_CLIMB` step counts). Every such
+candidate is
 searched the same way, rivals included, so that a rival's imitation of a match is as
 flexible as the match. A search is bracketed by the neighbouring ranks the family holds
 at that step: its fine step sizes where they were run, else the coarse grid's two ranks
@@ -42,7 +46,7 @@ import torch
 from torch import Tensor
 
 from iclprobe import algorithms
-from iclprobe.algorithms.families import FamilyContext
+from iclprobe.algorithms.families import Family, FamilyContext
 from iclprobe.alignment.measuring.candidate import Candidate, Fine
 from iclprobe.alignment.measuring.similarities import first_best, similarity_values
 from iclprobe.alignment.metrics import METRIC_INFO, metric_info
@@ -66,6 +70,12 @@ AROUND = 6
 #: GD's grid columns at steps 2-8 all come within 8·10⁻⁴ of its best (step 7), and only
 #: step 3's search reaches the layer
 PROBE_WITHIN = 1e-3
+#: step counts searched per (candidate, layer) at most by the climb along the valley of
+#: step size and step count (`_climbs`)
+MAX_CLIMB = 8
+#: ... by the candidates whose best comes within this of the layer's best column of any
+#: candidate (by the fit metric): the others are no contenders there
+CLIMB_WITHIN = 1e-3
 
 
 def fit_metric(metrics: Iterable[str]) -> str | None:
@@ -184,23 +194,85 @@ def _searches(places: Mapping[str, Sequence[tuple[float, int]]],
             if (key, layer) in skip:
                 continue
             for col in cols:
-                rank, step = where[col]
-                if rank != int(rank) or (family.steps is not None and step == 0):
-                    continue  # fitted already, or the zero predictor (no step size)
-                first, last = family.span(ctx, int(rank))
-                if first == last:
-                    continue
-                # between the neighbours the family holds at this step: the fine ones
-                # where they were run, else the coarse grid's, two ranks away
-                low, high = (max(rank - 1, first), min(rank + 1, last))
-                if (low, step) not in at:
-                    low = max(rank - 2, first)
-                if (high, step) not in at:
-                    high = min(rank + 2, last)
-                known = {r: float(scored[key][layer, at[(r, step)]])
-                         for r in (low, rank, high) if (r, step) in at}
-                out[(key, layer, step)] = _Search(step, low, high, known)
+                search = _search_from(family, ctx, where, at, scored[key][layer], col)
+                if search is not None:
+                    out[(key, layer, search.step)] = search
     return out
+
+
+def _search_from(family: Family, ctx: FamilyContext, where: Sequence[tuple[float, int]],
+                 at: Mapping[tuple[float, int], int], scored: Tensor, col: int
+                 ) -> _Search | None:
+    """The search along ``col``'s continuum at its step, bracketed by its neighbours.
+
+    ``scored``: the layer's values of the family's columns; ``at``: (rank, step) -> column.
+    None where there is nothing to search: a fitted column already, the zero predictor (no
+    step size), or a continuum of one point.
+    """
+    rank, step = where[col]
+    if rank != int(rank) or (family.steps is not None and step == 0):
+        return None
+    first, last = family.span(ctx, int(rank))
+    if first == last:
+        return None
+    # between the neighbours the family holds at this step: the fine ones where they were
+    # run, else the coarse grid's, two ranks away
+    low, high = (max(rank - 1, first), min(rank + 1, last))
+    if (low, step) not in at:
+        low = max(rank - 2, first)
+    if (high, step) not in at:
+        high = min(rank + 2, last)
+    known = {r: float(scored[at[(r, step)]]) for r in (low, rank, high) if (r, step) in at}
+    return _Search(step, low, high, known)
+
+
+def _climbs(searches: Mapping[tuple[str, int, int], _Search],
+            places: Mapping[str, Sequence[tuple[float, int]]], scored: Mapping[str, Tensor],
+            ctx: FamilyContext) -> dict[tuple[str, int, int], _Search]:
+    """The next step count to search for each (candidate, layer) whose best is at an edge.
+
+    A step count makes up for a step size (k steps at η reach about what k' steps reach at
+    η k/k'), so a layer's best column can sit a few step counts from its own, at another
+    step size, along that valley. Where the best of the searched step counts is the
+    smallest or largest searched (a lone match is both), the family's next step count
+    beyond it is searched too, from its best column there, until the best is inside or
+    `MAX_CLIMB` step counts are searched. Only candidates within `CLIMB_WITHIN` of the
+    layer's best grid column (``scored``, any candidate's) climb: a farther one is no
+    contender there, as the match nor as a rival.
+    """
+    by: dict[tuple[str, int], dict[int, float]] = {}
+    for (key, layer, step), search in searches.items():
+        by.setdefault((key, layer), {})[step] = search.best[1]
+    lead = torch.stack([t.max(1).values for t in scored.values()]).max(0).values.tolist()
+    out: dict[tuple[str, int, int], _Search] = {}
+    for (key, layer), values in by.items():
+        steps = algorithms.learner_info(key).fitted_family.steps
+        if not isinstance(steps, tuple) or len(values) >= MAX_CLIMB or \
+                max(values.values()) < lead[layer] - CLIMB_WITHIN:
+            continue
+        top = max(values, key=lambda s: (values[s], -s))
+        for way, edge in ((-1, min(values)), (1, max(values))):
+            if top != edge or top not in steps:
+                continue
+            i = steps.index(top) + way
+            if not 0 <= i < len(steps) or steps[i] in values:
+                continue
+            found = _best_at(key, layer, steps[i], places[key], scored[key], ctx)
+            if found is not None:
+                out[(key, layer, steps[i])] = found
+    return out
+
+
+def _best_at(key: str, layer: int, step: int, where: Sequence[tuple[float, int]],
+             scored: Tensor, ctx: FamilyContext) -> _Search | None:
+    """The search at ``step`` from the family's best grid column there (None: none)."""
+    cols = [i for i, (rank, s) in enumerate(where) if s == step and rank == int(rank)]
+    if not cols:
+        return None
+    col = cols[int(first_best(scored[layer, cols]))]
+    at = {place: i for i, place in enumerate(where)}
+    return _search_from(algorithms.learner_info(key).fitted_family, ctx, where, at,
+                        scored[layer], col)
 
 
 def _starts(scored: Tensor, where: Sequence[tuple[float, int]], steps: object,
@@ -272,6 +344,10 @@ def fitted(places: Mapping[str, Sequence[tuple[float, int]]], metric: str,
     ctx = FamilyContext(stats, batch.cov, window)
     searches = _searches(places, scored, ctx, skip, around, within, also_at)
     while True:
+        # a (candidate, layer) whose searches are done climbs to its next step count
+        busy = {where[:2] for where, search in searches.items() if search.ask() is not None}
+        searches.update(_climbs({where: search for where, search in searches.items()
+                                 if where[:2] not in busy}, places, scored, ctx))
         wanted = {where: x for where, search in searches.items()
                   if (x := search.ask()) is not None}
         if not wanted:

@@ -7,9 +7,10 @@ import torch
 
 from iclprobe import algorithms, tasks
 from iclprobe.algorithms.families import Family, FamilyContext
-from iclprobe.alignment import AlignConfig, align_layers
+from iclprobe.alignment import AlignConfig, align, align_layers
 from iclprobe.alignment.measuring import fit_steps
 from iclprobe.alignment.measuring.candidates import family_iterates
+from iclprobe.constructions.oracle import oracle
 from iclprobe.errors import InputError, InputTypeError
 
 CONTINUA = ["gd", "pgd", "newton", "momentum", "ridge", "online_gd"]
@@ -204,8 +205,9 @@ def _search(step, value):
 
 
 def test_the_climb_goes_on_past_the_best_step_count_until_it_is_inside():
-    """A lone match is searched on both sides; then only beyond an edge that is best; a best
-    inside the searched step counts, or `MAX_CLIMB` of them, ends it."""
+    """A lone match is searched on both sides; then beside the best where unsearched (the
+    step counts within `PROBE_WITHIN` of a match need not be adjacent); a best with both
+    neighbours searched, or `MAX_CLIMB` step counts, ends it."""
     ctx = _ctx(_batch())
     key = "gd"
     steps = algorithms.learner_info(key).fitted_family.steps
@@ -222,8 +224,13 @@ def test_the_climb_goes_on_past_the_best_step_count_until_it_is_inside():
     assert list(fit_steps._climbs(searched, places, scored, ctx)) == [(key, 0, 3)]
     searched[(key, 0, 4)] = _search(4, 0.85)  # best inside: done
     assert fit_steps._climbs(searched, places, scored, ctx) == {}
-    many = {(key, 0, s): _search(s, 1.0 - 0.01 * s) for s in steps[1:fit_steps.MAX_CLIMB + 1]}
+    gaps = {(key, 0, s): _search(s, v) for s, v in ((3, 0.89), (6, 0.9), (7, 0.8), (8, 0.85))}
+    assert list(fit_steps._climbs(gaps, places, scored, ctx)) == [(key, 0, 5)]
+    many = {(key, 0, s): _search(s, 0.89 + 0.001 * s) for s in steps[2:fit_steps.MAX_CLIMB + 2]}
     assert fit_steps._climbs(many, places, scored, ctx) == {}  # the best at an edge, capped
+    fewer = dict(list(many.items())[1:])
+    assert list(fit_steps._climbs(fewer, places, scored, ctx)) == [
+        (key, 0, steps[fit_steps.MAX_CLIMB + 2])]
 
 
 def _said_of_heavy_ball(monkeypatch=None):
@@ -255,3 +262,34 @@ def test_without_the_climb_other_step_counts_are_named(monkeypatch):
     said = _said_of_heavy_ball(monkeypatch)
     assert sum(a.text.endswith(f"step {2 * k})") and "0.6/λmax" in a.text
                for k, a in enumerate(said, start=1)) < len(said) - 1, [a.text for a in said]
+
+
+def _said_through_probes_of_heavy_ball(monkeypatch=None):
+    """A heavy-ball oracle (β ½, 0.6/λ_max, steps 2, 4, 6) read by probes fitted to the
+    column each layer holds: its step-4 layer's nearest grid columns sit at steps 3 and 6–8
+    (within 10⁻³ through probes, `PROBE_WITHIN`), not at 4 or 5."""
+    if monkeypatch is not None:
+        monkeypatch.setattr(fit_steps, "_climbs", lambda *args, **kwargs: {})
+    task = tasks.RegressionTask(n_dims=6, n_points=19)
+    model = oracle("momentum", 6, 3, lambda layer: 2 * layer, exact_readout=False, task=task,
+                   lr="max", lr_scale=0.6, beta=0.5)
+    cfg = AlignConfig(n_sequences=128, n_boot=20, separation=False, metrics=("error_cosine",),
+                      algorithms=("gd", "newton", "momentum"), positions="all")
+    return [a.text for a in align(model, cfg).answer.layers]
+
+
+@pytest.mark.slow
+def test_through_probes_the_climb_fills_the_step_counts_between():
+    said = _said_through_probes_of_heavy_ball()
+    # step 2 is GD's up to a scale, which a probe cannot see: "cannot tell" by right
+    assert said[1] == "cannot tell gd from momentum", said
+    assert said[2].startswith("momentum (") and said[2].endswith("step 4)"), said
+    assert said[3] == "momentum (β 0.5, 0.6/λmax, step 6)", said
+
+
+@pytest.mark.slow
+def test_through_probes_without_the_climb_the_step_4_layer_fits_none(monkeypatch):
+    # the test above can fail: searched at the step counts within 1e-3 alone (3, 6, 7, 8),
+    # heavy ball's nearest column is 3e-4 from the layer, farther than GD's from it
+    said = _said_through_probes_of_heavy_ball(monkeypatch)
+    assert said[2] == "none of them (nearest momentum)", said

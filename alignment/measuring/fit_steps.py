@@ -229,16 +229,16 @@ def _search_from(family: Family, ctx: FamilyContext, where: Sequence[tuple[float
 def _climbs(searches: Mapping[tuple[str, int, int], _Search],
             places: Mapping[str, Sequence[tuple[float, int]]], scored: Mapping[str, Tensor],
             ctx: FamilyContext) -> dict[tuple[str, int, int], _Search]:
-    """The next step count to search for each (candidate, layer) whose best is at an edge.
+    """The step counts next to each (candidate, layer)'s best searched one, where unsearched.
 
     A step count makes up for a step size (k steps at η reach about what k' steps reach at
     η k/k'), so a layer's best column can sit a few step counts from its own, at another
-    step size, along that valley. Where the best of the searched step counts is the
-    smallest or largest searched (a lone match is both), the family's next step count
-    beyond it is searched too, from its best column there, until the best is inside or
-    `MAX_CLIMB` step counts are searched. Only candidates within `CLIMB_WITHIN` of the
-    layer's best grid column (``scored``, any candidate's) climb: a farther one is no
-    contender there, as the match nor as a rival.
+    step size, along that valley. The family's step counts next to the best searched one
+    are searched too where they were not (a lone match's on both sides; through probes the
+    step counts within `PROBE_WITHIN` need not be adjacent), each from its best column
+    there, until the best has both neighbours searched or `MAX_CLIMB` step counts are.
+    Only candidates within `CLIMB_WITHIN` of the layer's best grid column (``scored``, any
+    candidate's) climb: a farther one is no contender there, as the match nor as a rival.
     """
     by: dict[tuple[str, int], dict[int, float]] = {}
     for (key, layer, step), search in searches.items():
@@ -251,10 +251,9 @@ def _climbs(searches: Mapping[tuple[str, int, int], _Search],
                 max(values.values()) < lead[layer] - CLIMB_WITHIN:
             continue
         top = max(values, key=lambda s: (values[s], -s))
-        for way, edge in ((-1, min(values)), (1, max(values))):
-            if top != edge or top not in steps:
-                continue
-            i = steps.index(top) + way
+        if top not in steps:
+            continue
+        for i in (steps.index(top) - 1, steps.index(top) + 1):
             if not 0 <= i < len(steps) or steps[i] in values:
                 continue
             found = _best_at(key, layer, steps[i], places[key], scored[key], ctx)

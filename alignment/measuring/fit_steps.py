@@ -22,8 +22,9 @@ known-answer benchmark). The metric is the error cosine where computed (`fit_met
 variant found joins the family where it is closer to the layer than the match was, as the
 fine step sizes do (every metric's table gains its column). A step count makes up for a
 step size, so the searches climb along that valley: from the match's step count to the
-next on either side, and on past an edge that stays best (`_climbs`; the contenders
-within `CLIMB_WITHIN` of the layer's best, at most `MAX_CLIMB` step counts). Every such
+next on either side, then beside the best searched one wherever unsearched (`_climbs`;
+the contenders within `CLIMB_WITHIN` of the layer's best, at most `MAX_CLIMB` step
+counts). Every such
 candidate is
 searched the same way, rivals included, so that a rival's imitation of a match is as
 flexible as the match. A search is bracketed by the neighbouring ranks the family holds

@@ -247,32 +247,28 @@ def _climbs(searches: Mapping[tuple[str, int, int], _Search],
     lead = torch.stack([t.max(1).values for t in scored.values()]).max(0).values.tolist()
     out: dict[tuple[str, int, int], _Search] = {}
     for (key, layer), values in by.items():
-        steps = algorithms.learner_info(key).fitted_family.steps
+        family = algorithms.learner_info(key).fitted_family
+        steps = family.steps
         if not isinstance(steps, tuple) or len(values) >= MAX_CLIMB or \
                 max(values.values()) < lead[layer] - CLIMB_WITHIN:
             continue
         top = max(values, key=lambda s: (values[s], -s))
         if top not in steps:
             continue
+        where = places[key]
+        at = {place: i for i, place in enumerate(where)}
         for i in (steps.index(top) - 1, steps.index(top) + 1):
             if not 0 <= i < len(steps) or steps[i] in values:
                 continue
-            found = _best_at(key, layer, steps[i], places[key], scored[key], ctx)
+            # from the family's best grid column at that step count
+            cols = [c for (rank, s), c in at.items() if s == steps[i] and rank == int(rank)]
+            if not cols:
+                continue
+            col = cols[int(first_best(scored[key][layer, cols]))]
+            found = _search_from(family, ctx, where, at, scored[key][layer], col)
             if found is not None:
                 out[(key, layer, steps[i])] = found
     return out
-
-
-def _best_at(key: str, layer: int, step: int, where: Sequence[tuple[float, int]],
-             scored: Tensor, ctx: FamilyContext) -> _Search | None:
-    """The search at ``step`` from the family's best grid column there (None: none)."""
-    cols = [i for i, (rank, s) in enumerate(where) if s == step and rank == int(rank)]
-    if not cols:
-        return None
-    col = cols[int(first_best(scored[layer, cols]))]
-    at = {place: i for i, place in enumerate(where)}
-    return _search_from(algorithms.learner_info(key).fitted_family, ctx, where, at,
-                        scored[layer], col)
 
 
 def _starts(scored: Tensor, where: Sequence[tuple[float, int]], steps: object,

@@ -213,23 +213,25 @@ def test_the_climb_goes_on_past_the_best_step_count_until_it_is_inside():
     steps = algorithms.learner_info(key).fitted_family.steps
     places = {key: [(r, s) for s in range(1, 12) for r in (4.0, 5.0, 6.0)]}
     scored = {key: torch.linspace(0.0, 0.9, len(places[key]))[None]}
-    got = fit_steps._climbs({(key, 0, 5): _search(5, 0.9)}, places, scored, ctx)
+    lead = fit_steps._leads(scored)
+    got = fit_steps._climbs({(key, 0, 5): _search(5, 0.9)}, places, scored, ctx, lead)
     assert sorted(s for _, _, s in got) == [4, 6]
     rival = {**scored, "newton": torch.tensor([[0.9 + 2 * fit_steps.CLIMB_WITHIN]])}
-    assert fit_steps._climbs({(key, 0, 5): _search(5, 0.9)}, places, rival, ctx) == {}
+    assert fit_steps._climbs({(key, 0, 5): _search(5, 0.9)}, places, rival, ctx,
+                             fit_steps._leads(rival)) == {}
     # each from its step's best grid column (rank 6: the table rises with the column)
     assert all(search.step == s and search.best[0] == 6.0 and search.low < 6.0 < search.high
                for (_, _, s), search in got.items())
     searched = {(key, 0, s): _search(s, v) for s, v in ((4, 0.95), (5, 0.9), (6, 0.8))}
-    assert list(fit_steps._climbs(searched, places, scored, ctx)) == [(key, 0, 3)]
+    assert list(fit_steps._climbs(searched, places, scored, ctx, lead)) == [(key, 0, 3)]
     searched[(key, 0, 4)] = _search(4, 0.85)  # best inside: done
-    assert fit_steps._climbs(searched, places, scored, ctx) == {}
+    assert fit_steps._climbs(searched, places, scored, ctx, lead) == {}
     gaps = {(key, 0, s): _search(s, v) for s, v in ((3, 0.89), (6, 0.9), (7, 0.8), (8, 0.85))}
-    assert list(fit_steps._climbs(gaps, places, scored, ctx)) == [(key, 0, 5)]
+    assert list(fit_steps._climbs(gaps, places, scored, ctx, lead)) == [(key, 0, 5)]
     many = {(key, 0, s): _search(s, 0.89 + 0.001 * s) for s in steps[2:fit_steps.MAX_CLIMB + 2]}
-    assert fit_steps._climbs(many, places, scored, ctx) == {}  # the best at an edge, capped
+    assert fit_steps._climbs(many, places, scored, ctx, lead) == {}  # the best at an edge, capped
     fewer = dict(list(many.items())[1:])
-    assert list(fit_steps._climbs(fewer, places, scored, ctx)) == [
+    assert list(fit_steps._climbs(fewer, places, scored, ctx, lead)) == [
         (key, 0, steps[fit_steps.MAX_CLIMB + 2])]
 
 

@@ -229,7 +229,7 @@ def _search_from(family: Family, ctx: FamilyContext, where: Sequence[tuple[float
 
 def _climbs(searches: Mapping[tuple[str, int, int], _Search],
             places: Mapping[str, Sequence[tuple[float, int]]], scored: Mapping[str, Tensor],
-            ctx: FamilyContext) -> dict[tuple[str, int, int], _Search]:
+            ctx: FamilyContext, lead: Sequence[float]) -> dict[tuple[str, int, int], _Search]:
     """The step counts next to each (candidate, layer)'s best searched one, where unsearched.
 
     A step count makes up for a step size (k steps at η reach about what k' steps reach at
@@ -238,13 +238,13 @@ def _climbs(searches: Mapping[tuple[str, int, int], _Search],
     are searched too where they were not (a lone match's on both sides; through probes the
     step counts within `PROBE_WITHIN` need not be adjacent), each from its best column
     there, until the best has both neighbours searched or `MAX_CLIMB` step counts are.
-    Only candidates within `CLIMB_WITHIN` of the layer's best grid column (``scored``, any
-    candidate's) climb: a farther one is no contender there, as the match nor as a rival.
+    Only candidates within `CLIMB_WITHIN` of the layer's best grid column of any candidate
+    (``lead``, `_leads`) climb: a farther one is no contender there, as the match nor as a
+    rival.
     """
     by: dict[tuple[str, int], dict[int, float]] = {}
     for (key, layer, step), search in searches.items():
         by.setdefault((key, layer), {})[step] = search.best[1]
-    lead = torch.stack([t.max(1).values for t in scored.values()]).max(0).values.tolist()
     out: dict[tuple[str, int, int], _Search] = {}
     for (key, layer), values in by.items():
         family = algorithms.learner_info(key).fitted_family
@@ -269,6 +269,11 @@ def _climbs(searches: Mapping[tuple[str, int, int], _Search],
             if found is not None:
                 out[(key, layer, steps[i])] = found
     return out
+
+
+def _leads(scored: Mapping[str, Tensor]) -> list[float]:
+    """Per layer, its best column of any candidate (``scored``: higher is better)."""
+    return torch.stack([t.max(1).values for t in scored.values()]).max(0).values.tolist()
 
 
 def _starts(scored: Tensor, where: Sequence[tuple[float, int]], steps: object,
@@ -339,11 +344,12 @@ def fitted(places: Mapping[str, Sequence[tuple[float, int]]], metric: str,
     """
     ctx = FamilyContext(stats, batch.cov, window)
     searches = _searches(places, scored, ctx, skip, around, within, also_at)
+    lead = _leads(scored)
     while True:
         # a (candidate, layer) whose searches are done climbs to its next step count
         busy = {where[:2] for where, search in searches.items() if search.ask() is not None}
         searches.update(_climbs({where: search for where, search in searches.items()
-                                 if where[:2] not in busy}, places, scored, ctx))
+                                 if where[:2] not in busy}, places, scored, ctx, lead))
         wanted = {where: x for where, search in searches.items()
                   if (x := search.ask()) is not None}
         if not wanted:

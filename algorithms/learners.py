@@ -47,6 +47,7 @@ from iclprobe.algorithms.prefix import (
     prefix_stats,
     rowdot,
     safe_inverse,
+    spectral_terms,
 )
 from iclprobe.errors import InputError
 
@@ -148,9 +149,7 @@ def spectral_iterates(stats: PrefixStats, decays_of: Callable[[PrefixStats], Ite
     sequences (see `by_blocks`). In float64 on the scaled data, as `collect` returns them.
     """
     def run(block: PrefixStats) -> tuple[Tensor, Tensor | None]:
-        base = block.xty_eig * safe_inverse(block.eigvals)  # β/λ, 0 where λ = 0
-        g = base * block.query_eig
-        total = rowdot(g, torch.ones_like(g))  # exactly what a decay of 1 subtracts
+        base, g, total = spectral_terms(block)
         preds, coefs = [], []
         for decay in decays_of(block):
             preds.append(total - rowdot(g, decay))

@@ -1,5 +1,6 @@
 """The fast paths of the learners against the straightforward computations."""
 
+import importlib
 from decimal import Decimal, localcontext
 
 import numpy as np
@@ -90,6 +91,56 @@ def test_shared_stats_are_left_untouched_and_give_the_same_results():
             assert torch.equal(shared.weights, other.weights), name
     for key, value in before.items():
         assert torch.equal(getattr(stats, key), value), key
+
+
+def test_kept_step_size_free_terms_follow_the_statistics_they_were_made_from(monkeypatch):
+    """The closed-form learners keep the terms of the last statistics that do not depend on
+    the step size (`prefix.spectral_terms`): runs that alternate between two batches' statistics
+    give the numbers of runs with nothing kept, and nothing kept for one batch reaches
+    another's run."""
+    data = [linear_data(b=3, n=8, d=3, noise=0.1, seed=s) for s in (0, 1)]
+    stats = [algorithms.prefix_stats(xs, ys) for xs, ys in data]
+    runs = [("gd", [1, 7], {"lr": "max", "lr_scale": 0.7}), ("newton", [2, 5], {}),
+            ("momentum", [3, 6], {"lr": "max", "beta": 0.5})]
+
+    def alternating():
+        return [algorithms.iterates(name, *data[i], steps, stats=stats[i], **hyper)
+                for _ in range(2) for i in (0, 1, 0) for name, steps, hyper in runs]
+
+    kept = alternating()
+    assert prefix._TERMS  # something was kept to be reused
+    monkeypatch.setattr(prefix, "_TERMS", _Forgetful())
+    for a, b in zip(kept, alternating()):
+        assert torch.equal(a.preds, b.preds) and torch.equal(a.weights, b.weights)
+
+
+class _Forgetful(list):
+    """A cache that keeps nothing: every run computes its terms afresh."""
+
+    def __setitem__(self, index, value):
+        pass
+
+
+def test_a_kept_preconditioner_root_is_used_for_that_preconditioner_only():
+    """pGD keeps the last preconditioner's square root, found by value: another matrix is
+    decomposed (and checked) afresh, the same one given again gives the same numbers."""
+    pgd_module = importlib.import_module("iclprobe.algorithms.pgd")  # (the package's
+    # name pgd is the learner)
+    xs, ys = linear_data(n=8, d=3)
+    m1 = torch.tensor([[2.0, 0.3, 0.0], [0.3, 1.0, 0.1], [0.0, 0.1, 0.5]], dtype=torch.float64)
+    m2 = torch.diag(torch.tensor([0.5, 1.5, 3.0], dtype=torch.float64))
+    first = algorithms.pgd(xs, ys, steps=[3], precond=m1, lr=0.1)
+    other = algorithms.pgd(xs, ys, steps=[3], precond=m2, lr=0.1)
+    again = algorithms.pgd(xs, ys, steps=[3], precond=m1.clone(), lr=0.1)
+    assert torch.equal(first.preds, again.preds) and not torch.equal(first.preds, other.preds)
+    torch.testing.assert_close(other.weights[0], pgd_loop(xs, ys, m2, 0.1, 3), rtol=1e-12,
+                               atol=1e-12)
+    root = pgd_module._ROOTS[0][1]
+    torch.testing.assert_close(root @ root, m1)
+    bad = m1.clone()
+    bad[0, 0] = -1.0  # not positive definite: refused although m1 is kept
+    with pytest.raises(ValueError, match="positive definite"):
+        algorithms.pgd(xs, ys, steps=[3], precond=bad, lr=0.1)
 
 
 def test_prefix_stats_sums_as_the_plain_cumulative_sum():

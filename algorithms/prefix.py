@@ -198,10 +198,10 @@ def spectral_terms(block: PrefixStats) -> tuple[Tensor, Tensor, Tensor]:
     """``β/λ``, ``g = (β/λ) q`` and ``Σ_i g_i`` of ``block``, kept for the next run on it.
 
     `align` runs the closed-form learners at many step sizes on one batch's statistics
-    (the families, then the step sizes fitted to each layer), and these terms were a
-    quarter of each run's time. Kept for the same statistics object (its tensors held
-    here, so that the identity cannot pass to another's); the numbers are those a rerun
-    gives, bit for bit.
+    (the families, then the step sizes fitted to each layer), and these terms were about
+    a fifth of each run's time. Kept for the same statistics object (its tensors held
+    here, so that the identity cannot pass to another's), whose tensors nothing changes
+    in place; the numbers are those a rerun gives, bit for bit.
     """
     for held, terms in _TERMS:
         if all(a is b for a, b in zip(held[3:7], block[3:7])):  # eigvals … query_eig

@@ -125,6 +125,22 @@ def _run_search(f, low, high, start):
     return search
 
 
+def test_a_search_answers_as_a_fresh_one_with_its_points_would():
+    """`ask` is kept between `told`s (it is asked twice a round): after each point it is
+    what a search holding the same points from the start would ask."""
+    def f(x):
+        return -(x - 0.37) ** 2
+
+    search = fit_steps._Search(0, -1.0, 1.0, {0.0: f(0.0)})
+    while (x := search.ask()) is not None:
+        assert search.ask() == x
+        fresh = fit_steps._Search(0, -1.0, 1.0, dict(search.values))
+        fresh.evals = search.evals
+        assert fresh.ask() == x
+        search.told(x, f(x))
+    assert search.best[0] == pytest.approx(0.37, abs=1e-3)
+
+
 @pytest.mark.parametrize("peak", [0.3, -0.71, 0.999])
 def test_the_search_finds_a_smooth_peak_to_the_rules_resolution(peak):
     def f(x):  # not a parabola: a cosine-like peak with a skew

@@ -55,10 +55,8 @@ from iclprobe.tasks import RegressionBatch
 #: on the fine grids, so a step size within about 0.05% of the best), or after `MAX_EVALS`
 TOLERANCE = 3e-3
 MAX_EVALS = 8
-#: ... or when the parabola through them promises less than this above the best (the
-#: answer's rule reads similarities to `continua.PRECISION`, 1e-5; at 1e-7 the searches
-#: took 9% less time, but the spd's answer, read off step sizes fitted by the error
-#: cosine, named heavy ball at two GD layers of the benchmark that it could not tell)
+#: ... or when the parabola promises less than this above the best (the rule reads 1e-5;
+#: at 1e-7, 9% faster, the spd's answer named heavy ball at two GD layers it could not tell)
 VALUE_TOLERANCE = 1e-9
 _GOLDEN = (3.0 - math.sqrt(5.0)) / 2.0  # 0.382: golden section's step into the wider side
 #: the metric the step sizes are fitted by where it is computed (the answer's lead metric)
@@ -67,15 +65,12 @@ FIT_METRIC = "error_cosine"
 AROUND = 6
 #: through probes (read on ``[prediction, x_t, 1]``: a scale is free, and a step count
 #: makes up for a step size), the step counts whose best grid column comes this near the
-#: match's by the error cosine are searched too: at a GD oracle's step 3 at 0.6/λ_max,
-#: GD's grid columns at steps 2-8 all come within 8·10⁻⁴ of its best (step 7), and only
-#: step 3's search reaches the layer
+#: match's by the error cosine are searched too: at a GD oracle's step 3 at 0.6/λ_max, GD's
+#: columns at steps 2-8 all come within 8·10⁻⁴ of its best (step 7); only step 3's reaches it
 PROBE_WITHIN = 1e-3
-#: step counts searched per (candidate, layer) at most by the climb along the valley of
-#: step size and step count (`_climbs`)
+#: step counts per (candidate, layer) the climb along step size and count searches at most
 MAX_CLIMB = 8
-#: ... by the candidates whose best comes within this of the layer's best column of any
-#: candidate (by the fit metric): the others are no contenders there
+#: ... by the candidates within this of the layer's best column of any (the contenders)
 CLIMB_WITHIN = 1e-3
 
 
@@ -102,6 +97,7 @@ class _Search:
     values: dict[float, float]
     start: float = 0.0  # the match's value
     evals: int = 0
+    _next: tuple[float | None] | None = None  # `ask`'s answer, until `told` adds a point
 
     def __post_init__(self) -> None:
         self.start = max(self.values.values())
@@ -112,7 +108,11 @@ class _Search:
         return max(self.values.items(), key=lambda kv: kv[1])
 
     def ask(self) -> float | None:
-        """The next rank to evaluate, or None: done."""
+        """The next rank to evaluate, or None: done (asked twice a round, done or not)."""
+        self._next = self._next or (self._ask(),)
+        return self._next[0]
+
+    def _ask(self) -> float | None:
         for end in (self.low, self.high):
             if end not in self.values:
                 return end
@@ -145,6 +145,7 @@ class _Search:
     def told(self, rank: float, value: float) -> None:
         self.values[rank] = value
         self.evals += 1
+        self._next = None
 
 
 def _vertex(*points: float) -> tuple[float, float] | None:
@@ -239,8 +240,7 @@ def _climbs(searches: Mapping[tuple[str, int, int], _Search],
     step counts within `PROBE_WITHIN` need not be adjacent), each from its best column
     there, until the best has both neighbours searched or `MAX_CLIMB` step counts are.
     Only candidates within `CLIMB_WITHIN` of the layer's best grid column of any candidate
-    (``lead``, `_leads`) climb: a farther one is no contender there, as the match nor as a
-    rival.
+    (``lead``, `_leads`) climb: a farther one is no contender there, as match nor as rival.
     """
     by: dict[tuple[str, int], dict[int, float]] = {}
     for (key, layer, step), search in searches.items():

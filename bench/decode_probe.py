@@ -40,6 +40,7 @@ from iclprobe.alignment.measuring.candidates import Candidate, build_candidates
 from iclprobe.alignment.pipeline import AlignConfig, AlignResult, align
 from iclprobe.cli import OneLineParser
 from iclprobe.constructions import benchmark as B
+from iclprobe.constructions import power as P
 from iclprobe.constructions import scoring as S
 from iclprobe.hooks import collect_residuals
 from iclprobe.models import load
@@ -95,7 +96,7 @@ def measure(cell: B.Cell, cfg: AlignConfig) -> dict[str, Any] | None:
     own = shares.pop(cell.truth)
     ratios = [min(r[i] for r in shares.values()) / max(own[i], 1e-300)
               for i in named["exact"]]
-    return {**dataclasses.asdict(cell), "truth": cell.truth, "key": S.ProbePower(cell, 0, 0).key,
+    return {**dataclasses.asdict(cell), "truth": cell.truth, "key": P.ProbePower(cell, 0, 0, 0, 0).key,
             "named_exactly": named["exact"],
             "named_by_probe": [i for i in named["probe"] if i in named["exact"]],
             "decoded_first": [i for i, r in zip(named["exact"], ratios) if r > 1.0],

@@ -16,12 +16,15 @@ ill-conditioned data and exact and probe readouts (`constructions.benchmark`). P
   live layers named right, falsely, "cannot tell", "none of them", and the separable
   layers with the right answers among them; then per metric;
 - the Newton-vs-GD verdict's totals (the view of earlier rounds), for GD and Newton truths;
-- per cell, the answer through probes at the layers the exact readout names the truth.
+- per cell, the answer through probes at the layers the exact readout names the truth, and
+  without those probes miss where the truth is not separable as a probe reads a layer (a
+  probe reads a column up to a scale and a part linear in x_t: where a rival reproduces
+  the truth's column up to those, "cannot tell" is the right answer through probes).
 
 Exits 1 while a target is missed: any false attribution by the answer (or the verdict);
 fewer than 90% of a setting's separable layers named right read exactly, 80% through
 probes; fewer than 30 separable layers of a truth in the main setting; a cell where probes
-name the truth at fewer than 80% of the layers the exact readout names it at. --out writes
+name the truth at fewer than 80% of those layers (judged as above). --out writes
 known_answers.json and .csv (every cell and view). The probe flags set how the probe cells'
 layer probes are fitted (align's flags of the same names; default: cross-fitted on the
 evaluation sequences in 4 folds, as align fits them); a model whose probes' fresh draw
@@ -50,6 +53,7 @@ from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.measuring.kept import reusing_families
 from iclprobe.cli import OneLineParser
 from iclprobe.constructions import benchmark as B
+from iclprobe.constructions import power as P
 from iclprobe.constructions import scoring as S
 from iclprobe.storage import write_text_atomic
 
@@ -68,13 +72,19 @@ def _worker() -> None:
 def run_cells(cells: list[B.Cell], cfg: AlignConfig, jobs: int, design: bool = False
               ) -> list[B.CellResult]:
     """Every cell's result, in the cells' order (seeded: the same in any process)."""
-    if jobs == 1:
-        with reusing_families():
-            return [B.run_cell(cell, cfg, design) for cell in tqdm(cells, desc="cells")]
-    groups: dict[B.Cell, list[int]] = {}  # a cell's readouts in one worker: they share
-    for i, cell in enumerate(cells):      # the truth's reach (`scoring.truth_reach`)
+    groups: dict[B.Cell, list[int]] = {}  # a cell's readouts together: they share the
+    for i, cell in enumerate(cells):      # truth's reach (`scoring.truth_reach`), and the
         groups.setdefault(dataclasses.replace(cell, readout="exact"), []).append(i)
+    for at in groups.values():            # probe cell reads its exact twin's answer
+        at.sort(key=lambda i: cells[i].readout != "exact")
     out: list[B.CellResult | None] = [None] * len(cells)
+    if jobs == 1:
+        with reusing_families(), tqdm(total=len(cells), desc="cells") as bar:
+            for at in groups.values():
+                for i, result in zip(at, _run_group([cells[i] for i in at], cfg, design)):
+                    out[i] = result
+                bar.update(len(at))
+        return out  # type: ignore[return-value]
     with ProcessPoolExecutor(jobs, initializer=_worker) as pool:
         futures = {pool.submit(_run_group, [cells[i] for i in at], cfg, design): at
                    for at in groups.values()}
@@ -88,7 +98,13 @@ def run_cells(cells: list[B.Cell], cfg: AlignConfig, jobs: int, design: bool = F
 
 
 def _run_group(cells: list[B.Cell], cfg: AlignConfig, design: bool) -> list[B.CellResult]:
-    return [B.run_cell(cell, cfg, design) for cell in cells]
+    """One model's cells, its exact readout's first: the probe cells read its answer."""
+    out: list[B.CellResult] = []
+    for cell in cells:
+        twin = [r for r in out if r.cell == dataclasses.replace(cell, readout="exact")]
+        named = B.named_layers(twin[0]) if twin and cell.readout != "exact" else None
+        out.append(B.run_cell(cell, cfg, design, named))
+    return out
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -201,18 +217,28 @@ def verdict_totals(results: list[B.CellResult], settings: list[str]) -> dict[str
     return out
 
 
-def print_power(power: list[S.ProbePower]) -> list[S.ProbePower]:
-    """The answer through probes at the layers the exact readout names the truth at."""
-    print(f"\n{S.JUDGED} through probes at the layers the exact readout names the truth at "
-          "(cells below 80% listed):")
+def print_power(power: list[P.ProbePower]) -> list[P.ProbePower]:
+    """The answer through probes at the layers the exact readout names the truth at.
+
+    Judged without the layers probes miss where the truth is not separable as a probe reads
+    the layer: a rival that reproduces the truth's column up to a probe's scale leaves
+    "cannot tell" right there.
+    """
+    print(f"\n{S.JUDGED} through probes at the layers the exact readout names the truth at, "
+          "without those probes miss where the truth is not separable as a probe reads a "
+          "layer (cells below 80% listed):")
     for p in power:
         if p.short:
-            print(f"* {p.key}: {_share(p.named_by_probe, p.named_exactly)}")
+            print(f"* {p.key}: {_share(p.named_within, p.within)} "
+                  f"(at every exactly named layer {_share(p.named_by_probe, p.named_exactly)})")
     for setting in dict.fromkeys(p.cell.setting for p in power):
         here = [p for p in power if p.cell.setting == setting]
         hit, of = sum(p.named_by_probe for p in here), sum(p.named_exactly for p in here)
-        print(f"{setting}: {_share(hit, of)}; {sum(p.short for p in here)} of {len(here)} "
-              "cells below 80%")
+        hit_in, within = sum(p.named_within for p in here), sum(p.within for p in here)
+        raw = sum(p.named_by_probe < 0.8 * p.named_exactly for p in here)
+        print(f"{setting}: {_share(hit_in, within)} where probes can separate the truth, "
+              f"{sum(p.short for p in here)} of {len(here)} cells below 80%; at every "
+              f"exactly named layer {_share(hit, of)}, {raw} cells below 80%")
     return [p for p in power if p.short]
 
 
@@ -234,7 +260,7 @@ def write_outputs(out: Path, summary: dict[str, Any], results: list[B.CellResult
 
 
 def judge(table: dict[tuple[str, str, str], dict[str, int]], verdicts: dict[str, Any],
-          short_power: list[S.ProbePower]) -> int:
+          short_power: list[P.ProbePower]) -> int:
     """0 where every target is met, else 1 (and which)."""
     missed = []
     for setting in dict.fromkeys(k[0] for k in table):
@@ -253,7 +279,7 @@ def judge(table: dict[tuple[str, str, str], dict[str, int]], verdicts: dict[str,
     missed += [f"{k}: {v['false']} false attributions" for k, v in verdicts.items() if v["false"]]
     if short_power:
         missed.append(f"{len(short_power)} cell(s) where probes name the truth at < 80% of the "
-                      "layers the exact readout names it at")
+                      "layers the exact readout names it at (judged where probes can separate it)")
     print("\n" + ("FAIL: " + "; ".join(missed) if missed else
                   "PASS: no false attribution; right at >= 90% (exact) and >= 80% (probes) of "
                   "the separable layers; >= 30 separable layers per truth; probe power >= 80% "
@@ -278,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         print_confusion(confusion(results, f"{S.ANSWER} {metric}"), f"the answer by {metric}")
     print()
     verdicts = verdict_totals(results, settings)
-    power = S.probe_power(results)
+    power = P.probe_power(results)
     short = print_power(power)
     if args.out is not None:
         summary = {"answer": {" ".join(k): v for k, v in table.items()}, "verdict": verdicts,

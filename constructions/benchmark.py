@@ -24,6 +24,7 @@ import torch
 from iclprobe import algorithms, tasks
 from iclprobe.algorithms.prefix import prefix_stats
 from iclprobe.alignment.design import DesignFamily, align_designed
+from iclprobe.alignment.measuring.layers import probe_rows
 from iclprobe.alignment.pipeline import AlignConfig, AlignResult, align, evaluation_task
 from iclprobe.constructions import scoring
 from iclprobe.constructions.oracle import oracle
@@ -322,8 +323,13 @@ def build(cell: Cell, cfg: AlignConfig) -> Built:
     return Built(pq, hyper, False, cfg, columns)
 
 
-def run_cell(cell: Cell, cfg: AlignConfig, design: bool = False) -> CellResult:
+def run_cell(cell: Cell, cfg: AlignConfig, design: bool = False,
+             named: list[int] | None = None) -> CellResult:
     """Align the cell's model and count its verdicts and answers per view (`scoring`).
+
+    ``named``: for a probe cell, the layers its exact twin's answer names the truth at
+    (`named_layers`): the truth's separability through probes is measured only where the
+    probes miss one of them (None: where they miss the truth at any live layer).
 
     ``design``: count the alignment on the designed data instead (`alignment.design`; n
     kept, as a construction's truth is written for its own length), or on its own task
@@ -353,8 +359,19 @@ def run_cell(cell: Cell, cfg: AlignConfig, design: bool = False) -> CellResult:
                                 generator=torch.Generator().manual_seed(built.cfg.seed))
         hyper = {**hyper, "design": done.design.chosen.to_dict(),
                  "out_of_distribution": done.out_of_distribution}
-    counts, verdicts = scoring.score(res, cell.truth, batch, built.truth_columns)
+    t_min = probe_rows(built.model, None)  # the benchmark's probes: align's own
+    rows = None if t_min is None else (max(res.window[0], t_min), res.window[1])
+    counts, verdicts = scoring.score(res, cell.truth, batch, built.truth_columns, rows, named)
     return CellResult(cell, False, counts, verdicts, hyper)
+
+
+def named_layers(result: CellResult) -> list[int]:
+    """The layers whose judged answer names the cell's truth (none: no truth, or diverging)."""
+    truth = result.cell.truth
+    if truth is None or result.diverges:
+        return []
+    return [i for i, v in enumerate(result.verdicts.get(scoring.JUDGED, []))
+            if scoring.names_truth(v, truth)]
 
 
 def bench_config(n_sequences: int = 256, n_boot: int = 100,

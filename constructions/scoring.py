@@ -27,7 +27,7 @@ counted):
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -39,6 +39,7 @@ from iclprobe.alignment.config import DEFAULT_METRICS
 from iclprobe.alignment.measuring import fit_steps, refine
 from iclprobe.alignment.measuring.candidates import Candidate, Fine, TableSpec, build_candidates
 from iclprobe.alignment.measuring.kept import kept
+from iclprobe.alignment.measuring.reading import reread
 from iclprobe.alignment.measuring.similarities import first_best, similarity_values
 from iclprobe.alignment.metrics import METRIC_INFO, metric_info
 from iclprobe.alignment.pipeline import AlignResult
@@ -53,12 +54,27 @@ DEFAULT_VIEW = "verdict, default metrics"
 ANSWER = "answer"
 VIEWS = ("protocol", "fitted", "spectral", "verdict", DEFAULT_VIEW, ANSWER)
 JUDGED = ANSWER  # the view the targets are held to: the answer align reports first
+#: per layer, whether the truth is separable as a probe reads the layer (`truth_reach` with
+#: the probes' rows): a probe reads a column up to a scale and a part linear in x_t, and
+#: some rivals reproduce a truth's iterate exactly up to those (heavy ball's step 2 is GD's
+#: at 2η/(2 + β), times (2 + β)²/4; every first step is ``η Xᵀy``)
+THROUGH_PROBES = "separable through probes"
+SEPARABLE, NOT_SEPARABLE = "separable", "not separable"
 TruthColumns = Callable[..., algorithms.Iterates]
 
 
 def score(res: AlignResult, truth: str | None, batch: RegressionBatch,
-          truth_columns: TruthColumns) -> tuple[dict[str, dict[str, int]], dict[str, list[str]]]:
-    """Every view's counts and per-layer labels for one aligned cell."""
+          truth_columns: TruthColumns, probe_rows: tuple[int, int] | None = None,
+          named: Sequence[int] | None = None
+          ) -> tuple[dict[str, dict[str, int]], dict[str, list[str]]]:
+    """Every view's counts and per-layer labels for one aligned cell.
+
+    ``probe_rows``: the positions the layers' probes were fitted on, where they were (the
+    rows `align` re-reads the candidates on): where the answer misses the truth at a live
+    layer (of ``named``, where given: the layers the exact readout names it at), the labels
+    then also say, per layer, whether the truth is separable as a probe reads it
+    (`THROUGH_PROBES`; on every layer, as the answer's families reach the layers together).
+    """
     counts: dict[str, dict[str, int]] = {}
     verdicts: dict[str, list[str]] = {}
     if truth in ("gd", "newton"):
@@ -71,6 +87,14 @@ def score(res: AlignResult, truth: str | None, batch: RegressionBatch,
             counts[view] = answer_counts(said, truth, {m: reach[m] for m in metrics
                                                        if m in reach})
             verdicts[view] = [a.text for a in said]
+        said = res.answer.layers
+        asked = range(len(said)) if named is None else [i for i in named if i < len(said)]
+        if truth and probe_rows is not None and any(  # only where probes miss the truth
+                said[i].kind not in DEAD and not names_truth(said[i].text, truth) for i in asked):
+            through = truth_reach(res, truth, batch, truth_columns, probe_rows)
+            verdicts[THROUGH_PROBES] = [
+                SEPARABLE if any(r.separable(i) for r in through.values()) else NOT_SEPARABLE
+                for i in range(len(res.answer.layers))]
     return counts, verdicts
 
 
@@ -159,10 +183,13 @@ class Reach:
 
 
 def truth_reach(res: AlignResult, truth: str | None, batch: RegressionBatch,
-                truth_columns: TruthColumns) -> dict[str, Reach]:
+                truth_columns: TruthColumns, probe_rows: tuple[int, int] | None = None
+                ) -> dict[str, Reach]:
     """`Reach` per verdict metric of the answer: the candidates' families on the true columns.
 
-    Computed from the learners alone (raw, as an exact readout sees them), on the batch
+    Computed from the learners alone (raw, as an exact readout sees them; given
+    ``probe_rows``, the true columns and the families both read as probes fitted on those
+    positions read a layer, `reading.reread`), on the batch
     the model was aligned on; the width comes from the layer's interval in ``res``. The
     families are those the answer read (``res.answer.fine``): with their fine step sizes
     next to each family's match to the true column where the layers were read exactly,
@@ -177,22 +204,14 @@ def truth_reach(res: AlignResult, truth: str | None, batch: RegressionBatch,
               default=0)
     stats = algorithms.prefix_stats(batch.xs.double(), batch.ys.double())
     cands, _ = build_candidates(res.answer.candidates, batch, stats, spec.window, res.n_layers,
-                                slice(0, n_w) if n_w else None, {}, None)
+                                slice(0, n_w) if n_w else None, {}, probe_rows)
     metrics = list(res.answer.metrics)
-    rows = {m: slice(0, n_w) if METRIC_INFO[m].on == "weights" else slice(None) for m in metrics}
-    values = {}
-    for metric in metrics:
-        on_w = METRIC_INFO[metric].on == "weights"
-        cols = truth_columns(batch.xs[rows[metric]], batch.ys[rows[metric]], weights=on_w)
-        picked = cols.weights if on_w else cols.preds
-        assert picked is not None  # asked for with weights=on_w
-        values[metric] = picked.double()
-
-    reaches = kept(  # the same for every readout
+    values = _true_values(truth_columns, batch, metrics, n_w, probe_rows)
+    reaches = kept(  # the same for every readout of the same reading
         ("reach", tuple(cands), tuple((m, tuple(sorted(spec.kw(m).items()))) for m in metrics),
-         spec.window, res.n_layers, n_w),  # the families depend on these too
+         spec.window, res.n_layers, n_w, probe_rows),  # the families depend on these too
         (batch.xs, batch.ys, batch.cov, *values.values()),
-        lambda: _reaches(values, cands, batch, stats, spec, res.n_layers, n_w)
+        lambda: _reaches(values, cands, batch, stats, spec, res.n_layers, n_w, probe_rows)
     )[res.answer.fine]
     out = {}
     for metric in metrics:
@@ -207,8 +226,32 @@ def truth_reach(res: AlignResult, truth: str | None, batch: RegressionBatch,
     return out
 
 
+def _true_values(truth_columns: TruthColumns, batch: RegressionBatch, metrics: list[str],
+                 n_w: int, probe_rows: tuple[int, int] | None) -> dict[str, Tensor]:
+    """Per metric, the true columns its similarities read (as probes read, given rows).
+
+    Predictions on every sequence, induced weights on the first ``n_w``; read as probes,
+    the weights take the readout fitted on every sequence's predictions, as the
+    candidates' do (`reading.probe_read`).
+    """
+    xs, ys = batch.xs.double(), batch.ys.double()
+    preds = truth_columns(batch.xs, batch.ys, weights=False).preds.double()
+    values = {}
+    for metric in metrics:
+        if METRIC_INFO[metric].on != "weights":
+            values[metric] = preds if probe_rows is None else \
+                reread(preds, None, xs, ys, probe_rows)[0]
+            continue
+        weights = truth_columns(batch.xs[:n_w], batch.ys[:n_w], weights=True).weights
+        assert weights is not None  # asked for with weights=True
+        values[metric] = weights.double() if probe_rows is None else \
+            reread(preds, weights.double(), xs, ys, probe_rows)[1]  # type: ignore[assignment]
+    return values
+
+
 def _reaches(values: dict[str, Tensor], cands: dict[str, Candidate], batch: RegressionBatch,
-             stats: algorithms.PrefixStats, spec: TableSpec, n_layers: int, n_w: int
+             stats: algorithms.PrefixStats, spec: TableSpec, n_layers: int, n_w: int,
+             probe_rows: tuple[int, int] | None = None
              ) -> dict[bool, dict[str, dict[str, list[float]]]]:
     """Per metric, each family's reach of the true columns ``values``.
 
@@ -228,7 +271,8 @@ def _reaches(values: dict[str, Tensor], cands: dict[str, Candidate], batch: Regr
 
     def run(fine: Mapping[str, Fine], weights: bool = True) -> dict[str, Candidate]:
         return build_candidates(list(fine), batch, stats, spec.window, n_layers,
-                                slice(0, n_w) if n_w and weights else None, {}, None, fine)[0]
+                                slice(0, n_w) if n_w and weights else None, {}, probe_rows,
+                                fine)[0]
 
     fine = refine.refined(
         cands, lambda k: {c for m in values for c in first_best(tables[m][k]).tolist()},
@@ -298,50 +342,6 @@ def totals(results: list[Any], view: str | None = None) -> dict[str, int]:
                 continue  # the per-metric answers are not summed into the answer
             for key, value in counts.items():
                 out[key] += value
-    return out
-
-
-@dataclasses.dataclass
-class ProbePower:
-    """A cell's answer through probes at the layers where the exact readout names the truth."""
-
-    cell: Any  # the probe-readout cell
-    named_exactly: int  # layers whose exact-readout answer names the true learner
-    named_by_probe: int  # of those, layers whose probe-readout answer names it too
-
-    @property
-    def short(self) -> bool:
-        """Probes name the truth at fewer than 80% of the exactly named layers."""
-        return self.named_by_probe < 0.8 * self.named_exactly
-
-    @property
-    def key(self) -> str:
-        """The cell in words (its readout left out)."""
-        c = self.cell
-        beta = f" β {c.beta:g}" if c.beta is not None else ""
-        return f"{c.setting} {c.kind} {c.protocol} {c.data} x{c.multiplier:g}{beta}"
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready."""
-        return {**dataclasses.asdict(self.cell), "named_exactly": self.named_exactly,
-                "named_by_probe": self.named_by_probe, "short": self.short}
-
-
-def probe_power(results: list[Any], view: str = JUDGED) -> list[ProbePower]:
-    """Per cell with a truth, `ProbePower` of ``view``: probe readout against exact."""
-    exact = {dataclasses.replace(r.cell, readout="probe"): r for r in results
-             if r.cell.readout == "exact" and not r.diverges}
-    out = []
-    for r in results:
-        twin = exact.get(r.cell)
-        if r.cell.readout != "probe" or r.diverges or twin is None or r.cell.truth is None:
-            continue
-        named = [i for i, v in enumerate(twin.verdicts.get(view, []))
-                 if names_truth(v, r.cell.truth)]
-        probe = r.verdicts.get(view, [])
-        out.append(ProbePower(r.cell, len(named),
-                              sum(i < len(probe) and names_truth(probe[i], r.cell.truth)
-                                  for i in named)))
     return out
 
 

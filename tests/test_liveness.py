@@ -18,6 +18,7 @@ from iclprobe.alignment.metrics import METRIC_INFO
 from iclprobe.alignment.pipeline import AlignConfig, align, align_layers
 from iclprobe.alignment.protocols import ICLPROBE
 from iclprobe.constructions import benchmark as B
+from iclprobe.constructions import power as P
 from iclprobe.constructions import scoring as S
 from iclprobe.constructions.pq import newton_transformer
 
@@ -158,10 +159,11 @@ def test_probe_power_pairs_each_probe_cell_with_its_exact_twin(view, named, othe
 
     exact = result("exact", ["computes nothing", named, named, "leans gd", named, named])
     probe = result("probe", ["computes nothing", named, other, named, named, named])
-    (power,) = S.probe_power([exact, probe], view)
+    (power,) = P.probe_power([exact, probe], view)
     # the exact readout names GD at 4 layers; probes at 3 of those (layer 3 is not counted)
     assert (power.named_exactly, power.named_by_probe, power.short) == (4, 3, True)
-    assert S.ProbePower(probe.cell, 5, 4).short is False
+    assert (power.within, power.named_within) == (4, 3)  # no separability through probes
+    assert P.ProbePower(probe.cell, 5, 4, 5, 4).short is False
 
 
 def test_separable_reads_a_distance_from_zero_and_a_cosine_from_one():

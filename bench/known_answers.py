@@ -226,10 +226,11 @@ def print_power(power: list[P.ProbePower]) -> list[P.ProbePower]:
     """
     print(f"\n{S.JUDGED} through probes at the layers the exact readout names the truth at, "
           "without those probes miss where the truth is not separable as a probe reads a "
-          "layer (cells below 80% listed):")
+          "layer; per cell where probes miss one (every other cell: all of them; < 80% "
+          "marked):")
     for p in power:
-        if p.short:
-            print(f"* {p.key}: {_share(p.named_within, p.within)} "
+        if p.named_by_probe < p.named_exactly:
+            print(f"{'* ' if p.short else '  '}{p.key}: {_share(p.named_within, p.within)} "
                   f"(at every exactly named layer {_share(p.named_by_probe, p.named_exactly)})")
     for setting in dict.fromkeys(p.cell.setting for p in power):
         here = [p for p in power if p.cell.setting == setting]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from iclprobe.alignment.views.answer_rule import DEAD
 from iclprobe.constructions.scoring import JUDGED, NOT_SEPARABLE, THROUGH_PROBES, names_truth
 
 
@@ -17,11 +18,17 @@ from iclprobe.constructions.scoring import JUDGED, NOT_SEPARABLE, THROUGH_PROBES
 class ProbePower:
     """A cell's answer through probes at the layers where the exact readout names the truth.
 
-    Judged with the layers left out where probes do not name the truth and the truth is
-    not separable as a probe reads the layer (`THROUGH_PROBES`): where a rival reproduces
-    the truth's column up to the probe's scale, "cannot tell" is the right answer through
-    probes (``within`` and ``named_within``); ``named_exactly`` and ``named_by_probe``
-    count every such layer.
+    Judged with the layers left out where the probes' answer is live but does not name
+    the truth, and the truth is not separable as a probe reads the layer
+    (`THROUGH_PROBES`: no rival reproduces the truth's probe-read column worse than the
+    truth's own family by more than the probe cell's interval width and the answer
+    rule's resolution): where a rival reproduces the truth's column up to the probe's
+    scale, "cannot tell" is the right answer through probes (``within`` and
+    ``named_within``); ``named_exactly`` and ``named_by_probe`` count every such layer.
+    With probes fitted to the column a layer holds the widths are at round-off, so what
+    is left out is what a probe's reading cannot tell apart at all; with noisier probes
+    (fitted to y) their noise is left out too. A cell with named layers and none judged is
+    short (no evidence).
     """
 
     cell: Any  # the probe-readout cell
@@ -33,7 +40,7 @@ class ProbePower:
     @property
     def short(self) -> bool:
         """Probes name the truth at fewer than 80% of the judged layers (``within``)."""
-        return self.named_within < 0.8 * self.within
+        return self.named_within < 0.8 * self.within or self.within == 0 < self.named_exactly
 
     @property
     def key(self) -> str:
@@ -64,7 +71,7 @@ def probe_power(results: list[Any], view: str = JUDGED) -> list[ProbePower]:
         hit = [i for i in named if i < len(probe) and names_truth(probe[i], r.cell.truth)]
         through = r.verdicts.get(THROUGH_PROBES, [])
         excused = [i for i in named if i not in hit and i < len(through)
-                   and through[i] == NOT_SEPARABLE]
+                   and through[i] == NOT_SEPARABLE and probe[i] not in DEAD]
         out.append(ProbePower(r.cell, len(named), len(hit), len(named) - len(excused),
                               len(hit)))
     return out

@@ -55,9 +55,10 @@ ANSWER = "answer"
 VIEWS = ("protocol", "fitted", "spectral", "verdict", DEFAULT_VIEW, ANSWER)
 JUDGED = ANSWER  # the view the targets are held to: the answer align reports first
 #: per layer, whether the truth is separable as a probe reads the layer (`truth_reach` with
-#: the probes' rows): a probe reads a column up to a scale and a part linear in x_t, and
-#: some rivals reproduce a truth's iterate exactly up to those (heavy ball's step 2 is GD's
-#: at 2η/(2 + β), times (2 + β)²/4; every first step is ``η Xᵀy``)
+#: the probes' rows; `Reach.separable`: beyond the probe cell's interval and the rule's
+#: resolution): a probe reads a column up to a scale and a part linear in x_t, and some
+#: rivals reproduce a truth's iterate exactly up to those (heavy ball's step 2 is GD's at
+#: 2η/(2 + β), times (2 + β)²/4; every first step is ``η Xᵀy``)
 THROUGH_PROBES = "separable through probes"
 SEPARABLE, NOT_SEPARABLE = "separable", "not separable"
 TruthColumns = Callable[..., algorithms.Iterates]
@@ -192,8 +193,10 @@ def truth_reach(res: AlignResult, truth: str | None, batch: RegressionBatch,
     positions read a layer, `reading.reread`), on the batch
     the model was aligned on; the width comes from the layer's interval in ``res``. The
     families are those the answer read (``res.answer.fine``): with their fine step sizes
-    next to each family's match to the true column where the layers were read exactly,
-    their grids alone through probes (`measuring.refine`).
+    next to each family's match to the true column and their step sizes fitted where the
+    layers were read exactly or through probes fitted to held columns (through probes the
+    searches also try the step counts near the match's, as `align`'s do), their grids
+    alone through probes fitted to y (`measuring.refine`).
     """
     assert res.answer is not None and truth is not None
     if truth not in res.answer.candidates:
@@ -285,7 +288,8 @@ def _reaches(values: dict[str, Tensor], cands: dict[str, Candidate], batch: Regr
     if fit is not None:
         places = {k: c.places + (fine[k].places if k in fine else []) for k, c in cands.items()}
         fits = fit_steps.fitted(places, fit, tables[fit], values[fit], ys, spec.kw(fit), batch,
-                                stats, spec.window, lambda asks: run(asks, False))
+                                stats, spec.window, lambda asks: run(asks, False),
+                                within=None if probe_rows is None else fit_steps.PROBE_WITHIN)
         runs.append(run(fits) if fits else {})
         for k, more in runs[-1].items():  # the fitted columns after those
             for m in values:

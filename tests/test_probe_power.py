@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from iclprobe import algorithms, tasks
-from iclprobe.alignment.measuring.reading import reread
+from iclprobe.alignment.measuring.reading import probe_read, reread
 from iclprobe.constructions import benchmark as B
 from iclprobe.constructions import power as P
 from iclprobe.constructions import scoring as S
@@ -45,6 +45,29 @@ def test_heavy_balls_second_step_is_gds_up_to_a_scale_so_probes_cannot_tell(beta
             ).abs().max() > 1e-3
 
 
+def test_the_true_columns_are_read_as_the_candidates_are():
+    # through probes the truth's columns must be re-read exactly as `build_candidates` re-reads
+    # a family (`probe_read`: the readout fitted on every sequence's predictions, applied to
+    # the weights of the first n_w); read exactly they are the raw columns
+    b = _batch()
+    xs, ys = b.xs.double(), b.ys.double()
+
+    def truth(x, y, weights=False):
+        return algorithms.iterates("momentum", x.double(), y.double(), steps=[1, 2, 4],
+                                   lr=0.05, beta=0.5, weights=weights)
+
+    metrics, n_w, rows = ["error_cosine", "weight_cosine"], 8, (2, xs.shape[1] - 1)
+    raw = S._true_values(truth, b, metrics, n_w, None)
+    full, first = truth(b.xs, b.ys), truth(b.xs[:n_w], b.ys[:n_w], weights=True)
+    assert torch.equal(raw["error_cosine"], full.preds.double())
+    assert torch.equal(raw["weight_cosine"], first.weights.double())
+    read = S._true_values(truth, b, metrics, n_w, rows)
+    preds, weights = probe_read(full, xs, ys, rows, first)
+    torch.testing.assert_close(read["error_cosine"], preds.preds, rtol=0, atol=0)
+    torch.testing.assert_close(read["weight_cosine"], weights.weights, rtol=0, atol=0)
+    assert (read["error_cosine"] - raw["error_cosine"]).abs().max() > 1e-3  # re-read
+
+
 def _result(readout: str, answers: list[str], through: list[str] | None = None
             ) -> B.CellResult:
     cell = B.Cell("momentum oracle", "iclprobe", "isotropic", readout, 0.5, beta=0.9)
@@ -65,6 +88,11 @@ def test_probe_power_is_judged_where_probes_can_separate_the_truth():
     assert (power.named_exactly, power.named_by_probe, power.within, power.named_within) == \
         (5, 3, 3, 3)
     assert not power.short
+    # a layer probes name is judged whatever its label; a dead reading is never excused
+    named_too = _result("probe", [probe[0], named.format(2), "computes nothing", *probe[3:]],
+                        [not_sep] * 6)
+    power, = P.probe_power([exact, named_too])
+    assert (power.named_by_probe, power.within, power.named_within) == (4, 5, 4)
     # separable there too: probes that cannot tell are short of the truth
     power, = P.probe_power([exact, _result("probe", probe, [sep] * 6)])
     assert (power.within, power.named_within, power.short) == (5, 3, True)
@@ -72,6 +100,10 @@ def test_probe_power_is_judged_where_probes_can_separate_the_truth():
     power, = P.probe_power([exact, _result("probe", probe)])
     assert (power.within, power.named_within, power.short) == (5, 3, True)
     assert power.to_dict()["within"] == 5
+    # no judged layer left: short (no evidence)
+    power, = P.probe_power([exact, _result("probe", probe[:1] + ["cannot tell gd from cg"] * 5,
+                                           [not_sep] * 6)])
+    assert (power.within, power.short) == (0, True)
 
 
 @pytest.mark.slow
@@ -81,6 +113,7 @@ def test_a_heavy_ball_oracles_second_step_is_not_separable_through_probes():
     result = B.run_cell(cell, cfg)
     through = result.verdicts[S.THROUGH_PROBES]
     assert through[1] == S.NOT_SEPARABLE  # heavy ball's step 2
+    assert through[2] == S.SEPARABLE  # step 4 (a raw truth against re-read rivals: not)
     assert all(v == S.SEPARABLE for v in through[3:])  # steps 6-16
     exact = B.run_cell(dataclasses.replace(cell, readout="exact"), cfg)
     assert S.THROUGH_PROBES not in exact.verdicts

@@ -1,13 +1,10 @@
 """Step sizes fitted continuously: each layer's match moved along its family's continuum.
 
-A family's grid, and its fine step sizes next to the matches (`refine`), are points 2^(1/4)
-apart. A layer that runs GD at 1.5/λ_max sits between GD's 1.41 and 1.68; on a spread
-spectrum (κ 1000) the top direction's factor (1 − m)^k changes fast with m, so the
-nearest of GD's columns reached such a layer only at 0.982–0.985 by the error cosine
-while heavy ball's (β, step size) grid, denser in effective rates, came to 0.9995: the
-known-answer benchmark named the layer heavy ball (a held-out GD oracle on its designed
-data). A finer grid does not end it (2^(1/8) apart still left 1.54/λ_max at 0.995); a
-fitted step size does.
+A family's grid and its fine step sizes (`refine`) are 2^(1/4) apart. GD at 1.5/λ_max on a
+spread spectrum (κ 1000) sits between GD's 1.41 and 1.68, whose columns reached it at
+0.982–0.985 by the error cosine while heavy ball's denser grid came to 0.9995 (a
+held-out GD oracle on designed data, named heavy ball); 2^(1/8) apart still left 0.995.
+A fitted step size ends it.
 
 So, where the layers are read exactly, every candidate whose family lies on continua of
 one step size each (`Family.continuum`: GD's and preconditioned GD's rules and fixed
@@ -33,6 +30,7 @@ then makes up for a step size), at every step count whose best grid column comes
 `PROBE_WITHIN` of the match (at most `AROUND`); through probes fitted to y no match is
 fitted, for the reason the fine step sizes are not run there (`measure_candidates`).
 Through probes either way the rivals' imitations of the matches are fitted (`imitators`).
+A rank a family's fits share at several layers is tried at the others (`shared_rank`).
 """
 
 from __future__ import annotations
@@ -47,26 +45,26 @@ from torch import Tensor
 from iclprobe import algorithms
 from iclprobe.algorithms.families import Family, FamilyContext
 from iclprobe.alignment.measuring.candidate import Candidate, Fine
+from iclprobe.alignment.measuring.shared_rank import shared_rank_fits
 from iclprobe.alignment.measuring.similarities import first_best, similarity_values
 from iclprobe.alignment.metrics import METRIC_INFO, metric_info
 from iclprobe.tasks import RegressionBatch
 
-#: a search ends when the points around its best are this close (in ranks: 2^(1/4) apart
-#: on the fine grids, so a step size within about 0.05% of the best), or after `MAX_EVALS`
+#: a search ends when the points around its best are this close (ranks 2^(1/4) apart: a
+#: step size within about 0.05%), or after `MAX_EVALS`
 TOLERANCE = 3e-3
 MAX_EVALS = 8
-#: ... or when the parabola promises less than this above the best (the rule reads 1e-5;
-#: at 1e-7, 9% faster, the spd's answer named heavy ball at two GD layers it could not tell)
+#: ... or when the parabola promises less than this above the best (the rule reads 1e-5; at
+#: 1e-7, 9% faster, the spd's answer named heavy ball at two GD layers it could not tell)
 VALUE_TOLERANCE = 1e-9
 _GOLDEN = (3.0 - math.sqrt(5.0)) / 2.0  # 0.382: golden section's step into the wider side
 #: the metric the step sizes are fitted by where it is computed (the answer's lead metric)
 FIT_METRIC = "error_cosine"
 #: searched step counts at most, with ``within`` (`fitted`'s): the match's and the nearest
 AROUND = 6
-#: through probes (read on ``[prediction, x_t, 1]``: a scale is free, and a step count
-#: makes up for a step size), the step counts whose best grid column comes this near the
-#: match's by the error cosine are searched too: at a GD oracle's step 3 at 0.6/λ_max, GD's
-#: columns at steps 2-8 all come within 8·10⁻⁴ of its best (step 7); only step 3's reaches it
+#: through probes (a scale is free: a step count makes up for a step size) the step counts
+#: whose best grid column comes this near the match's are searched too (a GD oracle's step 3
+#: at 0.6/λ_max: steps 2-8 within 8·10⁻⁴ of its best, step 7; only step 3's reaches it)
 PROBE_WITHIN = 1e-3
 #: step counts per (candidate, layer) the climb along step size and count searches at most
 MAX_CLIMB = 8
@@ -331,16 +329,14 @@ def fitted(places: Mapping[str, Sequence[tuple[float, int]]], metric: str,
     """Per candidate, the fitted variants that beat the layers' matches, to join the family.
 
     ``places``: candidate -> its family's columns' places (`Candidate.places`, grid and
-    fine columns); ``scored``: candidate -> the family's values by ``metric``
-    (`fit_metric`), ``[layer, column]``, signed so that higher is better; ``values``: the
-    layers as they were compared (or any other rows: the benchmark fits to the true
-    learner's columns); ``kw``: the metric's window and pooling;
+    fine); ``scored``: candidate -> the family's values by ``metric`` (`fit_metric`),
+    ``[layer, column]``, higher is better; ``values``: the layers as compared (or other
+    rows: the benchmark fits to the true columns); ``kw``: the metric's window and pooling;
     ``run(asks)``: the asked variants alone, as candidates (predictions only); ``skip``:
-    (candidate, layer) pairs not fitted (`imitators`: not every rival, nor a column to
-    itself); ``around``: search the step counts next to the match's too (`_searches`);
-    ``within``: every step count whose best column comes within that of the match's;
-    ``also_at``: per row of ``values``, one more step count searched (`imitators`: the
-    imitated column's own).
+    (candidate, layer) pairs not fitted (`imitators`); ``around``: search the step counts
+    next to the match's too (`_searches`); ``within``: every step count whose best column
+    comes within that of the match's; ``also_at``: per row of ``values``, one more step
+    count searched (`imitators`: the imitated column's own).
     """
     ctx = FamilyContext(stats, batch.cov, window)
     searches = _searches(places, scored, ctx, skip, around, within, also_at)
@@ -366,6 +362,10 @@ def fitted(places: Mapping[str, Sequence[tuple[float, int]]], metric: str,
         rank, value = search.best
         if value > float(scored[key][layer].max()) and rank != int(rank):  # beats the match
             out.setdefault(key, {}).setdefault(rank, set()).add(search.step)
+    for key, by in shared_rank_fits(searches, places, scored, lambda asks: _evaluate(
+            asks, metric, values, ys, kw, run)).items():  # a rank the layers share
+        for rank, steps in by.items():
+            out.setdefault(key, {}).setdefault(rank, set()).update(steps)
     return {key: _fine(by) for key, by in out.items()}
 
 

@@ -75,3 +75,10 @@ def test_without_the_shared_rank_that_layer_fits_none(monkeypatch):
     said = _newton_on_a_spread_spectrum(monkeypatch)
     assert said[1].startswith("none of them"), said
     assert said[2:] == [f"newton (1.3/‖SSᵀ‖, step {k})" for k in range(2, 9)]
+
+
+def test_a_group_stays_between_two_ranks_of_one_continuum():
+    # 4.99 and 5.01 agree within `AGREE` but lie either side of rank 5 (maybe two continua)
+    assert shared_rank._largest_group([4.985, 4.99, 5.005, 5.01, 5.015]) == [5.005, 5.01, 5.015]
+    assert shared_rank._largest_group([1.2, 1.25, 1.3]) == [1.2]
+    assert shared_rank._largest_group([]) == []

@@ -14,6 +14,7 @@ the layer's best. Every candidate is treated alike, rivals included.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -45,18 +46,17 @@ def shared_rank_fits(searches: Mapping[tuple[str, int, int], Any],
         if value > best.get((key, layer), (0.0, -float("inf"), 0))[1]:
             best[key, layer] = (rank, value, step)
     asks: dict[str, dict[float, set[int]]] = {}
-    wanted: dict[str, dict[int, set[int]]] = {}
+    wanted: dict[str, tuple[float, dict[int, set[int]]]] = {}  # key -> rank, layer -> steps
     for key in places:
         if key not in algorithms.LEARNERS or key not in scored:
             continue  # a model's claim (no continuum of its own)
         steps = algorithms.learner_info(key).fitted_family.steps
         fits = sorted(r for (k, layer), (r, v, _) in best.items() if k == key and r != int(r)
                       and v > float(scored[key][layer].max()))
-        group = max((fits[i:j] for i in range(len(fits)) for j in range(i + 1, len(fits) + 1)
-                     if fits[j - 1] - fits[i] <= AGREE), key=len, default=[])
+        group = _largest_group(fits)
         if len(group) < MIN_LAYERS or not isinstance(steps, tuple):
             continue
-        shared = statistics.median(group)
+        shared = statistics.median(group)  # between two ranks of one continuum, as each fit
         for layer in range(scored[key].shape[0]):
             found = best.get((key, layer))
             if found is not None and abs(found[0] - shared) <= AGREE:
@@ -66,17 +66,32 @@ def shared_rank_fits(searches: Mapping[tuple[str, int, int], Any],
             at = steps.index(step) if step in steps else None
             near = set() if at is None else {s for s in steps[max(at - 1, 0):at + 2] if s}
             if near:
-                wanted.setdefault(key, {})[layer] = near
+                wanted.setdefault(key, (shared, {}))[1][layer] = near
                 asks.setdefault(key, {}).setdefault(shared, set()).update(near)
     if not asks:
         return {}
     got = evaluate(asks)
     out: dict[str, dict[float, set[int]]] = {}
-    for key, layers in wanted.items():
-        shared = next(iter(asks[key]))
+    for key, (shared, layers) in wanted.items():
         for layer, near in layers.items():
             top = max(float(scored[key][layer].max()), best.get((key, layer), (0, -1e300, 0))[1])
             for step in near:
                 if key in got and got[key].get(layer, shared, step) > top:
                     out.setdefault(key, {}).setdefault(shared, set()).add(step)
     return out
+
+
+def _largest_group(ranks: Sequence[float]) -> list[float]:
+    """The most sorted ``ranks`` within `AGREE` of each other and between the same two integers.
+
+    A fit lies between two ranks of one continuum, so their median does too: a rank
+    between two continua would be refused when run.
+    """
+    best: list[float] = []
+    start = 0
+    for end, rank in enumerate(ranks):
+        while rank - ranks[start] > AGREE or math.floor(ranks[start]) != math.floor(rank):
+            start += 1
+        if end + 1 - start > len(best):
+            best = list(ranks[start:end + 1])
+    return best

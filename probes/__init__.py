@@ -5,7 +5,14 @@ sequences themselves (`cross_fit`); `decodability` fits learners' predictions fr
 layer's residual stream instead (how much of each a layer holds).
 """
 
-from iclprobe.probes.crossfit import CrossFit, ReadoutNoise, cross_fit, fold_sums, readout_noise
+from iclprobe.probes.crossfit import (
+    CrossFit,
+    ReadoutNoise,
+    cross_fit,
+    fold_features,
+    fold_sums,
+    readout_noise,
+)
 from iclprobe.probes.decode import decodability, held_shares
 from iclprobe.probes.induced import gradient_weights, induced_weights, sample_queries
 from iclprobe.probes.layer_probes import (
@@ -25,10 +32,11 @@ from iclprobe.probes.preconditioners import (
     preconditioners,
 )
 from iclprobe.probes.readout import ReadoutProbe
-from iclprobe.probes.ridge import RidgeFit, RidgeSums, ridge_gcv
+from iclprobe.probes.ridge import FeatureSums, RidgeFit, RidgeSums, ridge_gcv
 
 __all__ = [
     "CrossFit",
+    "FeatureSums",
     "ReadoutNoise",
     "Definiteness",
     "LayerProbes",
@@ -43,6 +51,7 @@ __all__ = [
     "cross_fit",
     "decodability",
     "held_shares",
+    "fold_features",
     "fold_sums",
     "readout_noise",
     "definiteness",

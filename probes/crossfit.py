@@ -12,6 +12,7 @@ minus its own). Axis legend: ``layer``, ``batch``, ``pos``, ``d_model``.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Sequence
 
 import torch
@@ -27,7 +28,15 @@ from iclprobe.probes.layer_probes import (
     model_hash,
     probe_metrics,
 )
-from iclprobe.probes.ridge import RidgeFit, RidgeSums, ridge_coef_at, ridge_from_sums, ridge_sums
+from iclprobe.probes.ridge import (
+    FeatureSums,
+    RidgeFit,
+    RidgeSums,
+    feature_sums,
+    ridge_coef_at,
+    ridge_from_sums,
+    ridge_sums,
+)
 
 
 @dataclasses.dataclass
@@ -86,7 +95,8 @@ def _total(sums: list[RidgeSums]) -> RidgeSums:
 
 def cross_fit(model: Regressor, resid: Tensor, ys: Tensor, folds: int = 4, t_min: int = 1,
               alphas: Tensor | None = None, extra: Sequence[RidgeSums] = (),
-              targets: Tensor | None = None) -> CrossFit:
+              targets: Tensor | None = None, features: Sequence[FeatureSums] = ()
+              ) -> CrossFit:
     """Ridge probes (GCV per layer) cross-fitted on residuals ``[L+1, B, n, d_model]``.
 
     The probes' target is the true y, or per layer ``targets [L+1, B, n]`` (positions
@@ -99,7 +109,8 @@ def cross_fit(model: Regressor, resid: Tensor, ys: Tensor, folds: int = 4, t_min
     fitted on, none of them read (the probes' estimation error shrinks with their rows;
     the sequences read stay the B), in ``folds`` parts of equal size (`CrossFit.extra`), so
     that the halves the readout's noise is measured on (`readout_noise`) each hold some of
-    them; sums fitted to y, so not with ``targets``.
+    them; sums fitted to y, so not with ``targets``. ``features``: the folds' `fold_features`
+    (t_min's rows), where they were computed before (e.g. for `held_shares`' Gram).
     """
     n_layers, batch, n, width = resid.shape
     if ys.shape != (batch, n):
@@ -116,24 +127,46 @@ def cross_fit(model: Regressor, resid: Tensor, ys: Tensor, folds: int = 4, t_min
         raise InputError(f"folds must be an integer in [2, {batch}], got {folds!r}")
     if not isinstance(t_min, int) or not 0 <= t_min < n:
         raise InputError(f"t_min must be in [0, {n - 1}], got {t_min!r}")
-    edges = [round(k * batch / folds) for k in range(folds + 1)]
-    bounds = list(zip(edges[:-1], edges[1:]))
+    bounds = fold_bounds(batch, folds)
     fitted_on = batch - max(b - a for a, b in bounds)  # the fewest sequences a probe sees
     check_rows(fitted_on * (n - t_min), width, f"the other {folds - 1} of {folds} folds "
                 f"({fitted_on} sequences) x {n - t_min} positions t >= {t_min}", n - t_min,
                share=(folds - 1) / folds)
-    sums = [fold_sums(resid[:, a:b], target[..., a:b, :], t_min) for a, b in bounds] + more
+    if features and len(features) != folds:
+        raise InputError(f"features must be {folds} FeatureSums (one per fold), got "
+                         f"{len(features)}")
+    sums = [fold_sums(resid[:, a:b], target[..., a:b, :], t_min, f)
+            for (a, b), f in itertools.zip_longest(bounds, features)] + more
     preds, fits = _out_of_fold(resid, sums, bounds, alphas)
     metrics = probe_metrics(preds, target, ys, t_min, model.cfg.n_dims)
     return CrossFit(preds, metrics, bounds, sums, model, t_min, alphas, fits)
 
 
-def fold_sums(resid: Tensor, ys: Tensor, t_min: int) -> RidgeSums:
+def fold_bounds(batch: int, folds: int) -> list[tuple[int, int]]:
+    """``[start, end)`` of each of ``folds`` contiguous folds of ``batch`` sequences."""
+    edges = [round(k * batch / folds) for k in range(folds + 1)]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def fold_features(resid: Tensor, folds: int, t_min: int) -> list[FeatureSums]:
+    """Each fold's `FeatureSums` of ``resid [layer, batch, pos, d_model]`` (``t >= t_min``).
+
+    What `cross_fit` computes of its folds before any target: computed first, their total
+    is every sequence's Gram matrix (`held_shares`' ``features``), and `cross_fit` takes
+    them back (``features``).
+    """
+    return [feature_sums(resid[:, a:b, t_min:].flatten(1, 2))
+            for a, b in fold_bounds(resid.shape[1], folds)]
+
+
+def fold_sums(resid: Tensor, ys: Tensor, t_min: int,
+              features: FeatureSums | None = None) -> RidgeSums:
     """A block of sequences' ridge sums as a cross-fit adds them (positions ``t >= t_min``).
 
-    ``ys``: the target, ``[B, n]`` for every layer or ``[layer, B, n]`` per layer.
+    ``ys``: the target, ``[B, n]`` for every layer or ``[layer, B, n]`` per layer;
+    ``features``: the block's `fold_features`, computed before.
     """
-    return ridge_sums(resid[:, :, t_min:].flatten(1, 2), ys[..., t_min:].flatten(-2))
+    return ridge_sums(resid[:, :, t_min:].flatten(1, 2), ys[..., t_min:].flatten(-2), features)
 
 
 def _check_extra(extra: Sequence[RidgeSums], folds: int, shape: torch.Size) -> list[RidgeSums]:
@@ -171,6 +204,17 @@ def _read(resid: Tensor, coef: Tensor, intercept: Tensor) -> Tensor:
     """
     return torch.stack([torch.einsum("bnd,d->bn", r.to(torch.float64), c) + b
                         for r, c, b in zip(resid, coef, intercept)])
+
+
+def _read_many(resid: Tensor, coefs: Sequence[Tensor], intercepts: Sequence[Tensor]) -> Tensor:
+    """`_read` of several probes at once, ``[probe, layer, batch, pos]``.
+
+    One float64 copy of each layer's residuals and one product for every probe: the copy,
+    not the product, is the cost of a read at probe sizes.
+    """
+    coef, intercept = torch.stack(list(coefs), -1), torch.stack(list(intercepts), -1)
+    out = torch.stack([r.to(torch.float64) @ c + b for r, c, b in zip(resid, coef, intercept)])
+    return out.movedim(-1, 0)  # [layer, batch, pos, probe] -> [probe, layer, batch, pos]
 
 
 @dataclasses.dataclass
@@ -236,9 +280,9 @@ def readout_noise(fit: CrossFit, resid: Tensor) -> ReadoutNoise:
     for k, (a, b) in enumerate(fit.folds):
         keep = [j for j in range(len(fit.sums)) if j != k]  # the extra sequences' too
         alpha = fit.fit_on(keep).alpha
-        for r in range(n_draws):
-            coef, intercept = _half_difference(fit, keep[r:] + keep[:r], alpha)
-            draws[r, :, a:b] = _read(resid[:, a:b], coef, intercept)
+        coefs, intercepts = zip(*(_half_difference(fit, keep[r:] + keep[:r], alpha)
+                                  for r in range(n_draws)))
+        draws[:, :, a:b] = _read_many(resid[:, a:b], coefs, intercepts)
     return ReadoutNoise(draws, fit)
 
 

@@ -31,6 +31,7 @@ from iclprobe._checks import is_int
 from iclprobe._linalg import sym_eigh
 from iclprobe.algorithms.prefix import power_of_two_scale
 from iclprobe.errors import InputError
+from iclprobe.probes.ridge import FeatureSums
 
 #: the default penalty, relative to the trace of the training rows' centred covariance
 ALPHA_SCALE = 1e-10
@@ -90,7 +91,7 @@ def decodability(resid: Tensor, targets: Tensor, folds: int = 4, t_min: int = 1,
 
 
 def held_shares(resid: Tensor, targets: Tensor, t_min: int = 1,
-                t_max: int | None = None) -> Tensor:
+                t_max: int | None = None, features: FeatureSums | None = None) -> Tensor:
     """In-sample unexplained share of each column ``targets[k]`` by each layer, ``[layer, K]``.
 
     The share `decodability` measures out of sample (``Σ (decoded − column)² / Σ column²``
@@ -107,30 +108,43 @@ def held_shares(resid: Tensor, targets: Tensor, t_min: int = 1,
         resid: the layers' residual streams ``[layer, batch, pos, d_model]``.
         targets: the columns, ``[K, batch, pos]``.
         t_min, t_max: the positions fitted (default: t >= 1).
+        features: the residual's `FeatureSums` on those rows, where they are computed
+            already (`iclprobe.probes.fold_features`, added up): its covariance is then
+            taken from them, not formed again (the cost of a few columns' shares).
 
     Raises:
         InputError: shapes that do not match, fewer than 2 sequences, a bad window, or
             non-finite inputs.
     """
-    n_layers, _, n, _ = _checked(resid, targets, 2, t_min, t_max, None, "held_shares")
+    n_layers, _, n, width = _checked(resid, targets, 2, t_min, t_max, None, "held_shares")
     window = slice(t_min, (n - 1 if t_max is None else t_max) + 1)
     y = targets[:, :, window].detach().to("cpu", torch.float64).flatten(1)  # [K, rows]
     y = y / power_of_two_scale(y)
     rows = y.shape[1]
+    if features is not None and (features.n != rows or features.sx.shape != (n_layers, width)):
+        raise InputError(f"features must be the sums of the {rows} rows of {n_layers} layers x "
+                         f"{width} features, got {features.n:g} rows of "
+                         f"{tuple(features.sx.shape)}")
     total = y.pow(2).sum(1)
     yy = total - y.sum(1).pow(2) / rows  # centred: the intercept takes the mean
     out = torch.empty(n_layers, y.shape[0], dtype=torch.float64)
     for layer in range(n_layers):
         x = resid[layer, :, window].detach().to("cpu", torch.float64).flatten(0, 1)
-        x = x - x.mean(0)
-        x = x / power_of_two_scale(x)
-        lam, vec = sym_eigh(x.T @ x, "the residual's covariance")
+        if features is None:
+            x = x - x.mean(0)
+            x = x / power_of_two_scale(x)
+            cov = x.T @ x
+            yx = y @ x  # x is centred, so y's mean drops out
+        else:  # the same mean, centred Gram matrix of the same rows
+            cov = features.cgram[layer]
+            yx = y @ (x - features.sx[layer] / rows)
+        lam, vec = sym_eigh(cov, "the residual's covariance")
         lam = lam.clamp(min=0)
         pen = ALPHA_SCALE * float(lam.sum())
         top = float(lam.max()) if lam.numel() else 0.0
         keep = lam > 100 * x.shape[1] * torch.finfo(torch.float64).eps * top
         inv = torch.where(keep, 1.0 / torch.where(keep, lam + pen, 1.0), 0.0)
-        z = (y @ x) @ vec  # [K, w]: x is centred, so y's mean drops out
+        z = yx @ vec  # [K, w]
         out[layer] = (yy - z.pow(2) @ (2 * inv - lam * inv.pow(2))).clamp(min=0) / total
     return torch.where(total > 0, out, torch.full_like(out, math.inf))
 

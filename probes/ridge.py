@@ -52,20 +52,72 @@ class RidgeSums(NamedTuple):
                          self.sxx - other.sxx, self.sxy - other.sxy, self.syy - other.syy)
 
 
-def ridge_sums(x: Tensor, y: Tensor) -> RidgeSums:
+class FeatureSums(NamedTuple):
+    """The features' part of `RidgeSums`: rows, sums and centred Gram matrix.
+
+    No target changes them: computed once (`feature_sums`), they serve every fit of the
+    same rows to another target (`ridge_sums`'s ``features``), the Gram matrix being the
+    cost of the sums. The Gram matrix is centred on the block's own mean and blocks add by
+    Chan et al.'s pairwise update, so a large offset never squares into it.
+    """
+
+    n: float  # rows
+    sx: Tensor  # [layer, feature]
+    cgram: Tensor  # [layer, feature, feature]: Σ (x − μ)(x − μ)ᵀ
+
+    def __add__(self, other: object) -> FeatureSums:  # type: ignore[override]
+        assert isinstance(other, FeatureSums)
+        n = self.n + other.n
+        gap = self.sx / self.n - other.sx / other.n  # [layer, feature]
+        between = (self.n * other.n / n) * gap[:, :, None] * gap[:, None, :]
+        return FeatureSums(n, self.sx + other.sx, self.cgram + other.cgram + between)
+
+    @property
+    def sxx(self) -> Tensor:
+        """The uncentred Gram matrix ``XᵀX``, as `RidgeSums` holds it."""
+        mean = self.sx / self.n
+        return self.cgram + self.n * mean[:, :, None] * mean[:, None, :]
+
+
+def feature_sums(x: Tensor) -> FeatureSums:
+    """The `FeatureSums` of ``x [layer, row, feature]`` in float64, layer by layer."""
+    sx, gram = [], []
+    for layer in range(x.shape[0]):
+        xl = x[layer].to(torch.float64)
+        sx.append(xl.sum(0))
+        xl = xl - sx[-1] / max(xl.shape[0], 1)  # never in place: x may be float64 already
+        gram.append(xl.T @ xl)
+    return FeatureSums(float(x.shape[1]), torch.stack(sx), torch.stack(gram))
+
+
+def ridge_sums(x: Tensor, y: Tensor, features: FeatureSums | None = None) -> RidgeSums:
     """The sums of ``x [layer, row, feature]`` and ``y [row]`` or ``[layer, row]``, in float64.
 
-    One layer at a time, so memory stays at one layer's float64 features.
+    One layer at a time, so memory stays at one layer's float64 features. ``features``:
+    `feature_sums` of the same ``x``, already computed (only the target's sums are then
+    computed).
     """
     y = y.expand(x.shape[0], -1) if y.ndim == 1 else y
     if y.shape != x.shape[:2]:
         raise InputError(f"y must have shape [row] or {tuple(x.shape[:2])}, got {tuple(y.shape)}")
+    if features is not None and (features.n != x.shape[1] or features.sx.shape != (
+            x.shape[0], x.shape[2])):
+        raise InputError(f"features must be the sums of {x.shape[1]} rows of {x.shape[0]} "
+                         f"layers x {x.shape[2]} features, got {features.n:g} rows of "
+                         f"{tuple(features.sx.shape)}")
     out: list[list[Tensor]] = [[], [], [], [], []]
     for layer in range(x.shape[0]):
         xl, yl = x[layer].to(torch.float64), y[layer].to(torch.float64)
-        for i, v in enumerate((xl.sum(0), yl.sum(), xl.T @ xl, xl.T @ yl, yl @ yl)):
+        for i, v in enumerate((yl.sum(), xl.T @ yl, yl @ yl)):
             out[i].append(v)
-    sx, sy, sxx, sxy, syy = (torch.stack(v) for v in out)
+        if features is None:
+            out[3].append(xl.sum(0))
+            out[4].append(xl.T @ xl)
+    sy, sxy, syy = (torch.stack(v) for v in out[:3])
+    if features is None:
+        sx, sxx = torch.stack(out[3]), torch.stack(out[4])
+    else:
+        sx, sxx = features.sx, features.sxx
     return RidgeSums(float(x.shape[1]), sx, sy, sxx, sxy, syy)
 
 

@@ -31,7 +31,7 @@ from torch import Tensor
 from iclprobe.alignment.evaluation import Evaluation
 from iclprobe.alignment.measuring.candidates import build_candidates, candidate_keys
 from iclprobe.alignment.measuring.layers import Y_TARGET, Targets
-from iclprobe.probes import held_shares
+from iclprobe.probes import FeatureSums, held_shares
 
 #: columns per layer ranked again on every sequence after the first ranking on a part
 SHORTLIST = 8
@@ -45,7 +45,8 @@ MAX_SHARE = 0.5
 ROWS_PER_FEATURE = 16
 
 
-def held_targets(ev: Evaluation, resid: Tensor, t_min: int) -> tuple[Tensor, list[str]]:
+def held_targets(ev: Evaluation, resid: Tensor, t_min: int,
+                 features: FeatureSums | None = None) -> tuple[Tensor, list[str]]:
     """Per layer, the candidate column its residual holds best, ``[L+1, B, n]``, described.
 
     Over the grid columns of every candidate `align`'s answer reads (``ev.cfg.algorithms``
@@ -55,7 +56,9 @@ def held_targets(ev: Evaluation, resid: Tensor, t_min: int) -> tuple[Tensor, lis
     every sequence; the column is put on y's scale (`_on_y_scale`). A layer that leaves
     more than `MAX_SHARE` of every column unexplained holds none: its target is y. The
     descriptions read "gd (0.5/λmax, step 6): 1.2e-05 unexplained", or "y, as no column
-    is held: newton (...): 0.91 unexplained".
+    is held: newton (...): 0.91 unexplained". ``features``: the residual's `FeatureSums` on
+    the positions ``t >= t_min`` of every sequence, where they are computed already (the
+    shortlists' shares then take its covariance from them).
     """
     claims = {k: ev.runs[k] for k in ev.claimed if k in ev.runs}
     keys = candidate_keys(ev.cfg.algorithms, claims)
@@ -78,31 +81,41 @@ def held_targets(ev: Evaluation, resid: Tensor, t_min: int) -> tuple[Tensor, lis
     shares = torch.where(usable, held_shares(resid[:, :part], joint.nan_to_num_(), t_min),
                          torch.inf)
     ranked = dict(zip(keys, shares.split(sizes, dim=1)))
-    picked, best = [], []
-    for layer in range(resid.shape[0]):
-        # ranked on the first sequences, then the best finite on every sequence (checked
-        # in that order until the shortlist is full)
-        order = sorted((float(v), key, col) for key, shares in ranked.items()
-                       for v, col in zip(*map(torch.Tensor.tolist, torch.topk(
-                           shares[layer], min(2 * SHORTLIST, shares.shape[1]), largest=False))))
-        short = list(itertools.islice(
-            (s for s in order if _finite(cands[s[1]].preds.preds[s[2]][None], t_min)),
-            SHORTLIST))
-        if not short:
-            raise RuntimeError("no candidate column is finite on every sequence")
-        cols = torch.stack([cands[key].preds.preds[col] for _, key, col in short])
-        full = held_shares(resid[layer:layer + 1], cols, t_min)[0]
-        at = int(full.argmin())
-        if not math.isfinite(float(full[at])):
-            raise RuntimeError("no candidate column is nonzero on the probes' rows")  # t >= 1
-        picked.append(short[at][1:])
-        best.append(float(full[at]))
+    picked, best = zip(*(_best_of_shortlist(layer, ranked, {k: c.preds.preds for k, c in
+                                                           cands.items()}, resid, t_min,
+                                            features) for layer in range(resid.shape[0])))
     ys = batch.ys.double()
     targets = torch.stack([_on_y_scale(cands[k].preds.preds[col].double(), ys, t_min)
                            if b <= MAX_SHARE else ys for (k, col), b in zip(picked, best)])
     notes = [f"{'' if b <= MAX_SHARE else Y_TARGET}{k} "
              f"({cands[k].columns[col]}): {b:.2g} unexplained" for (k, col), b in zip(picked, best)]
     return targets, notes
+
+
+def _best_of_shortlist(layer: int, ranked: dict[str, Tensor], columns: dict[str, Tensor],
+                       resid: Tensor, t_min: int, features: FeatureSums | None
+                       ) -> tuple[tuple[str, int], float]:
+    """``((candidate, column), share)``: the layer's best column on every sequence.
+
+    Among the first `SHORTLIST` finite ones of its ranking on the leading sequences
+    (``ranked``: candidate -> ``[layer, column]`` shares; checked in that order until the
+    shortlist is full).
+    """
+    order = sorted((float(v), key, col) for key, shares in ranked.items()
+                   for v, col in zip(*map(torch.Tensor.tolist, torch.topk(
+                       shares[layer], min(2 * SHORTLIST, shares.shape[1]), largest=False))))
+    short = list(itertools.islice(
+        (s for s in order if _finite(columns[s[1]][s[2]][None], t_min)), SHORTLIST))
+    if not short:
+        raise RuntimeError("no candidate column is finite on every sequence")
+    cols = torch.stack([columns[key][col] for _, key, col in short])
+    mine = None if features is None else FeatureSums(
+        features.n, features.sx[layer:layer + 1], features.cgram[layer:layer + 1])
+    full = held_shares(resid[layer:layer + 1], cols, t_min, features=mine)[0]
+    at = int(full.argmin())
+    if not math.isfinite(float(full[at])):
+        raise RuntimeError("no candidate column is nonzero on the probes' rows")  # t >= 1
+    return short[at][1:], float(full[at])
 
 
 def _finite(columns: Tensor, t_min: int) -> Tensor:
@@ -131,4 +144,4 @@ def targets_for(ev: Evaluation) -> Targets | None:
     """
     if ev.cfg.probe_target == "y":
         return None
-    return lambda resid, t_min: held_targets(ev, resid, t_min)
+    return lambda resid, t_min, features: held_targets(ev, resid, t_min, features)

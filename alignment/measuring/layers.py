@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from iclprobe.alignment.config import AlignConfig
 
 #: ``(resid, t_min) -> (columns [L+1, B, n], descriptions)``: each layer's probe target
-Targets = Callable[[Tensor, int], tuple[Tensor, list[str]]]
+Targets = Callable[[Tensor, int, "probes.FeatureSums | None"], tuple[Tensor, list[str]]]
 #: how a layer's target description begins where the layer holds no column (fitted to y)
 Y_TARGET = "y, as no column is held: "
 
@@ -188,7 +188,8 @@ def layer_predictions(model: Regressor, task: RegressionTask, batch: RegressionB
     pass, every sequence read by probes fitted on the others) or fitted on fresh sequences
     (``"fresh"``, seed + 1), on the aligned ``window``'s positions (`probe_start`; None:
     every t >= 1). Cross-fitted probes are fitted to y, or with ``targets`` given
-    (``(resid, t_min) -> (columns [L+1, B, n], descriptions)``, `held.targets_for` for
+    (``(resid, t_min, features) -> (columns [L+1, B, n], descriptions)``, the features the
+    residual's `probes.FeatureSums` on the fitted rows; `held.targets_for` for
     ``cfg.probe_target="column"``) each layer's to its column (the descriptions returned
     last; empty where the probes were fitted to y). The probes returned are the ones to
     read the sequences ``weight_rows`` with (out of sample for them). Probes cross-fitted on
@@ -200,26 +201,7 @@ def layer_predictions(model: Regressor, task: RegressionTask, batch: RegressionB
         return preds.double().cpu(), "the exact readout of each layer (its own prediction)", \
             [], None, None, []
     if layer_probes is None and cfg.probe_fit == "crossfit":
-        batch_size, n = batch.ys.shape
-        _check_folds(cfg, batch_size)
-        resid = collect_residuals(model, xs, ys).cpu()
-        start = 1 if window is None else probe_start(
-            window, n, resid.shape[-1], batch_size - -(-batch_size // cfg.probe_folds))
-        extra, also = _extra_sums(model, task, cfg, start, resid)
-        columns: Tensor | None = None
-        held: list[str] = []
-        if targets is not None:
-            columns, held = targets(resid, start)
-            also += ("; each layer's probe fitted to the candidate's prediction its residual "
-                     "holds best, not to y")
-        fit = probes.cross_fit(model, resid, batch.ys, folds=cfg.probe_folds, t_min=start,
-                               extra=extra, targets=columns)
-        rows = weight_rows or slice(0, batch.xs.shape[0] // cfg.probe_folds)
-        noise = probes.readout_noise(fit, resid) if cfg.probe_folds >= 3 else None
-        return (fit.preds, f"ridge probes cross-fitted on the evaluation sequences "
-                f"({cfg.probe_folds} folds: each sequence read by probes fitted on the others"
-                f"{also})",
-                fit.metrics.r2, fit.probes_excluding(rows), noise, held)
+        return _cross_fitted(model, task, batch, cfg, weight_rows, window, targets)
     if layer_probes is None:
         gen = torch.Generator().manual_seed(cfg.seed + 1)
         width = getattr(model.cfg, "d_model", None)  # unknown before a forward pass: t >= 1
@@ -234,6 +216,37 @@ def layer_predictions(model: Regressor, task: RegressionTask, batch: RegressionB
     r2 = list(layer_probes.metrics_.r2) if hasattr(layer_probes, "metrics_") else []
     preds = layer_probes.predict(xs, ys).double().cpu()
     return preds, how, r2, layer_probes, None, []
+
+
+def _cross_fitted(model: Regressor, task: RegressionTask, batch: RegressionBatch,
+                  cfg: AlignConfig, weight_rows: slice | None, window: tuple[int, int] | None,
+                  targets: Targets | None
+                  ) -> tuple[Tensor, str, list[float], probes.LayerProbes,
+                             probes.ReadoutNoise | None, list[str]]:
+    """`layer_predictions` read by probes cross-fitted on the batch (its arguments)."""
+    xs, ys = batch.xs.to(cfg.device), batch.ys.to(cfg.device)
+    batch_size, n = batch.ys.shape
+    _check_folds(cfg, batch_size)
+    resid = collect_residuals(model, xs, ys).cpu()
+    start = 1 if window is None else probe_start(
+        window, n, resid.shape[-1], batch_size - -(-batch_size // cfg.probe_folds))
+    extra, also = _extra_sums(model, task, cfg, start, resid)
+    columns: Tensor | None = None
+    held: list[str] = []
+    features: list[probes.FeatureSums] = []
+    if targets is not None:  # the folds' Gram matrices, for the targets and the fits
+        features = probes.fold_features(resid, cfg.probe_folds, start)
+        columns, held = targets(resid, start, sum(features[1:], features[0]))
+        also += ("; each layer's probe fitted to the candidate's prediction its residual "
+                 "holds best, not to y")
+    fit = probes.cross_fit(model, resid, batch.ys, folds=cfg.probe_folds, t_min=start,
+                           extra=extra, targets=columns, features=features)
+    rows = weight_rows or slice(0, batch.xs.shape[0] // cfg.probe_folds)
+    noise = probes.readout_noise(fit, resid) if cfg.probe_folds >= 3 else None
+    return (fit.preds, f"ridge probes cross-fitted on the evaluation sequences "
+            f"({cfg.probe_folds} folds: each sequence read by probes fitted on the others"
+            f"{also})",
+            fit.metrics.r2, fit.probes_excluding(rows), noise, held)
 
 
 def _check_folds(cfg: AlignConfig, n_sequences: int) -> None:

@@ -143,6 +143,35 @@ def test_a_variant_matched_on_the_own_task_that_is_none_here_is_not_separated(gd
     assert alone > 0 and got == pytest.approx(alone / 2, rel=1e-12)  # layer 3's pair: 0
 
 
+def test_data_where_the_deepest_matched_learner_does_no_regression_separate_nothing(gd_oracle):
+    """The oracle's last layer runs GD at 1/λ_max for 10 steps. On κ 1000 data with queries
+    along the low-variance directions GD has barely moved there: its normalized error (by
+    hand, from `algorithms.gd` on the same sample) is not below `OOD_ERROR`, where
+    `align_designed` would find the model out of distribution, so the objective is 0 there;
+    on the same spectrum with queries drawn as the context it regresses, and the objective
+    is the pairs' separation by hand."""
+    model, res = gd_oracle
+    pairs = {3: [("gd", "newton")], 6: [("gd", "newton")]}
+    errors = {}
+    for query in ("low-variance", "context"):
+        task = D.Distribution(1000.0, "geometric", 9, 0.0, query).task(4, 0)
+        positions = "last" if query == "low-variance" else "all"
+        batch = task.sample(64, generator=0, dtype=torch.float64)
+        lo = 8 if positions == "last" else 1
+        pred = algorithms.gd(batch.xs, batch.ys, steps=[12], lr="max", normalize=True,
+                             weights=False).preds[0]
+        y = batch.ys[:, lo:]
+        errors[query] = float((pred[:, lo:] - y).pow(2).mean() / y.pow(2).mean())
+        got = D.separation(task, pairs, res.answer.places, 6, CFG, positions, 64, 0, model)
+        if errors[query] >= D.OOD_ERROR:
+            assert got == 0.0
+        else:
+            by_hand = [_naive_gap(task, a, b, layer, res.answer.places, 6, positions, 0)
+                       for layer, ((a, b),) in pairs.items()]
+            assert got == pytest.approx(sum(by_hand) / 2, rel=1e-9, abs=1e-12) and got > 0
+    assert errors["low-variance"] >= D.OOD_ERROR > errors["context"]
+
+
 def test_isotropic_data_offer_no_low_variance_queries():
     # on Σ ∝ I every direction is a low-variance one: the query would be drawn as the context
     family = D.DesignFamily()

@@ -40,7 +40,10 @@ resemblance, the yardstick the answer judges a layer by — or either family imi
 columns' average (a layer between two learners is neither's only where no family reaches
 their mix; measured: without this term the benchmark's GD/Newton average was named GD on
 designed data). A layer's separation is that of its closest pair; the objective is the
-mean over the live layers.
+mean over the live layers. It is 0 on a distribution where the learner matched at the
+deepest answered layer does no regression (`regresses`: its error there not below
+``OOD_ERROR`` × the zero predictor's), where a model that runs that learner would be judged
+out of distribution and its answer not used.
 
 **The search** (`design_evaluation`): coordinate ascent from the distribution nearest the
 model's own task (its κ, shape, n, noise, query): each factor in turn (spectrum, examples,
@@ -54,7 +57,7 @@ data is not below ``OOD_ERROR`` × the zero predictor's, the model no longer doe
 regression there, and that answer is marked out of distribution and not used.
 """
 
-from iclprobe.alignment.design.designed import OOD_ERROR, Designed, align_designed
+from iclprobe.alignment.design.designed import Designed, align_designed
 from iclprobe.alignment.design.family import (
     FACTORS,
     SHAPES,
@@ -65,12 +68,14 @@ from iclprobe.alignment.design.family import (
 )
 from iclprobe.alignment.design.search import (
     METRIC,
+    OOD_ERROR,
     Design,
     contending_pairs,
     design_evaluation,
+    regresses,
     separation,
 )
 
 __all__ = ["FACTORS", "METRIC", "OOD_ERROR", "SHAPES", "Design", "DesignFamily", "Designed",
            "Distribution", "align_designed", "contending_pairs", "design_evaluation",
-           "nearest_distribution", "separation", "spectrum"]
+           "nearest_distribution", "regresses", "separation", "spectrum"]

@@ -9,6 +9,7 @@ from iclprobe.algorithms.numerics import Diverged
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.design.family import DesignFamily
 from iclprobe.alignment.design.search import (
+    OOD_ERROR,
     Design,
     checked_arguments,
     design_evaluation,
@@ -17,10 +18,6 @@ from iclprobe.alignment.design.search import (
 from iclprobe.alignment.result import AlignResult
 from iclprobe.errors import InputError, NonFinite, TooFewRows
 from iclprobe.models.base import Regressor
-
-#: The model does regression on data where its output's normalized error is below this
-#: fraction of the zero predictor's; elsewhere its answer there is out of distribution.
-OOD_ERROR = 0.9
 
 
 @dataclasses.dataclass

@@ -36,6 +36,9 @@ from iclprobe.tasks import RegressionTask
 METRIC = "error_cosine"
 #: Where data are aligned (`AlignConfig.positions` once resolved)
 POSITIONS = ("all", "last")
+#: The model does regression on data where its output's normalized error is below this
+#: fraction of the zero predictor's; elsewhere its answer there is out of distribution.
+OOD_ERROR = 0.9
 
 @dataclasses.dataclass
 class Design:
@@ -104,7 +107,9 @@ def separation(task: RegressionTask, pairs: Mapping[int, Sequence[tuple[str, str
     ``pgd_own``) are run on these data. A pair one of whose learners is no candidate here
     (GD preconditioned by Σ⁻¹ on isotropic data is GD), diverges, or whose matched variant
     is none of its family on these data (a ridge λ beyond the grid of a less spread
-    spectrum) is not separated (0).
+    spectrum) is not separated (0). Nor is any pair on data where the learner matched at
+    the deepest answered layer does no regression (`regresses`): the model, run there as
+    that learner runs, would be judged out of distribution and its answer not used.
     """
     check_choice("separation", "positions", positions, POSITIONS)
     outside = sorted(layer for layer in pairs if not 0 <= layer <= n_layers)
@@ -138,6 +143,8 @@ def separation(task: RegressionTask, pairs: Mapping[int, Sequence[tuple[str, str
         fams[key] = (it, at)
     kw = {"t_min": window[0], "t_max": window[1],
           "over": "sequences" if positions == "last" else "positions"}
+    if not regresses(pairs, places, fams, ys, window):
+        return 0.0
     asks = {(layer, a, b): _pair_asks(a, b, layer, fams, places)
             for layer, ps in pairs.items() for a, b in ps}
     best = _imitations(asks, fams, ys, kw)
@@ -145,6 +152,32 @@ def separation(task: RegressionTask, pairs: Mapping[int, Sequence[tuple[str, str
     for layer, ps in sorted(pairs.items()):
         per_layer.append(min(_pair_gap(best.get((layer, a, b))) for a, b in ps))
     return float(sum(per_layer) / len(per_layer))
+
+
+def regresses(pairs: Mapping[int, Sequence[tuple[str, str]]],
+              places: Mapping[str, Sequence[tuple[float, int]]], fams: Mapping[str, Any],
+              ys: Tensor, window: tuple[int, int]) -> bool:
+    """Whether the learner matched at the deepest answered layer does regression on ``ys``.
+
+    Its matched column's normalized error over ``window`` below `OOD_ERROR` × the zero
+    predictor's, the test `align_designed` puts the model's output to: a design where the
+    model's own learner fails it (GD at a small step size on queries along the context's
+    low-variance directions, where it has barely moved from 0) would have its answer
+    discarded even for a model that runs that learner exactly. Where that column is not
+    run here (no candidate, or its variant diverges), the pairs' own rule decides.
+    """
+    layer = max(pairs)
+    learner = pairs[layer][0][0]
+    fam = fams.get(learner)
+    if fam is None or learner not in places:
+        return True
+    col = fam[1].get(tuple(places[learner][layer]))
+    if col is None:
+        return True
+    lo, hi = window
+    y = ys[:, lo:hi + 1]
+    err = (fam[0].preds[col][:, lo:hi + 1] - y).pow(2).mean()
+    return bool(err < OOD_ERROR * y.pow(2).mean())
 
 
 def matched_fine(places: Sequence[tuple[float, int]]) -> dict[float, tuple[int, ...]]:

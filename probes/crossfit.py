@@ -132,8 +132,10 @@ def cross_fit(model: Regressor, resid: Tensor, ys: Tensor, folds: int = 4, t_min
     check_rows(fitted_on * (n - t_min), width, f"the other {folds - 1} of {folds} folds "
                 f"({fitted_on} sequences) x {n - t_min} positions t >= {t_min}", n - t_min,
                share=(folds - 1) / folds)
-    if features and len(features) != folds:
-        raise InputError(f"features must be {folds} FeatureSums (one per fold), got "
+    if features and (isinstance(features, FeatureSums) or len(features) != folds or not all(
+            isinstance(f, FeatureSums) for f in features)):
+        raise InputError(f"features must be {folds} FeatureSums (one per fold, "
+                         f"`fold_features`), got {type(features).__name__} of "
                          f"{len(features)}")
     sums = [fold_sums(resid[:, a:b], target[..., a:b, :], t_min, f)
             for (a, b), f in itertools.zip_longest(bounds, features)] + more
@@ -155,8 +157,12 @@ def fold_features(resid: Tensor, folds: int, t_min: int) -> list[FeatureSums]:
     is every sequence's Gram matrix (`held_shares`' ``features``), and `cross_fit` takes
     them back (``features``).
     """
-    return [feature_sums(resid[:, a:b, t_min:].flatten(1, 2))
-            for a, b in fold_bounds(resid.shape[1], folds)]
+    batch, n = resid.shape[1], resid.shape[2]
+    if not is_int(folds) or not 2 <= folds <= batch:
+        raise InputError(f"folds must be an integer in [2, {batch}], got {folds!r}")
+    if not is_int(t_min) or not 0 <= t_min < n:
+        raise InputError(f"t_min must be in [0, {n - 1}], got {t_min!r}")
+    return [feature_sums(resid[:, a:b, t_min:].flatten(1, 2)) for a, b in fold_bounds(batch, folds)]
 
 
 def fold_sums(resid: Tensor, ys: Tensor, t_min: int,

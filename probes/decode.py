@@ -130,14 +130,7 @@ def held_shares(resid: Tensor, targets: Tensor, t_min: int = 1,
     out = torch.empty(n_layers, y.shape[0], dtype=torch.float64)
     for layer in range(n_layers):
         x = resid[layer, :, window].detach().to("cpu", torch.float64).flatten(0, 1)
-        if features is None:
-            x = x - x.mean(0)
-            x = x / power_of_two_scale(x)
-            cov = x.T @ x
-            yx = y @ x  # x is centred, so y's mean drops out
-        else:  # the same mean, centred Gram matrix of the same rows
-            cov = features.cgram[layer]
-            yx = y @ (x - features.sx[layer] / rows)
+        cov, yx = _products(x, y, features, layer, window)
         lam, vec = sym_eigh(cov, "the residual's covariance")
         lam = lam.clamp(min=0)
         pen = ALPHA_SCALE * float(lam.sum())
@@ -147,6 +140,26 @@ def held_shares(resid: Tensor, targets: Tensor, t_min: int = 1,
         z = yx @ vec  # [K, w]
         out[layer] = (yy - z.pow(2) @ (2 * inv - lam * inv.pow(2))).clamp(min=0) / total
     return torch.where(total > 0, out, torch.full_like(out, math.inf))
+
+
+def _products(x: Tensor, y: Tensor, features: FeatureSums | None, layer: int,
+              window: slice) -> tuple[Tensor, Tensor]:
+    """`held_shares`' covariance of the centred rows ``x`` and their products with ``y``.
+
+    From ``features`` where given (the same rows' sums, checked: as many rows of another
+    window would pass unseen), else from ``x`` (scaled by a power of two: no change to a
+    share).
+    """
+    if features is None:
+        x = x - x.mean(0)
+        x = x / power_of_two_scale(x)
+        return x.T @ x, y @ x  # x is centred, so y's mean drops out
+    sx = features.sx[layer].to("cpu", torch.float64)
+    if not torch.allclose(sx, x.sum(0), rtol=1e-9, atol=1e-9 * float(x.abs().sum())):
+        raise InputError(f"features must be the sums of resid's rows at t = "
+                         f"{window.start}..{window.stop - 1}: their sums differ at layer "
+                         f"{layer}")
+    return features.cgram[layer].to("cpu", torch.float64), y @ (x - sx / x.shape[0])
 
 
 def _fit_predict(x: Tensor, y: Tensor, x_new: Tensor, penalty: float | None) -> Tensor:

@@ -58,7 +58,8 @@ class FeatureSums(NamedTuple):
     No target changes them: computed once (`feature_sums`), they serve every fit of the
     same rows to another target (`ridge_sums`'s ``features``), the Gram matrix being the
     cost of the sums. The Gram matrix is centred on the block's own mean and blocks add by
-    Chan et al.'s pairwise update, so a large offset never squares into it.
+    Chan et al.'s pairwise update, so a large offset never squares into ``cgram`` (what
+    `held_shares` reads); ``sxx``, the uncentred form `RidgeSums` holds, has it again.
     """
 
     n: float  # rows
@@ -67,6 +68,8 @@ class FeatureSums(NamedTuple):
 
     def __add__(self, other: object) -> FeatureSums:  # type: ignore[override]
         assert isinstance(other, FeatureSums)
+        if not other.n or not self.n:  # an empty block adds nothing (and has no mean)
+            return other if not self.n else self
         n = self.n + other.n
         gap = self.sx / self.n - other.sx / other.n  # [layer, feature]
         between = (self.n * other.n / n) * gap[:, :, None] * gap[:, None, :]
@@ -105,6 +108,11 @@ def ridge_sums(x: Tensor, y: Tensor, features: FeatureSums | None = None) -> Rid
         raise InputError(f"features must be the sums of {x.shape[1]} rows of {x.shape[0]} "
                          f"layers x {x.shape[2]} features, got {features.n:g} rows of "
                          f"{tuple(features.sx.shape)}")
+    if features is not None:  # the same rows, not only as many: their sums agree
+        sums = x.sum(1, dtype=torch.float64)
+        scale = 1e-9 * float(x.abs().sum(dtype=torch.float64))
+        if not torch.allclose(features.sx.to(sums), sums, rtol=1e-6, atol=scale):
+            raise InputError("features must be the sums of x's own rows: their sums differ")
     out: list[list[Tensor]] = [[], [], [], [], []]
     for layer in range(x.shape[0]):
         xl, yl = x[layer].to(torch.float64), y[layer].to(torch.float64)

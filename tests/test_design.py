@@ -144,7 +144,7 @@ def test_a_variant_matched_on_the_own_task_that_is_none_here_is_not_separated(gd
 
 
 def test_data_where_the_deepest_matched_learner_does_no_regression_separate_nothing(gd_oracle):
-    """The oracle's last layer runs GD at 1/λ_max for 10 steps. On κ 1000 data with queries
+    """The oracle's last layer runs GD at 1/λ_max for 12 steps. On κ 1000 data with queries
     along the low-variance directions GD has barely moved there: its normalized error (by
     hand, from `algorithms.gd` on the same sample) is not below `OOD_ERROR`, where
     `align_designed` would find the model out of distribution, so the objective is 0 there;
@@ -170,6 +170,23 @@ def test_data_where_the_deepest_matched_learner_does_no_regression_separate_noth
                        for layer, ((a, b),) in pairs.items()]
             assert got == pytest.approx(sum(by_hand) / 2, rel=1e-9, abs=1e-12) and got > 0
     assert errors["low-variance"] >= D.OOD_ERROR > errors["context"]
+
+
+def test_a_gate_whose_learner_fails_on_the_own_task_is_not_applied(gd_oracle, monkeypatch):
+    """The gate's learner stands in for the model's output: where it does no regression on
+    the model's own task (where the model does), it stands for nothing, and the search runs
+    as without the gate (not every objective 0, the nearest distribution chosen)."""
+    from iclprobe.alignment.design import search
+
+    model, res = gd_oracle
+    family = D.DesignFamily(condition_numbers=(1.0, 100.0), noise=(0.0, 0.5), n_sequences=32)
+    monkeypatch.setattr(search, "regresses", lambda *a: True)
+    open_ = D.design_evaluation(model, res, CFG, family)
+    monkeypatch.setattr(search, "regresses", lambda *a: False)
+    failing = D.design_evaluation(model, res, CFG, family)
+    assert open_.objective > 0
+    assert (failing.chosen, failing.objective, failing.own) == \
+        (open_.chosen, open_.objective, open_.own)
 
 
 def test_isotropic_data_offer_no_low_variance_queries():

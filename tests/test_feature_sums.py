@@ -105,3 +105,28 @@ def test_the_readout_noise_read_in_one_product_equals_each_draw_read_alone():
             alone = torch.stack([torch.einsum("bnd,d->bn", layer.double(), c) + i
                                  for layer, c, i in zip(resid[:, a:b], coef, icpt)])
             torch.testing.assert_close(draws[r, :, a:b], alone, rtol=1e-12, atol=1e-13)
+
+
+def test_features_of_other_rows_or_bad_folds_are_refused():
+    """As many rows are not the same rows: sums of another window, or of another residual
+    of the same shape, would read a held column as not held (0.03 instead of 1e-15)."""
+    gen = torch.Generator().manual_seed(5)
+    resid = _features(gen)
+    column = resid[1] @ torch.tensor([0.5, -1.0, 2.0, 1.5, 0.0], dtype=torch.float64)
+    other = probes.fold_features(resid, 4, 1)  # t = 1..6: as many rows as t = 0..5
+    total = other[0] + other[1] + other[2] + other[3]
+    with pytest.raises(ValueError, match="features must be the sums of resid's rows at "
+                                         "t = 0..5: their sums differ at layer 0"):
+        probes.held_shares(resid, column[None], 0, 5, features=total)
+    x = resid.flatten(1, 2)
+    with pytest.raises(ValueError, match="features must be the sums of x's own rows"):
+        ridge_sums(x, x[0, :, 0], feature_sums(x + 1.0))
+    with pytest.raises(ValueError, match=r"folds must be an integer in \[2, 24\], got 25"):
+        probes.fold_features(resid, 25, 1)
+    with pytest.raises(ValueError, match=r"t_min must be in \[0, 6\], got 7"):
+        probes.fold_features(resid, 4, 7)
+    with pytest.raises(ValueError, match="features must be 3 FeatureSums"):
+        probes.cross_fit(tiny_gpt(), resid, torch.zeros(24, 7), folds=3, t_min=1,
+                         features=other[0])
+    empty = feature_sums(x[:, :0])
+    assert empty.n == 0 and (empty + other[0]) is other[0] and (other[0] + empty) is other[0]

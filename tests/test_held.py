@@ -117,6 +117,9 @@ def test_an_oracle_read_through_column_probes_is_read_to_round_off():
         assert off(by_col, layer) < 1e-12
     resid = collect_residuals(model, batch.xs, batch.ys)
     columns, _ = held_targets(ev, resid, 1)
+    folds = probes.fold_features(resid, cfg.probe_folds, 1)  # the shortlists' covariance, as align's
+    shared, _ = held_targets(ev, resid, 1, sum(folds[1:], folds[0]))
+    torch.testing.assert_close(shared, columns, rtol=1e-9, atol=1e-12)
     ys = batch.ys.double()
     for layer in (1, 2, 3):  # each layer's own column, put on y's scale
         assert off(columns, layer) < 1e-20

@@ -99,7 +99,7 @@ def _runner_up(scores: Mapping[str, C.LearnerScore], learner: str, layer: int) -
 def separation(task: RegressionTask, pairs: Mapping[int, Sequence[tuple[str, str]]],
                places: Mapping[str, Sequence[tuple[float, int]]], n_layers: int,
                cfg: AlignConfig, positions: str, n_sequences: int, seed: int,
-               model: Regressor | None = None) -> float:
+               model: Regressor | None = None, gate: bool = True) -> float:
     """The objective on ``task``: the mean over layers of its closest pair's separation.
 
     ``places``: per candidate, each layer's matched column as (variant, step) in its family
@@ -107,9 +107,9 @@ def separation(task: RegressionTask, pairs: Mapping[int, Sequence[tuple[str, str
     ``pgd_own``) are run on these data. A pair one of whose learners is no candidate here
     (GD preconditioned by Σ⁻¹ on isotropic data is GD), diverges, or whose matched variant
     is none of its family on these data (a ridge λ beyond the grid of a less spread
-    spectrum) is not separated (0). Nor is any pair on data where the learner matched at
-    the deepest answered layer does no regression (`regresses`): the model, run there as
-    that learner runs, would be judged out of distribution and its answer not used.
+    spectrum) is not separated (0). With ``gate``, nor is any pair on data where the learner
+    matched at the deepest answered layer does no regression (`regresses`): the model, run
+    there as that learner runs, would be judged out of distribution and its answer not used.
     """
     check_choice("separation", "positions", positions, POSITIONS)
     outside = sorted(layer for layer in pairs if not 0 <= layer <= n_layers)
@@ -143,7 +143,7 @@ def separation(task: RegressionTask, pairs: Mapping[int, Sequence[tuple[str, str
         fams[key] = (it, at)
     kw = {"t_min": window[0], "t_max": window[1],
           "over": "sequences" if positions == "last" else "positions"}
-    if not regresses(pairs, places, fams, ys, window):
+    if gate and not regresses(pairs, places, fams, ys, window):
         return 0.0
     asks = {(layer, a, b): _pair_asks(a, b, layer, fams, places)
             for layer, ps in pairs.items() for a, b in ps}
@@ -164,7 +164,10 @@ def regresses(pairs: Mapping[int, Sequence[tuple[str, str]]],
     model's own learner fails it (GD at a small step size on queries along the context's
     low-variance directions, where it has barely moved from 0) would have its answer
     discarded even for a model that runs that learner exactly. Where that column is not
-    run here (no candidate, or its variant diverges), the pairs' own rule decides.
+    run here (no candidate, or its variant diverges), the pairs' own rule decides. A proxy
+    of the model's output, judged on ``ys``'s sequences (the design's), not on the
+    evaluation's: near the threshold the two can disagree. ``fams``: per candidate, its
+    family's iterates and ``{(variant rank, step): column}`` (None: no candidate here).
     """
     layer = max(pairs)
     learner = pairs[layer][0][0]
@@ -271,23 +274,23 @@ def design_evaluation(model: Regressor, res: AlignResult, cfg: AlignConfig | Non
     n, d = own_task.n_points, own_task.n_dims  # the designed data's n is at most the own
     check_bytes(family.n_sequences * n * (d + 1 + 2 * d * d) * 8,  # data, prefix statistics
                 f"DesignFamily.n_sequences={family.n_sequences}: judging a distribution")
-    pairs = contending_pairs(res)
-    places = res.answer.places
+    pairs, places = contending_pairs(res), res.answer.places
     fixed_n = res.positions == "last" and own_task.query == "context"
     designed_cfg = dataclasses.replace(cfg, t_max=None)  # as `align_designed` aligns them
     # a model aligned from a given position on: the designed sequences reach past it
     least_n = 2 if res.positions == "last" else \
         aligned_window(designed_cfg, "all", own_task.n_points)[0] + 1
 
-    def objective(task: RegressionTask, judged: AlignConfig) -> float:
+    def objective(task: RegressionTask, judged: AlignConfig, gate: bool = True) -> float:
         positions = "last" if fixed_n else designed_positions(task, res.positions)
         return separation(task, pairs, places, res.n_layers, judged, positions,
-                          family.n_sequences, seed, model)
+                          family.n_sequences, seed, model, gate)
 
     # every option scored at its own scale (`matched_scale`): the built-in learners' rules
-    # are relative to the data, but a model's own learner (a PQ model's preconditioner) is not
+    # are relative to the data, a model's own learner (a PQ model's preconditioner) is not
     tried: dict[Distribution, tuple[Distribution, float]] = {}
-    own = objective(own_task, cfg)
+    own = objective(own_task, cfg, gate=False)  # the gate's learner: a proxy of the output
+    gate = not (own > 0 and objective(own_task, cfg) == 0)  # that fails on the own task: none
     mine = own_curvature(model, cfg, res.positions)
     current = nearest_distribution(own_task, family)
     with tqdm(total=None, desc=f"{res.name}: designing the evaluation", disable=not progress,
@@ -300,7 +303,7 @@ def design_evaluation(model: Regressor, res: AlignResult, cfg: AlignConfig | Non
                     at = dataclasses.replace(option, scale=matched_scale(
                         model, cfg, res.positions, option, seed, mine))
                     tried[option] = (at, objective(at.task(own_task.n_dims, seed),
-                                                   designed_cfg))
+                                                   designed_cfg, gate))
                     bar.update()
             current = max(options, key=lambda o: (tried[o][1], -options.index(o)))
     chosen, value = tried[current]

@@ -30,7 +30,7 @@ from iclprobe.tasks import RegressionBatch, RegressionTask
 if TYPE_CHECKING:
     from iclprobe.alignment.config import AlignConfig
 
-#: ``(resid, t_min) -> (columns [L+1, B, n], descriptions)``: each layer's probe target
+#: ``(resid, t_min, features) -> (columns [L+1, B, n], descriptions)``: each layer's probe target
 Targets = Callable[[Tensor, int, "probes.FeatureSums | None"], tuple[Tensor, list[str]]]
 #: how a layer's target description begins where the layer holds no column (fitted to y)
 Y_TARGET = "y, as no column is held: "

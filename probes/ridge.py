@@ -111,8 +111,10 @@ def ridge_sums(x: Tensor, y: Tensor, features: FeatureSums | None = None) -> Rid
     if features is not None:  # the same rows, not only as many: their sums agree
         sums = x.sum(1, dtype=torch.float64)
         scale = 1e-9 * float(x.abs().sum(dtype=torch.float64))
+        gap = float((features.sx.to(sums) - sums).abs().max())
         if not torch.allclose(features.sx.to(sums), sums, rtol=1e-6, atol=scale):
-            raise InputError("features must be the sums of x's own rows: their sums differ")
+            raise InputError(f"features must be the sums of x's own rows: their sums differ "
+                             f"by up to {gap:.3g}")
     out: list[list[Tensor]] = [[], [], [], [], []]
     for layer in range(x.shape[0]):
         xl, yl = x[layer].to(torch.float64), y[layer].to(torch.float64)

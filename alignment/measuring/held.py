@@ -81,9 +81,9 @@ def held_targets(ev: Evaluation, resid: Tensor, t_min: int,
     shares = torch.where(usable, held_shares(resid[:, :part], joint.nan_to_num_(), t_min),
                          torch.inf)
     ranked = dict(zip(keys, shares.split(sizes, dim=1)))
-    picked, best = zip(*(_best_of_shortlist(layer, ranked, {k: c.preds.preds for k, c in
-                                                           cands.items()}, resid, t_min,
-                                            features) for layer in range(resid.shape[0])))
+    columns = {k: c.preds.preds for k, c in cands.items()}
+    picked, best = zip(*(_best_of_shortlist(layer, ranked, columns, resid, t_min, features)
+                         for layer in range(resid.shape[0])))
     ys = batch.ys.double()
     targets = torch.stack([_on_y_scale(cands[k].preds.preds[col].double(), ys, t_min)
                            if b <= MAX_SHARE else ys for (k, col), b in zip(picked, best)])

@@ -31,7 +31,7 @@ The built-in families (m: a multiple of the rule or of the stability bound):
 - ``online_gd``: relaxed Kaczmarz ``η_j = m/‖x_j‖²``, m ∈ `ONLINE_SCALES`; passes
   `ONLINE_STEPS`.
 - ``gd_plus_plus``: ``η = m/max λ_max(S_t/t)``, ``γ = g/max λ_max(S_t/t)``, m ∈
-  `GDPP_SCALES`, g ∈ `GDPP_GAMMAS`; steps 0…8.
+  `GDPP_SCALES`, g ∈ `GDPP_GAMMAS`, both 0 outside the window; steps 0…8.
 - ``cg``: steps 0…d + 1; ``ols``: its one column.
 
 The grids of ``gd``, ``pgd``, ``newton`` and ``momentum`` have fine variants besides
@@ -324,8 +324,9 @@ def _online_variants(ctx: FamilyContext) -> list[Variant]:
 
 
 def _gdpp_variants(ctx: FamilyContext) -> list[Variant]:
-    top = ctx.top_mean()
-    return [(f"η {m / top:.3g}, γ {g / top:.3g}", {"lr": m / top, "gamma": g / top})
+    top, inside = ctx.top_mean(), ctx.inside()
+    return [(f"η {m / top:.3g}, γ {g / top:.3g}",
+             {"lr": inside * (m / top), "gamma": inside * (g / top)})
             for m in GDPP_SCALES for g in GDPP_GAMMAS]
 
 

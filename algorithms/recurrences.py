@@ -24,6 +24,7 @@ from iclprobe.algorithms.learners import (
     _above_bound,
     _gd_bound,
     _lr,
+    _per_prefix,
     _scale,
     _stats,
     spectral_iterates,
@@ -209,8 +210,8 @@ GdppState = tuple[Tensor, Tensor, Tensor]  # u, h (the residual moment), c (the 
 @register("gd_plus_plus", label="GD++", steps=range(1, 9),
           align_hyper={"lr": 0.1, "gamma": 0.01}, order=8, compare_with=(),
           family=families.GD_PLUS_PLUS)
-def gd_plus_plus(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: float = 0.1,
-                 gamma: float = 0.01, weights: bool = True,
+def gd_plus_plus(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
+                 lr: float | Tensor = 0.1, gamma: float | Tensor = 0.01, weights: bool = True,
                  stats: PrefixStats | None = None) -> Iterates:
     """GD++ (von Oswald et al.): a GD step, then the covariates map ``x <- (I − γ S/t) x``.
 
@@ -224,13 +225,14 @@ def gd_plus_plus(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr:
     is ``w_k = Σ_{m<k} η C_mᵀ g_m``. C_0 = I makes every C_k a polynomial in S, so in S's
     eigenbasis all of it is elementwise: ``c ← (1 − γ λ c²/t) c``, ``u ← u + η c² h/t``,
     ``h ← h (1 − η λ c²/t)``.
+
+    ``lr`` and ``gamma``: numbers, or tensors ``[pos]`` of one value per prefix (a prefix
+    whose η is 0 takes no step: a model valid only at some positions is matched there).
     """
     k_steps = check_steps(steps)
-    lr = check_positive(lr, "lr")
-    gamma = check_positive(gamma, "gamma", allow_zero=True)
     stats = _stats(xs, ys, stats)
     sx = stats.x_scale
-    eta, gam = rescale(lr, sx, 2), rescale(gamma, sx, 2)  # on the scaled data
+    eta, gam = _gdpp_rate(lr, stats, "lr"), _gdpp_rate(gamma, stats, "gamma")  # scaled data
 
     def run(block: PrefixStats) -> tuple[Tensor, Tensor | None]:
         lam, inv_t = block.eigvals, safe_inverse(block.counts)[:, None]  # [pos, 1]
@@ -248,11 +250,24 @@ def gd_plus_plus(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr:
         return _run_recurrence(block, k_steps, start, advance, lambda s: s[0], weights)
 
     def unstable() -> str | None:
+        if isinstance(lr, Tensor) or isinstance(gamma, Tensor):
+            return None  # per prefix: the user's (a model read at some positions only)
         top = (safe_inverse(stats.counts) * stats.eigvals[..., -1]).max().item()
         bound = scaled_number(2.0 / top, -2 * log2(sx)) if top > 0 else "inf"
         return (f"lr={lr!r}, gamma={gamma!r} make the iterates diverge on these data: lower "
                 f"them (the GD step alone is stable for lr < 2/max(λ_max(S_t)/t) = {bound})")
 
     preds, w = by_blocks(stats, run)
-    return finish("gd_plus_plus", k_steps, preds, w, {"lr": lr, "gamma": gamma},
-                  out_dtype(xs), (sx, stats.y_scale), unstable, ys=ys)
+    hyper = {name: v.tolist() if isinstance(v, Tensor) else v
+             for name, v in (("lr", lr), ("gamma", gamma))}
+    return finish("gd_plus_plus", k_steps, preds, w, hyper, out_dtype(xs), (sx, stats.y_scale),
+                  unstable, ys=ys if fixed_number(lr) and fixed_number(gamma) else None)
+
+
+def _gdpp_rate(value: float | Tensor, stats: PrefixStats, name: str) -> Tensor | float:
+    """GD++'s η or γ on the scaled data: a number > 0 (γ >= 0), or ``[pos]`` -> ``[pos, 1]``."""
+    if isinstance(value, Tensor):
+        if name == "gamma" and value.shape == stats.counts.shape and not bool(value.any()):
+            return 0.0  # γ 0 at every prefix: GD's steps
+        return _per_prefix(value, stats.counts.numel(), name, 2)[:, None] * stats.x_scale**2
+    return rescale(check_positive(value, name, allow_zero=name == "gamma"), stats.x_scale, 2)

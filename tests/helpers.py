@@ -6,6 +6,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from iclprobe import models, tasks
@@ -83,3 +84,16 @@ def gpt_parameters(cfg):
     m, f = cfg.d_model, cfg.d_mlp_resolved
     block = 4 * m * m + 2 * m * f + 9 * m + f  # two norms, attention (h d_head = m), MLP
     return (cfg.token_dim + 1) * m + cfg.n_ctx * m + cfg.n_layers * block + 2 * m + m + 1
+
+
+def gdpp_loop(x, y, xq, lr: float, gamma: float, steps: int) -> float:
+    """GD++ by its definition (numpy, one prefix): a GD step on the mean loss, then every
+    covariate, the query's included, maps by ``I − γ XᵀX/t``; the query's prediction."""
+    x, r, xq, pred = x.copy(), y.copy(), xq.copy(), 0.0
+    eye = np.eye(x.shape[1])
+    for _ in range(steps):
+        g = x.T @ r / len(r)
+        pred, r = pred + lr * xq @ g, r - lr * x @ g
+        transform = eye - gamma * x.T @ x / len(r)
+        x, xq = x @ transform.T, transform @ xq
+    return pred

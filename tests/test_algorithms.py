@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from helpers import linear_data
+from helpers import gdpp_loop, linear_data
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.linear_model import Ridge
@@ -214,25 +214,22 @@ def test_online_gd_is_the_naive_loop(lr):
         close(it, *per_prefix(xs, ys, fn_for(passes)), k=k)
 
 
-def test_gd_plus_plus_is_the_naive_loop():
+@pytest.mark.parametrize("per_prefix", [False, True])
+def test_gd_plus_plus_is_the_naive_loop(per_prefix):
     xs, ys = linear_data(n=8, d=3)
-    lr, gamma = 0.1, 0.05
+    # per prefix: η_t and γ_t differ with t, and are 0 before t = 3 (no step there)
+    lrs = np.where(np.arange(8) >= 3, 0.05 + 0.02 * np.arange(8), 0.0) if per_prefix \
+        else np.full(8, 0.1)
+    gammas = lrs / 3 if per_prefix else np.full(8, 0.05)
 
-    def loop(x, y, xq):
-        x, r, xq, pred = x.copy(), y.copy(), xq.copy(), 0.0
-        for _ in range(4):
-            g = x.T @ r / len(r)
-            pred, r = pred + lr * xq @ g, r - lr * x @ g
-            transform = np.eye(3) - gamma * x.T @ x / len(r)
-            x, xq = x @ transform.T, transform @ xq
-        return pred
-
+    lr, gamma = (torch.from_numpy(lrs), torch.from_numpy(gammas)) if per_prefix \
+        else (0.1, 0.05)
     it = algorithms.gd_plus_plus(xs, ys, steps=[4], lr=lr, gamma=gamma)
     x, y = xs.numpy(), ys.numpy()
     ref = np.zeros(y.shape)
     for s in range(3):
         for t in range(1, 8):
-            ref[s, t] = loop(x[s, :t], y[s, :t], x[s, t])
+            ref[s, t] = gdpp_loop(x[s, :t], y[s, :t], x[s, t], lrs[t], gammas[t], 4)
     torch.testing.assert_close(it.preds[0], torch.from_numpy(ref), atol=1e-8, rtol=1e-8)
     # its weights are the linear predictor in the original coordinates
     torch.testing.assert_close((it.weights[0] * xs).sum(-1), it.preds[0])

@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+from helpers import gdpp_loop
 
 from iclprobe import algorithms, tasks
 from iclprobe.algorithms import families
@@ -87,6 +88,37 @@ def test_pgd_is_no_candidate_where_the_covariance_is_a_multiple_of_identity():
     cands, notes = build_candidates(["gd", "pgd"], batch, _stats(batch), (1, 7), 4, None, {},
                                     None)
     assert list(cands) == ["gd"] and "pgd" in notes[0]
+
+
+def test_gd_plus_plus_steps_inside_the_window_only():
+    # Its step sizes are m/max λ_max(S_t/t) over the window. Before the window λ_max(S_t/t)
+    # is larger (S_1/1 = x₁x₁ᵀ): run at every prefix, GD++'s larger steps diverge there, on
+    # prefixes never compared, and its family lost them (or all of it) on these data.
+    task = tasks.RegressionTask(n_dims=8, n_points=24, cov="isotropic")
+    batch = task.sample(24, generator=torch.Generator().manual_seed(0))
+    stats, window = _stats(batch), (16, 24)
+    ctx = FamilyContext(stats, batch.cov, window)
+    variants = families.GD_PLUS_PLUS.variants(ctx)
+    xs, ys = batch.xs.double(), batch.ys.double()
+    everywhere = []
+    for _, hyper in variants:
+        try:
+            algorithms.gd_plus_plus(xs, ys, steps=range(9), lr=float(hyper["lr"].max()),
+                                    gamma=float(hyper["gamma"].max()))
+        except Diverged:
+            everywhere.append(hyper)
+    assert everywhere  # the same step sizes at every prefix diverge on these data
+    it, columns, dropped = family_iterates("gd_plus_plus", batch, stats, window, 4, False)
+    assert dropped == [] and len(columns) == len(variants) * len(families.GDPP_STEPS)
+    # inside the window each column is GD++ at the scalar step sizes (its definition)
+    label, hyper = variants[-1]
+    k = columns.index(f"{label}, step 8")
+    lr, gamma = hyper["lr"].max().item(), hyper["gamma"].max().item()
+    x, y = xs.numpy(), ys.numpy()
+    for s, t in [(0, 16), (5, 20), (23, 23)]:
+        ref = gdpp_loop(x[s, :t], y[s, :t], x[s, t], lr, gamma, 8)
+        assert it.preds[k, s, t].item() == pytest.approx(ref, rel=1e-9, abs=1e-12)
+    assert bool((it.preds[k, :, :16] == 0).all())  # before it, no step
 
 
 def test_a_diverging_variant_is_left_out_of_its_family_with_a_note():

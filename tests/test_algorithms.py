@@ -270,6 +270,15 @@ def test_float32_in_float32_out_float64_in_float64_out():
     assert algorithms.gd(xs.float(), ys.float(), [2]).preds.dtype == torch.float32
 
 
+def test_gd_plus_plus_without_gamma_is_gd():
+    # γ 0 at every prefix, as a tensor or a number: no covariate map, GD on the mean loss
+    xs, ys = linear_data(n=8, d=3)
+    for gamma in (0.0, torch.zeros(8)):
+        it = algorithms.gd_plus_plus(xs, ys, steps=[1, 3], lr=0.2, gamma=gamma)
+        ref = algorithms.gd(xs, ys, steps=[1, 3], lr=0.2)
+        torch.testing.assert_close(it.preds, ref.preds, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize(
     ("call", "match"),
     [
@@ -294,6 +303,12 @@ def test_float32_in_float32_out_float64_in_float64_out():
         (lambda xs, ys: algorithms.pgd(xs, ys, [1], precond=torch.eye(3)),
          r"precond must have shape \(4, 4\)"),
         (lambda xs, ys: algorithms.gd_plus_plus(xs, ys, [1], gamma=-1.0), "gamma must be"),
+        (lambda xs, ys: algorithms.gd_plus_plus(xs, ys, [1], lr=torch.ones(3)),
+         r"lr as a tensor must be real with shape \(9,\), one value per prefix"),
+        (lambda xs, ys: algorithms.gd_plus_plus(xs, ys, [1], gamma=torch.full((9,), -0.1)),
+         "gamma must be finite and >= 0 at every prefix"),
+        (lambda xs, ys: algorithms.gd_plus_plus(xs, ys, [1], lr=torch.zeros(9)),
+         r"lr must be finite and >= 0 at every prefix \(> 0 somewhere\)"),
     ],
 )
 def test_bad_input(call, match):

@@ -166,10 +166,18 @@ def momentum(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrS
 
 def _cg_block(stats: PrefixStats, k_steps: Tensor, want_weights: bool
               ) -> tuple[Tensor, Tensor | None]:
-    """CG's predictions (and weights) on one block of sequences, in the eigenbasis."""
+    """CG's predictions (and weights) on one block of sequences, in the eigenbasis.
+
+    In exact arithmetic CG ends at OLS's min-norm solution after as many steps as S_t has
+    nonzero eigenvalues (its rank); in floating point the recurrence runs on there, on
+    residuals of round-off that an ill-conditioned prefix amplifies by up to ε κ(S_t) — not
+    CG's, and no model's. So from that step on the iterate is OLS's solution itself.
+    """
     lam, b = stats.eigvals, stats.xty_eig
     floor = 1e-28 * b.pow(2).sum(-1, keepdim=True)  # residual norms below this: converged
     lam_p, work = torch.empty_like(b), torch.empty_like(b)
+    ols, rank = b * safe_inverse(lam), (lam > 0).sum(-1, keepdim=True)
+    taken = [0]  # steps taken
 
     def sum_sq(v: Tensor, w: Tensor) -> Tensor:  # (v ⊙ w).sum, through the work buffer
         return torch.mul(v, w, out=work).sum(-1, keepdim=True)
@@ -185,6 +193,8 @@ def _cg_block(stats: PrefixStats, k_steps: Tensor, want_weights: bool
         r.sub_(torch.mul(lam, step, out=work).mul_(p))
         rr_new = sum_sq(r, r)
         beta = torch.where(live, rr_new / torch.where(live, rr, 1.0), 0.0)
+        taken[0] += 1
+        torch.where(rank <= taken[0], ols, u, out=u)  # CG has ended: OLS's solution
         return u, r, p.mul_(beta).add_(r), rr_new
 
     start: CgState = (torch.zeros_like(b), b.clone(), b.clone(), b.pow(2).sum(-1, keepdim=True))

@@ -8,7 +8,7 @@ import pytest
 import torch
 from helpers import linear_data
 
-from iclprobe import algorithms
+from iclprobe import algorithms, tasks
 from iclprobe.algorithms import prefix, sequential
 from iclprobe.algorithms.learners import power_decays
 from iclprobe.algorithms.prefix import exclusive_cumsum
@@ -252,12 +252,19 @@ def test_no_positions_is_refused_and_no_dimensions_predicts_zero(name):
     assert it.weights.shape[-1] == 0 and torch.equal(it.preds, torch.zeros_like(it.preds))
 
 
-def cg_plain(stats, steps):
-    """CG in the eigenbasis as plain expressions (how it read before it ran in place)."""
+def cg_plain(stats, steps, ends=True):
+    """CG in the eigenbasis as plain expressions (how it read before it ran in place).
+
+    ``ends``: from the step S_t's rank on, the iterate is OLS's solution (exact CG's end);
+    else the recurrence runs on there.
+    """
     lam, b = stats.eigvals, stats.xty_eig
     floor = 1e-28 * b.pow(2).sum(-1, keepdim=True)
+    rank = (lam > 0).sum(-1, keepdim=True)
     u, r, p, out = torch.zeros_like(b), b, b, {}
     for k in range(max(steps) + 1):
+        if ends:
+            u = torch.where(rank <= k, b * torch.where(lam > 0, 1 / lam, 0.0), u)
         out[k] = (u * stats.query_eig).sum(-1)
         rr = r.pow(2).sum(-1, keepdim=True)
         curv = (lam * p * p).sum(-1, keepdim=True)
@@ -279,3 +286,20 @@ def test_cg_rounds_exactly_as_the_plain_expressions():
     steps = list(range(10))
     it = algorithms.cg(xs, ys, steps, weights=False)
     assert torch.equal(it.preds, cg_plain(algorithms.prefix_stats(xs, ys), steps))
+
+
+def test_cg_ends_at_ols_after_as_many_steps_as_the_rank():
+    # κ 1000: the recurrence run past the rank of S_t (8 here, from t = 8 on; t before)
+    # amplifies round-off to 2% of the predictions, where exact CG has ended at OLS
+    eig = [10 ** (-3 * i / 7) for i in range(8)]
+    task = tasks.RegressionTask(n_dims=8, n_points=24, cov="rotated", eigenvalues=eig, seed=1)
+    batch = task.sample(16, generator=torch.Generator().manual_seed(0))
+    xs, ys = batch.xs.double(), batch.ys.double()
+    ols = algorithms.ols(xs, ys).preds[0]
+    it = algorithms.cg(xs, ys, [8, 9])
+    assert torch.equal(it.preds, ols.expand_as(it.preds))
+    stats = algorithms.prefix_stats(xs, ys)
+    assert (cg_plain(stats, [8], ends=False)[0] - ols).abs().max() > 1e-2 * ols.abs().max()
+    # at a prefix of rank t < d, from step t on
+    short = algorithms.cg(xs, ys, [3])
+    torch.testing.assert_close(short.preds[0, :, :4], ols[:, :4], rtol=0, atol=0)

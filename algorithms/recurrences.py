@@ -168,32 +168,38 @@ def _cg_block(stats: PrefixStats, k_steps: Tensor, want_weights: bool
               ) -> tuple[Tensor, Tensor | None]:
     """CG's predictions (and weights) on one block of sequences, in the eigenbasis.
 
-    In exact arithmetic CG ends at OLS's min-norm solution after as many steps as S_t has
-    nonzero eigenvalues (its rank); in floating point the recurrence runs on there, on
-    residuals of round-off that an ill-conditioned prefix amplifies by up to ε κ(S_t) — not
-    CG's, and no model's. So from that step on the iterate is OLS's solution itself.
+    CG's residuals are orthogonal in exact arithmetic; in floating point they lose it on
+    ill-conditioned prefixes, and the plain recurrence then drifts from CG's iterates (by
+    5·10⁻³ of the predictions' scale at step d − 1 on κ 1000 data, 2·10⁻² at step d, where
+    CG has ended at OLS). So each new residual is orthogonalized twice against the earlier
+    ones (full reorthogonalization, as in Lanczos): the iterates are exact CG's to
+    round-off. From the step S_t's rank on (CG's end in exact arithmetic) the iterate is
+    OLS's min-norm solution itself.
     """
     lam, b = stats.eigvals, stats.xty_eig
     floor = 1e-28 * b.pow(2).sum(-1, keepdim=True)  # residual norms below this: converged
     lam_p, work = torch.empty_like(b), torch.empty_like(b)
     ols, rank = b * safe_inverse(lam), (lam > 0).sum(-1, keepdim=True)
-    taken = [0]  # steps taken
+    basis = b.new_empty(max(int(k_steps.max()), 1), *b.shape)  # the residuals, normalized
+    taken = [0]  # steps taken: basis[:taken] are filled
 
     def sum_sq(v: Tensor, w: Tensor) -> Tensor:  # (v ⊙ w).sum, through the work buffer
         return torch.mul(v, w, out=work).sum(-1, keepdim=True)
 
-    # In place, with the same roundings as the plain expressions (CG amplifies any change of
-    # rounding on ill-conditioned prefixes): u + step p, r − (step λ) p, r + β p.
-    def advance(state: CgState) -> CgState:
+    def advance(state: CgState) -> CgState:  # in place: u + step p, r − (step λ) p, r + β p
         u, r, p, rr = state
         curv = sum_sq(torch.mul(lam, p, out=lam_p), p)  # (λ p) p
         live = (rr > floor) & (curv > 0)
         step = torch.where(live, rr / torch.where(live, curv, 1.0), 0.0)
+        torch.mul(r, torch.where(rr > 0, rr.rsqrt(), 0.0), out=basis[taken[0]])
+        taken[0] += 1
         u.add_(torch.mul(p, step, out=work))
         r.sub_(torch.mul(lam, step, out=work).mul_(p))
+        for _ in range(2):  # Gram–Schmidt twice is enough (Kahan, Parlett)
+            for q in basis[:taken[0]]:
+                r.sub_(torch.mul(q, sum_sq(q, r), out=lam_p))
         rr_new = sum_sq(r, r)
         beta = torch.where(live, rr_new / torch.where(live, rr, 1.0), 0.0)
-        taken[0] += 1
         torch.where(rank <= taken[0], ols, u, out=u)  # CG has ended: OLS's solution
         return u, r, p.mul_(beta).add_(r), rr_new
 

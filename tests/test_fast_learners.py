@@ -3,6 +3,7 @@
 import importlib
 from decimal import Decimal, localcontext
 
+import mpmath
 import numpy as np
 import pytest
 import torch
@@ -252,54 +253,55 @@ def test_no_positions_is_refused_and_no_dimensions_predicts_zero(name):
     assert it.weights.shape[-1] == 0 and torch.equal(it.preds, torch.zeros_like(it.preds))
 
 
-def cg_plain(stats, steps, ends=True):
-    """CG in the eigenbasis as plain expressions (how it read before it ran in place).
-
-    ``ends``: from the step S_t's rank on, the iterate is OLS's solution (exact CG's end);
-    else the recurrence runs on there.
-    """
-    lam, b = stats.eigvals, stats.xty_eig
-    floor = 1e-28 * b.pow(2).sum(-1, keepdim=True)
-    rank = (lam > 0).sum(-1, keepdim=True)
-    u, r, p, out = torch.zeros_like(b), b, b, {}
-    for k in range(max(steps) + 1):
-        if ends:
-            u = torch.where(rank <= k, b * torch.where(lam > 0, 1 / lam, 0.0), u)
-        out[k] = (u * stats.query_eig).sum(-1)
-        rr = r.pow(2).sum(-1, keepdim=True)
-        curv = (lam * p * p).sum(-1, keepdim=True)
-        live = (rr > floor) & (curv > 0)
-        step = torch.where(live, rr / torch.where(live, curv, 1.0), 0.0)
-        u, r_new = u + step * p, r - step * lam * p
-        rr_new = r_new.pow(2).sum(-1, keepdim=True)
-        p = r_new + torch.where(live, rr_new / torch.where(live, rr, 1.0), 0.0) * p
-        r = r_new
-    return torch.stack([out[k] for k in steps])
+def exact_cg(lam, b, q, steps, digits=50):
+    """CG in the eigenbasis of one prefix in ``digits``-digit arithmetic (mpmath): the
+    predictions ``uᵀ q`` after each of ``steps`` steps, as floats."""
+    with mpmath.workdps(digits):
+        lam, b, q = ([mpmath.mpf(v) for v in x.tolist()] for x in (lam, b, q))
+        u, r, p = [mpmath.mpf(0)] * len(b), b[:], b[:]
+        rr, out = sum(x * x for x in r), []
+        for _ in range(steps + 1):
+            out.append(float(sum(x * y for x, y in zip(u, q))))
+            curv = sum(x * y * y for x, y in zip(lam, p))
+            if rr < mpmath.mpf(10) ** (-digits) or curv == 0:
+                continue
+            a = rr / curv
+            u = [x + a * y for x, y in zip(u, p)]
+            r = [x - a * lv * y for x, lv, y in zip(r, lam, p)]
+            rr, beta = sum(x * x for x in r), sum(x * x for x in r) / rr
+            p = [x + beta * y for x, y in zip(r, p)]
+    return out
 
 
-def test_cg_rounds_exactly_as_the_plain_expressions():
-    # CG's late steps on ill-conditioned prefixes amplify any change of rounding (by up to
-    # 1e-2 relative at d = 20), so the in-place version keeps the very same roundings.
-    g = torch.Generator().manual_seed(0)
-    xs = torch.randn(16, 24, 8, generator=g, dtype=torch.float64)
-    ys = torch.randn(16, 24, generator=g, dtype=torch.float64)
-    steps = list(range(10))
-    it = algorithms.cg(xs, ys, steps, weights=False)
-    assert torch.equal(it.preds, cg_plain(algorithms.prefix_stats(xs, ys), steps))
-
-
-def test_cg_ends_at_ols_after_as_many_steps_as_the_rank():
-    # κ 1000: the recurrence run past the rank of S_t (8 here, from t = 8 on; t before)
-    # amplifies round-off to 2% of the predictions, where exact CG has ended at OLS
+def _kappa_1000_batch():
     eig = [10 ** (-3 * i / 7) for i in range(8)]
     task = tasks.RegressionTask(n_dims=8, n_points=24, cov="rotated", eigenvalues=eig, seed=1)
     batch = task.sample(16, generator=torch.Generator().manual_seed(0))
-    xs, ys = batch.xs.double(), batch.ys.double()
+    return batch.xs.double(), batch.ys.double()
+
+
+def test_cg_is_exact_cg_on_ill_conditioned_prefixes():
+    # κ 1000: the plain recurrence loses its residuals' orthogonality and drifts from CG by
+    # 5e-3 of the predictions' scale at step 7 (2e-2 at step 8); reorthogonalized, CG's
+    # iterates are exact CG's (50 digits) to round-off at every step, at prefixes of full
+    # rank and of rank t < d (t = 3)
+    xs, ys = _kappa_1000_batch()
+    stats = algorithms.prefix_stats(xs, ys)
+    it = algorithms.cg(xs, ys, range(10), weights=False)
+    scale = algorithms.ols(xs, ys).preds.abs().max().item()
+    for s in (0, 5, 11):
+        for t in (3, 8, 9, 16, 23):
+            ref = exact_cg(stats.eigvals[s, t], stats.xty_eig[s, t], stats.query_eig[s, t], 9)
+            got = it.preds[:, s, t] / stats.y_scale
+            assert max(abs(g - r) for g, r in zip(got.tolist(), ref)) < 1e-13 * scale
+
+
+def test_cg_ends_at_ols_after_as_many_steps_as_the_rank():
+    # exact CG has ended at OLS's min-norm solution after rank(S_t) steps: 8 from t = 8 on,
+    # t before; from there the iterate is OLS's, bit for bit
+    xs, ys = _kappa_1000_batch()
     ols = algorithms.ols(xs, ys).preds[0]
     it = algorithms.cg(xs, ys, [8, 9])
     assert torch.equal(it.preds, ols.expand_as(it.preds))
-    stats = algorithms.prefix_stats(xs, ys)
-    assert (cg_plain(stats, [8], ends=False)[0] - ols).abs().max() > 1e-2 * ols.abs().max()
-    # at a prefix of rank t < d, from step t on
     short = algorithms.cg(xs, ys, [3])
-    torch.testing.assert_close(short.preds[0, :, :4], ols[:, :4], rtol=0, atol=0)
+    assert torch.equal(short.preds[0, :, :4], ols[:, :4])

@@ -341,19 +341,21 @@ def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
                   (stats.x_scale, stats.y_scale), unstable, ys=ys if a is not None else None)
 
 
-def _per_prefix(value: Tensor, n_points: int, name: str, power: int) -> Tensor:
+def _per_prefix(value: Tensor, n_points: int, name: str, power: int,
+                all_zero: bool = False) -> Tensor:
     """A hyperparameter given per prefix t, ``[pos]``, checked, as float64.
 
     Prefixes with value 0 take no step (their iterates stay at the start): a model valid
-    only at some positions is matched there alone.
+    only at some positions is matched there alone. ``all_zero``: 0 at every prefix is
+    allowed (GD++'s γ: no covariate map).
     """
     if value.shape != (n_points,) or value.is_complex() or value.dtype == torch.bool:
         raise InputError(f"{name} as a tensor must be real with shape ({n_points},), one value "
                          f"per prefix, got {value.dtype} of shape {tuple(value.shape)}")
     v = value.detach().to(torch.float64)
-    if not bool((torch.isfinite(v) & (v >= 0)).all()) or not bool((v > 0).any()):
-        raise InputError(f"{name} must be finite and >= 0 at every prefix (> 0 somewhere), "
-                         f"got {v.tolist()}")
+    if not bool((torch.isfinite(v) & (v >= 0)).all()) or not (all_zero or bool((v > 0).any())):
+        raise InputError(f"{name} must be finite and >= 0 at every prefix"
+                         f"{'' if all_zero else ' (> 0 somewhere)'}, got {v.tolist()}")
     return v
 
 

@@ -266,24 +266,25 @@ def gd_plus_plus(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
         return _run_recurrence(block, k_steps, start, advance, lambda s: s[0], weights)
 
     def unstable() -> str | None:
-        if isinstance(lr, Tensor) or isinstance(gamma, Tensor):
+        if isinstance(lr, Tensor):
             return None  # per prefix: the user's (a model read at some positions only)
         top = (safe_inverse(stats.counts) * stats.eigvals[..., -1]).max().item()
         bound = scaled_number(2.0 / top, -2 * log2(sx)) if top > 0 else "inf"
-        return (f"lr={lr!r}, gamma={gamma!r} make the iterates diverge on these data: lower "
+        g = "(one per prefix)" if isinstance(gamma, Tensor) else repr(gamma)
+        return (f"lr={lr!r}, gamma={g} make the iterates diverge on these data: lower "
                 f"them (the GD step alone is stable for lr < 2/max(λ_max(S_t)/t) = {bound})")
 
     preds, w = by_blocks(stats, run)
     hyper = {name: v.tolist() if isinstance(v, Tensor) else v
              for name, v in (("lr", lr), ("gamma", gamma))}
     return finish("gd_plus_plus", k_steps, preds, w, hyper, out_dtype(xs), (sx, stats.y_scale),
-                  unstable, ys=ys if fixed_number(lr) and fixed_number(gamma) else None)
+                  unstable, ys=ys if fixed_number(lr) else None)
 
 
 def _gdpp_rate(value: float | Tensor, stats: PrefixStats, name: str) -> Tensor | float:
     """GD++'s η or γ on the scaled data: a number > 0 (γ >= 0), or ``[pos]`` -> ``[pos, 1]``."""
+    gamma = name == "gamma"
     if isinstance(value, Tensor):
-        if name == "gamma" and value.shape == stats.counts.shape and not bool(value.any()):
-            return 0.0  # γ 0 at every prefix: GD's steps
-        return _per_prefix(value, stats.counts.numel(), name, 2)[:, None] * stats.x_scale**2
-    return rescale(check_positive(value, name, allow_zero=name == "gamma"), stats.x_scale, 2)
+        v = _per_prefix(value, stats.counts.numel(), name, 2, all_zero=gamma)
+        return v[:, None] * stats.x_scale**2 if bool(v.any()) else 0.0  # γ 0: GD's steps
+    return rescale(check_positive(value, name, allow_zero=gamma), stats.x_scale, 2)

@@ -90,6 +90,11 @@ def test_pgd_is_no_candidate_where_the_covariance_is_a_multiple_of_identity():
     assert list(cands) == ["gd"] and "pgd" in notes[0]
 
 
+def _top(value):
+    """A step size given as a number or per prefix (0 outside the window): its value."""
+    return float(torch.as_tensor(value).max())
+
+
 def test_gd_plus_plus_steps_inside_the_window_only():
     # Its step sizes are m/max λ_max(S_t/t) over the window. Before the window λ_max(S_t/t)
     # is larger (S_1/1 = x₁x₁ᵀ): run at every prefix, GD++'s larger steps diverge there, on
@@ -103,8 +108,8 @@ def test_gd_plus_plus_steps_inside_the_window_only():
     everywhere = []
     for _, hyper in variants:
         try:
-            algorithms.gd_plus_plus(xs, ys, steps=range(9), lr=float(hyper["lr"].max()),
-                                    gamma=float(hyper["gamma"].max()))
+            algorithms.gd_plus_plus(xs, ys, steps=range(9), lr=_top(hyper["lr"]),
+                                    gamma=_top(hyper["gamma"]))
         except Diverged:
             everywhere.append(hyper)
     assert everywhere  # the same step sizes at every prefix diverge on these data
@@ -113,7 +118,7 @@ def test_gd_plus_plus_steps_inside_the_window_only():
     # inside the window each column is GD++ at the scalar step sizes (its definition)
     label, hyper = variants[-1]
     k = columns.index(f"{label}, step 8")
-    lr, gamma = hyper["lr"].max().item(), hyper["gamma"].max().item()
+    lr, gamma = _top(hyper["lr"]), _top(hyper["gamma"])
     x, y = xs.numpy(), ys.numpy()
     for s, t in [(0, 16), (5, 20), (23, 23)]:
         ref = gdpp_loop(x[s, :t], y[s, :t], x[s, t], lr, gamma, 8)

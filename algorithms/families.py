@@ -56,8 +56,6 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
 from iclprobe.algorithms.family_context import FamilyContext
 from iclprobe.errors import InputError, InputTypeError
 
@@ -278,10 +276,7 @@ def _newton_variants(ctx: FamilyContext, fine: bool = False) -> list[Variant]:
 
 def _pgd_variants(ctx: FamilyContext, scales: tuple[float, ...] | None = None) -> list[Variant]:
     scales = GD_SCALES if scales is None else scales
-    cov = ctx.cov.to(torch.float64)
-    eye = torch.eye(cov.shape[-1], dtype=cov.dtype)
-    scale = cov.diagonal(dim1=-2, dim2=-1).mean(-1)[..., None, None]
-    if bool(torch.allclose(cov, scale * eye, rtol=1e-9, atol=0.0)):
+    if ctx.isotropic():
         raise NotACandidate("pgd: Σ is a multiple of I in these data, so GD preconditioned by "
                             "Σ⁻¹ is GD (one candidate, gd)")
     return [(f"{m:.3g}/λmax", {"precond": "inverse_cov", "lr": "max", "normalize": True,

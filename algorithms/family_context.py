@@ -20,6 +20,10 @@ __all__ = ["FamilyContext"]
 
 
 _Value = TypeVar("_Value")
+#: Σ's eigenvalues spread by at most this share of the largest: Σ is a multiple of I (the
+#: populations' covariances are float32, rotated ones off by ~1e-7 of their scale; a
+#: learner that differs from GD by that little differs by less than any answer resolves)
+ISOTROPIC_TOL = 1e-6
 
 
 def _once(method: Callable[[Any], _Value]) -> Callable[[Any], _Value]:
@@ -78,6 +82,19 @@ class FamilyContext:
         eig = torch.linalg.eigvalsh(self.cov.to(torch.float64))  # basis-free: values only
         ratio = eig[..., -1] / eig.mean(-1).clamp(min=torch.finfo(torch.float64).tiny)
         return max(float(ratio.max()), 1.0)
+
+    @_once
+    def isotropic(self) -> bool:
+        """Whether Σ is a multiple of I in every sequence, to its float32 round-off.
+
+        Judged on Σ's eigenvalues (basis-free): spread by at most `ISOTROPIC_TOL` of the
+        largest. A rotated Σ = s·I (a designed isotropic distribution at another scale)
+        carries round-off of ~1e-16 off its diagonal, which an entrywise test against
+        s·I with no absolute tolerance takes for structure.
+        """
+        eig = torch.linalg.eigvalsh(self.cov.to(torch.float64))
+        spread = eig[..., -1] - eig[..., 0]
+        return bool((spread <= ISOTROPIC_TOL * eig[..., -1].abs()).all())
 
     @_once
     def mean_eigenvalue(self) -> float:

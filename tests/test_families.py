@@ -90,6 +90,28 @@ def test_pgd_is_no_candidate_where_the_covariance_is_a_multiple_of_identity():
     assert list(cands) == ["gd"] and "pgd" in notes[0]
 
 
+@pytest.mark.parametrize("seed", [7, 11])
+def test_pgd_is_no_candidate_on_a_rotated_multiple_of_identity(seed):
+    # a designed isotropic distribution at another scale: Σ = s·I stored after a rotation,
+    # round-off (~1e-16) off its diagonal; pgd is GD there and must not stand beside it
+    # (an entrywise test with no absolute tolerance kept it, and designed answers read
+    # "cannot tell gd from pgd" at margin 0)
+    task = tasks.RegressionTask(n_dims=4, n_points=8, cov="rotated", eigenvalues=(0.7,) * 4,
+                                seed=seed)
+    batch = task.sample(24, generator=torch.Generator().manual_seed(0))
+    off = batch.cov - torch.diag(batch.cov.diagonal())
+    assert float(off.abs().max()) > 0  # the round-off the old test took for structure
+    with pytest.raises(NotACandidate, match="Σ is a multiple of I"):
+        family_iterates("pgd", batch, _stats(batch), (1, 7), 4, False)
+    # a spread of 1e-4 is structure: pgd is a candidate, and differs from GD
+    task = tasks.RegressionTask(n_dims=4, n_points=8, cov="rotated",
+                                eigenvalues=(0.7, 0.7, 0.7, 0.7 * (1 - 1e-4)), seed=seed)
+    batch = task.sample(24, generator=torch.Generator().manual_seed(0))
+    it, _, _ = family_iterates("pgd", batch, _stats(batch), (1, 7), 4, False)
+    gd, _, _ = family_iterates("gd", batch, _stats(batch), (1, 7), 4, False)
+    assert it.preds.shape[0] > 0 and not torch.equal(it.preds[-1], gd.preds[-1])
+
+
 def _top(value):
     """A step size given as a number or per prefix (0 outside the window): its value."""
     return float(torch.as_tensor(value).max())

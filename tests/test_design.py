@@ -143,6 +143,20 @@ def test_a_variant_matched_on_the_own_task_that_is_none_here_is_not_separated(gd
     assert alone > 0 and got == pytest.approx(alone / 2, rel=1e-12)  # layer 3's pair: 0
 
 
+@pytest.mark.parametrize("scale", [1.0, 1.3])  # an isotropic task; Σ = s·I after a rotation
+def test_a_pair_with_a_learner_that_is_no_candidate_here_is_not_separated(gd_oracle, scale):
+    """pgd matched on an anisotropic own task (a grid rank) is GD on isotropic data: its pair
+    is not separated there (0), the other layers count as before; never an error (the
+    family's grid raised NotACandidate while the matched variants were checked)."""
+    model, res = gd_oracle
+    task = D.Distribution(1.0, "geometric", 9, 0.0, "context", scale=scale).task(4, 0)
+    places = {**res.answer.places, "pgd": [(3.0, k) for k in range(7)]}
+    pairs = {3: [("gd", "pgd")], 5: [("gd", "newton")]}
+    got = D.separation(task, pairs, places, 6, CFG, "all", 64, 0, model)
+    alone = D.separation(task, {5: [("gd", "newton")]}, places, 6, CFG, "all", 64, 0, model)
+    assert alone > 0 and got == pytest.approx(alone / 2, rel=1e-12)
+
+
 def test_data_where_the_deepest_matched_learner_does_no_regression_separate_nothing(gd_oracle):
     """The oracle's last layer runs GD at 1/λ_max for 12 steps. On κ 1000 data with queries
     along the low-variance directions GD has barely moved there: its normalized error (by

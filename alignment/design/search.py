@@ -128,10 +128,10 @@ def separation(task: RegressionTask, pairs: Mapping[int, Sequence[tuple[str, str
     ctx = FamilyContext(stats, batch.cov, window)
     for key in needed:
         own = places.get(key, ())
-        if key in algorithms.LEARNERS:  # a variant matched on the own task may be none here
-            family = algorithms.learner_info(key).fitted_family
-            own = [p for p in own if family.holds(ctx, p[0])]
         try:
+            if key in algorithms.LEARNERS:  # a variant matched on the own task may be none here
+                family = algorithms.learner_info(key).fitted_family
+                own = [p for p in own if family.holds(ctx, p[0])]  # may raise NotACandidate
             it, _, _ = family_iterates(key, batch, stats, window, n_layers, False,
                                        claim=claims.get(key) if key not in algorithms.LEARNERS
                                        else None, fine=matched_fine(own))

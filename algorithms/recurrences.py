@@ -220,15 +220,19 @@ def cg(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
 
 
 
-GdppState = tuple[Tensor, Tensor, Tensor]  # u, h (the residual moment), c (the covariate map)
+GdppState = tuple[Tensor, Tensor, Tensor]
+#: `align`'s tables run GD++ at η = 1/λ_max(S_t/t) per prefix (GD's "max") and γ this
+#: multiple of it: its family's smallest γ multiple, away from γ → 0, where GD++ is GD
+GDPP_GAMMA_SCALE = families.GDPP_GAMMAS[0]  # u, h (the residual moment), c (the covariate map)
 
 
 @register("gd_plus_plus", label="GD++", steps=range(1, 9),
-          align_hyper={"lr": 0.1, "gamma": 0.01}, order=8, compare_with=(),
-          family=families.GD_PLUS_PLUS)
+          align_hyper={"lr": "max", "gamma": "max", "gamma_scale": GDPP_GAMMA_SCALE},
+          order=8, compare_with=(), family=families.GD_PLUS_PLUS)
 def gd_plus_plus(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
-                 lr: float | Tensor = 0.1, gamma: float | Tensor = 0.01, weights: bool = True,
-                 stats: PrefixStats | None = None) -> Iterates:
+                 lr: float | Tensor | str = 0.1, gamma: float | Tensor | str = 0.01,
+                 weights: bool = True, stats: PrefixStats | None = None,
+                 lr_scale: float = 1.0, gamma_scale: float = 1.0) -> Iterates:
     """GD++ (von Oswald et al.): a GD step, then the covariates map ``x <- (I − γ S/t) x``.
 
     Each step, with the current covariates, takes a GD step on the mean loss; then every
@@ -242,49 +246,75 @@ def gd_plus_plus(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     eigenbasis all of it is elementwise: ``c ← (1 − γ λ c²/t) c``, ``u ← u + η c² h/t``,
     ``h ← h (1 − η λ c²/t)``.
 
-    ``lr`` and ``gamma``: numbers, or tensors ``[pos]`` of one value per prefix (a prefix
-    whose η is 0 takes no step: a model valid only at some positions is matched there).
+    ``lr`` and ``gamma``: numbers, tensors ``[pos]`` of one value per prefix (a prefix
+    whose η is 0 takes no step: a model valid only at some positions is matched there), or
+    "max": 1/λ_max(S_t/t) of each prefix, GD's "max" on the mean loss (relative to the data,
+    so stable on data of any scale), times ``lr_scale`` and ``gamma_scale``. `align`'s
+    tables run η "max" and γ `GDPP_GAMMA_SCALE` × "max"; a fixed number (0.1, the default)
+    is in the data's units, and diverges on data whose curvature is past 2/η.
     """
     k_steps = check_steps(steps)
     stats = _stats(xs, ys, stats)
     sx = stats.x_scale
-    eta, gam = _gdpp_rate(lr, stats, "lr"), _gdpp_rate(gamma, stats, "gamma")  # scaled data
+    eta = _gdpp_rate(lr, stats, "lr", check_positive(lr_scale, "lr_scale"))  # scaled data
+    gam = _gdpp_rate(gamma, stats, "gamma", check_positive(gamma_scale, "gamma_scale"))
 
     def run(block: PrefixStats) -> tuple[Tensor, Tensor | None]:
         lam, inv_t = block.eigvals, safe_inverse(block.counts)[:, None]  # [pos, 1]
+        rule = safe_inverse(lam[..., -1:] * inv_t)  # 1/λ_max(S_t/t) [block, pos, 1]
+        eta_b = rule * eta[1] if isinstance(eta, tuple) else eta
+        gam_b = rule * gam[1] if isinstance(gam, tuple) else gam
 
         def advance(state: GdppState) -> GdppState:  # in place: the state is this run's
             u, h, c = state
             c2 = torch.mul(c, c).mul_(inv_t)
-            u.add_(torch.mul(c2, h).mul_(eta))
+            u.add_(torch.mul(c2, h).mul_(eta_b))
             lam_c2 = c2.mul_(lam)
-            h.mul_(torch.mul(lam_c2, -eta).add_(1.0))
-            c.mul_(lam_c2.mul_(-gam).add_(1.0))
+            h.mul_(torch.mul(lam_c2, eta_b).neg_().add_(1.0))
+            c.mul_(lam_c2.mul_(gam_b).neg_().add_(1.0))
             return u, h, c
 
         start = (torch.zeros_like(lam), block.xty_eig.clone(), torch.ones_like(lam))
         return _run_recurrence(block, k_steps, start, advance, lambda s: s[0], weights)
 
-    def unstable() -> str | None:
-        if isinstance(lr, Tensor):
-            return None  # per prefix: the user's (a model read at some positions only)
-        top = (safe_inverse(stats.counts) * stats.eigvals[..., -1]).max().item()
-        bound = scaled_number(2.0 / top, -2 * log2(sx)) if top > 0 else "inf"
-        g = "(one per prefix)" if isinstance(gamma, Tensor) else repr(gamma)
-        return (f"lr={lr!r}, gamma={g} make the iterates diverge on these data: lower "
-                f"them (the GD step alone is stable for lr < 2/max(λ_max(S_t)/t) = {bound})")
-
     preds, w = by_blocks(stats, run)
     hyper = {name: v.tolist() if isinstance(v, Tensor) else v
              for name, v in (("lr", lr), ("gamma", gamma))}
+    hyper.update({k: v for k, v in (("lr_scale", lr_scale), ("gamma_scale", gamma_scale))
+                  if v != 1.0})
     return finish("gd_plus_plus", k_steps, preds, w, hyper, out_dtype(xs), (sx, stats.y_scale),
-                  unstable, ys=ys if fixed_number(lr) else None)
+                  lambda: _gdpp_unstable(lr, gamma, lr_scale, stats),
+                  ys=ys if fixed_number(lr) or isinstance(lr, str) else None)
 
 
-def _gdpp_rate(value: float | Tensor, stats: PrefixStats, name: str) -> Tensor | float:
-    """GD++'s η or γ on the scaled data: a number > 0 (γ >= 0), or ``[pos]`` -> ``[pos, 1]``."""
+def _gdpp_unstable(lr: float | Tensor | str, gamma: float | Tensor | str, lr_scale: float,
+                   stats: PrefixStats) -> str | None:
+    """Why GD++'s iterates grow, in the user's terms (None: per-prefix rates, the user's)."""
+    if isinstance(lr, Tensor):
+        return None  # per prefix: the user's (a model read at some positions only)
+    if isinstance(lr, str):
+        return (f"lr='max' × lr_scale={lr_scale!r} makes the iterates diverge on these "
+                "data: GD's step alone is stable for lr_scale < 2")
+    top = (safe_inverse(stats.counts) * stats.eigvals[..., -1]).max().item()
+    bound = scaled_number(2.0 / top, -2 * log2(stats.x_scale)) if top > 0 else "inf"
+    g = "(one per prefix)" if isinstance(gamma, Tensor) else repr(gamma)
+    return (f"lr={lr!r}, gamma={g} make the iterates diverge on these data: lower "
+            f"them (the GD step alone is stable for lr < 2/max(λ_max(S_t)/t) = {bound})")
+
+
+def _gdpp_rate(value: float | Tensor | str, stats: PrefixStats, name: str, scale: float
+               ) -> Tensor | float | tuple[str, float]:
+    """GD++'s η or γ on the scaled data, times ``scale``.
+
+    A number > 0 (γ >= 0); ``[pos]`` -> ``[pos, 1]``; "max" -> ``("max", scale)``, the
+    rule 1/λ_max(S_t/t) applied per block of sequences (`gd_plus_plus`).
+    """
     gamma = name == "gamma"
+    if isinstance(value, str):
+        if value != "max":
+            raise InputError(f"{name} must be a number, a tensor [pos] or 'max', got {value!r}")
+        return ("max", scale)
     if isinstance(value, Tensor):
         v = _per_prefix(value, stats.counts.numel(), name, 2, all_zero=gamma)
-        return v[:, None] * stats.x_scale**2 if bool(v.any()) else 0.0  # γ 0: GD's steps
-    return rescale(check_positive(value, name, allow_zero=gamma), stats.x_scale, 2)
+        return v[:, None] * stats.x_scale**2 * scale if bool(v.any()) else 0.0  # γ 0: GD
+    return rescale(check_positive(value, name, allow_zero=gamma), stats.x_scale, 2) * scale

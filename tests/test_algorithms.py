@@ -270,6 +270,30 @@ def test_float32_in_float32_out_float64_in_float64_out():
     assert algorithms.gd(xs.float(), ys.float(), [2]).preds.dtype == torch.float32
 
 
+def test_gd_plus_plus_at_its_max_rule_is_the_naive_loop_and_free_of_the_data_scale():
+    # "max": η_t = lr_scale/λ_max(S_t/t) and γ_t = gamma_scale/λ_max(S_t/t), each sequence's
+    # own prefix (align's tables run it so): the numpy definition at those rates, and the
+    # same predictions on x scaled by 100 (a fixed η = 0.1 diverges there)
+    xs, ys = linear_data(n=8, d=3)
+    it = algorithms.gd_plus_plus(xs, ys, steps=[4], lr="max", gamma="max", lr_scale=0.8,
+                                 gamma_scale=0.25)
+    x, y = xs.numpy(), ys.numpy()
+    ref = np.zeros(y.shape)
+    for s in range(x.shape[0]):
+        for t in range(1, 8):
+            top = np.linalg.eigvalsh(x[s, :t].T @ x[s, :t] / t).max()
+            ref[s, t] = gdpp_loop(x[s, :t], y[s, :t], x[s, t], 0.8 / top, 0.25 / top, 4)
+    torch.testing.assert_close(it.preds[0], torch.from_numpy(ref), atol=1e-10, rtol=1e-10)
+    assert it.hyper == {"lr": "max", "gamma": "max", "lr_scale": 0.8, "gamma_scale": 0.25}
+    table = algorithms.learner_info("gd_plus_plus").align_hyper
+    steps = list(range(1, 9))
+    here = algorithms.iterates("gd_plus_plus", xs, ys, steps=steps, **table)
+    far = algorithms.iterates("gd_plus_plus", xs * 100, ys, steps=steps, **table)
+    torch.testing.assert_close(far.preds, here.preds, atol=1e-10, rtol=1e-9)
+    with pytest.raises(ValueError, match="diverge"):
+        algorithms.iterates("gd_plus_plus", xs * 100, ys, steps=steps, lr=0.1, gamma=0.01)
+
+
 def test_gd_plus_plus_without_gamma_is_gd():
     # γ 0 at every prefix, as a tensor or a number: no covariate map, GD on the mean loss
     xs, ys = linear_data(n=8, d=3)
@@ -303,6 +327,13 @@ def test_gd_plus_plus_without_gamma_is_gd():
         (lambda xs, ys: algorithms.pgd(xs, ys, [1], precond=torch.eye(3)),
          r"precond must have shape \(4, 4\)"),
         (lambda xs, ys: algorithms.gd_plus_plus(xs, ys, [1], gamma=-1.0), "gamma must be"),
+        (lambda xs, ys: algorithms.gd_plus_plus(xs, ys, [1], lr="fast"),
+         r"lr must be a number, a tensor \[pos\] or 'max', got 'fast'"),
+        (lambda xs, ys: algorithms.gd_plus_plus(xs, ys, [1], lr="max", lr_scale=0.0),
+         "lr_scale must be a finite number > 0, got 0.0"),
+        (lambda xs, ys: algorithms.gd_plus_plus(xs, ys, [8, 64], lr="max",
+                                                    gamma=0.0, lr_scale=3.0),
+         r"lr='max' × lr_scale=3.0 makes the iterates diverge.*lr_scale < 2"),
         (lambda xs, ys: algorithms.gd_plus_plus(xs, ys, [1], lr=torch.ones(3)),
          r"lr as a tensor must be real with shape \(9,\), one value per prefix"),
         (lambda xs, ys: algorithms.gd_plus_plus(xs, ys, [1], gamma=torch.full((9,), -0.1)),

@@ -177,3 +177,21 @@ def test_families_reused_on_the_same_data_give_the_same_answer(monkeypatch):
         assert again[0].hyper and bool(again[0].preds.abs().sum() > 0)
     assert len(runs) == 7  # the three again, and ridge on a window of its own
     assert kept._KEPT is None  # nothing kept outside the block
+
+
+def test_gd_plus_plus_asked_for_runs_in_the_tables_on_data_of_any_scale():
+    # asked for by name, GD++ joins the learner tables at its rule relative to the data
+    # (η = 1/λ_max(S_t/t), γ = η/4 per prefix): on x and y × 10 its old fixed η = 0.1
+    # diverged, and align stopped with "lr=0.1, gamma=0.01 make the iterates diverge"
+    b = tasks.RegressionTask(n_dims=4, n_points=9).sample(
+        64, generator=torch.Generator().manual_seed(0))
+    b = dataclasses.replace(b, xs=b.xs * 10, ys=b.ys * 10)
+    it = algorithms.gd(b.xs.double(), b.ys.double(), steps=range(1, 5), lr="max")
+    layers = torch.cat([torch.zeros_like(it.preds[:1]), it.preds])
+    cfg = AlignConfig(n_boot=20, separation=False, metrics=("error_cosine",),
+                      algorithms=("gd", "newton", "gd_plus_plus"))
+    res = align_layers(layers, b, cfg)
+    assert list(res.comparisons["error_cosine"].scores) == ["gd", "newton", "gd_plus_plus"]
+    assert res.answer is not None
+    assert [a.text for a in res.answer.layers[1:]] == [f"gd (1/λmax, step {k})"
+                                                      for k in range(1, 5)]

@@ -162,9 +162,10 @@ def test_a_shallow_model_gets_a_row_per_live_layer_and_its_views(shallow):
     assert live == [[layer] for layer in range(3, 9)]
     assert [layers for layers, _, span in rows if span is not None] == [[0, 1, 2]]
     assert shallow.verdict_sentence in " ".join(line.strip() for line in text.splitlines())
-    for pair in ("newton vs gd (step sizes fitted) by ", "newton vs gd by ",
-                 "newton vs online_gd by "):
-        assert pair in text  # one sentence per learner pair
+    for pair in ("newton vs gd (step sizes fitted) by ",
+                 "newton vs gd (iclprobe's step sizes) by ",
+                 "newton vs online_gd (iclprobe's step sizes) by "):
+        assert pair in text  # one sentence per learner pair, naming its view
     assert re.search(r"^newton \(error cos\., layers [\d–, ]+\): step slope", text, re.M)
     assert text.splitlines()[-1].startswith("--verbose shows the full tables")
     head = text.splitlines()[0]
@@ -368,7 +369,8 @@ def test_a_protocol_sentence_that_contradicts_the_verdict_names_its_view():
                             algorithms=("newton", "gd")))
     assert set(res.verdict[1:]) == {"prefers newton"}
     text = " ".join(line.strip() for line in screen(res).splitlines())
-    protocol = re.search(r"newton vs gd by [^.]*\.", text).group(0)
+    protocol = re.search(r"newton vs gd \(fu2024's step sizes\) by [^.]*\.",
+                         text).group(0)
     assert "prefers gd" in protocol
     assert "(the protocol's fixed-step view; it names another learner than the verdict at " \
         "0–12)" in protocol

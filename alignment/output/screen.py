@@ -218,8 +218,12 @@ def layer_table(result: AlignResult) -> tuple[list[str], list[Column]]:
     return title + cut[:2] + kept + [more], columns
 
 
-def pair_sentence(pairs: Sequence[PairVerdict], live: Sequence[bool], fitted: bool) -> str:
-    """One learner pair's live verdicts over its metrics, in words; metrics that agree merge."""
+def pair_sentence(pairs: Sequence[PairVerdict], live: Sequence[bool], fitted: bool,
+                  protocol: str = "") -> str:
+    """One learner pair's live verdicts over its metrics, in words; metrics that agree merge.
+
+    The view is named: "(step sizes fitted)", or the ``protocol``'s step sizes.
+    """
     a, b = pairs[0].a, pairs[0].b
     by_labels: dict[str, list[str]] = {}
     for pair in pairs:
@@ -230,7 +234,8 @@ def pair_sentence(pairs: Sequence[PairVerdict], live: Sequence[bool], fitted: bo
         words = "; ".join(f"{label} at {layer_ranges(layers)}" for label, layers in
                           sorted(kinds.items(), key=lambda kv: kv[1][0]))
         by_labels.setdefault(words or "no live layer", []).append(metric_info(pair.metric).label)
-    how = " (step sizes fitted)" if fitted else ""
+    how = " (step sizes fitted)" if fitted else \
+        (f" ({protocol}'s step sizes)" if protocol else "")
     clauses = [f"by {' and '.join(metrics)}: {words}" for words, metrics in by_labels.items()]
     return f"{a} vs {b}{how} " + "; ".join(clauses) + "."
 
@@ -265,7 +270,7 @@ def sentences(result: AlignResult) -> list[str]:
         for pair in comp.pairs:
             by_pair.setdefault((pair.a, pair.b), []).append(pair)
     for pairs in by_pair.values():
-        line = pair_sentence(pairs, result.live, False)
+        line = pair_sentence(pairs, result.live, False, str(result.protocol["name"]))
         conflict = disagreements(result, pairs)
         if conflict:
             line = line[:-1] + (f" (the protocol's fixed-step view; it names another learner "

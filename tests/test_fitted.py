@@ -195,3 +195,21 @@ def test_gd_plus_plus_asked_for_runs_in_the_tables_on_data_of_any_scale():
     assert res.answer is not None
     assert [a.text for a in res.answer.layers[1:]] == [f"gd (1/λmax, step {k})"
                                                       for k in range(1, 5)]
+
+
+def test_a_restricted_candidate_set_says_which_learners_it_leaves_out():
+    # Newton layers with Newton left out: the answer can name a kept learner, and says so
+    b = tasks.RegressionTask(n_dims=4, n_points=9).sample(
+        64, generator=torch.Generator().manual_seed(0))
+    it = algorithms.newton(b.xs.double(), b.ys.double(), steps=range(3))
+    layers = torch.cat([torch.zeros_like(it.preds[:1]), it.preds])
+    cfg = AlignConfig(n_boot=20, separation=False, metrics=("error_cosine",),
+                      algorithms=("gd", "cg", "ols"))
+    res = align_layers(layers, b, cfg)
+    assert res.answer is not None and res.answer.candidates == ["gd", "cg", "ols"]
+    left = [i.name for i in algorithms.candidate_learners() if i.name not in ("gd", "cg", "ols")]
+    note = next(n for n in res.answer.notes if n.startswith("candidates restricted"))
+    assert f"{', '.join(left)} left out" in note and "newton" in left
+    full = align_layers(layers, b, dataclasses.replace(cfg, algorithms=None))
+    assert full.answer is not None
+    assert not any(n.startswith("candidates restricted") for n in full.answer.notes)

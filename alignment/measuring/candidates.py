@@ -252,9 +252,8 @@ def noise_ceilings(clean: tuple[Tensor, Tensor | None], noisy: Mapping[str, Tens
     read with a second sample of the noise (``noisy``: `probes.ReadoutNoise`'s added, in the
     predictions and, where measured, the induced weights) to the layer read without it
     (``clean``: predictions and weights), both read as the learners are (`read_as_probes`).
-    ``more_preds``: the predictions read with further draws of the noise
-    (`probes.ReadoutNoise.draws`); a prediction metric's ceiling is the mean over every
-    draw, the sampling error of one draw being of the correction's own size.
+    ``more_preds``: the predictions read with further draws of the noise; a prediction
+    metric's ceiling is the mean over every draw (one draw's error: the correction's size).
     """
     out = {}
     for metric in metrics:
@@ -307,8 +306,7 @@ def measure_candidates(ev: Evaluation, layers: Layers, stats: PrefixStats) -> Ca
     than what they resolve, and a family refined around its match fits that noise (on the
     known-answer benchmark it named GD at a heavy-ball oracle's first step and at the
     GD/Newton average's last layer). Through probes either way each rival's step size is
-    also fitted toward the leading candidate's matched columns, for its imitation of them
-    alone (`imitators`): fitted to a learner's column, not to the layer.
+    also fitted toward the leading candidate's matched columns (`imitators`).
     """
     claims = {k: ev.runs[k] for k in ev.claimed if k in ev.runs}
     keys = candidate_keys(ev.cfg.algorithms, claims)
@@ -318,6 +316,9 @@ def measure_candidates(ev: Evaluation, layers: Layers, stats: PrefixStats) -> Ca
     members, notes = build_candidates(keys, ev.batch, stats, ev.window, layers.n_layers,
                                       slice(0, ev.weight_rows) if ev.weight_metrics else None,
                                       claims, rows)
+    notes += [f"candidates restricted by algorithms: {', '.join(left)} left out, so a layer "
+              "that runs one of them can be named as one of those kept"  # names only those
+              for left in [[k for k in candidate_keys(None, claims) if k not in keys]] if left]
     xs = ev.batch.xs.double()
     read_p, read_w = read_as_probes(layers.preds, layers.weights, xs, ev.ys, rows)
     noisy: tuple[dict[str, Tensor | None], ...] = ()

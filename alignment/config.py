@@ -173,13 +173,23 @@ class AlignConfig:
             # runs a registered family adds (PQ: GD preconditioned by its own A_l, ...);
             # whether this model has them is checked by align
             family_runs = [r for family in FAMILIES.values() for r in family.runs]
+            # a learner stepped by a model's own per-layer schedule takes it from the model
+            own = sorted(k for k, i in algorithms.LEARNERS.items() if i.steps == "layers")
             unknown = [a for a in self.algorithms if not protocol.accepts(a)
                        and a not in family_runs and a not in algorithms.LEARNERS]
-            if unknown or not self.algorithms:
-                choices = sorted({*protocol.runs, *algorithms.LEARNERS})
+            choices = sorted({*protocol.runs, *algorithms.LEARNERS} - set(own)) + family_runs
+            if not self.algorithms:
+                raise ConfigError(_OWNER, "algorithms", f"{_OWNER}.algorithms must name at "
+                                  f"least one learner, got none; choose from {choices}")
+            if unknown:
                 raise ConfigError(_OWNER, "algorithms", f"{_OWNER}.algorithms "
-                                  f"{unknown or list(self.algorithms)} are not registered "
-                                  f"learners; choose from {choices + family_runs}")
+                                  f"{unknown} are not registered learners; choose from "
+                                  f"{choices}")
+            if asked := [a for a in self.algorithms if a in own]:
+                raise ConfigError(_OWNER, "algorithms", f"{_OWNER}.algorithms {asked}: "
+                                  "a learner stepped by a model's own per-layer schedule "
+                                  "(its preconditioners) runs only as that model's claim "
+                                  f"(a PQ model's pgd_own); choose from {choices}")
         bad = [m for m in self.metrics if m not in METRIC_INFO]
         if bad or not self.metrics:
             raise ConfigError(_OWNER, "metrics", f"{_OWNER}.metrics must be among "

@@ -111,6 +111,10 @@ def test_compare_and_probe(ckpts, tmp_path, capsys):
         (["align", "no/such/checkpoint"], "checkpoint 'no/such/checkpoint' not found"),
         (["align", "{soft}", "--algorithms", "newton,sgd"],
          "AlignConfig.algorithms ['sgd'] are not registered learners"),
+        (["align", "{soft}", "--algorithms", ""],
+         "AlignConfig.algorithms must name at least one learner, got none"),
+        (["align", "{soft}", "--algorithms", "gd,pgd_schedule"],  # needs a model's schedule
+         "AlignConfig.algorithms ['pgd_schedule']: a learner stepped by a model's own"),
         (["align", "{soft}", "--metric", "cka"], "AlignConfig.metrics must be among ['error_cosine'"),
         (["align", "{soft}", "--n-sequences", "0"],
          "AlignConfig.n_sequences must be an integer >= 2, got 0"),

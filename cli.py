@@ -97,6 +97,15 @@ def _lazy(name: str) -> Handler:
     return run
 
 
+def sequence_count(text: str) -> int:
+    """An argparse type: an integer >= 2 (AlignConfig.n_sequences' bound), else "expected ..."."""
+    value = positive_int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 2 (evaluation sequences), "
+                                         f"got {value}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """An argparse type: a positive integer, else a one-line "expected ..." error."""
     try:
@@ -187,7 +196,7 @@ def _add_analysis(sub: Any) -> None:
     p.add_argument("--out", default="iclprobe-report", type=_out_path, help="report folder "
                    "(default: ./iclprobe-report)")
     _overwrite_flag(p, "a report")
-    p.add_argument("--n-sequences", type=positive_int, default=512,
+    p.add_argument("--n-sequences", type=sequence_count, default=512,
                    help="evaluation sequences per model (default: 512)")
     p.add_argument("--n-probe-sequences", type=positive_int, default=None,
                    help="use gpt-softmax's probes saved by `iclprobe probe` only if fitted "

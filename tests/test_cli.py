@@ -120,6 +120,8 @@ def test_compare_and_probe(ckpts, tmp_path, capsys):
          "AlignConfig.n_sequences must be an integer >= 2, got 0"),
         (["compare", "{soft}", "nope"], "checkpoint 'nope' not found"),
         (["probe"], "the following arguments are required: checkpoint"),
+        (["demo", "--n-sequences", "1"],
+         "argument --n-sequences: expected an integer >= 2 (evaluation sequences), got 1"),
     ],
 )
 def test_bad_invocations_exit_2_with_one_line(ckpts, capsys, argv, message):

@@ -18,6 +18,13 @@ from iclprobe.constructions.oracle import oracle
 CFG = AlignConfig(n_sequences=128, n_boot=50, separation=False)
 
 
+def test_a_distributions_task_records_its_own_condition_number():
+    # the rotated task's record said κ 100 (the field's default) for a κ 10 distribution
+    task = D.Distribution(10.0, "geometric", 9, 0.5, "context", scale=1.3).task(4, 0)
+    eig = task.to_dict()["eigenvalues"]
+    assert task.to_dict()["condition_number"] == 10.0 == pytest.approx(max(eig) / min(eig))
+
+
 def test_spectrum_has_its_condition_number_and_top():
     for shape in D.SHAPES:
         eig = D.spectrum(6, 100.0, shape, top=2.5)

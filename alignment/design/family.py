@@ -89,7 +89,8 @@ class Distribution:
                                   noise_std=noise, query=self.query)
         eig = spectrum(n_dims, self.condition_number, self.shape, self.top * self.scale**2)
         return RegressionTask(n_dims=n_dims, n_points=self.n_points, cov="rotated",
-                              eigenvalues=eig, noise_std=noise, seed=seed, query=self.query)
+                              eigenvalues=eig, noise_std=noise, seed=seed, query=self.query,
+                              condition_number=self.condition_number)  # its record: κ
 
     @property
     def text(self) -> str:

@@ -376,3 +376,23 @@ def test_a_protocol_sentence_that_contradicts_the_verdict_names_its_view():
         "0–12)" in protocol
     fitted = re.search(r"newton vs gd \(step sizes fitted\) by [^.]*\.", text).group(0)
     assert "fixed-step view" not in fitted
+
+
+def test_the_learner_figure_of_a_table_without_pairs_draws_without_warnings(tmp_path):
+    # gd, cg and ols are compared with no learner: the paired-difference panel is empty
+    # and matplotlib warned "No artists with labels found to put in legend" on stderr
+    import warnings
+
+    from iclprobe.alignment.output.plots import learner_comparison
+
+    b = tasks.RegressionTask(n_dims=4, n_points=9).sample(
+        64, generator=torch.Generator().manual_seed(0))
+    it = algorithms.gd(b.xs.double(), b.ys.double(), steps=range(3), lr="max")
+    res = align_layers(it.preds, b, AlignConfig(n_boot=20, separation=False, fitted=False,
+                                                metrics=("error_cosine",),
+                                                algorithms=("gd", "cg", "ols")))
+    assert res.comparisons["error_cosine"].pairs == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        path = learner_comparison(res, "error_cosine", tmp_path / "learners.png")
+    assert path.stat().st_size > 0

@@ -220,9 +220,11 @@ def learner_comparison(result: Any, metric: str, path: Path) -> Path:
     right.axhline(0, color="gray", lw=0.8)
     right.set_xlabel("layer")
     right.set_ylabel("difference of best similarities")
-    right.set_title("Paired differences (95% CI; above 0: the first learner is closer)",
+    right.set_title("Paired differences (95% CI; above 0: the first learner is closer)"
+                    if comp.pairs else "Paired differences: no learner pair among these",
                     fontsize=9)
-    right.legend(fontsize=7)
+    if comp.pairs:  # a legend of nothing warns
+        right.legend(fontsize=7)
     for ax in (left, right):
         ax.set_xticks(layers)
     return _save(fig, path)

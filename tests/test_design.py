@@ -349,6 +349,8 @@ def test_align_design_through_the_cli(capsys, tmp_path):
     assert "### ka-gd-oracle on designed data" in report and "designed evaluation:" in report
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     chosen = summary["designed"]["ka-gd-oracle"]["design"]["chosen"]
+    record = json.loads((tmp_path / "r" / "ka-gd-oracle" / "result.json").read_text())
+    assert record["designed"] == summary["designed"]["ka-gd-oracle"]  # beside its own result
     assert main(["align", "ka-gd-oracle", "--design", "--n-sequences", "128", "--n-boot", "50",
                  "--no-separation", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)["ka-gd-oracle"]["designed"]

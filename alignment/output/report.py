@@ -132,11 +132,12 @@ def _write_files(out: Path, results: Sequence[AlignResult], pq: Sequence[tuple[s
     summary: dict[str, Any] = {"title": title, "command": command,
                                "findings": _findings_json(results, folders), "models": {},
                                "pq": {}}
-    if designed:
-        summary["designed"] = {name: done.to_dict() for name, done in designed.items()}
+    records = {name: done.to_dict() for name, done in designed.items()}
+    if records:
+        summary["designed"] = records
     for res, folder in zip(results, folders):
         summary["models"][res.name] = res.to_dict()
-        md += model_section(out, res, folder, figures)
+        md += model_section(out, res, folder, figures, records.get(res.name))
     md += _across_models(out, results, figures)
     if pq:
         md += _pq_section(out, pq, summary, figures)

@@ -64,14 +64,18 @@ def folder_names(names: Sequence[str]) -> list[str]:
     return out
 
 
-def model_section(top: Path, res: AlignResult, folder: str, figures: Figures) -> list[str]:
+def model_section(top: Path, res: AlignResult, folder: str, figures: Figures,
+                  designed: dict[str, Any] | None = None) -> list[str]:
     """Write ``res``'s tables into ``top / folder`` and return its section of report.md.
 
     Its figures are added to ``figures`` (drawn when the report's text is written).
+    ``designed``: its alignment on designed data (`Designed.to_dict`), kept in result.json
+    beside its own, as ``align --json`` prints it.
     """
     out = top / folder
     out.mkdir()
-    write_text_atomic(out / "result.json", json.dumps(res.to_dict(), indent=1))
+    record = {**res.to_dict(), **({"designed": designed} if designed is not None else {})}
+    write_text_atomic(out / "result.json", json.dumps(record, indent=1))
     cov = res.task["cov"] if isinstance(res.task["cov"], str) else "given"
     md = [f"## {res.name}", "",
           f"Task: d = {res.task['n_dims']}, {res.task['n_points']} points, covariance {cov}. "

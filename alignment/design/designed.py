@@ -46,7 +46,7 @@ class Designed:
         des = self.designed
         there = f"{self.model_error(des):.3f}" if des is not None else "not finite"
         head = [self.design.sentence(),
-                f"the model's error (normalized, zero predictor = 1): "
+                f"the model's error ÷ the zero predictor's (same sequences): "
                 f"{self.model_error(self.own):.3f} on its own task, {there} on the designed data"]
         if des is None and self.not_read:
             return [self.design.sentence(), f"the designed data cannot be read with these "

@@ -104,8 +104,8 @@ def align_designed(model: Regressor, cfg: AlignConfig | None = None, name: str =
         return Designed(own, design, None, False, "")
     task = design.chosen.task(own_task_dims(own), design.seed)
     positions = designed_positions(task, cfg.positions)
-    designed_cfg = dataclasses.replace(cfg, positions=positions, t_max=None,
-                                       refit_probes=True)
+    # saved probes are of the own task: refitted on these data, and `resolve_probes` says so
+    designed_cfg = dataclasses.replace(cfg, positions=positions, t_max=None)
     try:
         designed = align(model, designed_cfg, name=name, eval_task=task)
     except (Diverged, NonFinite) as err:  # the model itself blows up on these data

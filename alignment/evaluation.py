@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from iclprobe import algorithms
+from iclprobe._checks import ConfigError
 from iclprobe.algorithms.base import REFERENCE_PAIR
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.metrics import metric_info, on_weights
@@ -132,6 +133,17 @@ def evaluation(cfg: AlignConfig, batch: RegressionBatch, name: str = "model",
                       weight_rows, tuple(notes))
 
 
+def check_evaluation(model: Regressor, task: RegressionTask, cfg: AlignConfig,
+                     name: str = "model") -> None:
+    """Refuse a window or learners ``model_evaluation`` would refuse, before probes are fitted.
+
+    The learners the model claims are read on two sequences (their names, not their runs).
+    """
+    positions = trained_positions(model) if cfg.positions == "auto" else cfg.positions
+    aligned_window(cfg, positions, task.n_points)
+    learner_runs(cfg, family_runs(model, task.sample(2, generator=cfg.seed))[0], name)
+
+
 def model_evaluation(model: Regressor, task: RegressionTask, cfg: AlignConfig,
                      name: str = "model", crossfit: bool = False) -> Evaluation:
     """`align`'s evaluation of ``model``: ``task``'s sequences at the model's positions.
@@ -195,9 +207,11 @@ def aligned_window(cfg: AlignConfig, positions: str, n: int) -> tuple[int, int]:
         return n - 1, n - 1
     t_min = cfg.protocol_spec.t_min if cfg.t_min is None else cfg.t_min
     t_max = n - 1 if cfg.t_max is None else cfg.t_max
-    if not t_min <= t_max < n:
-        raise InputError(f"t_min={t_min}, t_max={t_max}: need t_min <= t_max <= {n - 1} "
-                         f"for {n} points")
+    if not t_min <= t_max < n:  # the field given that is out of the data's range is named
+        field = "t_max" if cfg.t_max is not None and not cfg.t_max < n else \
+            "t_min" if cfg.t_min is not None else "t_max"
+        raise ConfigError("AlignConfig", field, f"t_min={t_min}, t_max={t_max}: need t_min "
+                          f"<= t_max <= {n - 1} for {n} points")
     return t_min, t_max
 
 
@@ -216,9 +230,9 @@ def learner_runs(cfg: AlignConfig, claimed: Mapping[str, RunSpec], name: str
                                          or k in algorithms.LEARNERS)]
     if unknown:
         offered = ", ".join([*claimed, *(k for k in protocol.runs if k not in claimed)])
-        raise InputError(f"algorithms: {', '.join(map(repr, unknown))} cannot be run on "
-                         f"{name}; available here: {offered}, or any learner registered in "
-                         "iclprobe.algorithms")
+        raise ConfigError("AlignConfig", "algorithms", f"AlignConfig.algorithms: "
+                          f"{', '.join(map(repr, unknown))} cannot be run on {name}; available "
+                          f"here: {offered}, or any learner registered in iclprobe.algorithms")
     runs = [k for k in chosen if protocol.accepts(k) or k in claimed] or \
         [*claimed, *protocol.runs]
     return {k: claimed[k] if k in claimed else protocol.run(k) for k in runs}

@@ -32,7 +32,13 @@ from iclprobe import probes
 from iclprobe.algorithms.base import REFERENCE_PAIR
 from iclprobe.alignment.comparison import PairVerdict
 from iclprobe.alignment.config import AlignConfig
-from iclprobe.alignment.evaluation import Evaluation, evaluation, evaluation_task, model_evaluation
+from iclprobe.alignment.evaluation import (
+    Evaluation,
+    check_evaluation,
+    evaluation,
+    evaluation_task,
+    model_evaluation,
+)
 from iclprobe.alignment.measuring import kept
 from iclprobe.alignment.measuring.candidates import measure_candidates
 from iclprobe.alignment.measuring.held import targets_for
@@ -69,6 +75,7 @@ def align(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
     model = model.to(cfg.device).eval()
     task = eval_task or evaluation_task(model, cfg)
     check_align_fits(model, task, cfg, needs_probes(model), name)  # before allocating
+    check_evaluation(model, task, cfg, name)  # before any probe is fitted or announced
     if layer_probes is None:
         layer_probes, probes_info = resolve_probes(model, cfg, task, name)
     else:

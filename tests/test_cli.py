@@ -120,6 +120,9 @@ def test_compare_and_probe(ckpts, tmp_path, capsys):
          "AlignConfig.n_sequences must be an integer >= 2, got 0"),
         (["compare", "{soft}", "nope"], "checkpoint 'nope' not found"),
         (["probe"], "the following arguments are required: checkpoint"),
+        (["align", "{soft}", "--t-min", "1000"], "--t-min: t_min=1000, t_max="),
+        (["align", "{soft}", "--algorithms", "gd,pgd_own"],  # a PQ model's claim
+         "--algorithms: AlignConfig.algorithms: 'pgd_own' cannot be run on"),
         (["demo", "--n-sequences", "1"],
          "argument --n-sequences: expected an integer >= 2 (evaluation sequences), got 1"),
     ],

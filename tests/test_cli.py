@@ -109,6 +109,7 @@ def test_compare_and_probe(ckpts, tmp_path, capsys):
     ("argv", "message"),
     [
         (["align", "no/such/checkpoint"], "checkpoint 'no/such/checkpoint' not found"),
+        (["align", ""], "checkpoint must be a checkpoint directory or a shipped model's name"),
         (["align", "{soft}", "--algorithms", "newton,sgd"],
          "AlignConfig.algorithms ['sgd'] are not registered learners"),
         (["align", "{soft}", "--algorithms", ""],

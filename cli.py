@@ -99,7 +99,10 @@ def _lazy(name: str) -> Handler:
 
 def sequence_count(text: str) -> int:
     """An argparse type: an integer >= 2 (AlignConfig.n_sequences' bound), else "expected ..."."""
-    value = positive_int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 2, got {text!r}") from None
     if value < 2:
         raise argparse.ArgumentTypeError(f"expected an integer >= 2 (evaluation sequences), "
                                          f"got {value}")

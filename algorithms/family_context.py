@@ -20,9 +20,9 @@ __all__ = ["FamilyContext"]
 
 
 _Value = TypeVar("_Value")
-#: Σ's eigenvalues spread by at most this share of the largest: Σ is a multiple of I (the
-#: populations' covariances are float32, rotated ones off by ~1e-7 of their scale; a
-#: learner that differs from GD by that little differs by less than any answer resolves)
+#: Σ's eigenvalues spread by at most this share of the largest: Σ is a multiple of I (a
+#: rotated s·I is off by ~1e-15 of its scale; a Σ given in float32, by ~1e-7; a learner
+#: that differs from GD by that little differs by less than any answer resolves)
 ISOTROPIC_TOL = 1e-6
 
 

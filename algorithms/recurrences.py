@@ -220,10 +220,10 @@ def cg(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
 
 
 
-GdppState = tuple[Tensor, Tensor, Tensor]
+GdppState = tuple[Tensor, Tensor, Tensor]  # u, h (the residual moment), c (the covariate map)
 #: `align`'s tables run GD++ at η = 1/λ_max(S_t/t) per prefix (GD's "max") and γ this
 #: multiple of it: its family's smallest γ multiple, away from γ → 0, where GD++ is GD
-GDPP_GAMMA_SCALE = families.GDPP_GAMMAS[0]  # u, h (the residual moment), c (the covariate map)
+GDPP_GAMMA_SCALE = families.GDPP_GAMMAS[0]
 
 
 @register("gd_plus_plus", label="GD++", steps=range(1, 9),
@@ -283,23 +283,30 @@ def gd_plus_plus(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     hyper.update({k: v for k, v in (("lr_scale", lr_scale), ("gamma_scale", gamma_scale))
                   if v != 1.0})
     return finish("gd_plus_plus", k_steps, preds, w, hyper, out_dtype(xs), (sx, stats.y_scale),
-                  lambda: _gdpp_unstable(lr, gamma, lr_scale, stats),
+                  lambda: _gdpp_unstable(lr, gamma, lr_scale, gamma_scale, stats),
                   ys=ys if fixed_number(lr) or isinstance(lr, str) else None)
 
 
 def _gdpp_unstable(lr: float | Tensor | str, gamma: float | Tensor | str, lr_scale: float,
-                   stats: PrefixStats) -> str | None:
+                   gamma_scale: float, stats: PrefixStats) -> str | None:
     """Why GD++'s iterates grow, in the user's terms (None: per-prefix rates, the user's)."""
     if isinstance(lr, Tensor):
         return None  # per prefix: the user's (a model read at some positions only)
+
+    def given(name: str, value: float | Tensor | str, scale: float) -> str:
+        shown = "(one per prefix)" if isinstance(value, Tensor) else repr(value)
+        return f"{name}={shown}" + (f" × {name}_scale={scale!r}" if scale != 1.0 else "")
+
+    rates = f"{given('lr', lr, lr_scale)}, {given('gamma', gamma, gamma_scale)}"
     if isinstance(lr, str):
-        return (f"lr='max' × lr_scale={lr_scale!r} makes the iterates diverge on these "
-                "data: GD's step alone is stable for lr_scale < 2")
+        return (f"{rates} make the iterates diverge on these data: lower them (GD's step "
+                "alone is stable for lr_scale < 2; γ's map shrinks the covariates for "
+                "gamma_scale < 1)")
     top = (safe_inverse(stats.counts) * stats.eigvals[..., -1]).max().item()
     bound = scaled_number(2.0 / top, -2 * log2(stats.x_scale)) if top > 0 else "inf"
-    g = "(one per prefix)" if isinstance(gamma, Tensor) else repr(gamma)
-    return (f"lr={lr!r}, gamma={g} make the iterates diverge on these data: lower "
-            f"them (the GD step alone is stable for lr < 2/max(λ_max(S_t)/t) = {bound})")
+    return (f"{rates} make the iterates diverge on these data: lower them (the GD step "
+            f"alone is stable for lr{' × lr_scale' if lr_scale != 1.0 else ''} < "
+            f"2/max(λ_max(S_t)/t) = {bound})")
 
 
 def _gdpp_rate(value: float | Tensor | str, stats: PrefixStats, name: str, scale: float

@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 
 def resolve(path_or_name: str | os.PathLike[str]) -> Path:
     """A checkpoint directory from a path or the name of a shipped model."""
-    if not str(path_or_name).strip():  # Path("") is the current directory
+    if not os.fspath(path_or_name).strip():  # Path("") is the current directory
         names = [name for name, _ in shipped_models()]
         raise FileNotFoundError(f"checkpoint must be a checkpoint directory or a shipped "
                                 f"model's name ({names}), got {str(path_or_name)!r}")

@@ -333,7 +333,10 @@ def test_gd_plus_plus_without_gamma_is_gd():
          "lr_scale must be a finite number > 0, got 0.0"),
         (lambda xs, ys: algorithms.gd_plus_plus(xs, ys, [8, 64], lr="max",
                                                     gamma=0.0, lr_scale=3.0),
-         r"lr='max' × lr_scale=3.0 makes the iterates diverge.*lr_scale < 2"),
+         r"lr='max' × lr_scale=3.0, gamma=0.0 make the iterates diverge.*lr_scale < 2"),
+        (lambda xs, ys: algorithms.gd_plus_plus(xs, ys, [8, 64], lr=0.01, gamma=0.0,
+                                                    lr_scale=300.0),  # the scale is named
+         r"lr=0.01 × lr_scale=300.0, gamma=0.0 make .* stable for lr × lr_scale < "),
         (lambda xs, ys: algorithms.gd_plus_plus(xs, ys, [1], lr=torch.ones(3)),
          r"lr as a tensor must be real with shape \(9,\), one value per prefix"),
         (lambda xs, ys: algorithms.gd_plus_plus(xs, ys, [1], gamma=torch.full((9,), -0.1)),

@@ -34,7 +34,7 @@ def test_align_writes_the_report(tmp_path, capsys):
     lines = printed.splitlines()
     assert len(lines) <= 42 and max(map(len, lines)) <= 100  # one screen, and the report line
     assert "newton vs gd, the verdict" in printed and "report:" in printed
-    assert "newton vs gd (iclprobe's step sizes) by " in printed
+    assert "newton vs gd (protocol iclprobe) by " in printed
     assert "--verbose shows the full tables" in printed
     assert {p.name for p in out.iterdir()} == {".iclprobe", "report.md", "summary.json",
                                                "matched_newton_steps.png", model}

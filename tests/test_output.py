@@ -163,8 +163,8 @@ def test_a_shallow_model_gets_a_row_per_live_layer_and_its_views(shallow):
     assert [layers for layers, _, span in rows if span is not None] == [[0, 1, 2]]
     assert shallow.verdict_sentence in " ".join(line.strip() for line in text.splitlines())
     for pair in ("newton vs gd (step sizes fitted) by ",
-                 "newton vs gd (iclprobe's step sizes) by ",
-                 "newton vs online_gd (iclprobe's step sizes) by "):
+                 "newton vs gd (protocol iclprobe) by ",
+                 "newton vs online_gd (protocol iclprobe) by "):
         assert pair in text  # one sentence per learner pair, naming its view
     assert re.search(r"^newton \(error cos\., layers [\d–, ]+\): step slope", text, re.M)
     assert text.splitlines()[-1].startswith("--verbose shows the full tables")
@@ -369,7 +369,7 @@ def test_a_protocol_sentence_that_contradicts_the_verdict_names_its_view():
                             algorithms=("newton", "gd")))
     assert set(res.verdict[1:]) == {"prefers newton"}
     text = " ".join(line.strip() for line in screen(res).splitlines())
-    protocol = re.search(r"newton vs gd \(fu2024's step sizes\) by [^.]*\.",
+    protocol = re.search(r"newton vs gd \(protocol fu2024\) by [^.]*\.",
                          text).group(0)
     assert "prefers gd" in protocol
     assert "(the protocol's fixed-step view; it names another learner than the verdict at " \

@@ -222,7 +222,8 @@ def pair_sentence(pairs: Sequence[PairVerdict], live: Sequence[bool], fitted: bo
                   protocol: str = "") -> str:
     """One learner pair's live verdicts over its metrics, in words; metrics that agree merge.
 
-    The view is named: "(step sizes fitted)", or the ``protocol``'s step sizes.
+    The view is named: "(step sizes fitted)", or "(protocol NAME)": each run at its
+    protocol's hyperparameters (a model's claim at its own).
     """
     a, b = pairs[0].a, pairs[0].b
     by_labels: dict[str, list[str]] = {}
@@ -235,7 +236,7 @@ def pair_sentence(pairs: Sequence[PairVerdict], live: Sequence[bool], fitted: bo
                           sorted(kinds.items(), key=lambda kv: kv[1][0]))
         by_labels.setdefault(words or "no live layer", []).append(metric_info(pair.metric).label)
     how = " (step sizes fitted)" if fitted else \
-        (f" ({protocol}'s step sizes)" if protocol else "")
+        (f" (protocol {protocol})" if protocol else "")
     clauses = [f"by {' and '.join(metrics)}: {words}" for words, metrics in by_labels.items()]
     return f"{a} vs {b}{how} " + "; ".join(clauses) + "."
 

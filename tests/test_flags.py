@@ -201,7 +201,7 @@ def test_a_newly_registered_family_gets_its_flags(monkeypatch, tmp_path, capsys)
          r"AlignConfig.condition_number must be a number in \[1, 1e6\], got inf"),
         ({"metrics": "error_cosine"}, TypeError, "AlignConfig.metrics must be a tuple of names"),
         ({"metrics": ()}, ValueError, "AlignConfig.metrics must be among"),
-        ({"algorithms": ()}, ValueError, r"AlignConfig.algorithms \[\] are not registered"),
+        ({"algorithms": ()}, ValueError, r"AlignConfig.algorithms must name at least one learner"),
     ],
 )
 def test_align_config_refuses_bad_values(kwargs, error, match):

@@ -153,4 +153,4 @@ def test_align_design_verbose_prints_the_design(capsys):
     assert main(["align", "ka-gd-pq", "--design", "--verbose", "--n-sequences", "32",
                  "--n-boot", "10", "--no-separation", "--algorithms", "gd,newton"]) == 0
     out = capsys.readouterr().out
-    assert "designed evaluation:" in out and "the model's error (normalized" in out
+    assert "designed evaluation:" in out and "the model's error ÷ the zero predictor's" in out

@@ -85,7 +85,7 @@ class FamilyContext:
 
     @_once
     def isotropic(self) -> bool:
-        """Whether Σ is a multiple of I in every sequence, to its float32 round-off.
+        """Whether Σ is a multiple of I in every sequence, to round-off (`ISOTROPIC_TOL`).
 
         Judged on Σ's eigenvalues (basis-free): spread by at most `ISOTROPIC_TOL` of the
         largest. A rotated Σ = s·I (a designed isotropic distribution at another scale)

@@ -218,6 +218,13 @@ def test_isotropic_data_offer_no_low_variance_queries():
     ill = dataclasses.replace(iso, condition_number=100.0)
     assert [o.query for o in family.options("query", ill, 4, 9, False)] == \
         ["context", "low-variance"]
+    # nor from the other factors: the spectrum tried from a low-variance current, and the
+    # start from an own task whose queries are low-variance on isotropic Σ
+    low = dataclasses.replace(ill, query="low-variance")
+    got = {o.condition_number: o.query for o in family.options("spectrum", low, 4, 9, False)}
+    assert got[1.0] == "context" and got[100.0] == "low-variance"
+    task = tasks.RegressionTask(n_dims=4, n_points=9, query="low-variance")
+    assert D.nearest_distribution(task, family).query == "context"
 
 
 def test_the_search_is_coordinate_ascent_and_reproducible(gd_oracle):

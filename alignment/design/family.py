@@ -165,7 +165,8 @@ class DesignFamily:
         position aligned, where the model is aligned from a given position on).
         """
         if factor == "spectrum":
-            return [dataclasses.replace(current, condition_number=k, shape=s)
+            return [dataclasses.replace(current, condition_number=k, shape=s,
+                                        query=self.query_on(k, current.query))
                     for k, s in self.spectra()]
         if factor == "examples":
             return [dataclasses.replace(current, n_points=n)
@@ -173,13 +174,21 @@ class DesignFamily:
         if factor == "noise":
             return [dataclasses.replace(current, noise_std=float(s)) for s in self.noise]
         if factor == "query":
-            # on isotropic Σ the low-variance directions are every direction: such a query is
-            # drawn as the context is, and would only move the alignment to the last position
-            # (fewer predictions, the same data)
-            queries = self.queries if current.condition_number != 1 else \
-                [q for q in self.queries if q != "low-variance"] or ["context"]
+            queries = dict.fromkeys(self.query_on(current.condition_number, q)
+                                    for q in self.queries)
             return [dataclasses.replace(current, query=q) for q in queries]
         raise InputError(f"factor must be one of {FACTORS}, got {factor!r}")
+
+    def query_on(self, condition_number: float, query: str) -> str:
+        """``query`` where Σ has ``condition_number``: no low-variance queries on isotropic Σ.
+
+        There the low-variance directions are every direction: such a query is drawn as the
+        context is, and would only move the alignment to the last position (fewer
+        predictions, the same data); the family's other query (or "context") instead.
+        """
+        if condition_number != 1 or query != "low-variance":
+            return query
+        return next((q for q in self.queries if q != "low-variance"), "context")
 
 
 def nearest_distribution(task: RegressionTask, family: DesignFamily) -> Distribution:
@@ -199,5 +208,6 @@ def nearest_distribution(task: RegressionTask, family: DesignFamily) -> Distribu
     kappa, shape = min(spectra, key=lambda ks: (abs(math.log(ks[0]) - math.log(kappa)),
                                                 ks[1] != shape))
     noise = min(family.noise, key=lambda s: abs(s - float(task.noise_std)))
-    query = task.query if task.query in family.queries else family.queries[0]
+    query = family.query_on(kappa, task.query if task.query in family.queries
+                            else family.queries[0])
     return Distribution(kappa, shape, task.n_points, float(noise), query, top)

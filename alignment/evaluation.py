@@ -208,8 +208,7 @@ def aligned_window(cfg: AlignConfig, positions: str, n: int) -> tuple[int, int]:
     t_min = cfg.protocol_spec.t_min if cfg.t_min is None else cfg.t_min
     t_max = n - 1 if cfg.t_max is None else cfg.t_max
     if not t_min <= t_max < n:  # the field given that is out of the data's range is named
-        field = "t_max" if cfg.t_max is not None and not cfg.t_max < n else \
-            "t_min" if cfg.t_min is not None else "t_max"
+        field = "t_min" if cfg.t_min is not None and t_max < n else "t_max"
         raise ConfigError("AlignConfig", field, f"t_min={t_min}, t_max={t_max}: need t_min "
                           f"<= t_max <= {n - 1} for {n} points")
     return t_min, t_max

@@ -316,9 +316,9 @@ def measure_candidates(ev: Evaluation, layers: Layers, stats: PrefixStats) -> Ca
     members, notes = build_candidates(keys, ev.batch, stats, ev.window, layers.n_layers,
                                       slice(0, ev.weight_rows) if ev.weight_metrics else None,
                                       claims, rows)
+    left = [k for k in candidate_keys(None, claims) if k not in keys]  # the answer names none
     notes += [f"candidates restricted by algorithms: {', '.join(left)} left out, so a layer "
-              "that runs one of them can be named as one of those kept"  # names only those
-              for left in [[k for k in candidate_keys(None, claims) if k not in keys]] if left]
+              "that runs one of them can be named as one of those kept"] if left else []
     xs = ev.batch.xs.double()
     read_p, read_w = read_as_probes(layers.preds, layers.weights, xs, ev.ys, rows)
     noisy: tuple[dict[str, Tensor | None], ...] = ()

@@ -230,6 +230,9 @@ def test_align_says_which_probes_it_used_and_refits_when_asked(ckpt, capsys):
         # saved probes that do not fit: align cross-fits probes on its own sequences
         assert res["probes"]["source"] == "cross-fitted", extra
         assert "cross-fitting probes on the 32 evaluation sequences" in err and reason in err
+        # a count the cross-fitted probes do not use says so, not silently dropped
+        assert ("n_probe_sequences=64 only selects saved probes" in err) == \
+            ("--n-probe-sequences" in extra)
     assert res["probes"]["n_sequences"] == 32 and res["probes"]["folds"] == 4
 
 

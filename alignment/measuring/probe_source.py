@@ -98,6 +98,9 @@ def resolve_probes(model: Regressor, cfg: AlignConfig, task: RegressionTask,
                   "target": cfg.probe_target, "alpha": "gcv", "fitted_at": None}
         fitted_to = "y" if cfg.probe_target == "y" else \
             "each layer's best-held candidate prediction"
+        if cfg.n_probe_sequences is not None:  # it chose among saved probes; unused here
+            why += (f"; n_probe_sequences={cfg.n_probe_sequences} only selects saved probes "
+                    "(probe_fit='fresh' fits new ones on that many)")
         return None, _noted(name, record, [*notes, f"cross-fitting probes on the {cfg.n_sequences} "
                                              f"evaluation sequences ({cfg.probe_folds} "
                                              f"folds, fitted to {fitted_to}){why}"])

@@ -108,8 +108,10 @@ def align_designed(model: Regressor, cfg: AlignConfig | None = None, name: str =
     designed_cfg = dataclasses.replace(cfg, positions=positions, t_max=None)
     try:
         designed = align(model, designed_cfg, name=name, eval_task=task)
-    except (Diverged, NonFinite) as err:  # the model itself blows up on these data
-        return Designed(own, design, None, True, f"its outputs are not finite there: {err}")
+    except (Diverged, NonFinite) as err:  # the model itself blows up on these data (an
+        # oracle or a PQ model runs its learner, which stops where the iterates grow)
+        return Designed(own, design, None, True, "its outputs are not finite, or grow without "
+                        f"bound, there: {err}")
     except TooFewRows as err:  # shorter sequences: fewer rows for the probes than cfg's give
         return Designed(own, design, None, False, "", str(err))
     ood = not designed.layer_error[-1] < OOD_ERROR * designed.zero_error

@@ -362,7 +362,8 @@ def test_align_design_through_the_cli(capsys, tmp_path):
                  "--no-separation", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)["ka-gd-oracle"]["designed"]
     assert set(data["design"]["chosen"]) == {"condition_number", "shape", "n_points",
-                                             "noise_std", "query", "top", "scale"}
+                                             "noise_std", "query", "top", "scale",
+                                             "w_prior", "w_seed"}
     assert data["designed"]["answer"] is not None
     assert data["design"]["chosen"] == chosen  # a rerun chooses the same distribution
 

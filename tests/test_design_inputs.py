@@ -10,6 +10,7 @@ import dataclasses
 import math
 
 import pytest
+import torch
 
 from iclprobe import models, tasks
 from iclprobe.alignment import AlignConfig, align
@@ -154,3 +155,38 @@ def test_align_design_verbose_prints_the_design(capsys):
                  "--n-boot", "10", "--no-separation", "--algorithms", "gd,newton"]) == 0
     out = capsys.readouterr().out
     assert "designed evaluation:" in out and "the model's error ÷ the zero predictor's" in out
+
+
+@pytest.mark.parametrize("prior", ["standard", "inverse-cov", "rotated"])
+def test_the_designed_data_keep_the_own_tasks_prior_of_w(prior):
+    # the family varies Σ, n, noise and the query; w's prior is the model's own (a PQ
+    # model trained on w ~ N(0, Σ⁻¹) was aligned on designed data with w ~ N(0, I))
+    own = tasks.RegressionTask(n_dims=4, n_points=9, cov="rotated", w_prior=prior, seed=7)
+    start = D.nearest_distribution(own, D.DesignFamily())
+    assert start.w_prior == prior and start.w_seed == (7 if prior == "rotated" else None)
+    for kappa in (1.0, 100.0):
+        there = dataclasses.replace(start, condition_number=kappa, scale=1.3).task(4, 0)
+        cov = there.covariance
+        expected = {"standard": torch.eye(4, dtype=torch.float64),
+                    "inverse-cov": torch.linalg.inv(cov),
+                    "rotated": own.w_covariance}[prior]
+        torch.testing.assert_close(there.w_covariance, expected)
+        # the sampled w have it: their second moment over many sequences
+        ws = there.sample(20000, generator=1, dtype=torch.float64).ws
+        moment = ws.T @ ws / ws.shape[0]
+        assert float((moment - expected).abs().max()) < 0.1 * float(expected.abs().max())
+    assert ("Σ⁻¹" in start.text) == (prior == "inverse-cov")
+    assert ("Σ_w) as on its own task" in start.text) == (prior == "rotated")
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    ({"w_prior": "flat"}, "Distribution.w_prior must be one of"),
+    ({"w_prior": "rotated"}, "w_seed (the own task's seed, which fixes Σ_w) is given with "
+                             "w_prior='rotated' and only then, got w_seed=None"),
+    ({"w_seed": 3}, "got w_seed=3 with w_prior='standard'"),
+    ({"w_prior": "rotated", "w_seed": -1}, "Distribution.w_seed must be"),
+])
+def test_a_distributions_prior_is_checked(change, says):
+    with pytest.raises(ValueError) as err:
+        D.Distribution(**{**GOOD, **change})
+    assert says in str(err.value)

@@ -30,6 +30,9 @@ a `RegressionTask` with
   (``query="low-variance"``: x_n ~ N(0, s Σ⁻¹), the same mean energy), where GD has moved
   least and Newton most; such data are aligned at their last position only.
 
+The prior of w is the model's own task's, not a factor: w ~ N(0, Σ⁻¹) for the designed Σ
+where the own prior is "inverse-cov" (the PQ models'), the own Σ_w where it is "rotated".
+
 **The objective** (`separation`): the layers' matched columns, taken from the answer on the
 model's own task (each candidate's best column per layer: its hyperparameter rule and
 step), are run on the candidate distribution. For each live layer the contenders are the

@@ -2,7 +2,8 @@
 
 Each `Distribution` is a `RegressionTask` of the model's dimension d: Σ's spectrum (κ and
 the shape of its decay), the number of examples, label noise, and where the query is
-drawn (see `iclprobe.alignment.design`).
+drawn (see `iclprobe.alignment.design`). The prior of w is not a factor: it is the model's
+own task's (w ~ N(0, Σ⁻¹) for the distribution's Σ where the own prior is "inverse-cov").
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from iclprobe._checks import check_choice, check_int, check_real, check_type
+from iclprobe._checks import check_choice, check_int, check_real, check_seed, check_type
 from iclprobe.errors import InputError, InputTypeError
 from iclprobe.tasks import RegressionTask
 from iclprobe.tasks.covariance import MAX_CONDITION, ill_conditioned_eigenvalues
-from iclprobe.tasks.fields import QUERIES
+from iclprobe.tasks.fields import QUERIES, W_PRIORS
 
 #: The factors of the family, in the order the search takes them.
 FACTORS = ("spectrum", "examples", "noise", "query")
@@ -61,6 +62,11 @@ class Distribution:
     #: x and y multiplied by it (Σ by its square, the label noise by it): chosen by
     #: `design_evaluation` so that the data's curvature is the own task's (`matched_scale`)
     scale: float = 1.0
+    #: the prior of w, the model's own task's (not a factor of the family): "inverse-cov"
+    #: is w ~ N(0, Σ⁻¹) for this distribution's Σ
+    w_prior: str = "standard"
+    #: where ``w_prior`` is "rotated": the own task's seed, which fixes its Σ_w
+    w_seed: int | None = None
 
     def __post_init__(self) -> None:
         owner = "Distribution"
@@ -71,6 +77,13 @@ class Distribution:
         check_choice(owner, "query", self.query, QUERIES)
         check_real(owner, "top", self.top, 0, low_open=True)
         check_real(owner, "scale", self.scale, 0, low_open=True)
+        check_choice(owner, "w_prior", self.w_prior, W_PRIORS)
+        if (self.w_seed is not None) != (self.w_prior == "rotated"):
+            raise InputError(f"Distribution: w_seed (the own task's seed, which fixes Σ_w) "
+                             f"is given with w_prior='rotated' and only then, got "
+                             f"w_seed={self.w_seed!r} with w_prior={self.w_prior!r}")
+        if self.w_seed is not None:
+            check_seed(owner, "w_seed", self.w_seed)
         low, high = TOP_RANGE  # the sampled data are float32
         log_variance = math.log(self.top) + 2 * math.log(self.scale)  # no overflow
         if not math.log(low) <= log_variance <= math.log(high):
@@ -82,15 +95,18 @@ class Distribution:
         """The `RegressionTask` that samples it (``seed``: the rotation of its Σ).
 
         With the same generator, its sequences at ``scale`` s are s times those at scale 1.
+        Its w has the own task's prior (``w_prior``); a "rotated" prior's Σ_w is fixed by
+        the own task's seed (``w_seed``), which then fixes Σ's rotation too, not ``seed``.
         """
         noise = self.noise_std * self.scale
+        prior = {"w_prior": self.w_prior, "seed": seed if self.w_seed is None else self.w_seed}
         if self.condition_number == 1 and self.top == 1 and self.scale == 1:
             return RegressionTask(n_dims=n_dims, n_points=self.n_points,
-                                  noise_std=noise, query=self.query)
+                                  noise_std=noise, query=self.query, **prior)
         eig = spectrum(n_dims, self.condition_number, self.shape, self.top * self.scale**2)
         return RegressionTask(n_dims=n_dims, n_points=self.n_points, cov="rotated",
-                              eigenvalues=eig, noise_std=noise, seed=seed, query=self.query,
-                              condition_number=self.condition_number)  # its record: κ
+                              eigenvalues=eig, noise_std=noise, query=self.query,
+                              condition_number=self.condition_number, **prior)  # κ: its record
 
     @property
     def text(self) -> str:
@@ -100,7 +116,9 @@ class Distribution:
         query = "queries along Σ's low-variance directions" if self.query == "low-variance" \
             else "queries as the context"
         scaled = "" if f"{self.scale:.3g}" == "1" else f", x and y × {self.scale:.3g}"
-        return f"{sigma}, n {self.n_points}, noise {self.noise_std:g}, {query}{scaled}"
+        prior = {"standard": "", "inverse-cov": ", w ~ N(0, Σ⁻¹)",
+                 "rotated": ", w ~ N(0, Σ_w) as on its own task"}[self.w_prior]
+        return f"{sigma}, n {self.n_points}, noise {self.noise_std:g}, {query}{prior}{scaled}"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
@@ -210,4 +228,6 @@ def nearest_distribution(task: RegressionTask, family: DesignFamily) -> Distribu
     noise = min(family.noise, key=lambda s: abs(s - float(task.noise_std)))
     query = family.query_on(kappa, task.query if task.query in family.queries
                             else family.queries[0])
-    return Distribution(kappa, shape, task.n_points, float(noise), query, top)
+    return Distribution(kappa, shape, task.n_points, float(noise), query, top,
+                        w_prior=task.w_prior,
+                        w_seed=task.seed if task.w_prior == "rotated" else None)

@@ -99,14 +99,15 @@ class Distribution:
         the own task's seed (``w_seed``), which then fixes Σ's rotation too, not ``seed``.
         """
         noise = self.noise_std * self.scale
-        prior = {"w_prior": self.w_prior, "seed": seed if self.w_seed is None else self.w_seed}
+        seed = seed if self.w_seed is None else self.w_seed
         if self.condition_number == 1 and self.top == 1 and self.scale == 1:
-            return RegressionTask(n_dims=n_dims, n_points=self.n_points,
-                                  noise_std=noise, query=self.query, **prior)
+            return RegressionTask(n_dims=n_dims, n_points=self.n_points, noise_std=noise,
+                                  query=self.query, w_prior=self.w_prior, seed=seed)
         eig = spectrum(n_dims, self.condition_number, self.shape, self.top * self.scale**2)
         return RegressionTask(n_dims=n_dims, n_points=self.n_points, cov="rotated",
                               eigenvalues=eig, noise_std=noise, query=self.query,
-                              condition_number=self.condition_number, **prior)  # κ: its record
+                              w_prior=self.w_prior, seed=seed,
+                              condition_number=self.condition_number)  # its record: κ
 
     @property
     def text(self) -> str:

@@ -97,3 +97,10 @@ def gdpp_loop(x, y, xq, lr: float, gamma: float, steps: int) -> float:
         transform = eye - gamma * x.T @ x / len(r)
         x, xq = x @ transform.T, transform @ xq
     return pred
+
+
+def designed_text(done) -> str:
+    """`Designed.lines` as one text, each line checked to fit the screen's 100 columns."""
+    lines = done.lines()
+    assert all(len(line) <= 100 for line in lines), [line for line in lines if len(line) > 100]
+    return " ".join(line.strip() for line in lines)

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers import designed_text
 
 from iclprobe import algorithms, tasks
 from iclprobe.alignment import AlignConfig, align
@@ -321,7 +322,7 @@ def test_a_model_that_does_no_regression_there_is_out_of_distribution():
     there = D.Design(D.Distribution(10.0, "geometric", 9, 0.0, "context"), 1.0, 0.0, [], {}, 0)
     done = D.align_designed(model, CFG, "still", design=there)
     assert done.out_of_distribution and done.designed is not None
-    assert any("out of the model's distribution" in line for line in done.lines())
+    assert "out of the model's distribution" in designed_text(done)
 
 
 def test_a_design_no_better_than_the_own_task_is_not_aligned(gd_oracle):
@@ -329,7 +330,7 @@ def test_a_design_no_better_than_the_own_task_is_not_aligned(gd_oracle):
     same = D.Design(D.Distribution(10.0, "geometric", 9, 0.0, "context"), 0.01, 0.01, [], {}, 0)
     done = D.align_designed(model, CFG, "gd", own=res, design=same)
     assert done.designed is None and not done.out_of_distribution
-    assert "its answer there stands" in done.lines()[-1]
+    assert designed_text(done).endswith("its answer there stands")
 
 
 def test_a_model_whose_outputs_blow_up_there_is_out_of_distribution():
@@ -343,7 +344,7 @@ def test_a_model_whose_outputs_blow_up_there_is_out_of_distribution():
     assert done.own.answer is not None  # aligned on its own task
     assert done.out_of_distribution and done.designed is None and "not finite" in done.why
     assert done.to_dict()["designed"] is None
-    assert any("out of the model's distribution" in line for line in done.lines())
+    assert "out of the model's distribution" in designed_text(done)
 
 
 @pytest.mark.slow  # two design searches and alignments through the CLI

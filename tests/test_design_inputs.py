@@ -11,6 +11,7 @@ import math
 
 import pytest
 import torch
+from helpers import designed_text
 
 from iclprobe import models, tasks
 from iclprobe.alignment import AlignConfig, align
@@ -145,7 +146,7 @@ def test_designed_data_too_short_for_the_probes_leave_the_own_answer():
     done = D.align_designed(model, cfg, "gpt", design=short)
     assert done.own.answer is not None and done.designed is None
     assert not done.out_of_distribution and "too few rows for the probes" in done.not_read
-    assert "cannot be read with these settings" in done.lines()[-1]
+    assert "cannot be read with these settings" in designed_text(done)
     assert done.to_dict()["not_read"] == done.not_read
 
 

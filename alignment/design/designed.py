@@ -15,6 +15,7 @@ from iclprobe.alignment.design.search import (
     design_evaluation,
     designed_positions,
 )
+from iclprobe.alignment.output.screen import wrap
 from iclprobe.alignment.result import AlignResult
 from iclprobe.errors import InputError, NonFinite, TooFewRows
 from iclprobe.models.base import Regressor
@@ -40,7 +41,15 @@ class Designed:
         return res.layer_error[-1] / res.zero_error
 
     def lines(self) -> list[str]:
-        """Both answers per live layer, side by side, and the model's error on each."""
+        """Both answers per live layer, side by side, and the model's error on each.
+
+        The sentences are wrapped to the screen's width (`screen.WIDTH`).
+        """
+        sentences, table = self._sentences()
+        return wrap(sentences) + table
+
+    def _sentences(self) -> tuple[list[str], list[str]]:
+        """`lines`' sentences (unwrapped) and its table of both answers."""
         own_a = self.own.answer
         assert own_a is not None
         des = self.designed
@@ -50,15 +59,15 @@ class Designed:
                 f"{self.model_error(self.own):.3f} on its own task, {there} on the designed data"]
         if des is None and self.not_read:
             return [self.design.sentence(), f"the designed data cannot be read with these "
-                    f"settings ({self.not_read}): the answer on the model's own task stands"]
+                    f"settings ({self.not_read}): the answer on the model's own task stands"], []
         if des is None and not self.out_of_distribution:
             return [self.design.sentence(), "no distribution of the family separates the "
-                    "candidates better than the model's own task: its answer there stands"]
+                    "candidates better than the model's own task: its answer there stands"], []
         if self.out_of_distribution:
             head.append(f"the designed data are out of the model's distribution ({self.why}): "
                         "it no longer does regression there, and its answer there is not used")
         if des is None or des.answer is None:
-            return head
+            return head, []
         width = max(len(a.short) for a in own_a.layers) + 2
         rows = [f"{'layer':>5}  {'own task':{width}}designed data"]
         for layer, (a, b) in enumerate(zip(own_a.layers, des.answer.layers)):
@@ -66,7 +75,7 @@ class Designed:
                 continue
             right = b.short + (" (out of distribution)" if self.out_of_distribution else "")
             rows.append(f"{layer:>5}  {a.short:{width}}{right}")
-        return head + rows
+        return head, rows
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields: the design and the designed alignment."""

@@ -333,4 +333,6 @@ def check_steps(steps: Iterable[int] | None) -> Tensor:
     for s in values:
         if isinstance(s, bool) or not hasattr(s, "__index__") or operator.index(s) < 0:
             raise InputError(f"steps must be integers >= 0, got {s!r}")
+        if operator.index(s) >= 2**63:  # beyond int64
+            raise InputError(f"steps must be below 2**63, got {s!r}")
     return torch.tensor([operator.index(s) for s in values], dtype=torch.int64)

@@ -43,6 +43,7 @@ from iclprobe.algorithms.numerics import (
 from iclprobe.algorithms.prefix import (
     PrefixStats,
     by_blocks,
+    check_regression,
     from_eigenbasis,
     prefix_stats,
     rowdot,
@@ -86,7 +87,8 @@ def _lr(lr: LrSpec, stats: PrefixStats, c: Tensor, name: str = "lr") -> Tensor |
     if lr == "max":
         return safe_inverse(c * stats.eigvals[..., -1:])
     if isinstance(lr, str):
-        raise InputError(f"{name} must be a number > 0, 'max' or 'tuned', got {lr!r}")
+        raise InputError(f"{name} must be a number > 0 or 'max' (gd also takes 'tuned'), got "
+                         f"{lr!r}")
     return rescale(check_positive(lr, name), stats.x_scale, 2)
 
 
@@ -168,8 +170,14 @@ def _tune_gd(tune: PrefixStats, ys: Tensor, c: Tensor, steps: Tensor,
     The rates are returned in the units of the data (not of ``tune``'s scaled copy).
     """
     lam_max = (c * tune.eigvals[..., -1:])[:, 1:].median().item()
+    if not lam_max > 0:  # NaN: one position; 0: every x is 0 there
+        raise InputError(f"tune_on's data give no curvature to tune the rate on (median "
+                         f"λ_max {lam_max}): they need >= 2 positions and nonzero xs")
     factors = torch.as_tensor(list(grid) if grid is not None else
                               torch.logspace(-3, 0.5, 36).tolist(), dtype=torch.float64)
+    if factors.ndim != 1 or factors.numel() == 0:
+        raise InputError(f"grid must hold at least one learning-rate multiplier, got "
+                         f"{list(grid) if grid is not None else grid!r}")
     if not bool((factors > 0).all()):
         raise InputError(f"grid must hold positive learning-rate multipliers, got "
                          f"{[float(f) for f in factors if not f > 0]} among them")
@@ -214,6 +222,9 @@ def gd_core(xs: Tensor, ys: Tensor, steps: Iterable[int] | None, lr: LrSpec, nor
             if half == 0:
                 raise InputError("lr='tuned' needs tune_on=(xs, ys) or a batch of >= 2")
             tune_on = (xs[half:], ys[half:])
+        if not (isinstance(tune_on, (tuple, list)) and len(tune_on) == 2):
+            raise InputError(f"tune_on must be a pair (xs, ys), got {tune_on!r:.80}")
+        check_regression(*tune_on)
         tune = prefix_stats(*tune_on)
         rates = _tune_gd(tune, tune_on[1], _scale(tune, normalize), k_steps, grid)
         hyper["lr"] = rates

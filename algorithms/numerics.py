@@ -142,8 +142,9 @@ def _not_finite(name: str, label: str, t: Tensor, dtype: torch.dtype,
         return (f"{name}: the {label} overflow float64 on these data (no finite answer); "
                 "check the data's scale and the hyperparameters"), False
     largest = t.abs().max().item()
+    wider = "float64" if dtype == torch.float32 else "float32 or float64"
     return (f"{name}: the {label} reach {largest:.3g}, beyond the range of {dtype}, the dtype "
-            f"of xs (largest {torch.finfo(dtype).max:.3g}): pass float32 or float64 xs"), False
+            f"of xs (largest {torch.finfo(dtype).max:.3g}): pass {wider} xs"), False
 
 
 def scaled_number(value: float, exp2: int) -> str:

@@ -174,9 +174,11 @@ def _cg_block(stats: PrefixStats, k_steps: Tensor, want_weights: bool
     CG has ended at OLS). So each new residual is orthogonalized twice against the earlier
     ones (full reorthogonalization, as in Lanczos): the iterates are exact CG's to
     round-off. From the step S_t's rank on (CG's end in exact arithmetic) the iterate is
-    OLS's min-norm solution itself.
+    OLS's min-norm solution itself: a step past d is step d's (not run again: each step
+    reorthogonalizes against every earlier one).
     """
     lam, b = stats.eigvals, stats.xty_eig
+    k_steps = k_steps.clamp(max=lam.shape[-1])
     floor = 1e-28 * b.pow(2).sum(-1, keepdim=True)  # residual norms below this: converged
     lam_p, work = torch.empty_like(b), torch.empty_like(b)
     ols, rank = b * safe_inverse(lam), (lam > 0).sum(-1, keepdim=True)

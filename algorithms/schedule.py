@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from iclprobe.algorithms.base import Iterates, check_steps, register
-from iclprobe.algorithms.numerics import out_dtype
+from iclprobe.algorithms.numerics import finish, out_dtype
 from iclprobe.algorithms.prefix import check_regression, exclusive_cumsum, safe_inverse
 from iclprobe.errors import InputError, InputTypeError
 
@@ -67,6 +67,14 @@ def pgd_schedule(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
         w = w - (a @ grad[..., None])[..., 0]
         saved[k + 1] = w
     stacked = torch.stack([saved[k] for k in k_steps.tolist()])  # [step, batch, pos, d]
-    preds = (stacked * x).sum(-1).to(out_dtype(xs))
-    return Iterates(k_steps, preds, stacked.to(out_dtype(xs)) if weights else None,
-                    {"normalize": normalize, "preconds": mats.tolist()}, "pgd_schedule")
+    preds = (stacked * x).sum(-1)
+    grew = not (bool(torch.isfinite(preds).all()) and bool(torch.isfinite(stacked).all()))
+
+    def unstable() -> str | None:  # float64 overflow: the steps, not the dtype, are the cause
+        return ("the preconditioned steps make the iterates grow without bound on these "
+                "data (some I − c_t A_k S_t has an eigenvalue beyond 1 in modulus)") if grew \
+            else None
+
+    return finish("pgd_schedule", k_steps, preds, stacked if weights else None,
+                  {"normalize": normalize, "preconds": mats.tolist()}, out_dtype(xs),
+                  unstable=unstable)

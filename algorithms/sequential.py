@@ -127,8 +127,9 @@ def online_gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     rate = rescale(lr, sx, 2) * lr_scale if isinstance(lr, float) else 0.0
     b, n, d = x.shape
     w = initial_weights(init, (b, n, d), generator, xs.device)  # one w per prefix
-    if (sx, sy) != (1.0, 1.0):
-        w = w * (sx / sy)  # the start in the units of the scaled data
+    if (sx, sy) != (1.0, 1.0) and not (isinstance(init, str) and init == "zero"):
+        w = w * (sx / sy)  # the start in the units of the scaled data (0 stays 0: sx / sy
+        # may overflow on data scaled far apart, and 0 · inf is NaN)
     w[:, 0] = 0.0
     eta = safe_inverse(x.pow(2).sum(-1)) * lr_scale if lr == "normalized" else \
         torch.full_like(y, rate)
@@ -151,4 +152,4 @@ def online_gd(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     hyper = {"lr": lr, "init": init if isinstance(init, str) else "given",
              **({"lr_scale": lr_scale} if lr_scale != 1.0 else {})}
     return finish("online_gd", k_steps, preds, ws, hyper, out_dtype(xs), (sx, sy), unstable,
-                  ys=ys if fixed_number(lr) else None)
+                  ys=ys if fixed_number(lr) or lr_scale >= 2 else None)  # growth: refused

@@ -169,6 +169,9 @@ class AlignConfig:
                 raise ConfigError(_OWNER, name, f"{_OWNER}.{name} must be a tuple of names, "
                                   f"got {value!r}")
             object.__setattr__(self, name, tuple(value))
+            if twice := sorted({v for v in value if list(value).count(v) > 1}):
+                raise ConfigError(_OWNER, name, f"{_OWNER}.{name} names {twice} more than "
+                                  f"once, got {tuple(value)!r}")
         if self.algorithms is not None:
             # runs a registered family adds (PQ: GD preconditioned by its own A_l, ...);
             # whether this model has them is checked by align

@@ -29,6 +29,7 @@ from typing import Any
 from torch import Tensor
 
 from iclprobe import probes
+from iclprobe._checks import check_choice, check_int, check_type
 from iclprobe.algorithms.base import REFERENCE_PAIR
 from iclprobe.alignment.comparison import PairVerdict
 from iclprobe.alignment.config import AlignConfig
@@ -56,7 +57,7 @@ from iclprobe.alignment.views.protocol import protocol_view
 from iclprobe.alignment.views.separation import Separation, separation_view
 from iclprobe.alignment.views.spectral import SpectralOrder
 from iclprobe.errors import InputError
-from iclprobe.models.base import Regressor
+from iclprobe.models.base import Regressor, check_model
 from iclprobe.tasks import RegressionBatch, RegressionTask
 
 __all__ = ["AlignConfig", "AlignResult", "align", "align_layers", "compare", "evaluation_task",
@@ -69,10 +70,24 @@ def align(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
     """Align every layer of ``model`` with the reference learners (see the module doc).
 
     ``layer_probes`` None: the probes are resolved as ``iclprobe align`` resolves them
-    (`resolve_probes`: saved ones that fit, else fitted as ``cfg.probe_fit`` says).
+    (`resolve_probes`: saved ones that fit, else fitted as ``cfg.probe_fit`` says). The
+    model is moved to ``cfg.device`` (and stays there) and run in eval mode; its training
+    mode is restored after.
     """
     cfg = cfg or AlignConfig()
-    model = model.to(cfg.device).eval()
+    check_model(model)
+    check_type("align", "cfg", cfg, AlignConfig, "an AlignConfig")
+    training = model.training  # restored after: a model aligned mid-training trains on
+    try:
+        return _align(model.to(cfg.device).eval(), cfg, name, layer_probes, eval_task)
+    finally:
+        model.train(training)
+
+
+def _align(model: Regressor, cfg: AlignConfig, name: str,
+           layer_probes: probes.LayerProbes | None, eval_task: RegressionTask | None
+           ) -> AlignResult:
+    """`align` on a model in eval mode on ``cfg.device``."""
     task = eval_task or evaluation_task(model, cfg)
     check_align_fits(model, task, cfg, needs_probes(model), name)  # before allocating
     check_evaluation(model, task, cfg, name)  # before any probe is fitted or announced
@@ -139,6 +154,9 @@ def compare(models: Sequence[Regressor], cfg: AlignConfig | None = None,
         raise InputError(f"names must be unique, one per model; got {names} for "
                          f"{len(models)} models")
     lps = list(layer_probes) if layer_probes is not None else [None] * len(models)
+    if len(lps) != len(models):
+        raise InputError(f"layer_probes must hold one entry per model (None: fitted here), "
+                         f"got {len(lps)} for {len(models)} models")
     task = eval_task or evaluation_task(models[0], cfg)
     for model, name in zip(models, names):
         if model.cfg.n_dims != task.n_dims:
@@ -178,6 +196,9 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
             in ``layer_weights`` (`probes.ReadoutNoise`): the candidates' tables are
             corrected for it (`alignment.measuring.candidates.noise_ceilings`).
     """
+    check_choice("align_layers", "positions", positions, ("all", "last"))
+    if probe_t_min is not None:
+        check_int("align_layers", "probe_t_min", probe_t_min, 0, batch.xs.shape[1])
     rows = layer_weights.shape[1] if layer_weights is not None else 0
     ev = evaluation(cfg or AlignConfig(), batch, name, positions, extra_runs, notes or (), task,
                     rows)

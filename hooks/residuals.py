@@ -112,8 +112,9 @@ def collect_residuals(model: Regressor, xs: Tensor, ys: Tensor,
             out = part.new_empty((part.shape[0], xs.shape[0], *part.shape[2:]))
         out[:, at:at + part.shape[1]] = part
         at += part.shape[1]
-    if out is None:  # no sequences: torch.cat's error for an empty batch, as before
-        return torch.cat([], dim=1)
+    if out is None:  # no sequences: no forward pass checked them
+        model.check_inputs(xs, ys)  # refuses the empty batch, naming it
+        raise InputError(f"xs must hold at least one sequence, got shape {tuple(xs.shape)}")
     return out
 
 

@@ -48,6 +48,13 @@ def tensor_home(module: nn.Module) -> tuple[torch.device, torch.dtype]:
     return torch.device("cpu"), torch.float32
 
 
+def _check_finite(**inputs: Tensor) -> None:
+    """Refuse NaN or Inf in a model's inputs (its readings would carry them silently)."""
+    for name, t in inputs.items():
+        if not t.is_meta and not bool(torch.isfinite(t).all()):  # meta: shapes only
+            raise InputError(f"{name} must be finite, found NaN or Inf")
+
+
 class Regressor(HookedRootModule, metaclass=abc.ABCMeta):
     """What every model family provides (the abstract base class; see docs/architecture.md).
 
@@ -228,6 +235,10 @@ class Regressor(HookedRootModule, metaclass=abc.ABCMeta):
             raise InputError(f"xs must have shape [batch, pos, {d}], got {tuple(xs.shape)}")
         if ys.shape != xs.shape[:2]:
             raise InputError(f"ys must have shape {tuple(xs.shape[:2])}, got {tuple(ys.shape)}")
+        if xs.shape[0] == 0 or xs.shape[1] == 0:
+            raise InputError(f"xs must hold at least one sequence and one position, got shape "
+                             f"{tuple(xs.shape)}")
+        _check_finite(xs=xs, ys=ys)
 
     def _check_dtype(self, **inputs: Tensor) -> None:
         dtype = tensor_home(self)[1]
@@ -244,10 +255,12 @@ class Regressor(HookedRootModule, metaclass=abc.ABCMeta):
         self.check_inputs(xs, ys)
         self._check_dtype(queries=queries)
         b, n, d = xs.shape
-        if queries.ndim != 4 or queries.shape[:2] != (b, n) or queries.shape[-1] != d:
+        if queries.ndim != 4 or queries.shape[:2] != (b, n) or queries.shape[-1] != d or \
+                queries.shape[2] == 0:
             raise InputError(
-                f"queries must have shape [{b}, {n}, T, {d}], got {tuple(queries.shape)}"
-            )
+                f"queries must have shape [{b}, {n}, T, {d}] (T >= 1), got "
+                f"{tuple(queries.shape)}")
+        _check_finite(queries=queries)
 
     def save(self, path: str | os.PathLike[str], task: Any = None,
              overwrite: bool = False) -> Path:

@@ -23,7 +23,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from iclprobe.atomic import atomic_directory
-from iclprobe.errors import InputTypeError
+from iclprobe.errors import InputError, InputTypeError
 from iclprobe.models import registry
 from iclprobe.storage import CheckpointError, parse_json
 from iclprobe.tasks import RegressionTask
@@ -44,6 +44,12 @@ def write_checkpoint_files(model: Any, directory: Path, task: RegressionTask | N
     """
     if task is not None and not isinstance(task, RegressionTask):
         raise InputTypeError(f"task must be a RegressionTask or None, got {type(task).__name__}")
+    if task is not None:
+        model.check_task(task)  # a d = 2 task beside a d = 3 model would load, then fail
+    bad = [k for k, v in model.state_dict().items()
+           if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:  # `load` refuses such a file: refused here, before it is written
+        raise InputError(f"the model's weights {bad[:3]} hold NaN or inf: not saved")
     config = {"format_version": FORMAT_VERSION, "family": registry.family_of(model),
               "config": model.cfg.to_dict()}
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}

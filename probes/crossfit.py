@@ -111,7 +111,13 @@ def cross_fit(model: Regressor, resid: Tensor, ys: Tensor, folds: int = 4, t_min
     that the halves the readout's noise is measured on (`readout_noise`) each hold some of
     them; sums fitted to y, so not with ``targets``. ``features``: the folds' `fold_features`
     (t_min's rows), where they were computed before (e.g. for `held_shares`' Gram).
+    Positions ``t < t_min`` are predicted, never fitted on: a residual that is not finite
+    there (a model valid only at its trained length) gives a prediction that is not finite
+    there, and no other is touched (the fits' own rows are checked, `ridge_from_sums`).
     """
+    if not isinstance(resid, Tensor) or resid.ndim != 4:
+        raise InputError(f"resid must be a [layer, batch, pos, d_model] tensor, got "
+                         f"{tuple(resid.shape) if isinstance(resid, Tensor) else type(resid).__name__}")
     n_layers, batch, n, width = resid.shape
     if ys.shape != (batch, n):
         raise InputError(f"ys must have shape {(batch, n)}, got {tuple(ys.shape)}")

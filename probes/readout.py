@@ -48,9 +48,10 @@ class ReadoutProbe(RegressorMixin, BaseEstimator):
             raise InputError(f"alpha must be a number >= 0, got {alpha!r} (not finite)")
         X, y = _detached(X), _detached(y)
         X, y = validate_data(self, X, y, y_numeric=True, multi_output=True, dtype=np.float64)
-        check_finite_inputs(X=torch.from_numpy(X), y=torch.from_numpy(np.asarray(y)))
+        xt, yt = torch.tensor(X), torch.tensor(np.asarray(y))  # copies: X may be read-only
+        check_finite_inputs(X=xt, y=yt)
         targets = y[:, None] if y.ndim == 1 else y
-        xt = torch.tensor(X).expand(targets.shape[1], -1, -1)
+        xt = xt.expand(targets.shape[1], -1, -1)
         fit = ridge_gcv(xt, torch.tensor(targets.T),
                         alphas=float(alpha), fit_intercept=bool(self.fit_intercept))
         coef, intercept = fit.coef.numpy(), fit.intercept.numpy()

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from iclprobe._linalg import sym_eigh
-from iclprobe.errors import InputError, NonFinite
+from iclprobe.errors import InputError, InputTypeError, NonFinite
 
 DEFAULT_ALPHAS = torch.logspace(-6, 4, 21, dtype=torch.float64)
 
@@ -100,6 +100,9 @@ def ridge_sums(x: Tensor, y: Tensor, features: FeatureSums | None = None) -> Rid
     `feature_sums` of the same ``x``, already computed (only the target's sums are then
     computed).
     """
+    if not isinstance(x, Tensor) or x.ndim != 3:
+        raise InputError(f"x must be a [layer, row, feature] tensor, got "
+                         f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
     y = y.expand(x.shape[0], -1) if y.ndim == 1 else y
     if y.shape != x.shape[:2]:
         raise InputError(f"y must have shape [row] or {tuple(x.shape[:2])}, got {tuple(y.shape)}")
@@ -165,10 +168,14 @@ def ridge_from_sums(sums: RidgeSums, alphas: Tensor | float | None = None,
                     fit_intercept: bool = True) -> RidgeFit:
     """`ridge_gcv` from precomputed sums (e.g. the training rows of one cross-fit fold)."""
     n_rows = sums.n
-    grid = DEFAULT_ALPHAS if alphas is None else torch.as_tensor(alphas, dtype=torch.float64)
+    try:
+        grid = DEFAULT_ALPHAS if alphas is None else torch.as_tensor(alphas, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        raise InputTypeError(f"alphas must be a number or a tensor of numbers, got "
+                             f"{alphas!r:.60}") from None
     grid = grid.reshape(-1)
-    if not bool((grid >= 0).all()) or grid.numel() == 0:
-        raise InputError(f"alpha must be >= 0, got {grid.tolist()}")
+    if not bool((grid >= 0).all() & grid.isfinite().all()) or grid.numel() == 0:
+        raise InputError(f"alpha must be finite and >= 0, got {grid.tolist()}")
     bad = [layer for layer, ok in enumerate(_finite_layers(sums)) if not ok]
     if bad:
         raise NonFinite(f"the probes' sums of layers {bad} hold NaN or Inf: the residuals "

@@ -73,14 +73,18 @@ def ill_conditioned_eigenvalues(n_dims: int, condition_number: float) -> Tensor:
 
 
 def check_covariance(cov: Tensor, n_dims: int, name: str = "cov") -> Tensor:
-    """Validate a symmetric positive-definite ``[d, d]`` matrix and return it as float64."""
+    """Validate a symmetric positive-definite ``[d, d]`` matrix; return a float64 copy.
+
+    A copy (never the caller's tensor): a task keeps Σ, and the caller's later changes to
+    theirs must not reach it.
+    """
     if not isinstance(cov, Tensor):
         raise InputTypeError(f"{name} must be a torch.Tensor or a known name, got {type(cov).__name__}")
     if cov.shape != (n_dims, n_dims):
         raise InputError(f"{name} has shape {tuple(cov.shape)}, expected ({n_dims}, {n_dims})")
     if cov.is_complex():
         raise InputTypeError(f"{name} must be real, got {cov.dtype}")
-    cov = cov.detach().to(torch.float64)
+    cov = cov.detach().to(torch.float64, copy=True)
     if not bool(torch.isfinite(cov).all()):
         raise InputError(f"{name} contains NaN or Inf")
     if not torch.allclose(cov, cov.T, rtol=1e-6, atol=1e-8):

@@ -216,8 +216,13 @@ class RegressionTask(TaskFields):
         k = active_dims if active_dims is not None else self.active_dims
         if k is not None and not (is_int(k) and 0 < k <= self.n_dims):
             raise InputError(f"active_dims must be in 1..{self.n_dims}, got {k!r}")
+        if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+            raise InputTypeError(f"dtype must be a floating torch.dtype (e.g. torch.float32), "
+                                 f"got {dtype!r}")
         d = self.n_dims
         f64 = torch.float64
+        check_bytes(8 * batch_size * n * (d + 2), f"RegressionTask.sample(batch_size="
+                    f"{batch_size}, n_points={n})")  # xs, ys and the noise, in float64
 
         sqrt_cov, inv_sqrt_t, cov = self._factors(batch_size, gen)
         z = torch.randn(batch_size, n, d, generator=gen, dtype=f64)

@@ -313,7 +313,7 @@ def test_gd_plus_plus_without_gamma_is_gd():
         (lambda xs, ys: algorithms.gd(xs, ys, [1, -2]), "steps must be integers >= 0, got -2"),
         (lambda xs, ys: algorithms.gd(xs, ys, [1], lr=0.0), "lr must be a finite number > 0"),
         (lambda xs, ys: algorithms.gd(xs, ys, [1], lr=-1.0), "lr must be a finite number > 0"),
-        (lambda xs, ys: algorithms.gd(xs, ys, [1], lr="fast"), "lr must be a number > 0, 'max'"),
+        (lambda xs, ys: algorithms.gd(xs, ys, [1], lr="fast"), "lr must be a number > 0 or 'max'"),
         (lambda xs, ys: algorithms.newton(xs, ys, [1], alpha="paper"), "alpha must be"),
         (lambda xs, ys: algorithms.momentum(xs, ys, [1], beta=1.0), "beta must be a number in"),
         (lambda xs, ys: algorithms.ridge(xs, ys, lam=0), "lam must be a finite number > 0"),

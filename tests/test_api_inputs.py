@@ -1,0 +1,213 @@
+"""The public API refuses bad input by name, and never returns NaN/Inf silently.
+
+Each case was found by calling the function as a user might (a review of the API's
+inputs); before, each crashed deep inside torch, returned NaN/Inf, or kept going wrongly.
+"""
+
+import pytest
+import torch
+from helpers import small_batch, tiny_gpt
+
+from iclprobe import algorithms, hooks, models, probes, tasks
+from iclprobe.algorithms.numerics import Diverged, finish
+from iclprobe.alignment import AlignConfig, align, align_layers, compare
+
+
+def _data(scale_x: float = 1.0, scale_y: float = 1.0, n: int = 10):
+    g = torch.Generator().manual_seed(0)
+    xs = torch.randn(4, n, 3, generator=g, dtype=torch.float64)
+    ys = xs @ torch.randn(3, generator=g, dtype=torch.float64)
+    return xs * scale_x, ys * scale_y
+
+
+def test_compare_refuses_probes_for_fewer_models_than_given():
+    # zip() dropped the second model: one result came back for two models
+    with pytest.raises(ValueError, match="layer_probes must hold one entry per model .* got 1 "
+                                         "for 2 models"):
+        compare([tiny_gpt(), tiny_gpt()], AlignConfig(n_sequences=16), names=["a", "b"],
+                layer_probes=[None])
+
+
+@pytest.mark.parametrize(("kw", "says"), [
+    ({"positions": "x"}, "align_layers.positions must be one of ('all', 'last'), got 'x'"),
+    ({"probe_t_min": 100}, "align_layers.probe_t_min must be an integer in [0, 8), got 100"),
+    ({"probe_t_min": -5}, "got -5"),
+])
+def test_align_layers_checks_positions_and_probe_t_min(kw, says):
+    batch = small_batch(batch=16)
+    preds = batch.ys.double()[None].expand(3, -1, -1)
+    with pytest.raises(ValueError) as err:
+        align_layers(preds, batch, AlignConfig(n_boot=10), **kw)
+    assert says in str(err.value)
+
+
+def test_a_task_keeps_its_own_copy_of_sigma():
+    cov = torch.eye(3, dtype=torch.float64)
+    task = tasks.RegressionTask(n_dims=3, n_points=5, cov=cov)
+    cov[0, 0] = 100.0  # the caller's tensor, changed after
+    assert float(task.covariance[0, 0]) == 1.0
+    assert float(tasks.RegressionTask.from_json(task.to_json()).covariance[0, 0]) == 1.0
+
+
+def test_pgd_schedule_refuses_iterates_that_overflow():
+    xs, ys = _data(n=3)
+    with pytest.raises(Diverged, match="pgd_schedule: the preconditioned steps make "
+                                                  "the iterates grow without bound"):
+        algorithms.pgd_schedule(xs, ys, steps=[3],
+                                preconds=torch.eye(3, dtype=torch.float64).expand(3, 3, 3) * 1e300)
+
+
+def test_online_gd_on_data_scaled_far_apart_is_the_scaled_answer():
+    # the zero start times s_x/s_y = inf was NaN: "the predictions overflow float64"
+    xs, ys = _data()
+    plain = algorithms.online_gd(xs, ys, steps=[1, 2]).preds
+    far = algorithms.online_gd(xs * 1e160, ys * 1e-160, steps=[1, 2]).preds
+    torch.testing.assert_close(far * 1e160, plain, rtol=1e-12, atol=1e-12)
+
+
+def test_online_gd_past_its_relaxation_bound_is_refused_not_returned():
+    xs, ys = _data()
+    with pytest.raises(Diverged, match="lr_scale=2.5 with lr='normalized'"):
+        algorithms.online_gd(xs, ys, steps=[30], lr_scale=2.5)
+    algorithms.online_gd(xs, ys, steps=[30], lr_scale=1.9)  # below the bound: an answer
+
+
+def test_save_refuses_what_load_would_refuse(tmp_path):
+    model = tiny_gpt()
+    with pytest.raises(ValueError, match="task.n_dims=2 but the model has n_dims=3"):
+        model.save(tmp_path / "a", task=tasks.RegressionTask(n_dims=2, n_points=5))
+    with pytest.raises(ValueError, match="task.n_points=20 is more than the model's "
+                                         "n_positions=8"):
+        model.save(tmp_path / "b", task=tasks.RegressionTask(n_dims=3, n_points=20))
+    with torch.no_grad():
+        next(model.parameters()).fill_(float("nan"))
+    with pytest.raises(ValueError, match=r"hold NaN or inf: not saved"):
+        model.save(tmp_path / "c")
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_a_model_refuses_non_finite_or_empty_inputs():
+    model, batch = tiny_gpt(), small_batch()
+    with pytest.raises(ValueError, match="xs must be finite, found NaN or Inf"):
+        hooks.collect_residuals(model, batch.xs * float("nan"), batch.ys)
+    with pytest.raises(ValueError, match="xs must hold at least one sequence"):
+        hooks.collect_residuals(model, batch.xs[:0], batch.ys[:0])
+    with pytest.raises(ValueError, match=r"queries must have shape \[4, 8, T, 3\] \(T >= 1\)"):
+        model.predict_queries(batch.xs, batch.ys, torch.randn(4, 8, 0, 3))
+
+
+@pytest.mark.parametrize(("cov", "error", "says"), [
+    (torch.tensor([[1.0, 5.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]), ValueError,
+     "cov must be symmetric"),  # Cholesky read its lower triangle: the queries of I
+    (torch.diag(torch.tensor([1.0, -1.0, 1.0])), ValueError, "cov must be positive definite"),
+    (torch.eye(3) * float("nan"), ValueError, "cov must be finite"),
+    ([[1.0, 0.0, 0.0]] * 3, TypeError, "cov must be a torch.Tensor"),
+])
+def test_induced_weights_check_the_queries_covariance(cov, error, says):
+    with pytest.raises(error, match=says):
+        probes.sample_queries((2, 4, 5, 3), cov, 0)
+
+
+def test_induced_weights_are_not_finite_only_where_the_predictions_are_not():
+    xs, ys = _data()
+
+    def nan_early(xs, ys, q):  # a model valid only from prefix 5 on
+        out = (q * torch.arange(1.0, 4.0, dtype=q.dtype)).sum(-1)
+        out[:, :5] = float("nan")
+        return out
+
+    weights = probes.induced_weights(nan_early, xs, ys, 4)
+    assert bool(weights[:, :5].isnan().all())
+    torch.testing.assert_close(weights[:, 5:], torch.arange(1.0, 4.0, dtype=xs.dtype)
+                               .expand_as(weights[:, 5:]))
+    with pytest.raises(ValueError, match=r"xs must be a \[batch, pos, n_dims\] tensor"):
+        probes.induced_weights(nan_early, xs[0], ys[0], 4)
+
+
+def test_cross_fit_names_residuals_of_the_wrong_shape():
+    model = tiny_gpt()
+    batch = small_batch(batch=16)
+    resid = hooks.collect_residuals(model, batch.xs, batch.ys).double()
+    with pytest.raises(ValueError, match=r"resid must be a \[layer, batch, pos, d_model\]"):
+        probes.cross_fit(model, resid[0], batch.ys.double())  # a raw unpacking error before
+    resid[:, :, 0] = float("nan")  # t = 0 < t_min: predicted there only, never fitted
+    fit = probes.cross_fit(model, resid, batch.ys.double(), t_min=1)
+    assert bool(fit.preds[:, :, 0].isnan().all()) and bool(fit.preds[:, :, 1:].isfinite().all())
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, "float32", None])
+def test_sample_refuses_a_dtype_that_is_no_float(dtype):
+    # int64 truncated xs to integers silently; "float32" was torch's "Invalid device string"
+    with pytest.raises(TypeError, match="dtype must be a floating torch.dtype"):
+        tasks.RegressionTask(n_dims=3, n_points=5).sample(4, generator=0, dtype=dtype)
+
+
+@pytest.mark.parametrize(("kw", "says"), [
+    ({"grid": []}, "grid must hold at least one learning-rate multiplier, got []"),
+    ({"tune_on": "x"}, "tune_on must be a pair (xs, ys), got 'x'"),
+    ({"tune_on": _data(n=1)}, "tune_on's data give no curvature to tune the rate on"),
+    ({"tune_on": (torch.zeros(4, 5, 3), torch.zeros(4, 5))}, "median λ_max 0.0"),
+])
+def test_tuned_gd_checks_its_tuning_data_and_grid(kw, says):
+    xs, ys = _data()
+    with pytest.raises(ValueError) as err:
+        algorithms.gd(xs, ys, steps=[1, 2], lr="tuned", **kw)
+    assert says in str(err.value)
+
+
+def test_learner_messages_say_what_is_allowed():
+    xs, ys = _data()
+    with pytest.raises(ValueError, match=r"lr must be a number > 0 or 'max' \(gd also takes "
+                                         r"'tuned'\), got 'tuned'"):
+        algorithms.momentum(xs, ys, steps=[1], lr="tuned")
+    # a float32 learner whose float64 answer is beyond float32 said "pass float32 or float64"
+    big = torch.full((1, 1, 2), 1e50, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"reach 1e\+50, beyond the range of torch.float32, "
+                                         r"the dtype of xs .*: pass float64 xs$"):
+        finish("x", torch.tensor([1]), big, None, {}, torch.float32)
+    with pytest.raises(ValueError, match=r"steps must be below 2\*\*63, got 9223372036854775808"):
+        algorithms.gd(xs, ys, steps=[2**63])
+
+
+def test_align_checks_its_arguments_and_restores_the_training_mode():
+    with pytest.raises(TypeError, match="model must be an iclprobe model"):
+        align(None)
+    model = tiny_gpt().train()
+    with pytest.raises(TypeError, match="align: cfg must be an AlignConfig"):
+        align(model, {"n_sequences": 16})
+    align(model, AlignConfig(n_sequences=16, n_boot=10, separation=False, fitted=False,
+                             data="isotropic"))
+    assert model.training
+    assert isinstance(model, models.GPTRegressor)
+
+
+@pytest.mark.parametrize(("field", "value"), [("algorithms", ("gd", "newton", "gd")),
+                                              ("metrics", ("error_cosine", "error_cosine"))])
+def test_align_config_refuses_a_name_given_twice(field, value):
+    # it was accepted, then quietly counted once
+    with pytest.raises(ValueError, match=rf"AlignConfig.{field} names \['\w+'\] more than once"):
+        AlignConfig(**{field: value})
+
+
+@pytest.mark.parametrize(("args", "error", "says"), [
+    ((torch.randn(40, 8), torch.randn(40)), ValueError,
+     r"x must be a \[layer, row, feature\] tensor, got \(40, 8\)"),  # blamed y before
+    ((torch.randn(2, 40, 8), torch.randn(40), float("inf")), ValueError,
+     r"alpha must be finite and >= 0, got \[inf\]"),
+    ((torch.randn(2, 40, 8), torch.randn(40), "x"), TypeError,
+     "alphas must be a number or a tensor of numbers, got 'x'"),
+])
+def test_ridge_gcv_names_its_bad_argument(args, error, says):
+    with pytest.raises(error, match=says):
+        probes.ridge_gcv(*args)
+
+
+def test_cg_past_d_steps_is_ols_without_running_those_steps():
+    # each step reorthogonalizes against every earlier one: steps=[10**9] asked for a
+    # basis of 10**9 residuals (an allocation error), 1000 took seconds at d = 2
+    xs, ys = _data()
+    run = algorithms.cg(xs, ys, steps=[3, 4, 1000, 10**9])
+    ols = algorithms.ols(xs, ys).preds[0]
+    for k in range(4):
+        torch.testing.assert_close(run.preds[k], ols, rtol=1e-9, atol=1e-9)
+        assert torch.equal(run.preds[k], run.preds[0])  # step d's iterate, not rerun

@@ -59,14 +59,16 @@ def _check_device(device: str) -> None:
 def unique_names(checkpoints: list[str]) -> list[str]:
     """One name per checkpoint, for tables, JSON keys and file names.
 
-    A checkpoint is named after its directory, parent-qualified (``a_run``) where two share
-    a name, and numbered (``run-2``) where that is not enough.
+    A checkpoint is named after its directory, parent-qualified (``a_run``) where two
+    directories share a name, and numbered (``run-2``) where that is not enough (the same
+    checkpoint given twice keeps its name: ``gpt-softmax``, ``gpt-softmax-2``).
     """
     from iclprobe.alignment.measuring.probe_source import model_dir
 
     dirs = [model_dir(c) for c in checkpoints]
     base = [d.name or c for d, c in zip(dirs, checkpoints)]
-    names = [f"{d.parent.name}_{n}" if base.count(n) > 1 and d.parent.name else n
+    shared = {n for n in base if len({d for d, m in zip(dirs, base) if m == n}) > 1}
+    names = [f"{d.parent.name}_{n}" if n in shared and d.parent.name else n
              for d, n in zip(dirs, base)]
     seen: dict[str, int] = {}
     out = []
@@ -249,6 +251,10 @@ def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int | None = 
 
     check_output(out, "report", overwrite)
     cfg = AlignConfig(n_sequences=n_sequences, n_probe_sequences=n_probe_sequences)
+    if n_sequences < cfg.probe_folds:  # align names --probe-folds, a flag demo does not have
+        raise InputError(f"--n-sequences {n_sequences}: the demo cross-fits gpt-softmax's "
+                         f"probes in {cfg.probe_folds} folds of the evaluation sequences; use "
+                         f"at least {cfg.probe_folds} (more for enough rows per probe)")
     model = models.load(DEMO_MODELS[0])
     with kept.reusing():  # models aligned on the same data share the candidates' families
         with probe_notes():

@@ -54,8 +54,10 @@ class AlignConfig:
     positions: str = option("auto", "positions t to align at: auto = where the model was "
                             "trained (the last position for Ahn-style PQ models, every prefix "
                             "otherwise)", choices=POSITION_CHOICES)
-    t_min: int | None = option(None, "first position in the metrics (default: the protocol's)")
-    t_max: int | None = option(None, "last position in the metrics (default: the last)")
+    t_min: int | None = option(None, "first position in the metrics (default: the protocol's; "
+                               "a window of positions all, refused where the model is "
+                               "aligned at its last position)")
+    t_max: int | None = option(None, "last position in the metrics, >= 1 (default: the last)")
     fit_layers: str = option("live", "layers the step-vs-layer lines are fitted over: live = "
                              "above the zero predictor", choices=FIT_LAYER_CHOICES)
     n_sequences: int = option(512, "evaluation sequences")

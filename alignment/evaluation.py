@@ -140,6 +140,13 @@ def check_evaluation(model: Regressor, task: RegressionTask, cfg: AlignConfig,
     The learners the model claims are read on two sequences (their names, not their runs).
     """
     positions = trained_positions(model) if cfg.positions == "auto" else cfg.positions
+    given = [f for f in ("t_min", "t_max") if getattr(cfg, f) is not None]
+    if positions == "last" and given:  # the window is of positions "all": it would be dropped
+        why = "(the position it was trained at)" if cfg.positions == "auto" else \
+            "(positions='last')"
+        raise ConfigError("AlignConfig", given[0], f"AlignConfig.{given[0]}="
+                          f"{getattr(cfg, given[0])} sets the window of positions='all', but "
+                          f"{name} is aligned at its last position only {why}")
     aligned_window(cfg, positions, task.n_points)
     learner_runs(cfg, family_runs(model, task.sample(2, generator=cfg.seed))[0], name)
 
@@ -211,6 +218,10 @@ def aligned_window(cfg: AlignConfig, positions: str, n: int) -> tuple[int, int]:
         field = "t_min" if cfg.t_min is not None and t_max < n else "t_max"
         raise ConfigError("AlignConfig", field, f"t_min={t_min}, t_max={t_max}: need t_min "
                           f"<= t_max <= {n - 1} for {n} points")
+    if t_max < 1:  # t = 0 has no examples: every learner predicts 0 there
+        raise ConfigError("AlignConfig", "t_max", f"t_max={t_max}: the window t = 0 holds no "
+                          "prediction from examples (position t predicts from the t before "
+                          "it); need t_max >= 1")
     return t_min, t_max
 
 

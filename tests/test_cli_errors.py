@@ -46,7 +46,7 @@ def test_the_flag_comes_from_the_field_not_the_message():
 def test_a_bad_field_is_a_usage_error_naming_its_flag(tmp_path, capsys):
     assert main(["train", "--out", str(tmp_path / "r"), "--lr", "-1"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "iclprobe train: error: --lr: TrainConfig.lr must be a number > 0, got -1.0"
+    assert err == "iclprobe train: error: --lr: TrainConfig.lr must be a number in (0, 1e20], got -1.0"
 
 
 @pytest.fixture
@@ -163,3 +163,52 @@ def test_more_folds_than_sequences_names_the_flag(capsys):
                         "at most the 3 sequences the probes are cross-fitted on (folds of "
                         "sequences), got 4"), err
     assert main(["align", "ka-gd-pq", "--n-sequences", "2", "--n-boot", "10", "--json"]) == 0
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    # a window given to a model aligned at its last position was dropped silently
+    (["pq-isotropic-1layer", "--t-min", "100"],
+     "--t-min: AlignConfig.t_min=100 sets the window of positions='all', but "
+     "pq-isotropic-1layer is aligned at its last position only (the position it was "
+     "trained at)"),
+    (["gpt-softmax", "--positions", "last", "--t-max", "3"],
+     "--t-max: AlignConfig.t_max=3 sets the window of positions='all', but gpt-softmax is "
+     "aligned at its last position only (positions='last')"),
+    # the window t = 0 failed inside a learner ("alpha must be finite and >= 0 at every
+    # prefix"), after the probes were fitted, naming no flag
+    (["gpt-softmax", "--t-min", "0", "--t-max", "0"],
+     "--t-max: t_max=0: the window t = 0 holds no prediction from examples"),
+])
+def test_a_window_align_would_not_use_is_refused_naming_its_flag(argv, says, capsys):
+    assert main(["align", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"iclprobe align: error: {says}"), err
+
+
+def test_demo_with_fewer_sequences_than_folds_names_its_own_flag(capsys, tmp_path):
+    # align's message named --probe-folds, a flag demo does not have
+    assert main(["demo", "--n-sequences", "2", "--out", str(tmp_path / "r")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "iclprobe demo: error: --n-sequences 2: the demo cross-fits gpt-softmax's probes in 4 "
+        "folds of the evaluation sequences; use at least 4 (more for enough rows per probe)")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_learning_rate_the_optimizer_cannot_hold_is_refused(capsys, tmp_path):
+    # lr = 1e38 overflowed float32 inside Adam: an internal error (status 1) after the run
+    # directory was made
+    assert main(["train", "--out", str(tmp_path / "run"), "--n-dims", "3", "--n-points", "8",
+                 "--n-layers", "2", "--d-model", "16", "--n-heads", "2", "--steps", "3",
+                 "--lr", "1e38"]) == 2
+    assert "TrainConfig.lr must be a number in (0, 1e20], got 1e+38" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_checkpoint_given_twice_keeps_its_name(tmp_path):
+    from iclprobe.cli_commands import unique_names
+
+    assert unique_names(["gpt-softmax", "gpt-softmax"]) == ["gpt-softmax", "gpt-softmax-2"]
+    for parent in ("a", "b"):
+        (tmp_path / parent / "m").mkdir(parents=True)
+    assert unique_names([str(tmp_path / "a" / "m"), str(tmp_path / "b" / "m")]) == \
+        ["a_m", "b_m"]  # two directories of one name: told apart by their parents

@@ -148,7 +148,7 @@ def test_bad_setups_fail_before_training(model, cfg, match):
     ("kwargs", "match"),
     [
         (dict(optimizer="rmsprop"), r"optimizer must be one of \('adam', 'adamw', 'sgd', 'lbfgs'\)"),
-        (dict(lr=0.0), "lr must be a number > 0, got 0.0"),
+        (dict(lr=0.0), r"lr must be a number in \(0, 1e20\], got 0.0"),
         (dict(steps=0), "steps must be a positive integer, got 0"),
         (dict(betas=(0.9, 1.5)), "betas must be two numbers in"),
         (dict(schedule="linear"), "schedule must be one of"),

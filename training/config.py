@@ -21,6 +21,10 @@ SCHEDULES = ("constant", "step", "cosine")
 CLIPS = ("none", "global", "per-matrix")
 LOSSES = ("all", "last")
 DEVICES = ("cpu", "cuda")
+#: the largest learning rate accepted: the optimizers step in float32 and Adam's first step
+#: is lr / (1 − β₁), so lr = 1e38 overflowed float32 (3.4e38) inside the optimizer (an
+#: internal error); 1e20 leaves room for any β₁ below 1 − 1e-18
+MAX_LR = 1e20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +81,8 @@ class TrainConfig(ConfigMixin):
         for field, choices in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES),
                                ("clip", CLIPS), ("loss", LOSSES), ("device", DEVICES)):
             check_fields(self, check_choice, field, choices=choices)
-        check_fields(self, check_real, "lr", "clip_norm", low=0.0, low_open=True)
+        check_fields(self, check_real, "clip_norm", low=0.0, low_open=True)
+        check_fields(self, check_real, "lr", low=0.0, high=MAX_LR, low_open=True)
         check_fields(self, check_real, "weight_decay", low=0.0)
         check_fields(self, check_real, "momentum", low=0.0, high=1.0, high_open=True)
         betas_ok = isinstance(self.betas, (tuple, list)) and len(self.betas) == 2 and all(

@@ -114,7 +114,8 @@ def align_designed(model: Regressor, cfg: AlignConfig | None = None, name: str =
     task = design.chosen.task(own_task_dims(own), design.seed)
     positions = designed_positions(task, cfg.positions)
     # saved probes are of the own task: refitted on these data, and `resolve_probes` says so
-    designed_cfg = dataclasses.replace(cfg, positions=positions, t_max=None)
+    designed_cfg = dataclasses.replace(cfg, positions=positions, t_max=None,  # at the last
+                                       t_min=None if positions == "last" else cfg.t_min)
     try:
         designed = align(model, designed_cfg, name=name, eval_task=task)
     except (Diverged, NonFinite) as err:  # the model itself blows up on these data (an

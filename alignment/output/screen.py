@@ -364,8 +364,8 @@ def screen(result: AlignResult) -> str:
     """
     head = wrap(header(result))
     more = "--verbose shows the full tables: every learner, intervals, ties, calibration"
-    if result.meaningless:
-        return "\n".join(head + wrap([f"no alignment: {result.meaningless}", more]))
+    if result.meaningless:  # no tables to show: --verbose prints this line too
+        return "\n".join(head + wrap([f"no alignment: {result.meaningless}"]))
     metrics = list(result.comparisons)
     table, columns = layer_table(result)
     parts = {"table": table, "legend": wrap(legend(result, [c.view for c in columns])),
@@ -380,7 +380,7 @@ def screen(result: AlignResult) -> str:
         if len(lines) <= MAX_LINES or drop is None:
             break
         if drop == "notes" and parts["notes"]:
-            more += f" (and {len(result.notes)} notes)"
+            more += f" (and {len(result.notes)} note{'s' if len(result.notes) != 1 else ''})"
         parts[drop] = []
     if len(lines) > MAX_LINES:
         lines = lines[:MAX_LINES - 2] + ["…", more]

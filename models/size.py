@@ -84,8 +84,10 @@ def count_activations(model: Any, batch_size: int, n_points: int,
 
     try:
         with torch.device(device), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            xs = torch.empty(batch_size, n_points, model.cfg.n_dims, dtype=dtype)
-            model(xs, torch.empty(batch_size, n_points, dtype=dtype), last_only=last_only)
+            # zeros, not empty: a model refuses inputs that are not finite, and uninitialized
+            # memory may hold NaN (on meta both are shapes only)
+            xs = torch.zeros(batch_size, n_points, model.cfg.n_dims, dtype=dtype)
+            model(xs, torch.zeros(batch_size, n_points, dtype=dtype), last_only=last_only)
     except RuntimeError as err:
         if _overflowing(err):
             return OVERFLOW

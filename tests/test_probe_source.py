@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from helpers import tiny_gpt
+from helpers import tiny_gpt, tiny_pq
 
 from iclprobe import models, probes, tasks
 from iclprobe.alignment.config import AlignConfig
@@ -79,3 +79,16 @@ def test_saved_probes_are_used_by_the_library_where_they_fit(tmp_path):
     assert lp.fit_settings_["n_sequences"] == 1000 and lp.fit_settings_["seed"] == 1
     built = tiny_gpt("linear", "paired")  # not loaded: nowhere to look for saved probes
     assert built.checkpoint is None and resolve_probes(built, cfg, TASK)[0] is None
+
+
+def test_probe_settings_given_to_a_model_read_exactly_are_said_not_to_apply():
+    # an exact readout needs no probes: the settings were accepted and dropped silently
+    model = tiny_pq()
+    assert model.exact_layer_readout
+    _, record = resolve_probes(model, AlignConfig(probe_fit="fresh", n_probe_sequences=50,
+                                                  probe_folds=7), TASK, "pq")
+    assert record["source"] == "none: the layers are read exactly"
+    assert record["notes"] == ["the layers are read exactly, without probes: "
+                               "probe_fit='fresh', probe_folds=7, n_probe_sequences=50 do "
+                               "not apply"]
+    assert resolve_probes(model, AlignConfig(), TASK)[1]["notes"] == []  # defaults: no note

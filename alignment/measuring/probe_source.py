@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 PROBES_FILE = "probes.json"  # what marks a directory of saved probes
+#: the `AlignConfig` fields that say how probes read the layers
+PROBE_FIELDS = ("probe_fit", "probe_folds", "probe_target", "probe_extra_sequences",
+                "n_probe_sequences", "refit_probes", "n_probe_heldout")
 
 
 def model_dir(checkpoint: str | os.PathLike[str]) -> Path:
@@ -71,8 +74,12 @@ def resolve_probes(model: Regressor, cfg: AlignConfig, task: RegressionTask,
     ``notes`` one line each on what was used and why; each is logged (INFO) as
     ``NAME: line`` when it is decided, before any probe is fitted (the CLI prints them).
     """
-    if model.exact_layer_readout:
-        return None, {"source": "none: the layers are read exactly", "notes": []}
+    if model.exact_layer_readout:  # probe settings given do nothing here: said, not dropped
+        unused = [f"{f}={getattr(cfg, f)!r}" for f in PROBE_FIELDS
+                  if getattr(cfg, f) != cfg.__dataclass_fields__[f].default]
+        notes = [f"the layers are read exactly, without probes: {', '.join(unused)} "
+                 f"{'does' if len(unused) == 1 else 'do'} not apply"] if unused else []
+        return None, _noted(name, {"source": "none: the layers are read exactly"}, notes)
     checkpoint = getattr(model, "checkpoint", None)
     saved = probes_dir(checkpoint) if checkpoint is not None else None
     notes, why = [], ""

@@ -21,6 +21,7 @@ from torch import Tensor
 from iclprobe._checks import is_int
 from iclprobe.errors import InputError
 from iclprobe.models.base import Regressor
+from iclprobe.probes.inputs import check_axes
 from iclprobe.probes.layer_probes import (
     LayerProbes,
     ProbeMetrics,
@@ -115,9 +116,7 @@ def cross_fit(model: Regressor, resid: Tensor, ys: Tensor, folds: int = 4, t_min
     there (a model valid only at its trained length) gives a prediction that is not finite
     there, and no other is touched (the fits' own rows are checked, `ridge_from_sums`).
     """
-    if not isinstance(resid, Tensor) or resid.ndim != 4:
-        raise InputError(f"resid must be a [layer, batch, pos, d_model] tensor, got "
-                         f"{tuple(resid.shape) if isinstance(resid, Tensor) else type(resid).__name__}")
+    check_axes("resid", resid, "layer, batch, pos, d_model")
     n_layers, batch, n, width = resid.shape
     if ys.shape != (batch, n):
         raise InputError(f"ys must have shape {(batch, n)}, got {tuple(ys.shape)}")

@@ -15,8 +15,10 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from iclprobe.errors import InputError, InputTypeError
+from iclprobe.errors import InputError
+from iclprobe.probes.inputs import check_axes
 from iclprobe.tasks import as_generator
+from iclprobe.tasks.covariance import check_covariance
 
 PredictFn = Callable[[Tensor, Tensor, Tensor], Tensor]
 
@@ -28,20 +30,8 @@ def sample_queries(shape: tuple[int, int, int, int], cov: Tensor | None,
     z = torch.randn(b, n, t, d, generator=as_generator(generator), dtype=torch.float64)
     if cov is None:
         return z
-    if not isinstance(cov, Tensor):
-        raise InputTypeError(f"cov must be a torch.Tensor (or None: I), got {type(cov).__name__}")
-    cov = cov.to(torch.float64)
-    if cov.shape not in ((d, d), (b, d, d)):
-        raise InputError(f"cov must have shape ({d}, {d}) or ({b}, {d}, {d}), "
-                         f"got {tuple(cov.shape)}")
-    if not bool(torch.isfinite(cov).all()):
-        raise InputError("cov must be finite, got NaN or Inf in it")
-    asym = float((cov - cov.transpose(-1, -2)).abs().max())
-    if asym > 1e-6 * float(cov.abs().max()):  # Cholesky would read its lower triangle only
-        raise InputError(f"cov must be symmetric, got max |Σ − Σᵀ| = {asym:.3g}")
-    chol, info = torch.linalg.cholesky_ex(cov)
-    if bool((info != 0).any()):
-        raise InputError("cov must be positive definite (its Cholesky factorization fails)")
+    cov = check_covariance(cov, d, "cov", batch=b, condition=False)
+    chol = torch.linalg.cholesky(cov)
     if chol.ndim == 2:
         return z @ chol.T
     return torch.einsum("bntd,bed->bnte", z, chol)
@@ -78,9 +68,7 @@ def induced_weights(predict_fn: PredictFn, xs: Tensor, ys: Tensor, n_queries: in
     other prefix is touched: a model valid only at its trained length is read there (the
     caller, e.g. `align`, says which prefixes it uses).
     """
-    if not isinstance(xs, Tensor) or xs.ndim != 3:
-        raise InputError(f"xs must be a [batch, pos, n_dims] tensor, got "
-                         f"{tuple(xs.shape) if isinstance(xs, Tensor) else type(xs).__name__}")
+    check_axes("xs", xs, "batch, pos, n_dims")
     b, n, d = xs.shape
     if not isinstance(n_queries, int) or n_queries < d:
         raise InputError(f"n_queries must be an integer >= n_dims={d}, got {n_queries!r}")

@@ -47,6 +47,17 @@ def check_tensors(**tensors: Any) -> None:
                                else ""))
 
 
+def check_axes(name: str, value: Any, axes: str) -> Tensor:
+    """``value`` if it is a real tensor with one dimension per axis of ``axes``.
+
+    ``axes`` reads as the message does, e.g. "layer, batch, pos, d_model".
+    """
+    check_tensors(**{name: value})
+    if value.ndim != len(axes.split(",")):
+        raise InputError(f"{name} must be a [{axes}] tensor, got shape {tuple(value.shape)}")
+    return value
+
+
 def check_finite_inputs(**tensors: Tensor) -> None:
     """ValueError for NaN or infinite values, and for magnitudes whose squares overflow."""
     for name, t in tensors.items():

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from iclprobe._linalg import sym_eigh
 from iclprobe.errors import InputError, InputTypeError, NonFinite
+from iclprobe.probes.inputs import check_axes
 
 DEFAULT_ALPHAS = torch.logspace(-6, 4, 21, dtype=torch.float64)
 
@@ -100,9 +101,7 @@ def ridge_sums(x: Tensor, y: Tensor, features: FeatureSums | None = None) -> Rid
     `feature_sums` of the same ``x``, already computed (only the target's sums are then
     computed).
     """
-    if not isinstance(x, Tensor) or x.ndim != 3:
-        raise InputError(f"x must be a [layer, row, feature] tensor, got "
-                         f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
+    check_axes("x", x, "layer, row, feature")
     y = y.expand(x.shape[0], -1) if y.ndim == 1 else y
     if y.shape != x.shape[:2]:
         raise InputError(f"y must have shape [row] or {tuple(x.shape[:2])}, got {tuple(y.shape)}")

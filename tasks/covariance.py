@@ -72,28 +72,34 @@ def ill_conditioned_eigenvalues(n_dims: int, condition_number: float) -> Tensor:
     return eig * (n_dims / eig.sum())
 
 
-def check_covariance(cov: Tensor, n_dims: int, name: str = "cov") -> Tensor:
+def check_covariance(cov: Tensor, n_dims: int, name: str = "cov", batch: int | None = None,
+                     condition: bool = True) -> Tensor:
     """Validate a symmetric positive-definite ``[d, d]`` matrix; return a float64 copy.
 
     A copy (never the caller's tensor): a task keeps Σ, and the caller's later changes to
-    theirs must not reach it.
+    theirs must not reach it. ``batch``: ``[batch, d, d]`` (one Σ per sequence) is allowed
+    too. ``condition``: also refuse a condition number above `MAX_CONDITION` (a Σ that only
+    draws queries, already rounded to float32, need not).
     """
     if not isinstance(cov, Tensor):
         raise InputTypeError(f"{name} must be a torch.Tensor or a known name, got {type(cov).__name__}")
-    if cov.shape != (n_dims, n_dims):
-        raise InputError(f"{name} has shape {tuple(cov.shape)}, expected ({n_dims}, {n_dims})")
+    shapes = [(n_dims, n_dims)] + ([(batch, n_dims, n_dims)] if batch is not None else [])
+    if tuple(cov.shape) not in shapes:
+        raise InputError(f"{name} has shape {tuple(cov.shape)}, expected "
+                         f"{' or '.join(map(str, shapes))}")
     if cov.is_complex():
         raise InputTypeError(f"{name} must be real, got {cov.dtype}")
     cov = cov.detach().to(torch.float64, copy=True)
     if not bool(torch.isfinite(cov).all()):
         raise InputError(f"{name} contains NaN or Inf")
-    if not torch.allclose(cov, cov.T, rtol=1e-6, atol=1e-8):
-        raise InputError(f"{name} must be symmetric, max |Σ - Σᵀ| = {(cov - cov.T).abs().max():.3g}")
+    if not torch.allclose(cov, cov.mT, rtol=1e-6, atol=1e-8):  # Cholesky reads one triangle
+        raise InputError(f"{name} must be symmetric, max |Σ - Σᵀ| = {(cov - cov.mT).abs().max():.3g}")
     eig = torch.linalg.eigvalsh(cov)
     smallest = eig.min().item()
     if smallest <= 0:
         raise InputError(f"{name} must be positive definite, smallest eigenvalue = {smallest:.3g}")
-    _check_condition(eig.max().item() / smallest, name)
+    if condition:
+        _check_condition((eig[..., -1] / eig[..., 0]).max().item(), name)
     return cov
 
 

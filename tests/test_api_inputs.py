@@ -100,7 +100,8 @@ def test_a_model_refuses_non_finite_or_empty_inputs():
     (torch.tensor([[1.0, 5.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]), ValueError,
      "cov must be symmetric"),  # Cholesky read its lower triangle: the queries of I
     (torch.diag(torch.tensor([1.0, -1.0, 1.0])), ValueError, "cov must be positive definite"),
-    (torch.eye(3) * float("nan"), ValueError, "cov must be finite"),
+    (torch.eye(4), ValueError, r"cov has shape \(4, 4\), expected \(3, 3\) or \(2, 3, 3\)"),
+    (torch.eye(3) * float("nan"), ValueError, "cov contains NaN or Inf"),
     ([[1.0, 0.0, 0.0]] * 3, TypeError, "cov must be a torch.Tensor"),
 ])
 def test_induced_weights_check_the_queries_covariance(cov, error, says):
@@ -191,7 +192,7 @@ def test_align_config_refuses_a_name_given_twice(field, value):
 
 @pytest.mark.parametrize(("args", "error", "says"), [
     ((torch.randn(40, 8), torch.randn(40)), ValueError,
-     r"x must be a \[layer, row, feature\] tensor, got \(40, 8\)"),  # blamed y before
+     r"x must be a \[layer, row, feature\] tensor, got shape \(40, 8\)"),  # blamed y before
     ((torch.randn(2, 40, 8), torch.randn(40), float("inf")), ValueError,
      r"alpha must be finite and >= 0, got \[inf\]"),
     ((torch.randn(2, 40, 8), torch.randn(40), "x"), TypeError,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,8 +30,9 @@ def _cmd_models(args: argparse.Namespace) -> int:
     rows = shipped_models()
     if not rows:
         print("no shipped models in this installation")
-    for name, summary in rows:
-        print(f"{name:24s} {summary}")
+    for name, summary in rows:  # within the screen's 100 columns, continuations under it
+        print(textwrap.fill(f"{name:24s} {summary}", 100, subsequent_indent=" " * 25,
+                            break_on_hyphens=False))
     return 0
 
 

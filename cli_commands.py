@@ -138,7 +138,8 @@ def probe_notes() -> Iterator[None]:
 def cmd_align(args: argparse.Namespace) -> int:
     """``iclprobe align`` and ``iclprobe compare``."""
     from iclprobe.alignment.output.screen import screen
-    from iclprobe.alignment.output.tables import aligned, comparison_rows, spectral_lines, text_table
+    from iclprobe.alignment.output.side_by_side import comparison_lines
+    from iclprobe.alignment.output.tables import spectral_lines, text_table
     from iclprobe.atomic import atomic_directory
     from iclprobe.storage import check_output
 
@@ -186,7 +187,7 @@ def cmd_align(args: argparse.Namespace) -> int:
             print("\n".join(designed[res.name].lines()), end="\n\n")
     if len(results) > 1:
         print("best Newton step per layer (* = the models differ, † = not above zero)")
-        print("\n".join(aligned(*comparison_rows(results), right=False)))
+        print("\n".join(comparison_lines(results)))
     if args.out is not None:
         print(f"report: {Path(args.out) / 'report.md'}")
     return 0
@@ -285,12 +286,8 @@ def _print_demo(gpt: list[Any], paired: list[Any], recurrent: Any, pq_aligned: l
                 pq: list[tuple[str, Any]]) -> None:
     """The demo's screen after the answers: gpt-softmax's, the comparisons, the PQ models."""
     from iclprobe.alignment.output.screen import screen
-    from iclprobe.alignment.output.tables import (
-        aligned,
-        comparison_rows,
-        fitted_lines,
-        headline_lines,
-    )
+    from iclprobe.alignment.output.side_by_side import comparison_lines
+    from iclprobe.alignment.output.tables import fitted_lines, headline_lines
 
     print(screen(gpt[0]), end="\n\n")
     print("Fu et al.'s headline (Newton closer than GD) at the last layer: gpt-softmax "
@@ -300,11 +297,10 @@ def _print_demo(gpt: list[Any], paired: list[Any], recurrent: Any, pq_aligned: l
           "with the fewest false attributions on bench/known_answers.py):")
     print("\n".join(fitted_lines(gpt + paired + [recurrent])), end="\n\n")
     print("softmax vs linear attention, paired layout: best Newton step per layer")
-    print("\n".join(aligned(*comparison_rows(paired), right=False)), end="\n\n")
+    print("\n".join(comparison_lines(paired)), end="\n\n")
     print(f"transformer vs its recurrent baseline ({DEMO_RECURRENT}) on the same task: best "
           "online GD step per layer, and online GD against Newton at the last layer")
-    print("\n".join(aligned(*comparison_rows([gpt[0], recurrent], learner="online_gd"),
-                           right=False)))
+    print("\n".join(comparison_lines([gpt[0], recurrent], learner="online_gd")))
     print("\n".join(headline_lines([gpt[0], recurrent], b="online_gd")), end="\n\n")
     print(screen(pq_aligned[0]), end="\n\n")
     for name, analysis in pq:

@@ -104,3 +104,20 @@ def designed_text(done) -> str:
     lines = done.lines()
     assert all(len(line) <= 100 for line in lines), [line for line in lines if len(line) > 100]
     return " ".join(line.strip() for line in lines)
+
+
+def listed_models(out: str) -> dict[str, str]:
+    """``iclprobe models``' output: name -> summary (continuation lines joined).
+
+    Checks that every line fits the screen's 100 columns.
+    """
+    entries: dict[str, str] = {}
+    name = ""
+    for line in out.splitlines():
+        assert len(line) <= 100, line
+        if line.startswith(" "):
+            entries[name] += " " + line.strip()
+        else:
+            name, _, summary = line.partition(" ")
+            entries[name] = summary.strip()
+    return entries

@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 import torch
+from helpers import listed_models
 
 from iclprobe import algorithms, hooks, probes, tasks
 from iclprobe.constructions import (
@@ -327,7 +328,7 @@ def test_iclprobe_models_lists_the_shipped_known_answers(capsys):
     from iclprobe.constructions import SHIPPED
 
     assert main(["models"]) == 0
-    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    lines = listed_models(capsys.readouterr().out)
     assert set(SHIPPED) == {"ka-gd-pq", "ka-newton-pq", "ka-gd-oracle", "ka-newton-oracle"}
     for name, (summary, _) in SHIPPED.items():
         assert summary in lines[name], name  # its summary, then its documented error

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import listed_models
 
 from iclprobe import algorithms, models, probes
 from iclprobe._shipped import PRETRAINED_DIR
@@ -34,8 +35,7 @@ def fresh_error(model, n=1000, seed=777):
 
 def test_every_model_ships_small_and_is_listed(capsys):
     assert main(["models"]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert sorted(line.split()[0] for line in lines) == sorted(GPTS + PQS + OTHERS + KNOWN)
+    assert sorted(listed_models(capsys.readouterr().out)) == sorted(GPTS + PQS + OTHERS + KNOWN)
     for name in GPTS + PQS + OTHERS + KNOWN:
         folder = PRETRAINED_DIR / name
         assert sum(f.stat().st_size for f in folder.iterdir()) < 5 * 2**20

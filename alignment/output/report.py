@@ -19,7 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from iclprobe.alignment.output import plots
+from iclprobe.alignment.output import plots, side_by_side
 from iclprobe.alignment.output import tables as T
 from iclprobe.alignment.output.drawing import Figures
 from iclprobe.alignment.output.report_model import csv_text, folder_names, markdown_table, model_section
@@ -154,7 +154,7 @@ def _findings(results: Sequence[AlignResult], groups: Sequence[Sequence[AlignRes
     for group in groups:
         md += [f"### Side by side: {', '.join(r.name for r in group)}", "",
                "The verdict at each layer / the protocol view's:", "",
-               markdown_table(*T.side_by_side_rows(group)), ""]
+               markdown_table(*side_by_side.side_by_side_rows(group)), ""]
     return md
 
 
@@ -191,7 +191,7 @@ def _across_models(out: Path, results: Sequence[AlignResult], figures: Figures) 
                "defined (Fu et al. Fig. 3a): a slope near 1 means one Newton step per layer.",
                ""]
     if len(results) > 1:
-        header, body = T.comparison_rows(results)
+        header, body = side_by_side.comparison_rows(results)
         write_text_atomic(out / "comparison_newton.csv", csv_text(header, body))
         md += ["Side by side (* marks layers whose best Newton step differs):", "",
                markdown_table(header, body), ""]

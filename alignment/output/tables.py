@@ -203,7 +203,8 @@ def aligned(header: Sequence[str], body: Sequence[Sequence[str]], right: bool = 
     widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h)
               for i, h in enumerate(header)]
     pad = str.rjust if right else str.ljust
-    return ["  ".join(pad(c, w) for c, w in zip(row, widths)) for row in [header, *body]]
+    return ["  ".join(pad(c, w) for c, w in zip(row, widths)).rstrip()
+            for row in [header, *body]]
 
 
 def text_table(result: AlignResult, metric: str = "error_cosine") -> str:
@@ -274,32 +275,6 @@ def headline_lines(results: Sequence[AlignResult], metric: str = "error_cosine",
                      f"{_pm(sb.score, last)} @{sb.best_label[last]}; {a} − {b} "
                      f"{_ci(pair.difference, last)} → {pair.verdicts[last]}")
     return lines
-
-
-def comparison_rows(results: Sequence[AlignResult], metric: str = "error_cosine",
-                    learner: str = "newton") -> tuple[list[str], list[list[str]]]:
-    """Side by side: each model's best step per layer (†: not live); * marks differences."""
-    header = ["layer"] + [f"{r.name} step (sim)" for r in results]
-    depth = max(r.n_layers for r in results) + 1
-    body = []
-    for layer in range(depth):
-        cells, steps = [str(layer)], set()
-        for r in results:
-            m = r.matches.get(learner, {}).get(metric)
-            if m is None or layer >= len(m.best_step):
-                cells.append("-")
-                continue
-            steps.add(m.best_step[layer])
-            mark = "" if m.above_zero[layer] else "†"
-            cells.append(f"{m.best_step[layer]}{mark} ({nice_float(m.best_value[layer])})")
-        if len(steps) > 1:
-            cells[0] += " *"
-        body.append(cells)
-    fits = ["fit (live layers)"]
-    for r in results:
-        m = r.matches.get(learner, {}).get(metric)
-        fits.append("-" if m is None or m.fit is None else m.fit.describe())
-    return header, body + [fits]
 
 
 def spectral_lines(result: AlignResult) -> list[str]:
@@ -382,19 +357,4 @@ def findings_rows(results: Sequence[AlignResult]) -> tuple[list[str], list[list[
                      verdict_runs(answer) if answer else "no fitted families",
                      verdict_runs(res.verdict) if res.verdict else "no fitted view",
                      shown + verdict_runs(proto[2]) if proto else "no learner pair"])
-    return header, body
-
-
-def side_by_side_rows(results: Sequence[AlignResult]) -> tuple[list[str], list[list[str]]]:
-    """Per layer, each model's verdict / protocol view ("-" past its depth)."""
-    header = ["layer"] + [f"{r.name}: verdict / protocol view" for r in results]
-    body = []
-    for layer in range(max(r.n_layers for r in results) + 1):
-        cells = [str(layer)]
-        for res in results:
-            proto = protocol_verdict(res)
-            views = [labels[layer] for labels in (res.verdict, proto[2] if proto else [])
-                     if layer < len(labels)]
-            cells.append(" / ".join(views) if views and not res.meaningless else "-")
-        body.append(cells)
     return header, body

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from iclprobe._checks import check_bool
 from iclprobe.algorithms import families
 from iclprobe.algorithms.base import Iterates, check_steps, register
 from iclprobe.algorithms.numerics import (
@@ -69,9 +70,9 @@ def _stats(xs: Tensor, ys: Tensor, stats: PrefixStats | None) -> PrefixStats:
     return stats
 
 
-def _scale(stats: PrefixStats, normalize: bool) -> Tensor:
+def _scale(stats: PrefixStats, normalize: bool, name: str = "gd") -> Tensor:
     """The gradient's scale c_t per prefix, ``[pos, 1]``: 1/t (mean loss) or 1 (sum)."""
-    if not normalize:
+    if not check_bool(name, "normalize", normalize):
         return torch.ones_like(stats.counts)[:, None]
     return safe_inverse(stats.counts)[:, None]
 
@@ -207,7 +208,7 @@ def gd_core(xs: Tensor, ys: Tensor, steps: Iterable[int] | None, lr: LrSpec, nor
     """
     k_steps = check_steps(steps)
     stats = _stats(xs, ys, stats)
-    c = _scale(stats, normalize)
+    c = _scale(stats, normalize, name)
     hyper: dict[str, Any] = {"lr": lr.tolist() if isinstance(lr, Tensor) else lr,
                              "normalize": normalize}
     lr_scale = check_positive(lr_scale, "lr_scale")

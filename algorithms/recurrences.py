@@ -143,7 +143,7 @@ def momentum(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrS
         raise InputError(f"beta must be a number in [0, 1), got {beta!r}")
     lr_scale = check_positive(lr_scale, "lr_scale")
     stats = _stats(xs, ys, stats)
-    c = _scale(stats, normalize)
+    c = _scale(stats, normalize, "momentum")
 
     def decays(block: PrefixStats) -> list[Tensor]:
         rate = _lr(lr, block, c) * lr_scale * c * block.eigvals

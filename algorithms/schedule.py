@@ -13,6 +13,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
+from iclprobe._checks import check_bool
 from iclprobe.algorithms.base import Iterates, check_steps, register
 from iclprobe.algorithms.numerics import finish, out_dtype
 from iclprobe.algorithms.prefix import check_regression, exclusive_cumsum, safe_inverse
@@ -21,9 +22,10 @@ from iclprobe.errors import InputError, InputTypeError
 
 def _check_preconds(preconds: Tensor | None, n_dims: int, batch: int) -> Tensor:
     """``[K, d, d]`` or ``[K, batch, d, d]`` finite preconditioners, as float64."""
-    if not isinstance(preconds, Tensor):
-        raise InputTypeError("preconds must be a tensor [steps, d, d] or [steps, batch, d, d], "
-                        f"got {type(preconds).__name__}")
+    if not isinstance(preconds, Tensor) or preconds.is_complex() or preconds.dtype == torch.bool:
+        what = preconds.dtype if isinstance(preconds, Tensor) else type(preconds).__name__
+        raise InputTypeError("preconds must be a real tensor [steps, d, d] or [steps, batch, d, "
+                             f"d], got {what}: the learners never drop an imaginary part")
     ok = (preconds.ndim == 3 and preconds.shape[1:] == (n_dims, n_dims)) or (
         preconds.ndim == 4 and preconds.shape[1:] == (batch, n_dims, n_dims))
     if not ok or preconds.shape[0] == 0:
@@ -58,7 +60,8 @@ def pgd_schedule(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     gram = exclusive_cumsum(x[..., :, None] * x[..., None, :])  # [batch, pos, d, d]
     xty = exclusive_cumsum(x * y[..., None])  # [batch, pos, d]
     counts = torch.arange(n, dtype=torch.float64, device=xs.device)
-    c = (safe_inverse(counts) if normalize else torch.ones_like(counts))[None, :, None]
+    mean = check_bool("pgd_schedule", "normalize", normalize)
+    c = (safe_inverse(counts) if mean else torch.ones_like(counts))[None, :, None]
     w = torch.zeros(b, n, d, dtype=torch.float64, device=xs.device)
     saved = {0: w}
     for k in range(int(k_steps.max())):

@@ -212,3 +212,23 @@ def test_cg_past_d_steps_is_ols_without_running_those_steps():
     for k in range(4):
         torch.testing.assert_close(run.preds[k], ols, rtol=1e-9, atol=1e-9)
         assert torch.equal(run.preds[k], run.preds[0])  # step d's iterate, not rerun
+
+
+@pytest.mark.parametrize(("learner", "kw"), [
+    ("gd", {}), ("momentum", {}), ("pgd", {"precond": torch.eye(3, dtype=torch.float64)}),
+    ("pgd_schedule", {"preconds": torch.eye(3, dtype=torch.float64).expand(2, 3, 3)})])
+def test_normalize_must_be_a_bool(learner, kw):
+    # "no" is truthy: it ran the mean loss's gradient where the caller asked for the sum's
+    xs, ys = _data()
+    with pytest.raises(TypeError, match=rf"{learner}\.normalize must be a bool, got 'no'"):
+        algorithms.LEARNERS[learner].fn(xs, ys, steps=[1, 2], normalize="no", **kw)
+
+
+def test_complex_preconditioners_and_starts_are_refused():
+    # torch's cast to float64 dropped the imaginary part with a warning, and the run went on
+    xs, ys = _data()
+    with pytest.raises(TypeError, match="preconds must be a real tensor .* got torch.complex128"):
+        algorithms.pgd_schedule(xs, ys, steps=[1], preconds=torch.eye(3, dtype=torch.complex128)
+                                .expand(1, 3, 3))
+    with pytest.raises(TypeError, match="init must be a real tensor, got torch.complex64"):
+        algorithms.online_gd(xs, ys, steps=[1], init=torch.ones(4, 10, 3, dtype=torch.complex64))

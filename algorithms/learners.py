@@ -46,6 +46,7 @@ from iclprobe.algorithms.prefix import (
     by_blocks,
     check_regression,
     from_eigenbasis,
+    given_stats,
     prefix_stats,
     rowdot,
     safe_inverse,
@@ -58,16 +59,6 @@ GD_LOG_GRID = tuple(2**i for i in range(13))  # 2^0 … 2^12, Fu et al.'s grid
 #: Newton–Schulz initial scalings: name -> (numerator, norm of S Sᵀ).
 NEWTON_ALPHAS = {"frobenius": (1.0, "fro"), "2/frobenius": (2.0, "fro"),
                  "spectral": (1.0, "spectral"), "2/spectral": (2.0, "spectral")}
-
-
-def _stats(xs: Tensor, ys: Tensor, stats: PrefixStats | None) -> PrefixStats:
-    """``stats`` when given (shared between learners on the same data), else computed."""
-    if stats is None:
-        return prefix_stats(xs, ys)
-    if stats.xty.shape != xs.shape:
-        raise InputError(f"stats were computed for shape {tuple(stats.xty.shape)}, "
-                         f"not for xs {tuple(xs.shape)}")
-    return stats
 
 
 def _scale(stats: PrefixStats, normalize: bool, name: str = "gd") -> Tensor:
@@ -207,7 +198,7 @@ def gd_core(xs: Tensor, ys: Tensor, steps: Iterable[int] | None, lr: LrSpec, nor
     steps ``η a ∇R``, with lr, its checks and messages still in pgd's units.
     """
     k_steps = check_steps(steps)
-    stats = _stats(xs, ys, stats)
+    stats = given_stats(xs, ys, stats)
     c = _scale(stats, normalize, name)
     hyper: dict[str, Any] = {"lr": lr.tolist() if isinstance(lr, Tensor) else lr,
                              "normalize": normalize}
@@ -312,7 +303,7 @@ def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     A number above the boundary whose iterates overflow raises a ValueError.
     """
     k_steps = check_steps(steps)
-    stats = _stats(xs, ys, stats)
+    stats = given_stats(xs, ys, stats)
     alpha_scale = check_positive(alpha_scale, "alpha_scale")
     if isinstance(alpha, str) and alpha not in NEWTON_ALPHAS:
         raise InputError(f"alpha must be one of {sorted(NEWTON_ALPHAS)}, a number > 0 or a "
@@ -380,7 +371,7 @@ def _per_prefix_alpha(alpha: Tensor, n_points: int, x_scale: float) -> Tensor:
 def ols(xs: Tensor, ys: Tensor, weights: bool = True,
         stats: PrefixStats | None = None) -> Iterates:
     """Min-norm least squares ``S_t⁺ Xᵀy`` at every prefix (also for t < d)."""
-    stats = _stats(xs, ys, stats)
+    stats = given_stats(xs, ys, stats)
     preds, w = collect(stats, [stats.xty_eig * safe_inverse(stats.eigvals)], weights)
     return finish("ols", torch.zeros(1, dtype=torch.int64), preds, w, {}, out_dtype(xs),
                   (stats.x_scale, stats.y_scale))
@@ -392,7 +383,7 @@ def ridge(xs: Tensor, ys: Tensor, lam: float = 1.0, weights: bool = True,
           stats: PrefixStats | None = None) -> Iterates:
     """Ridge ``(S_t + λ I)⁻¹ Xᵀy``: minimizes ‖y − Xw‖² + λ‖w‖² (scikit-learn's alpha)."""
     lam = check_positive(lam, "lam")
-    stats = _stats(xs, ys, stats)
+    stats = given_stats(xs, ys, stats)
     den = stats.eigvals + rescale(lam, stats.x_scale, -2)  # 0 only if λ underflowed and S_t = 0
     coef = torch.where(den > 0, stats.xty_eig / torch.where(den > 0, den, 1.0), 0.0)
     preds, w = collect(stats, [coef], weights)

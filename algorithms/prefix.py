@@ -130,6 +130,30 @@ def prefix_stats(xs: Tensor, ys: Tensor) -> PrefixStats:
     return PrefixStats(gram, xty, counts, eigvals, eigvecs, xty_eig, both[..., 1], sx, sy)
 
 
+def given_stats(xs: Tensor, ys: Tensor, stats: PrefixStats | None) -> PrefixStats:
+    """``stats`` when given (shared between learners on the same data), else computed.
+
+    Given ones must be of ``xs`` and ``ys``: their shape, and (cheaply, O(batch · n_dims))
+    their first example's ``b_1 = x_0 y_0`` and last query's norm ``‖x_{n-1}‖``, so that
+    statistics of other data of the same shape are refused rather than read as these.
+    """
+    if stats is None:
+        return prefix_stats(xs, ys)
+    if stats.xty.shape != xs.shape:
+        raise InputError(f"stats were computed for shape {tuple(stats.xty.shape)}, "
+                         f"not for xs {tuple(xs.shape)}")
+    x = xs[:, [0, -1]].to(torch.float64) / stats.x_scale  # on the statistics' scale
+    pairs = [(stats.query_eig[:, -1].norm(dim=-1), x[:, 1].norm(dim=-1))]
+    if xs.shape[1] > 1:
+        pairs.append((stats.xty[:, 1], x[:, 0] * (ys[:, :1].to(torch.float64) / stats.y_scale)))
+    for held, given in pairs:
+        if given.numel() and not torch.allclose(held, given, rtol=1e-9, atol=1e-12 * float(given.abs().max())):
+            raise InputError("stats were computed from other data than these xs and ys (their "
+                             "first example or last query differs): pass "
+                             "stats=prefix_stats(xs, ys) of these data, or none")
+    return stats
+
+
 def _exclusive_outer_cumsum(a: Tensor, b: Tensor) -> Tensor:
     """``out[:, t] = Σ_{j<t} a_j b_jᵀ`` for ``a [batch, pos, m]``, ``b [batch, pos, k]``.
 

@@ -146,23 +146,33 @@ class Block(nn.Module):
         return self.hook_resid_post(resid + self.hook_mlp_out(self.mlp(self.ln2(resid))))
 
 
+def context_keys(block: Block, ctx_resid: Tensor) -> tuple[Tensor, Tensor]:
+    """The keys and values ``block`` reads from its input ``ctx_resid [batch, pos, d_model]``.
+
+    Each ``[batch, pos, head, d_head]``: what `side_block` attends to, computed once for
+    every chunk of side tokens that reads the same context.
+    """
+    _, k_ctx, v_ctx = block.attn.qkv(block.ln1(ctx_resid))
+    return k_ctx, v_ctx
+
+
 def side_block(
-    block: Block, ctx_resid: Tensor, q_resid: Tensor, q_pos: Tensor
+    block: Block, ctx_kv: tuple[Tensor, Tensor], q_resid: Tensor, q_pos: Tensor
 ) -> Tensor:
     """Run ``block`` on side tokens that read a causal context but are read by nobody.
 
     Each side token at row ``t`` of ``q_resid [batch, n, T, d_model]`` stands at token
-    position ``q_pos[t]``: it attends to the context tokens before that position (from
-    ``ctx_resid [batch, pos, d_model]``, the block's input on the real sequence) and to
-    itself, exactly as if it replaced the token at ``q_pos[t]``. Hooks are not run.
+    position ``q_pos[t]``: it attends to the context tokens before that position (their
+    keys and values ``ctx_kv``, `context_keys` of the block's input on the real sequence)
+    and to itself, exactly as if it replaced the token at ``q_pos[t]``. Hooks are not run.
     """
     attn, cfg = block.attn, block.attn.cfg
-    _, k_ctx, v_ctx = attn.qkv(block.ln1(ctx_resid))  # [batch, pos, head, d_head]
+    k_ctx, v_ctx = ctx_kv  # [batch, pos, head, d_head]
     q, k, v = attn.qkv(block.ln1(q_resid))  # [batch, n, T, head, d_head]
     scale = 1.0 / math.sqrt(cfg.d_head)
     scores_ctx = torch.einsum("bntha,bpha->bnthp", q, k_ctx) * scale
     scores_self = (q * k).sum(-1, keepdim=True) * scale  # [batch, n, T, head, 1]
-    visible = torch.arange(ctx_resid.shape[1], device=q.device) < q_pos[:, None]  # [n, pos]
+    visible = torch.arange(k_ctx.shape[1], device=q.device) < q_pos[:, None]  # [n, pos]
     visible = visible[None, :, None, None, :]
     if cfg.attention == "softmax":
         scores_ctx = scores_ctx.masked_fill(~visible, float("-inf"))

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from iclprobe.errors import InputTypeError
 from iclprobe.models._tl import HookPoint
 from iclprobe.models.base import ModuleList, Regressor
-from iclprobe.models.components import Block, LayerNorm, side_block
+from iclprobe.models.components import Block, LayerNorm, context_keys, side_block
 from iclprobe.models.config import GPTConfig
 from iclprobe.models.layout import QUERY_CHUNK_ELEMENTS, TokenLayoutMixin, over_query_chunks
 
@@ -111,17 +111,19 @@ class GPTRegressor(TokenLayoutMixin, Regressor):
         b, n, _ = xs.shape
         per_query = b * n * self.cfg.n_heads * self.cfg.n_ctx
         chunk = max(1, QUERY_CHUNK_ELEMENTS // per_query)
-        ctx = [self.embed(xs, ys)]
-        for block in self.blocks[:-1]:
-            ctx.append(block(ctx[-1]))
+        resid, ctx = self.embed(xs, ys), []
+        for i, block in enumerate(self.blocks):  # each block's keys and values, once
+            ctx.append(context_keys(block, resid))
+            if i + 1 < len(self.blocks):
+                resid = block(resid)
         return over_query_chunks(queries, chunk,
                                  lambda q: self._side_residuals(ctx, xs, ys, q), reduce)
 
-    def _side_residuals(self, ctx: list[Tensor], xs: Tensor, ys: Tensor,
+    def _side_residuals(self, ctx: list[tuple[Tensor, Tensor]], xs: Tensor, ys: Tensor,
                         queries: Tensor) -> Tensor:
         q_pos = self.readout_positions(queries.shape[1])
         layers = [self.read_in(self.query_tokens(xs, ys, queries))
                   + self.W_pos[q_pos][None, :, None]]
-        for block, ctx_in in zip(self.blocks, ctx):
-            layers.append(side_block(block, ctx_in, layers[-1], q_pos))
+        for block, ctx_kv in zip(self.blocks, ctx):
+            layers.append(side_block(block, ctx_kv, layers[-1], q_pos))
         return torch.stack(layers)

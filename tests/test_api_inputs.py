@@ -232,3 +232,23 @@ def test_complex_preconditioners_and_starts_are_refused():
                                 .expand(1, 3, 3))
     with pytest.raises(TypeError, match="init must be a real tensor, got torch.complex64"):
         algorithms.online_gd(xs, ys, steps=[1], init=torch.ones(4, 10, 3, dtype=torch.complex64))
+
+
+@pytest.mark.parametrize("learner", ["gd", "newton", "ridge", "momentum", "cg", "ols"])
+def test_stats_of_other_data_are_refused(learner):
+    # stats were matched by shape alone: another batch's ran silently as these data's
+    info = algorithms.LEARNERS[learner]
+    kw = {"steps": [1, 2]} if info.steps is not None else {}
+
+    def fn(x, y, **more):
+        return info.fn(x, y, **kw, **more)
+
+    xs, ys = _data()
+    big_x, big_y = _data(1e-150, 1e150)  # scaled moments: accepted for their own data
+    for x, y in ((xs, ys), (big_x, big_y)):
+        own = fn(x, y, stats=algorithms.prefix_stats(x, y))
+        torch.testing.assert_close(own.preds, fn(x, y).preds, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="stats were computed from other data than these xs"):
+        fn(xs, ys, stats=algorithms.prefix_stats(xs.flip(1), ys.flip(1)))
+    with pytest.raises(ValueError, match="stats were computed from other data than these xs"):
+        fn(xs, ys + 1.0, stats=algorithms.prefix_stats(xs, ys))

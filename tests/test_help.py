@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 import pytest
+from helpers import listed_models
 
 import iclprobe
 from iclprobe.cli import build_parser, main
@@ -95,8 +96,9 @@ def test_models_lists_names_without_importing_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.splitlines()
     assert out[-1] == "0 False False"
-    names = [line.split()[0] for line in out[:-1]]
+    listed = listed_models("\n".join(out[:-1]))
+    names = list(listed)
     assert names == ["gpt-linear-paired", "gpt-softmax", "gpt-softmax-ill", "gpt-softmax-paired",
                      "ka-gd-oracle", "ka-gd-pq", "ka-newton-oracle", "ka-newton-pq", "lstm",
                      "pq-isotropic-1layer", "pq-rotated-3layer"]
-    assert "softmax attention, interleaved layout" in out[1]
+    assert "softmax attention, interleaved layout" in listed["gpt-softmax"]

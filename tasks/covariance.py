@@ -109,7 +109,10 @@ def symmetric_sqrt_pair(cov: Tensor) -> tuple[Tensor, Tensor]:
     Both are unique, so data drawn as ``x = Σ^{1/2} z`` are a function of the draws ``z``
     and of Σ alone: no eigenvector's sign, nor the basis LAPACK picks inside a repeated
     eigenvalue's eigenspace, reaches them (a factor ``V D^{1/2}`` would carry both). They
-    are computed as ``V g(Λ) Vᵀ``, a product that does not depend on the basis chosen.
+    are computed as ``V g(Λ) Vᵀ``, a product that does not depend on the basis chosen in
+    exact arithmetic; in floating point another basis moves it by round-off (about 1e-15
+    relative): float64 samples can differ in their last digits; float32 ones (the tasks'
+    default) round that away unless a value lies within it of a rounding boundary.
     """
     sym = (cov + cov.transpose(-1, -2)) / 2
     diag = torch.diagonal(sym, dim1=-2, dim2=-1)

@@ -81,8 +81,10 @@ def _add_train(sub: Any) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="start afresh in --out, replacing the run iclprobe wrote there")
     p.add_argument("--family", choices=sorted(FAMILIES), default=argparse.SUPPRESS,
-                   help="the model family: " + "; ".join(f"{name}: {fam.summary}" for name, fam
-                                                        in FAMILIES.items()) + " (default: gpt)")
+                   help="the model family: " + "; ".join(
+                       f"{name}: {fam.summary}" + ("" if fam.trainable else " (built, not "
+                                                   "trained: refused here)")
+                       for name, fam in FAMILIES.items()) + " (default: gpt)")
     flags = train_flags()
     add_flags(p.add_argument_group("task (RegressionTask)"), flags["task"])
     add_flags(p.add_argument_group("model (the --family's config; n_dims is --n-dims)"),
@@ -197,7 +199,9 @@ def _add_analysis(sub: Any) -> None:
                        description="Align gpt-softmax under both protocols, compare "
                        "gpt-softmax-paired with gpt-linear-paired and gpt-softmax with its "
                        "recurrent baseline (lstm), align the PQ models where they were "
-                       "trained and analyse their preconditioners; writes a report folder.")
+                       "trained and analyse their preconditioners, beside two known-answer "
+                       "models (ka-gd-oracle, ka-newton-pq) that come first in the answers; "
+                       "writes a report folder.")
     p.add_argument("--out", default="iclprobe-report", type=_out_path, help="report folder "
                    "(default: ./iclprobe-report)")
     _overwrite_flag(p, "a report")

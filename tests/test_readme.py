@@ -12,8 +12,12 @@ def test_readme_examples_run(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
 
     exec(compile(verdict, "README.md", "exec"), {})
-    answer, score, sentence, linear, log2 = capsys.readouterr().out.splitlines()
-    assert answer.startswith("none of them: nearest ")  # what the README says of gpt-softmax
+    answer, verdict, score, sentence, linear, log2 = capsys.readouterr().out.splitlines()
+    # what the README's screen and its reading say of gpt-softmax
+    assert answer.startswith("none of them: nearest ridge (") and "0.984" in answer, answer
+    assert verdict.startswith("newton vs gd, the verdict (step sizes fitted, metrics combined): "
+                              "closer to gd but within the learners' own resemblance at layers "
+                              "4–8"), verdict
     value, lower, upper = (float(v) for v in re.findall(r"-?\d+\.\d+", score))
     assert 0 < lower <= value <= upper <= 1
     assert sentence.startswith("newton vs gd by error cosine: ")

@@ -231,9 +231,9 @@ def text_table(result: AlignResult, metric: str = "error_cosine") -> str:
     return "\n".join(lines)
 
 
-FITTED_TITLE = ("step sizes fitted: Newton and GD each matched over 15 step-size variants x "
-                "25 steps, probed layers against learners read the same way (the view the "
-                "verdict comes from: no false attribution on bench/known_answers.py)")
+FITTED_TITLE = ("step sizes fitted: Newton and GD each matched over its family of step sizes "
+                "x step counts, probed layers against learners read the same way (the view "
+                "the verdict comes from: no false attribution on bench/known_answers.py)")
 
 
 def fitted_lines(results: Sequence[AlignResult]) -> list[str]:

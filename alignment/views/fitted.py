@@ -5,9 +5,10 @@ A protocol runs each learner at one step-size rule (GD at 1/λ_max or 0.01, Newt
 algorithm at another step size then sits between its own learner's columns and can sit
 nearer to another learner's: the known-answer benchmark (``bench/known_answers.py``)
 counts such false attributions. The fitted view gives both learners the same
-flexibility — each over its fitted family (`iclprobe.algorithms.families`: 15 step-size
-variants each, GD's steps 0…4096, Newton's 0…32) — and compares their best matches, on the
-tables the answer over every candidate computed (`alignment.measuring.candidates`). Intervals,
+flexibility — each over its fitted family (`iclprobe.algorithms.families`: 21 step-size
+variants for GD at 41 step counts 0…4096, 15 for Newton at 0…32) — and compares their best
+matches, on the tables the answer over every candidate computed
+(`alignment.measuring.candidates`). Intervals,
 paired differences, calibration and verdicts are those of the protocol's learner table
 (`iclprobe.alignment.comparison`), computed on these columns (`candidates.Candidates`).
 """

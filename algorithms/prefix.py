@@ -147,7 +147,8 @@ def given_stats(xs: Tensor, ys: Tensor, stats: PrefixStats | None) -> PrefixStat
     if xs.shape[1] > 1:
         pairs.append((stats.xty[:, 1], x[:, 0] * (ys[:, :1].to(torch.float64) / stats.y_scale)))
     for held, given in pairs:
-        if given.numel() and not torch.allclose(held, given, rtol=1e-9, atol=1e-12 * float(given.abs().max())):
+        tol = 1e-12 * float(given.abs().max()) if given.numel() else 0.0
+        if not torch.allclose(held, given, rtol=1e-9, atol=tol):
             raise InputError("stats were computed from other data than these xs and ys (their "
                              "first example or last query differs): pass "
                              "stats=prefix_stats(xs, ys) of these data, or none")

@@ -16,6 +16,7 @@ from iclprobe.alignment.output.tables import aligned, nice_float, protocol_verdi
 if TYPE_CHECKING:
     from iclprobe.alignment.result import AlignResult
 
+
 def comparison_rows(results: Sequence[AlignResult], metric: str = "error_cosine",
                     learner: str = "newton") -> tuple[list[str], list[list[str]]]:
     """Side by side: each model's best step per layer (†: not live); * marks differences."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import textwrap
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,13 +25,13 @@ DEVICE_HELP = "where the model runs (default: cpu)"
 
 def _cmd_models(args: argparse.Namespace) -> int:
     from iclprobe._shipped import shipped_models  # reads config.json files: no torch
+    from iclprobe._text import wrap
 
     rows = shipped_models()
     if not rows:
         print("no shipped models in this installation")
-    for name, summary in rows:  # within the screen's 100 columns, continuations under it
-        print(textwrap.fill(f"{name:24s} {summary}", 100, subsequent_indent=" " * 25,
-                            break_on_hyphens=False))
+    for name, summary in rows:  # continuations under the summary
+        print("\n".join(wrap([f"{name:24s} {summary}"], indent=" " * 25)))
     return 0
 
 

@@ -198,7 +198,7 @@ def gd_core(xs: Tensor, ys: Tensor, steps: Iterable[int] | None, lr: LrSpec, nor
     steps ``η a ∇R``, with lr, its checks and messages still in pgd's units.
     """
     k_steps = check_steps(steps)
-    stats = given_stats(xs, ys, stats)
+    stats = given_stats(xs, ys, stats, name)
     c = _scale(stats, normalize, name)
     hyper: dict[str, Any] = {"lr": lr.tolist() if isinstance(lr, Tensor) else lr,
                              "normalize": normalize}
@@ -303,7 +303,7 @@ def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     A number above the boundary whose iterates overflow raises a ValueError.
     """
     k_steps = check_steps(steps)
-    stats = given_stats(xs, ys, stats)
+    stats = given_stats(xs, ys, stats, "newton")
     alpha_scale = check_positive(alpha_scale, "alpha_scale")
     if isinstance(alpha, str) and alpha not in NEWTON_ALPHAS:
         raise InputError(f"alpha must be one of {sorted(NEWTON_ALPHAS)}, a number > 0 or a "
@@ -371,7 +371,7 @@ def _per_prefix_alpha(alpha: Tensor, n_points: int, x_scale: float) -> Tensor:
 def ols(xs: Tensor, ys: Tensor, weights: bool = True,
         stats: PrefixStats | None = None) -> Iterates:
     """Min-norm least squares ``S_t⁺ Xᵀy`` at every prefix (also for t < d)."""
-    stats = given_stats(xs, ys, stats)
+    stats = given_stats(xs, ys, stats, "ols")
     preds, w = collect(stats, [stats.xty_eig * safe_inverse(stats.eigvals)], weights)
     return finish("ols", torch.zeros(1, dtype=torch.int64), preds, w, {}, out_dtype(xs),
                   (stats.x_scale, stats.y_scale))
@@ -383,7 +383,7 @@ def ridge(xs: Tensor, ys: Tensor, lam: float = 1.0, weights: bool = True,
           stats: PrefixStats | None = None) -> Iterates:
     """Ridge ``(S_t + λ I)⁻¹ Xᵀy``: minimizes ‖y − Xw‖² + λ‖w‖² (scikit-learn's alpha)."""
     lam = check_positive(lam, "lam")
-    stats = given_stats(xs, ys, stats)
+    stats = given_stats(xs, ys, stats, "ridge")
     den = stats.eigvals + rescale(lam, stats.x_scale, -2)  # 0 only if λ underflowed and S_t = 0
     coef = torch.where(den > 0, stats.xty_eig / torch.where(den > 0, den, 1.0), 0.0)
     preds, w = collect(stats, [coef], weights)

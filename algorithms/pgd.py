@@ -14,8 +14,8 @@ from iclprobe.algorithms import families
 from iclprobe.algorithms.base import Iterates, register
 from iclprobe.algorithms.learners import GD_LOG_GRID, LrSpec, gd_core
 from iclprobe.algorithms.numerics import out_dtype
-from iclprobe.algorithms.prefix import PrefixStats, check_regression, prefix_stats
-from iclprobe.errors import InputError, InputTypeError
+from iclprobe.algorithms.prefix import PrefixStats, check_real, check_regression, prefix_stats
+from iclprobe.errors import InputError
 
 #: the last preconditioner checked and its square root: `align` runs pGD at many step sizes
 #: with one preconditioner, and its checks and decomposition were a quarter of each run
@@ -24,10 +24,7 @@ _ROOTS: list[tuple[Tensor, Tensor]] = []
 
 def _matrix_sqrt(precond: Tensor, n_dims: int, batch: int) -> Tensor:
     """The symmetric square root of an SPD ``[d, d]`` or ``[batch, d, d]`` matrix."""
-    if not isinstance(precond, Tensor):
-        raise InputTypeError(f"precond must be a torch.Tensor, got {type(precond).__name__}")
-    if precond.is_complex():
-        raise InputTypeError(f"precond must be real, got {precond.dtype}")
+    check_real("precond", precond, "[d, d] or [batch, d, d]")
     if precond.shape not in ((n_dims, n_dims), (batch, n_dims, n_dims)):
         raise InputError(f"precond must have shape ({n_dims}, {n_dims}) or ({batch}, {n_dims}, "
                          f"{n_dims}), got {tuple(precond.shape)}")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from jaxtyping import Float
@@ -54,16 +54,25 @@ class PrefixStats(NamedTuple):
     y_scale: float = 1.0  # ... and of ys / y_scale
 
 
+def check_real(name: str, value: Any, shape: str = "") -> Tensor:
+    """``value`` if it is a tensor of real numbers (float or integer, not complex nor bool).
+
+    ``shape`` (e.g. "[steps, d, d]") is named in the message. The learners never drop an
+    imaginary part, as torch's cast to float64 would (with a warning).
+    """
+    if not isinstance(value, Tensor):
+        raise InputTypeError(f"{name} must be a torch tensor{' ' + shape if shape else ''}, "
+                             f"got {type(value).__name__}: convert with torch.as_tensor")
+    if value.is_complex() or value.dtype == torch.bool:
+        raise InputTypeError(f"{name} must hold real numbers (a float or integer tensor), got "
+                             f"{value.dtype}")
+    return value
+
+
 def check_regression(xs: Tensor, ys: Tensor) -> None:
     """Validate ``xs [batch, pos, n_dims]`` and ``ys [batch, pos]``: shapes and finiteness."""
-    if not isinstance(xs, Tensor) or not isinstance(ys, Tensor):
-        raise InputTypeError(
-            f"xs and ys must be torch tensors, got {type(xs).__name__}, {type(ys).__name__}"
-        )
-    for name, t in (("xs", xs), ("ys", ys)):
-        if t.is_complex() or t.dtype == torch.bool:
-            raise InputTypeError(f"{name} must be real numbers (a float or integer tensor), got "
-                            f"{t.dtype}: the learners never drop an imaginary part")
+    check_real("xs", xs, "[batch, pos, n_dims]")
+    check_real("ys", ys, "[batch, pos]")
     if xs.ndim != 3:
         raise InputError(f"xs must have shape [batch, pos, n_dims], got {tuple(xs.shape)}")
     if xs.shape[1] == 0:
@@ -130,28 +139,38 @@ def prefix_stats(xs: Tensor, ys: Tensor) -> PrefixStats:
     return PrefixStats(gram, xty, counts, eigvals, eigvecs, xty_eig, both[..., 1], sx, sy)
 
 
-def given_stats(xs: Tensor, ys: Tensor, stats: PrefixStats | None) -> PrefixStats:
+def given_stats(xs: Tensor, ys: Tensor, stats: PrefixStats | None, name: str) -> PrefixStats:
     """``stats`` when given (shared between learners on the same data), else computed.
 
     Given ones must be of ``xs`` and ``ys``: their shape, and (cheaply, O(batch · n_dims))
     their first example's ``b_1 = x_0 y_0`` and last query's norm ``‖x_{n-1}‖``, so that
     statistics of other data of the same shape are refused rather than read as these.
+    ``name``: the learner, for the message.
     """
     if stats is None:
         return prefix_stats(xs, ys)
-    if stats.xty.shape != xs.shape:
-        raise InputError(f"stats were computed for shape {tuple(stats.xty.shape)}, "
-                         f"not for xs {tuple(xs.shape)}")
+    check_real("xs", xs, "[batch, pos, n_dims]")
+    check_real("ys", ys, "[batch, pos]")
+    if stats.xty.shape != xs.shape or ys.shape != xs.shape[:2]:
+        check_regression(xs, ys)  # ys' shape, named as such
+        raise InputError(f"{name}: stats were computed for xs of shape "
+                         f"{tuple(stats.xty.shape)}, not {tuple(xs.shape)}")
     x = xs[:, [0, -1]].to(torch.float64) / stats.x_scale  # on the statistics' scale
-    pairs = [(stats.query_eig[:, -1].norm(dim=-1), x[:, 1].norm(dim=-1))]
-    if xs.shape[1] > 1:
-        pairs.append((stats.xty[:, 1], x[:, 0] * (ys[:, :1].to(torch.float64) / stats.y_scale)))
-    for held, given in pairs:
-        tol = 1e-12 * float(given.abs().max()) if given.numel() else 0.0
-        if not torch.allclose(held, given, rtol=1e-9, atol=tol):
-            raise InputError("stats were computed from other data than these xs and ys (their "
-                             "first example or last query differs): pass "
-                             "stats=prefix_stats(xs, ys) of these data, or none")
+    checks = [("first example's b_1 = x_0 y_0", stats.xty[:, 1],
+               x[:, 0] * (ys[:, :1].to(torch.float64) / stats.y_scale))] if xs.shape[1] > 1 else []
+    checks.append(("last query's norm ‖x_{n-1}‖", stats.query_eig[:, -1].norm(dim=-1),
+                   x[:, 1].norm(dim=-1)))
+    for what, held, given in checks:
+        scale = float(given.abs().max()) if given.numel() else 0.0
+        if bool(torch.isfinite(given).all()) and torch.allclose(held, given, rtol=1e-9,
+                                                                 atol=1e-12 * scale):
+            continue
+        check_regression(xs, ys)  # a NaN or Inf there is named as such
+        gap = (held - given).abs().reshape(len(held), -1).amax(1)
+        raise InputError(f"{name}: stats were computed from other data than these xs and ys: "
+                         f"their {what} differs by {float(gap.max()):.3g} at sequence "
+                         f"{int(gap.argmax())} (on the statistics' scale); pass "
+                         "stats=prefix_stats(xs, ys) of these data, or none")
     return stats
 
 

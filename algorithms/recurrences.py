@@ -142,7 +142,7 @@ def momentum(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrS
     if not (isinstance(beta, (int, float)) and 0 <= beta < 1):
         raise InputError(f"beta must be a number in [0, 1), got {beta!r}")
     lr_scale = check_positive(lr_scale, "lr_scale")
-    stats = given_stats(xs, ys, stats)
+    stats = given_stats(xs, ys, stats, "momentum")
     c = _scale(stats, normalize, "momentum")
 
     def decays(block: PrefixStats) -> list[Tensor]:
@@ -215,7 +215,7 @@ def cg(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
        stats: PrefixStats | None = None) -> Iterates:
     """Conjugate gradient on the normal equations ``S w = Xᵀy`` from 0 (exact in ≤ d steps)."""
     k_steps = check_steps(steps)
-    stats = given_stats(xs, ys, stats)
+    stats = given_stats(xs, ys, stats, "cg")
     preds, w = by_blocks(stats, lambda block: _cg_block(block, k_steps, weights))
     return finish("cg", k_steps, preds, w, {}, out_dtype(xs), (stats.x_scale, stats.y_scale))
 
@@ -256,7 +256,7 @@ def gd_plus_plus(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     is in the data's units, and diverges on data whose curvature is past 2/η.
     """
     k_steps = check_steps(steps)
-    stats = given_stats(xs, ys, stats)
+    stats = given_stats(xs, ys, stats, "gd_plus_plus")
     sx = stats.x_scale
     eta = _gdpp_rate(lr, stats, "lr", check_positive(lr_scale, "lr_scale"))  # scaled data
     gam = _gdpp_rate(gamma, stats, "gamma", check_positive(gamma_scale, "gamma_scale"))

@@ -16,16 +16,18 @@ from torch import Tensor
 from iclprobe._checks import check_bool
 from iclprobe.algorithms.base import Iterates, check_steps, register
 from iclprobe.algorithms.numerics import finish, out_dtype
-from iclprobe.algorithms.prefix import check_regression, exclusive_cumsum, safe_inverse
-from iclprobe.errors import InputError, InputTypeError
+from iclprobe.algorithms.prefix import (
+    check_real,
+    check_regression,
+    exclusive_cumsum,
+    safe_inverse,
+)
+from iclprobe.errors import InputError
 
 
 def _check_preconds(preconds: Tensor | None, n_dims: int, batch: int) -> Tensor:
     """``[K, d, d]`` or ``[K, batch, d, d]`` finite preconditioners, as float64."""
-    if not isinstance(preconds, Tensor) or preconds.is_complex() or preconds.dtype == torch.bool:
-        what = preconds.dtype if isinstance(preconds, Tensor) else type(preconds).__name__
-        raise InputTypeError("preconds must be a real tensor [steps, d, d] or [steps, batch, d, "
-                             f"d], got {what}: the learners never drop an imaginary part")
+    preconds = check_real("preconds", preconds, "[steps, d, d] or [steps, batch, d, d]")
     ok = (preconds.ndim == 3 and preconds.shape[1:] == (n_dims, n_dims)) or (
         preconds.ndim == 4 and preconds.shape[1:] == (batch, n_dims, n_dims))
     if not ok or preconds.shape[0] == 0:

@@ -24,8 +24,8 @@ from iclprobe.algorithms.numerics import (
     rescale,
     scaled_number,
 )
-from iclprobe.algorithms.prefix import rowdot, safe_inverse, scaled
-from iclprobe.errors import InputError, InputTypeError
+from iclprobe.algorithms.prefix import check_real, rowdot, safe_inverse, scaled
+from iclprobe.errors import InputError
 from iclprobe.tasks import as_generator
 
 
@@ -39,9 +39,7 @@ def initial_weights(init: str | Tensor, shape: tuple[int, int, int],
                      generator: torch.Generator | int | None, device: torch.device) -> Tensor:
     """The starting w of every prefix, ``[batch, pos, n_dims]`` in float64."""
     if isinstance(init, Tensor):
-        if init.is_complex() or init.dtype == torch.bool:
-            raise InputTypeError(f"init must be a real tensor, got {init.dtype}: the learners "
-                                 "never drop an imaginary part")
+        check_real("init", init, "[batch, pos, n_dims]")
         if init.shape != shape:
             raise InputError(f"init must have shape {list(shape)}, got {tuple(init.shape)}")
         if not bool(torch.isfinite(init).all()):

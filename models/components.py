@@ -153,7 +153,7 @@ def context_keys(block: Block, ctx_resid: Tensor) -> tuple[Tensor, Tensor]:
     every chunk of side tokens that reads the same context.
     """
     _, k_ctx, v_ctx = block.attn.qkv(block.ln1(ctx_resid))
-    return k_ctx, v_ctx
+    return k_ctx.contiguous(), v_ctx.contiguous()  # copies: the views held all of q, k, v
 
 
 def side_block(

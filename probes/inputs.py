@@ -12,7 +12,8 @@ import torch
 from torch import Tensor
 
 from iclprobe._checks import check_bytes, check_int
-from iclprobe.errors import InputError, InputTypeError
+from iclprobe.algorithms.prefix import check_real
+from iclprobe.errors import InputError
 
 if TYPE_CHECKING:
     from iclprobe.models.base import Regressor
@@ -40,11 +41,7 @@ def check_fit_fits(model: Regressor, task: RegressionTask, n_sequences: int,
 def check_tensors(**tensors: Any) -> None:
     """TypeError unless each argument is a real torch tensor (numpy arrays included)."""
     for name, t in tensors.items():
-        if not isinstance(t, Tensor) or t.is_complex() or t.dtype == torch.bool:
-            what = type(t).__name__ if not isinstance(t, Tensor) else f"a {t.dtype} tensor"
-            raise InputTypeError(f"{name} must be a real torch tensor, got {what}"
-                            + (": convert with torch.as_tensor" if not isinstance(t, Tensor)
-                               else ""))
+        check_real(name, t)
 
 
 def check_axes(name: str, value: Any, axes: str) -> Tensor:

@@ -227,11 +227,13 @@ def test_normalize_must_be_a_bool(learner, kw):
 def test_complex_preconditioners_and_starts_are_refused():
     # torch's cast to float64 dropped the imaginary part with a warning, and the run went on
     xs, ys = _data()
-    with pytest.raises(TypeError, match="preconds must be a real tensor .* got torch.complex128"):
+    with pytest.raises(TypeError, match="preconds must hold real numbers .* got torch.complex128"):
         algorithms.pgd_schedule(xs, ys, steps=[1], preconds=torch.eye(3, dtype=torch.complex128)
                                 .expand(1, 3, 3))
-    with pytest.raises(TypeError, match="init must be a real tensor, got torch.complex64"):
+    with pytest.raises(TypeError, match="init must hold real numbers .* got torch.complex64"):
         algorithms.online_gd(xs, ys, steps=[1], init=torch.ones(4, 10, 3, dtype=torch.complex64))
+    with pytest.raises(TypeError, match="precond must hold real numbers .* got torch.bool"):
+        algorithms.pgd(xs, ys, steps=[1], precond=torch.eye(3, dtype=torch.bool))
 
 
 @pytest.mark.parametrize("learner", ["gd", "newton", "ridge", "momentum", "cg", "ols"])
@@ -248,7 +250,18 @@ def test_stats_of_other_data_are_refused(learner):
     for x, y in ((xs, ys), (big_x, big_y)):
         own = fn(x, y, stats=algorithms.prefix_stats(x, y))
         torch.testing.assert_close(own.preds, fn(x, y).preds, rtol=0, atol=0)
-    with pytest.raises(ValueError, match="stats were computed from other data than these xs"):
+    other = rf"{learner}: stats were computed from other data than these xs and ys: their "
+    with pytest.raises(ValueError, match=other + "first example's b_1 = x_0 y_0 differs by"):
         fn(xs, ys, stats=algorithms.prefix_stats(xs.flip(1), ys.flip(1)))
-    with pytest.raises(ValueError, match="stats were computed from other data than these xs"):
+    with pytest.raises(ValueError, match=other + "first example's .* at sequence 0"):
         fn(xs, ys + 1.0, stats=algorithms.prefix_stats(xs, ys))
+    last = xs.clone()
+    last[2, -1] *= 2.0  # only the last query differs
+    with pytest.raises(ValueError, match=other + r"last query's norm .* at sequence 2 "):
+        fn(xs, ys, stats=algorithms.prefix_stats(last, ys))
+    nan = xs.clone()
+    nan[1, -1, 0] = float("nan")  # named as NaN, not as other data (nor a crash in allclose)
+    with pytest.raises(ValueError, match="xs and ys must be finite"):
+        fn(nan, ys, stats=algorithms.prefix_stats(xs, ys))
+    with pytest.raises(TypeError, match="xs must hold real numbers .* got torch.complex128"):
+        fn(xs.to(torch.complex128), ys, stats=algorithms.prefix_stats(xs, ys))

@@ -187,8 +187,8 @@ def test_complex_input_is_refused(name):
     hyper = {"precond": PRECOND} if name == "pgd" else {}
     steps = None if name in ("ols", "ridge") else [1]
     for x, y in ((xs.to(torch.complex128), ys), (xs, ys.to(torch.complex64))):
-        with pytest.raises(TypeError, match="must be real numbers .* got torch.complex"):
+        with pytest.raises(TypeError, match="must hold real numbers .* got torch.complex"):
             algorithms.iterates(name, x, y, steps, **hyper)
     if name == "pgd":
-        with pytest.raises(TypeError, match="precond must be real"):
+        with pytest.raises(TypeError, match="precond must hold real numbers .* got torch.complex128"):
             algorithms.pgd(xs, ys, [1], precond=PRECOND.to(torch.complex128))

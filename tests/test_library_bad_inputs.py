@@ -117,7 +117,7 @@ def test_layer_probes_refuse_non_finite_or_huge_fits(fitted):
         bad[1, 0, 2, 0] = value
         with pytest.raises(ValueError, match=says):
             probes.LayerProbes().fit_residuals(bad, batch.ys)
-    with pytest.raises(TypeError, match="resid must be a real torch tensor, got ndarray"):
+    with pytest.raises(TypeError, match="resid must be a torch tensor, got ndarray: convert with "):
         probes.LayerProbes().fit_residuals(resid.numpy(), batch.ys)
 
 
@@ -142,7 +142,7 @@ def test_layer_probes_predict_and_fit_name_bad_arguments(fitted):
     with pytest.raises(ValueError, match=r"xs must hold at least one sequence, got shape "
                                          r"\(0, 8, 3\)"):
         lp.predict(batch.xs[:0], batch.ys[:0])
-    with pytest.raises(TypeError, match="xs must be a real torch tensor, got ndarray"):
+    with pytest.raises(TypeError, match="xs must be a torch tensor, got ndarray: convert with "):
         lp.predict(np.asarray(batch.xs), batch.ys)
     with pytest.raises(ValueError, match="LayerProbes.fit.n_heldout must be a positive integer, "
                                          "got 0"):

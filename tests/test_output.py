@@ -396,3 +396,24 @@ def test_the_learner_figure_of_a_table_without_pairs_draws_without_warnings(tmp_
         warnings.simplefilter("error")
         path = learner_comparison(res, "error_cosine", tmp_path / "learners.png")
     assert path.stat().st_size > 0
+
+
+def test_models_side_by_side_fit_the_screen_in_blocks(shallow, deep):
+    # four shipped GPTs' names made the steps table 118 columns wide in one block
+    from iclprobe.alignment.output.side_by_side import comparison_lines, comparison_rows
+
+    names = ["gpt-softmax-paired", "gpt-linear-paired", "gpt-softmax-ill", "gpt-softmax",
+             "runs/a-run-folder-with-a-long-name"]
+    results = [dataclasses.replace(deep if i % 2 else shallow, name=n)
+               for i, n in enumerate(names)]
+    lines = comparison_lines(results)
+    assert all(len(line) <= 100 and line == line.rstrip() for line in lines)
+    headers = [line for line in lines if line.startswith("layer ")]
+    assert len(headers) == 2  # two blocks, each led by the layer column
+    assert [c for h in headers for c in re.split(r"\s{2,}", h)[1:]] == \
+        [f"{n} step (sim)" for n in names]  # every model once, in order
+    header, body = comparison_rows(results)
+    first = [re.split(r"\s{2,}", line) for line in lines[1:1 + len(body) - 1]]
+    assert first == [[row[0], *row[1:4]] for row in body[:-1]]  # the same cells, 25 layers
+    for name, fit in zip(names, body[-1][1:]):
+        assert f"{name}, line fit over its live layers: {fit}" in " ".join(map(str.strip, lines))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from iclprobe._text import wrap
 from iclprobe.algorithms.numerics import Diverged
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.design.family import DesignFamily
@@ -15,7 +16,6 @@ from iclprobe.alignment.design.search import (
     design_evaluation,
     designed_positions,
 )
-from iclprobe.alignment.output.screen import wrap
 from iclprobe.alignment.result import AlignResult
 from iclprobe.errors import InputError, NonFinite, TooFewRows
 from iclprobe.models.base import Regressor
@@ -43,7 +43,7 @@ class Designed:
     def lines(self) -> list[str]:
         """Both answers per live layer, side by side, and the model's error on each.
 
-        The sentences are wrapped to the screen's width (`screen.WIDTH`).
+        The sentences are wrapped to the screen's width (`iclprobe._text.WIDTH`).
         """
         sentences, table = self._sentences()
         return wrap(sentences) + table

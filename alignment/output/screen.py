@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import textwrap
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from iclprobe._text import WIDTH, wrap
 from iclprobe.alignment.comparison import PairVerdict, layer_ranges
 from iclprobe.alignment.metrics import metric_info
 from iclprobe.alignment.output.tables import (
@@ -34,7 +34,6 @@ from iclprobe.alignment.output.tables import (
 if TYPE_CHECKING:
     from iclprobe.alignment.result import AlignResult
 
-WIDTH = 100
 MAX_LINES = 40
 MAX_ROWS = 12  # live rows before runs of layers with the same verdicts collapse
 GROWTH_WORDS = {"both lines fit about equally": "either line", "step ∝ layer explains better":
@@ -345,14 +344,6 @@ def header(result: AlignResult) -> list[str]:
     return [f"{result.name}: protocol {result.protocol['name']}, data d = {task['n_dims']}, "
             f"{task['n_points']} points, {cov} Σ; {where(result)}",
             f"layers read by {result.readout}"]
-
-
-def wrap(lines: Sequence[str], indent: str = "  ") -> list[str]:
-    """Each line wrapped to `WIDTH` columns, continuations indented (empty lines dropped)."""
-    out = []
-    for line in lines:
-        out += textwrap.wrap(line, WIDTH, subsequent_indent=indent, break_on_hyphens=False)
-    return out
 
 
 def screen(result: AlignResult) -> str:

@@ -102,8 +102,8 @@ def test_compare_and_probe(ckpts, tmp_path, capsys):
     side = printed.split("best Newton step per layer")[1].splitlines()[1:]
     assert side[0].split() == ["layer", "soft", "step", "(sim)", "lin", "step", "(sim)"]
     assert [row.split()[0] for row in side[1:4]] == ["0", "1", "2"]  # tiny_gpt: 2 layers
-    assert any(row.startswith("soft, line fit over its live layers: ") for row in side)
-    assert any(row.startswith("lin, line fit over its live layers: ") for row in side)
+    assert any(row.startswith("soft: step vs layer") for row in side)
+    assert any(row.startswith("lin: step vs layer") for row in side)
     assert all(len(line) <= 100 and line == line.rstrip() for line in printed.splitlines())
     assert (out / "comparison_newton.csv").exists()
     assert main(["probe", str(ckpts / "lin"), "--n-sequences", "64"]) == 0

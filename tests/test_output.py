@@ -416,4 +416,4 @@ def test_models_side_by_side_fit_the_screen_in_blocks(shallow, deep):
     first = [re.split(r"\s{2,}", line) for line in lines[1:1 + len(body) - 1]]
     assert first == [[row[0], *row[1:4]] for row in body[:-1]]  # the same cells, 25 layers
     for name, fit in zip(names, body[-1][1:]):
-        assert f"{name}, line fit over its live layers: {fit}" in " ".join(map(str.strip, lines))
+        assert f"{name}: {fit}" in " ".join(map(str.strip, lines))

@@ -44,7 +44,7 @@ def comparison_rows(results: Sequence[AlignResult], metric: str = "error_cosine"
 
 
 def comparison_lines(results: Sequence[AlignResult], learner: str = "newton") -> list[str]:
-    """`comparison_rows` as screen lines: the table, then each model's step-growth line.
+    """`comparison_rows` as screen lines: the table, then each model's line fit (`Fit.describe`).
 
     Within `WIDTH` columns: models whose columns do not fit beside each other go in further
     blocks, each with the layer column; the line fits go below (as one cell each they
@@ -64,8 +64,7 @@ def comparison_lines(results: Sequence[AlignResult], learner: str = "newton") ->
         lines += ([""] if lines else []) + aligned(
             [header[i] for i in [0, *cols]], [[row[i] for i in [0, *cols]] for row in rows],
             right=False)
-    return lines + wrap([f"{res.name}, line fit over its live layers: {fit}"
-                         for res, fit in zip(results, fits[1:])])
+    return lines + wrap([f"{res.name}: {fit}" for res, fit in zip(results, fits[1:])])
 
 
 def side_by_side_rows(results: Sequence[AlignResult]) -> tuple[list[str], list[list[str]]]:

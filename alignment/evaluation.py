@@ -30,7 +30,7 @@ from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.metrics import metric_info, on_weights
 from iclprobe.alignment.protocols import Protocol, RunSpec
 from iclprobe.errors import InputError, NonFinite
-from iclprobe.models.base import Regressor
+from iclprobe.models.base import Regressor, input_dtype
 from iclprobe.tasks import RegressionBatch, RegressionTask
 
 logger = logging.getLogger(__name__)
@@ -159,7 +159,8 @@ def model_evaluation(model: Regressor, task: RegressionTask, cfg: AlignConfig,
     weights are measured within one fold (read by probes that never saw them).
     """
     positions = trained_positions(model) if cfg.positions == "auto" else cfg.positions
-    batch = task.sample(cfg.n_sequences, generator=torch.Generator().manual_seed(cfg.seed))
+    batch = task.sample(cfg.n_sequences, generator=torch.Generator().manual_seed(cfg.seed),
+                        dtype=input_dtype(model))
     n_weight = min(cfg.n_weight_sequences, cfg.n_sequences)
     if crossfit:
         n_weight = min(n_weight, cfg.n_sequences // cfg.probe_folds)  # within one fold

@@ -48,6 +48,17 @@ def tensor_home(module: nn.Module) -> tuple[torch.device, torch.dtype]:
     return torch.device("cpu"), torch.float32
 
 
+def input_dtype(module: nn.Module) -> torch.dtype:
+    """The dtype a model takes its inputs in: its weights' float dtype (else float32).
+
+    What `align` and the probes sample their sequences in, so that a model converted with
+    ``model.double()`` is read in float64 (its layers' readings then independent of the
+    thread count's float32 reduction order) and a float32 one as before.
+    """
+    dtype = tensor_home(module)[1]
+    return dtype if dtype.is_floating_point else torch.float32
+
+
 def _check_finite(**inputs: Tensor) -> None:
     """Refuse NaN or Inf in a model's inputs (its readings would carry them silently)."""
     for name, t in inputs.items():

@@ -29,7 +29,7 @@ from iclprobe._checks import check_int, check_real
 from iclprobe.atomic import atomic_directory
 from iclprobe.errors import InputError, TooFewRows
 from iclprobe.hooks.residuals import BATCH_SEQUENCES, collect_residuals
-from iclprobe.models.base import Regressor, check_model
+from iclprobe.models.base import Regressor, check_model, input_dtype
 from iclprobe.probes.inputs import check_batch, check_finite_inputs, check_fit_fits, check_tensors
 from iclprobe.probes.ridge import ridge_gcv
 from iclprobe.storage import parse_json
@@ -168,8 +168,8 @@ class LayerProbes:
                         f"t >= {self.t_min}", task.n_points - self.t_min)
         gen = as_generator(generator)
         seed = _seed_of(generator)
-        train = task.sample(n_sequences, generator=gen)
-        held = task.sample(n_heldout, generator=gen)
+        train = task.sample(n_sequences, generator=gen, dtype=input_dtype(model))
+        held = task.sample(n_heldout, generator=gen, dtype=input_dtype(model))
         self.model = model
         resid = collect_residuals(model, train.xs, train.ys, batch_size=batch_size)
         self.fit_residuals(resid, self._targets(resid, train.ys))

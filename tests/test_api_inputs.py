@@ -265,3 +265,19 @@ def test_stats_of_other_data_are_refused(learner):
         fn(nan, ys, stats=algorithms.prefix_stats(xs, ys))
     with pytest.raises(TypeError, match="xs must hold real numbers .* got torch.complex128"):
         fn(xs.to(torch.complex128), ys, stats=algorithms.prefix_stats(xs, ys))
+
+
+def test_a_float64_model_is_read_in_float64():
+    # align sampled float32 sequences, which a model converted with .double() refused
+    pq = models.load("pq-rotated-3layer")
+    cfg = AlignConfig(n_sequences=128, n_boot=50)
+    r32, r64 = align(pq, cfg), align(models.load("pq-rotated-3layer").double(), cfg)
+    assert r64.answer.labels == r32.answer.labels
+    for learner in ("newton", "gd"):  # the same readings but for float32's round-off
+        a, b = (r.matches[learner]["error_cosine"].best_value for r in (r32, r64))
+        torch.testing.assert_close(torch.tensor(b), torch.tensor(a), rtol=0, atol=1e-4)
+    for fit in ("crossfit", "fresh"):  # probes fitted on float64 sequences too
+        res = align(tiny_gpt().double(), AlignConfig(
+            n_sequences=64, n_boot=20, probe_fit=fit, n_probe_sequences=64, separation=False,
+            data="isotropic"))
+        assert len(res.answer.labels) == 3

@@ -24,7 +24,7 @@ from iclprobe.alignment.measuring.timing import Timings
 from iclprobe.alignment.metrics import on_weights
 from iclprobe.errors import InputError
 from iclprobe.hooks.residuals import collect_residuals
-from iclprobe.models.base import Regressor
+from iclprobe.models.base import Regressor, input_dtype
 from iclprobe.tasks import RegressionBatch, RegressionTask
 
 if TYPE_CHECKING:
@@ -272,7 +272,8 @@ def _extra_sums(model: Regressor, task: RegressionTask, cfg: AlignConfig, t_min:
     n, folds = cfg.probe_extra_sequences, cfg.probe_folds
     if not n:
         return [], ""
-    more = task.sample(n, generator=torch.Generator().manual_seed(cfg.seed + 2))
+    more = task.sample(n, generator=torch.Generator().manual_seed(cfg.seed + 2),
+                       dtype=input_dtype(model))
     top = _sizes(resid, t_min).amax(1)  # [layer]
     edges = [round(k * n / folds) for k in range(folds + 1)]
     out, kept = [], 0

@@ -194,13 +194,15 @@ def _add_analysis(sub: Any) -> None:
                    "CHECKPOINT/probes; for a shipped model, the user cache, $ICLPROBE_CACHE overrides)")
     _overwrite_flag(p, "probes")
     p.set_defaults(handler=_lazy("cmd_probe"))
+    from iclprobe.cli_commands import DEMO_KNOWN, DEMO_MODELS, DEMO_RECURRENT  # torch-free
+
+    gpt, paired = DEMO_MODELS[0], " with ".join(DEMO_MODELS[1:])
     p = sub.add_parser("demo", help="the whole pipeline on the shipped models",
-                       description="Align gpt-softmax under both protocols, compare "
-                       "gpt-softmax-paired with gpt-linear-paired and gpt-softmax with its "
-                       "recurrent baseline (lstm), align the PQ models where they were "
-                       "trained and analyse their preconditioners, beside two known-answer "
-                       "models (ka-gd-oracle, ka-newton-pq) that come first in the answers; "
-                       "writes a report folder.")
+                       description=f"Align {gpt} under both protocols, compare {paired} and "
+                       f"{gpt} with its recurrent baseline ({DEMO_RECURRENT}), align the PQ "
+                       "models where they were trained and analyse their preconditioners, "
+                       f"beside {len(DEMO_KNOWN)} known-answer models ({', '.join(DEMO_KNOWN)}) "
+                       "that come first in the answers; writes a report folder.")
     p.add_argument("--out", default="iclprobe-report", type=_out_path, help="report folder "
                    "(default: ./iclprobe-report)")
     _overwrite_flag(p, "a report")

@@ -31,9 +31,13 @@ def sparse_pq(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
 def factor(m: Tensor, d_k: int, name: str) -> tuple[Tensor, Tensor]:
     """Factors ``L, R [head, d_k, k]`` with ``Lᵀ R = m`` for blocks ``m [head, k, k]``.
 
-    ``d_k >= k``: ``L = [I; 0]``, ``R = [m; 0]`` (exact). ``d_k < k``: from the SVD
-    ``m = U S Vᵀ``, ``L = (U S^½)ᵀ``, ``R = S^½ Vᵀ`` over the d_k largest singular values,
-    exact to round-off when m has rank <= d_k; a block of higher rank is a ValueError.
+    ``d_k >= k``: ``L = [I; 0]``, ``R = [m; 0]`` (exact). ``d_k < k``: the balanced factors
+    ``Lᵀ = U S^½ Vᵀ E`` and ``R = Eᵀ V S^½ Vᵀ`` of ``m = U S Vᵀ`` (each of singular values
+    ``S^½``), with ``E`` an orthonormal basis of m's row space chosen from its projector
+    (`_range_basis`); rows past m's rank are 0. Every
+    piece is a function of m alone — no sign or basis that LAPACK's SVD chose reaches the
+    weights. Exact to round-off when m has rank <= d_k; a block of higher rank is a
+    ValueError.
     """
     heads, size = m.shape[0], m.shape[-1]
     if d_k >= size:
@@ -41,13 +45,55 @@ def factor(m: Tensor, d_k: int, name: str) -> tuple[Tensor, Tensor]:
         return eye.clone(), nn.functional.pad(m, (0, 0, 0, d_k - size))
     u, s, vh = torch.linalg.svd(m.to(torch.float64))
     dropped = s[:, d_k:].max()
-    if dropped > 1e-6 * max(float(s.max()), 1e-30):
+    if dropped > RANK_TOL * max(float(s.max()), 1e-30):
         raise InputError(f"{name} has rank above PQConfig.d_k={d_k} (singular value "
                          f"{float(dropped):.3g} beyond the first {d_k}): a factored layer "
                          f"holds blocks of rank <= d_k only")
-    root = s[:, :d_k].sqrt()
-    left = (u[..., :d_k] * root[:, None, :]).transpose(-1, -2)
-    return left.to(m.dtype), (root[..., None] * vh[:, :d_k]).to(m.dtype)
+    left, right = balanced_factors(u, s, vh, d_k)
+    return left.to(m.dtype), right.to(m.dtype)
+
+
+#: singular values at most this fraction of the blocks' largest are round-off, not rank
+RANK_TOL = 1e-6
+
+
+def balanced_factors(u: Tensor, s: Tensor, vh: Tensor, d_k: int) -> tuple[Tensor, Tensor]:
+    """`factor`'s ``L, R [head, d_k, k]`` from an SVD ``u, s, vh`` of the blocks (float64).
+
+    Built from ``U S^½ Vᵀ``, ``V S^½ Vᵀ`` and the projector ``V Vᵀ`` over the singular
+    values above ``RANK_TOL`` of the largest (at most d_k per block, as `factor` checks):
+    sums over singular pairs that are the same for every SVD of m (a pair's signs cancel,
+    and within a tied singular value any basis gives the same sum).
+    """
+    kept = s > RANK_TOL * float(s.max().clamp(min=1e-300))  # [head, k]
+    root = torch.where(kept, s.clamp(min=0).sqrt(), 0.0)
+    v = vh.transpose(-1, -2) * kept[:, None, :]
+    left_full = (u * root[:, None, :]) @ vh  # U S^½ Vᵀ  [head, k, k]
+    right_full = (v * root[:, None, :]) @ vh  # V S^½ Vᵀ
+    basis = _range_basis(v @ vh, kept.sum(-1).tolist(), d_k)  # E [head, k, d_k]
+    return (left_full @ basis).transpose(-1, -2), basis.transpose(-1, -2) @ right_full
+
+
+def _range_basis(proj: Tensor, ranks: list[int], d_k: int) -> Tensor:
+    """Orthonormal ``E [head, k, d_k]`` spanning each projector's range (``ranks``), then 0s.
+
+    Gram–Schmidt (twice, for round-off) over the projector's columns ``P e_1, P e_2, …``:
+    each next basis vector is the first column (in index order) whose remainder keeps at
+    least half the norm² of the largest remainder. A choice made from the projector alone:
+    only a remainder within round-off of half the largest could tip it.
+    """
+    heads, size = proj.shape[0], proj.shape[-1]
+    out = proj.new_zeros(heads, size, d_k)
+    for h, rank in enumerate(ranks):
+        rest = proj[h].clone()  # [k, k]: the columns' remainders
+        for i in range(rank):
+            norms = (rest * rest).sum(0)
+            j = int(torch.nonzero(norms >= 0.5 * norms.max())[0])
+            e = rest[:, j] / norms[j].sqrt()
+            for _ in range(2):  # remove e from every remainder (twice: round-off)
+                rest = rest - e[:, None] * (e @ rest)[None, :]
+            out[h, :, i] = e
+    return out
 
 
 class PQAttention(nn.Module):

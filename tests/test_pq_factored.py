@@ -10,6 +10,7 @@ from iclprobe import alignment, models, probes, tasks, training
 from iclprobe.cli import main
 from iclprobe.constructions import newton_transformer
 from iclprobe.models import PQConfig, PQTransformer
+from iclprobe.models.pq_layers import balanced_factors, factor
 
 
 def rotation(k, seed):
@@ -81,6 +82,41 @@ def test_low_rank_blocks_factor_and_full_rank_ones_are_refused():
     torch.testing.assert_close(probes.preconditioners(model).A, low, atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match=r"A has rank above PQConfig.d_k=2 \(singular value"):
         PQTransformer.from_matrices(A=[torch.eye(4)], d_k=2)
+
+
+def test_low_rank_factors_come_from_the_block_alone():
+    # The saved W_K, W_Q of a block of rank < k: any SVD of it (signs flipped, a tied
+    # singular value's basis rotated, as another LAPACK may return) gives the same factors,
+    # balanced (singular values S^½ each) and with the product the block.
+    g = torch.Generator().manual_seed(3)
+    basis = torch.linalg.qr(torch.randn(5, 3, generator=g, dtype=torch.float64))[0]
+    other = torch.linalg.qr(torch.randn(5, 3, generator=g, dtype=torch.float64))[0]
+    m = (basis * torch.tensor([2.0, 2.0, 0.5], dtype=torch.float64)) @ other.T  # 2 tied
+    u, s, vh = torch.linalg.svd(m[None])
+    turn = torch.eye(5, dtype=torch.float64)
+    turn[:2, :2] = torch.tensor([[0.6, -0.8], [0.8, 0.6]], dtype=torch.float64)
+    flip = torch.tensor([-1.0, 1.0, -1.0, 1.0, -1.0], dtype=torch.float64)
+    left, right = balanced_factors(u, s, vh, 3)
+    other_left, other_right = balanced_factors(u @ turn * flip, s, (turn.T @ vh) * flip[:, None], 3)
+    torch.testing.assert_close(other_left, left, atol=1e-14, rtol=0)
+    torch.testing.assert_close(other_right, right, atol=1e-14, rtol=0)
+    torch.testing.assert_close(left[0].T @ right[0], m, atol=1e-14, rtol=0)
+    root = torch.tensor([2.0, 2.0, 0.5], dtype=torch.float64).sqrt()
+    torch.testing.assert_close(torch.linalg.svdvals(left[0]), root)
+    torch.testing.assert_close(torch.linalg.svdvals(right[0]), root)
+
+
+def test_low_rank_factors_have_no_round_off_directions():
+    # by hand: diag(3, 0, 2, 0) at d_k = 2 is the axes 1 and 3, each scaled by its root
+    want = torch.tensor([[3.0 ** 0.5, 0, 0, 0], [0, 0, 2.0 ** 0.5, 0]], dtype=torch.float64)
+    for factor_ in factor(torch.diag(torch.tensor([3.0, 0, 2, 0], dtype=torch.float64))[None],
+                          2, "A"):
+        torch.testing.assert_close(factor_[0], want, atol=1e-15, rtol=0)
+    # a block of rank 1 at d_k = 2: the second rows are 0, not the square root of a
+    # round-off singular value along whatever null direction the SVD returned (~1e-9)
+    row = torch.randn(1, 4, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    left, right = factor(-(row.T @ row)[None], 2, "A")
+    assert float(left[0, 1].abs().max()) == 0 and float(right[0, 1].abs().max()) == 0
 
 
 def test_save_load_train_and_align(tmp_path):

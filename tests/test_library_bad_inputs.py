@@ -9,6 +9,7 @@ import torch
 from helpers import tiny_gpt
 from torch import nn
 
+import iclprobe.constructions  # noqa: F401  (registers gd_newton_blend, a learner below)
 from iclprobe import algorithms, alignment, models, probes, tasks
 from iclprobe.alignment.measuring.similarities import similarity
 from iclprobe.hooks import collect_residuals
@@ -48,6 +49,7 @@ HYPER = {"pgd": {"precond": torch.eye(3, dtype=torch.float64)},
          "pgd_schedule": {"preconds": torch.eye(3, dtype=torch.float64).expand(4, 3, 3)}}
 
 
+@pytest.mark.filterwarnings("error::UserWarning")  # e.g. a scalar taken of a grad tensor
 @pytest.mark.parametrize("name", sorted(algorithms.LEARNERS))
 def test_every_learner_takes_inputs_that_require_grad(name):
     batch = tasks.RegressionTask(n_dims=3, n_points=8).sample(4, generator=0)

@@ -156,8 +156,9 @@ def given_stats(xs: Tensor, ys: Tensor, stats: PrefixStats | None, name: str) ->
         raise InputError(f"{name}: stats were computed for xs of shape "
                          f"{tuple(stats.xty.shape)}, not {tuple(xs.shape)}")
     x = xs[:, [0, -1]].detach().to(torch.float64) / stats.x_scale  # the statistics' scale
-    checks = [("first example's b_1 = x_0 y_0", stats.xty[:, 1],
-               x[:, 0] * (ys[:, :1].detach().to(torch.float64) / stats.y_scale))] if xs.shape[1] > 1 else []
+    y0 = ys[:, :1].detach().to(torch.float64) / stats.y_scale
+    checks = [("first example's b_1 = x_0 y_0", stats.xty[:, 1], x[:, 0] * y0)] \
+        if xs.shape[1] > 1 else []
     checks.append(("last query's norm ‖x_{n-1}‖", stats.query_eig[:, -1].norm(dim=-1),
                    x[:, 1].norm(dim=-1)))
     for what, held, given in checks:

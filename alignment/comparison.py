@@ -33,12 +33,8 @@ import torch
 from torch import Tensor
 
 from iclprobe.algorithms.base import Iterates
-from iclprobe.alignment.measuring.similarities import (
-    Similarity,
-    first_best,
-    interval,
-    similarity_values,
-)
+from iclprobe.alignment.measuring.bootstrap import interval
+from iclprobe.alignment.measuring.similarities import Similarity, first_best, similarity_values
 from iclprobe.alignment.metrics import metric_info, on_weights
 from iclprobe.errors import InputError
 
@@ -107,8 +103,8 @@ class LearnerComparison:
         return dataclasses.asdict(self)
 
 
-def _quantiles(boot: Tensor, confidence: float) -> tuple[list[float], list[float]]:
-    lower, upper = interval(boot, confidence)
+def _quantiles(boot: Tensor, sim: Similarity) -> tuple[list[float], list[float]]:
+    lower, upper = interval(boot, sim.confidence, sim.n_sequences)
     return lower.tolist(), upper.tolist()
 
 
@@ -122,7 +118,7 @@ def _best_boot(sim: Similarity) -> Tensor:
 
 def learner_score(sim: Similarity, match_columns: Sequence[int]) -> LearnerScore:
     """The best similarity per layer with an interval that re-picks the step per replicate."""
-    lower, upper = _quantiles(_best_boot(sim), sim.confidence)
+    lower, upper = _quantiles(_best_boot(sim), sim)
     rows = torch.arange(sim.values.shape[0])
     cols = torch.tensor(list(match_columns))
     return LearnerScore(sim.learner, sim.metric, [sim.steps[c] for c in cols.tolist()],
@@ -145,7 +141,7 @@ def difference(sim_a: Similarity, sim_b: Similarity) -> Interval:
     sign = 1.0 if sim_a.higher_is_better else -1.0
     best_a = sign * (sign * sim_a.values).max(1).values
     best_b = sign * (sign * sim_b.values).max(1).values
-    lower, upper = _quantiles(_best_boot(sim_a) - _best_boot(sim_b), sim_a.confidence)
+    lower, upper = _quantiles(_best_boot(sim_a) - _best_boot(sim_b), sim_a)
     return Interval((best_a - best_b).tolist(), lower, upper)
 
 

@@ -209,7 +209,7 @@ def _decided(value: float, lead: float, imitation: float, margin: float, slack: 
     rival = own - lead + 1e-6 * torch.randn(100, generator=g, dtype=torch.float64)
     values = {"gd": value, "momentum": value - lead}
     ev = Evidence({k: [0] for k in values}, {}, {k: torch.tensor([v]) for k, v in values.items()},
-                  {}, 1.0, 0.95)
+                  {}, 1.0, 0.95, 100)
     tables = {k: SimpleNamespace(values=torch.tensor([[v]])) for k, v in values.items()}
     cands = {k: SimpleNamespace(columns=["step 3"]) for k in tables}
     sticks = R._Yardsticks({"momentum": {0: imitation}}, {0: imitation}, {0: own}, {0: value},

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from iclprobe.alignment.measuring.similarities import bootstrap_weights, interval
+from iclprobe.alignment.measuring.bootstrap import bootstrap_weights, interval
 
 
 def live_layers(layer_preds: Tensor, ys: Tensor, window: tuple[int, int], n_boot: int,
@@ -34,6 +34,6 @@ def live_layers(layer_preds: Tensor, ys: Tensor, window: tuple[int, int], n_boot
     diff = err - zero  # [layer, batch]
     weights = bootstrap_weights(diff.shape[1], n_boot, seed)  # [boot, batch]
     boots = diff @ weights.T  # [layer, boot]
-    _, upper = interval(boots, confidence)
+    _, upper = interval(boots, confidence, diff.shape[1])
     mean = diff.mean(-1)
     return [bool(m < 0 and u < 0) for m, u in zip(mean.tolist(), upper.tolist())]

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from iclprobe.alignment.measuring.bootstrap import bootstrap_weights
 from iclprobe.alignment.measuring.products import fast_form, inverse_norm
-from iclprobe.alignment.measuring.similarities import bootstrap_weights
 from iclprobe.alignment.metrics import check_window, metric_info
 
 

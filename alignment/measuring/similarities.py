@@ -10,7 +10,7 @@ sequence, Fu et al.'s Def. 3.1), and a cosine across sequences at each position
 (``over="sequences"``: the error cosine of a model evaluated at one context length).
 Every `similarity` call with the same ``seed`` and batch size draws the same resamples,
 so statistics of two tables (the best step of Newton minus that of GD) pair up
-replicate by replicate.
+replicate by replicate; the intervals are `bootstrap.interval`'s (expanded percentile).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import csv
 import dataclasses
 import io
 import json
-import logging
 from typing import Any
 
 import torch
@@ -28,10 +27,10 @@ from torch import Tensor
 from iclprobe._checks import check_seed, is_int
 from iclprobe.algorithms.base import Iterates
 from iclprobe.alignment import metrics as M
+from iclprobe.alignment.measuring.bootstrap import bootstrap_weights, interval
 from iclprobe.alignment.measuring.products import fast_form
 from iclprobe.errors import InputError
 
-logger = logging.getLogger(__name__)
 METRICS = M.METRIC_INFO  # the registered metrics, by name (register_metric adds one)
 OVER = ("positions", "sequences")
 
@@ -107,22 +106,6 @@ def first_best(scored: Tensor) -> Tensor:
     return near.to(torch.uint8).argmax(-1)  # the first True
 
 
-def bootstrap_weights(batch: int, n_boot: int, seed: int) -> Tensor:
-    """``[boot, batch]`` resampling weights (each row sums to 1), the same for one seed.
-
-    One sequence is resampled as itself every time: its interval is a point, which is
-    said (a warning), since it would read as a certainty.
-    """
-    if batch == 1:
-        logger.warning("a bootstrap over 1 sequence: every resample is that sequence, so its "
-                       "interval is a point (lower == upper) and measures no spread; use 2 "
-                       "or more sequences (tens for intervals worth reading)")
-    gen = torch.Generator().manual_seed(seed)
-    picks = torch.randint(batch, (n_boot, batch), generator=gen)
-    counts = torch.zeros(n_boot, batch, dtype=torch.float64)
-    return counts.scatter_add_(1, picks, torch.ones(n_boot, batch, dtype=torch.float64)) / batch
-
-
 def moments(metric: str, over: str, a: Tensor, b: Tensor, ys: Tensor, t_min: int,
             t_max: int | None) -> Tensor:
     """Per-sequence moments ``[..., batch, pos, m]`` whose batch mean `combine` reduces.
@@ -161,29 +144,6 @@ def column_labels(iterates: Iterates) -> list[str] | None:
 
     return [f"{int(step)} ({', '.join(key + ' ' + show(v[i]) for key, v in varying.items())})"
             for i, step in enumerate(iterates.steps.tolist())]
-
-
-def interval(boot: Tensor, confidence: float) -> tuple[Tensor, Tensor]:
-    """The central ``confidence`` interval of bootstrap replicates ``[..., boot]``.
-
-    ``torch.quantile``'s (linear interpolation between order statistics), from the few
-    smallest and largest replicates (`torch.topk`) instead of a full sort where the tails
-    are short: the same numbers, bit for bit, in two thirds of the time at 100 replicates.
-    """
-    q = torch.tensor([(1 - confidence) / 2, (1 + confidence) / 2], dtype=torch.float64)
-    n = boot.shape[-1]
-    ranks = q * (n - 1)
-    below = ranks.floor()
-    weights = (ranks - below).to(boot.dtype)
-    lo, hi = int(below[0]), int(below[1])
-    if n < 8 or lo + 2 > n // 4 or n - hi > n // 4 or not bool(torch.isfinite(boot).all()):
-        lower, upper = torch.quantile(boot, q.to(boot.dtype), dim=-1)
-        return lower, upper
-    small = boot.topk(lo + 2, dim=-1, largest=False).values  # ascending
-    large = boot.topk(n - hi, dim=-1).values  # descending: index j is order statistic n-1-j
-    lower = torch.lerp(small[..., lo], small[..., lo + 1], weights[0])
-    upper = torch.lerp(large[..., n - 1 - hi], large[..., max(n - 2 - hi, 0)], weights[1])
-    return lower, upper
 
 
 def _check_defined(metric: str, learner: str, layers: Tensor, other: Tensor, ys: Tensor,
@@ -254,7 +214,7 @@ def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
         boots.append(combine(_resampled(mom, weights)))
     zero_mom = moments(metric, over, torch.zeros_like(a[:1]), b, ys64, t_min, t_max)
     value, boot = torch.cat(values, dim=1), torch.cat(boots, dim=1)  # boot: [layer, step, boot]
-    lower, upper = interval(boot, confidence)
+    lower, upper = interval(boot, confidence, ys.shape[0])
     return Similarity(metric, iterates.name, iterates.steps.tolist(), value, lower, upper,
                       combine(zero_mom.mean(2))[0], info.higher_is_better, t_min, ys.shape[0],
                       confidence, t_max, over, column_labels(iterates) if labels else None, boot)

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from iclprobe.algorithms.base import Iterates
 from iclprobe.alignment import comparison as C
+from iclprobe.alignment.measuring.bootstrap import interval, lower_end
 from iclprobe.alignment.measuring.candidate import columns_of
 from iclprobe.alignment.measuring.candidates import Candidate, TableSpec
 from iclprobe.alignment.measuring.similarities import Similarity, similarity_values
@@ -263,15 +264,16 @@ def _decide(metric: str, ev: Evidence, tables: Mapping[str, Similarity],
     from. The slack counts against naming and against "none of them" alike: what the
     correction cannot settle is "cannot tell".
     """
-    q = torch.tensor([(1 - ev.confidence) / 2, (1 + ev.confidence) / 2], dtype=torch.float64)
     own = sticks.own[layer]
-    pessimistic, optimistic = torch.quantile(own, q).tolist()
+    pessimistic, optimistic = (float(end) for end in interval(own, ev.confidence,
+                                                               ev.n_sequences))
     ranked = _ranked(ev, layer)
     level = _at_most_perfect(metric, sticks.own_value[layer])
     slack = sticks.slack.get(layer, 0.0)  # through probes: the correction's own uncertainty
     unseparated, between = [], []
     for y in ranked[1:]:
-        diff_low = float(torch.quantile(own - sticks.rival_own[y][layer], q[0]))
+        diff_low = float(lower_end(own - sticks.rival_own[y][layer], ev.confidence,
+                                   ev.n_sequences))
         diff_low -= sticks.margin.get(y, {}).get(layer, 0.0)
         close = level - slack > sticks.imitation[y][layer] + PRECISION
         if not (diff_low > PRECISION and close and not sticks.mixed[y][layer]):

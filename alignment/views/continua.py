@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from iclprobe.algorithms.base import Iterates
+from iclprobe.alignment.measuring.bootstrap import lower_end
 from iclprobe.alignment.measuring.candidate import columns_of
 from iclprobe.alignment.measuring.candidates import Candidate, TableSpec
 from iclprobe.alignment.measuring.mixing import mix_replicates, mix_scores
@@ -63,6 +64,7 @@ class Evidence:
     boot: dict[str, Tensor]  # [L, R] best per replicate (sign applied)
     sign: float
     confidence: float
+    n_sequences: int  # resampled by the replicates
 
 
 def evidence(tables: Mapping[str, Similarity]) -> Evidence:
@@ -78,7 +80,7 @@ def evidence(tables: Mapping[str, Similarity]) -> Evidence:
         table[key] = scored
         value[key] = scored.max(1).values
         boot[key] = (sign * sim.boots).max(1).values
-    return Evidence(best, table, value, boot, sign, sims[0].confidence)
+    return Evidence(best, table, value, boot, sign, sims[0].confidence, sims[0].n_sequences)
 
 
 #: The weights w of the mixes ``(1 − w) a + w b`` tried (`mixes`). A layer that runs X
@@ -251,7 +253,7 @@ def mixes(x: str, layer: int, ev: Evidence, cands: Mapping[str, Candidate], metr
         best[c] = (value, own)
     own_value, own = best[x]
     boots = tables[-1][1]
-    low = torch.quantile(boots - own, (1 - ev.confidence) / 2, dim=-1)  # [rival, w]
+    low = lower_end(boots - own, ev.confidence, ev.n_sequences)  # [rival, w]
     floor = WEIGHT_MIX_FLOOR if on_w else PRECISION
     return own_value, own, {y: best[y][1] for y in rivals}, \
         {y: bool((low[j] > floor).any()) for j, y in enumerate(rivals)}

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from iclprobe.algorithms.prefix import PrefixStats
-from iclprobe.alignment.measuring.similarities import bootstrap_weights
+from iclprobe.alignment.measuring.bootstrap import bootstrap_weights, interval
 
 PHI_RANGE = (0.02, 0.6)  # −log(1 − φ) within 1.53× of φ: the small-step regime
 TIE_RTOL = 1e-6
@@ -131,8 +131,7 @@ def spectral_order(weights: Tensor, stats: PrefixStats, t_min: int, t_max: int,
     bp = torch.where(bden > 0, (uz @ boot.T) / torch.where(bden > 0, bden, 1.0), torch.nan)
     # a resample can miss the few sequences with usable directions: the interval is over
     # the resamples that have some, and undefined unless 90% of them do
-    q = torch.tensor([(1 - confidence) / 2, (1 + confidence) / 2], dtype=torch.float64)
-    lower, upper = torch.nanquantile(bp, q, dim=-1)
+    lower, upper = interval(bp, confidence, uz.shape[-1], skip_nan=True)
     enough = torch.isfinite(bp).double().mean(-1) >= 0.9
     nan = torch.full_like(lower, torch.nan)
     return p, torch.where(enough, lower, nan), torch.where(enough, upper, nan), count.sum(-1)

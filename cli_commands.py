@@ -171,7 +171,8 @@ def cmd_align(args: argparse.Namespace) -> int:
     notes = preconditioner_notes(checkpoints, [r.name for r in results])
     for res in results:
         if not args.verbose:
-            print(screen(res), end="\n\n" if res.name not in notes else "\n")
+            print(screen(res, reserve=int(res.name in notes)),  # its note: one line
+                  end="\n\n" if res.name not in notes else "\n")
             print(notes.get(res.name, ""), end="\n\n" if res.name in notes else "")
             if res.name in designed:
                 print("\n".join(designed[res.name].lines()), end="\n\n")

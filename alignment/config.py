@@ -84,8 +84,9 @@ class AlignConfig:
                                 "model and data")
     n_probe_heldout: int = option(256, "fresh sequences the probes' held-out R² is measured on")
     n_weight_sequences: int = option(16, "sequences the induced weights (weight metrics) are "
-                                     "measured on (16: the paired weight-cosine difference "
-                                     "is then known to ±0.00015, bench/ci_widths.py)")
+                                     "measured on (16 keep the query pass cheap; their 95% "
+                                     "intervals then hold the value about 92% of the time, "
+                                     "more with more: docs/protocols.md)")
     n_queries: int | None = option(None, "fresh queries per prefix for the induced weights "
                                    "(default: d + max(2, d // 2))")
     data: str = option("task", "evaluation data: task = the checkpoint's own task",

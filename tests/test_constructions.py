@@ -174,7 +174,11 @@ def test_a_saved_newton_construction_loads_the_same(tmp_path):
 # oracle). The spectral view called one probed Newton layer GD-like (before the probes were fitted
 # on more sequences): why it does not enter the verdict.
 # Bootstrap and data are seeded, so the counts are exact; when matching or verdicts change,
-# bench/known_answers.py is rerun and these counts are updated with them.
+# bench/known_answers.py is rerun and these counts are updated with them. At 50 replicates
+# (these cells' n_boot) the expanded percentile intervals (`measuring.bootstrap`) reach the
+# extreme replicates, where torch.quantile's stopped at the 2nd-3rd: the views' separations
+# (the "fitted" rows) and the protocol's weight tables lost layers with them, the answers
+# none but one weight-cosine separation.
 FITTED = {"true": 8, "false": 0, "none": 0, "separable": 8, "true_separable": 8}
 NINE = {"true": 9, "false": 0, "none": 0, "separable": 9, "true_separable": 9}
 ANSWER_8 = {"true": 8, "false": 0, "cannot tell": 0, "none": 0, "separable": 8,
@@ -188,11 +192,12 @@ SLICE = [
       "protocol weight_cosine": {"true": 8, "false": 0, "none": 0},
       "protocol spd": {"true": 0, "false": 2, "none": 6},
       "protocol ilwd": {"true": 0, "false": 1, "none": 7},
-      # one layer fewer separable: the rivals' reach of the truth has their step sizes
-      # fitted too (`fit_steps`), as the answer's families do
-      "fitted error_cosine": {**FITTED, "separable": 7, "true_separable": 7},
-      "fitted weight_cosine": FITTED, "fitted spd": FITTED,
-      "fitted ilwd": {**FITTED, "separable": 7, "true_separable": 7},
+      # fewer separable: the rivals' reach of the truth has their step sizes fitted too
+      # (`fit_steps`), as the answer's families do, and the intervals are wider
+      "fitted error_cosine": {**FITTED, "separable": 2, "true_separable": 2},
+      "fitted weight_cosine": {**FITTED, "separable": 5, "true_separable": 5},
+      "fitted spd": FITTED,
+      "fitted ilwd": {**FITTED, "separable": 6, "true_separable": 6},
       "verdict": FITTED, "verdict, default metrics": FITTED,
       "spectral order": {"true": 8, "false": 0, "none": 0},
       # every layer at GD's own fixed step η: the searches climb along the step counts to
@@ -208,18 +213,19 @@ SLICE = [
      {"protocol error_cosine": {"true": 0, "false": 8, "none": 1},
       "protocol weight_cosine": {"true": 0, "false": 9, "none": 0},
       "protocol spd": {"true": 0, "false": 9, "none": 0},
-      "protocol ilwd": {"true": 0, "false": 7, "none": 2},
+      "protocol ilwd": {"true": 0, "false": 6, "none": 3},
       "fitted error_cosine": NINE, "fitted weight_cosine": NINE, "fitted spd": NINE,
-      "fitted ilwd": {**NINE, "separable": 8, "true_separable": 8},
+      "fitted ilwd": {**NINE, "separable": 7, "true_separable": 7},
       "verdict": NINE, "verdict, default metrics": NINE,
       "spectral order": {"true": 7, "false": 0, "none": 2}, **ANSWERS_9}),
     (benchmark.Cell("gd oracle", "iclprobe", "isotropic", "exact", 1.0),
      {"protocol error_cosine": {"true": 8, "false": 0, "none": 0},
       "protocol weight_cosine": {"true": 8, "false": 0, "none": 0},
-      "protocol spd": {"true": 8, "false": 0, "none": 0},
-      "protocol ilwd": {"true": 7, "false": 0, "none": 1},
-      "fitted error_cosine": FITTED, "fitted weight_cosine": FITTED, "fitted spd": FITTED,
-      "fitted ilwd": FITTED,
+      "protocol spd": {"true": 7, "false": 0, "none": 1},
+      "protocol ilwd": {"true": 6, "false": 0, "none": 2},
+      "fitted error_cosine": FITTED, "fitted spd": FITTED,
+      "fitted weight_cosine": {**FITTED, "separable": 7, "true_separable": 7},
+      "fitted ilwd": {**FITTED, "separable": 3, "true_separable": 3},
       "verdict": FITTED, "verdict, default metrics": FITTED,
       "spectral order": {"true": 3, "false": 0, "none": 5},
       # every layer GD: at steps 18, 21, 24 (between GD's step counts 16, 20, 25) GD's
@@ -230,19 +236,21 @@ SLICE = [
       "answer weight_cosine": {**ANSWER_8, "true": 2, "cannot tell": 6, "separable": 3,
                                "true_separable": 2}}),
     # read by probes fitted to the column each layer holds (the benchmark's default): the
-    # answer names Newton at every layer; the fitted view's weight cosine leaves one
+    # answer names Newton at every layer; the fitted view's weight cosine leaves two
     # unattributed, and the protocol's fixed-step views name Newton at fewer layers than
-    # with probes fitted to y on 1024 further sequences (3, 7, 4, 2 of 9 against 4, 9, 4, 3)
+    # with probes fitted to y on 1024 further sequences (3, 6, 4, 2 of 9 against 4, 9, 4, 3,
+    # the latter with the plain percentile intervals)
     (benchmark.Cell("newton oracle", "iclprobe", "isotropic", "probe", 1.0),
      {"protocol error_cosine": {"true": 3, "false": 0, "none": 6},
-      "protocol weight_cosine": {"true": 7, "false": 0, "none": 2},
+      "protocol weight_cosine": {"true": 6, "false": 0, "none": 3},
       "protocol spd": {"true": 4, "false": 0, "none": 5},
       "protocol ilwd": {"true": 2, "false": 0, "none": 7},
-      "fitted error_cosine": NINE, "fitted spd": NINE, "fitted ilwd": NINE,
-      "fitted weight_cosine": {**NINE, "true": 8, "none": 1, "true_separable": 8},
+      "fitted error_cosine": NINE, "fitted spd": NINE,
+      "fitted ilwd": {**NINE, "separable": 7, "true_separable": 7},
+      "fitted weight_cosine": {**NINE, "true": 7, "none": 2, "true_separable": 7},
       "verdict": NINE, "verdict, default metrics": NINE,
-      "spectral order": {"true": 7, "false": 0, "none": 2}, **ANSWERS_9,
-      "answer weight_cosine": {**ANSWER_9, "separable": 8, "true_separable": 8}}),
+      "spectral order": {"true": 6, "false": 0, "none": 3}, **ANSWERS_9,
+      "answer weight_cosine": {**ANSWER_9, "separable": 7, "true_separable": 7}}),
     (benchmark.Cell("momentum oracle", "iclprobe", "ill-conditioned", "exact", 1.0, beta=0.9),
      {**ANSWERS_8, "answer weight_cosine": {**ANSWER_8, "true": 7, "cannot tell": 1,
                                             "separable": 7, "true_separable": 7}}),

@@ -346,13 +346,15 @@ def header(result: AlignResult) -> list[str]:
             f"layers read by {result.readout}"]
 
 
-def screen(result: AlignResult) -> str:
+def screen(result: AlignResult, reserve: int = 0) -> str:
     """What ``iclprobe align`` prints by default for one model (see the module doc).
 
-    Within `MAX_LINES`, the other metrics' growth lines, the legend, the notes (then
-    counted on the last line) and the first metric's growth lines go first, then the last
-    sentences.
+    Within `MAX_LINES` (less ``reserve``: lines the caller prints right after it, such as a
+    PQ model's note on its A_l), the other metrics' growth lines, the legend, the notes
+    (then counted on the last line) and the first metric's growth lines go first, then the
+    last sentences.
     """
+    limit = MAX_LINES - reserve
     head = wrap(header(result))
     more = "--verbose shows the full tables: every learner, intervals, ties, calibration"
     if result.meaningless:  # no tables to show: --verbose prints this line too
@@ -368,13 +370,13 @@ def screen(result: AlignResult) -> str:
         paragraphs = [parts["table"], parts["legend"] + parts["sentences"],
                       parts["growth"] + parts["growth_more"] + parts["notes"]]
         lines = head + [x for p in paragraphs if p for x in ["", *p]] + ["", more]
-        if len(lines) <= MAX_LINES or drop is None:
+        if len(lines) <= limit or drop is None:
             break
         if drop == "notes" and parts["notes"]:
             more += f" (and {len(result.notes)} note{'s' if len(result.notes) != 1 else ''})"
         parts[drop] = []
-    if len(lines) > MAX_LINES:
-        lines = lines[:MAX_LINES - 2] + ["…", more]
+    if len(lines) > limit:
+        lines = lines[:limit - 2] + ["…", more]
     return "\n".join(lines)
 
 

@@ -137,6 +137,7 @@ def probe_notes() -> Iterator[None]:
 
 def cmd_align(args: argparse.Namespace) -> int:
     """``iclprobe align`` and ``iclprobe compare``."""
+    from iclprobe._text import wrap
     from iclprobe.alignment.output.screen import screen
     from iclprobe.alignment.output.side_by_side import comparison_lines
     from iclprobe.alignment.output.tables import spectral_lines, text_table
@@ -171,9 +172,9 @@ def cmd_align(args: argparse.Namespace) -> int:
     notes = preconditioner_notes(checkpoints, [r.name for r in results])
     for res in results:
         if not args.verbose:
-            print(screen(res, reserve=int(res.name in notes)),  # its note: one line
-                  end="\n\n" if res.name not in notes else "\n")
-            print(notes.get(res.name, ""), end="\n\n" if res.name in notes else "")
+            note = wrap([notes[res.name]]) if res.name in notes else []
+            print(screen(res, reserve=len(note)), end="\n\n" if not note else "\n")
+            print("\n".join(note), end="\n\n" if note else "")
             if res.name in designed:
                 print("\n".join(designed[res.name].lines()), end="\n\n")
             continue

@@ -45,7 +45,7 @@ def factor(m: Tensor, d_k: int, name: str) -> tuple[Tensor, Tensor]:
         return eye.clone(), nn.functional.pad(m, (0, 0, 0, d_k - size))
     u, s, vh = torch.linalg.svd(m.to(torch.float64))
     dropped = s[:, d_k:].max()
-    if dropped > RANK_TOL * max(float(s.max()), 1e-30):
+    if dropped > RANK_TOL * float(s.max().clamp(min=1e-300)):
         raise InputError(f"{name} has rank above PQConfig.d_k={d_k} (singular value "
                          f"{float(dropped):.3g} beyond the first {d_k}): a factored layer "
                          f"holds blocks of rank <= d_k only")
@@ -60,12 +60,15 @@ RANK_TOL = 1e-6
 def balanced_factors(u: Tensor, s: Tensor, vh: Tensor, d_k: int) -> tuple[Tensor, Tensor]:
     """`factor`'s ``L, R [head, d_k, k]`` from an SVD ``u, s, vh`` of the blocks (float64).
 
-    Built from ``U S^½ Vᵀ``, ``V S^½ Vᵀ`` and the projector ``V Vᵀ`` over the singular
-    values above ``RANK_TOL`` of the largest (at most d_k per block, as `factor` checks):
-    sums over singular pairs that are the same for every SVD of m (a pair's signs cancel,
-    and within a tied singular value any basis gives the same sum).
+    Built from ``U S^½ Vᵀ``, ``V S^½ Vᵀ`` and the projector ``V Vᵀ`` over each block's
+    first d_k singular values above ``RANK_TOL`` of its own largest (a head far smaller
+    than another is kept whole): sums over singular pairs that are the same for every SVD
+    of m (a pair's signs cancel, and within a tied singular value any basis gives the same
+    sum). Only a tie at the d_k-th value, which `factor` allows at round-off below the
+    blocks' largest, is cut where LAPACK's basis says.
     """
-    kept = s > RANK_TOL * float(s.max().clamp(min=1e-300))  # [head, k]
+    own = RANK_TOL * s.amax(-1, keepdim=True).clamp(min=1e-300)
+    kept = (s > own) & (torch.arange(s.shape[-1]) < d_k)  # [head, k]
     root = torch.where(kept, s.clamp(min=0).sqrt(), 0.0)
     v = vh.transpose(-1, -2) * kept[:, None, :]
     left_full = (u * root[:, None, :]) @ vh  # U S^½ Vᵀ  [head, k, k]

@@ -70,8 +70,8 @@ def test_the_interval_and_its_lower_end_read_the_same_levels():
                                          (512, "normal")])
 def test_the_interval_covers_a_mean_about_as_often_as_it_says(n, draw):
     # 4000 data sets of n draws with a known mean, each with 200 resamples (the default):
-    # the 95% interval holds the mean 94-96% of the time. torch.quantile's plain percentile
-    # interval covers 90.8% at n = 16 (too narrow by the factor the levels widen it).
+    # the 95% interval holds the mean 93.5-96.5% of the time. torch.quantile's plain
+    # percentile interval covers 90.3% at n = 16 (too narrow by the factor the levels widen).
     g = torch.Generator().manual_seed(n)
     reps = 4000
     if draw == "normal":
@@ -88,3 +88,18 @@ def test_the_interval_covers_a_mean_about_as_often_as_it_says(n, draw):
         plain_lower, plain_upper = torch.quantile(boot, q, dim=-1)
         plain = float(((plain_lower <= mean) & (mean <= plain_upper)).double().mean())
         assert plain < 0.925, plain  # what the widening is for
+
+
+def test_a_level_per_row_and_infinite_neighbours():
+    boot = torch.randn(3, 200, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    per_row = interval(boot, 0.95, torch.tensor([4, 16, 512]))
+    for row, n in enumerate((4, 16, 512)):
+        one = interval(boot[row:row + 1], 0.95, n)
+        assert float(per_row[0][row]) == float(one[0][0])
+        assert float(per_row[1][row]) == float(one[1][0])
+    # an infinite neighbour is the quantile wherever it weighs (numpy's weibull gives NaN)
+    inf = math.inf
+    rows = torch.tensor([[-inf, -inf, -inf, 1.0, 2.0], [-inf, -inf, 1.0, inf, inf],
+                         [1.0, 2.0, 3.0, 4.0, inf]], dtype=torch.float64)
+    assert quantiles(rows, (0.5,))[0].tolist() == [-inf, 1.0, 3.0]
+    assert quantiles(rows[2:], (0.8, 0.9))[:, 0].tolist() == [inf, inf]

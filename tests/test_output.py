@@ -234,6 +234,7 @@ def test_align_prints_one_screen_and_verbose_the_full_tables(pq_results, capsys,
     assert note.endswith(": positive definite")
     # the library's numbers, on one screen, and the note
     assert printed.strip() == screen(results[0], reserve=1) + "\n" + note  # within 40 lines
+    assert len(note) <= 100  # one line (a longer note is wrapped, its lines reserved)
     check_screen(results[0], printed)
     import iclprobe.cli_commands as commands
 
@@ -243,6 +244,14 @@ def test_align_prints_one_screen_and_verbose_the_full_tables(pq_results, capsys,
     for metric in ("error_cosine", "weight_cosine"):
         assert text_table(results[0], metric) in printed
     assert "learner table" in printed and "calibration, newton vs gd" in printed
+
+
+def test_a_pq_models_note_is_wrapped_within_the_screens_budget(capsys):
+    # ka-gd-pq's note on its A_l runs past 100 columns: wrapped, and its lines reserved
+    assert main(["align", "ka-gd-pq", "--n-sequences", "32", "--n-boot", "10"]) == 0
+    lines = capsys.readouterr().out.rstrip("\n").splitlines()
+    assert lines[-1] == "  definite" and lines[-2].startswith("ka-gd-pq: λ_min")  # wrapped
+    assert len(lines) <= MAX_LINES and max(map(len, lines)) <= WIDTH
 
 
 # ---------------------------------------------------------------- the report

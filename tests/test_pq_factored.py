@@ -117,6 +117,11 @@ def test_low_rank_factors_have_no_round_off_directions():
     row = torch.randn(1, 4, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     left, right = factor(-(row.T @ row)[None], 2, "A")
     assert float(left[0, 1].abs().max()) == 0 and float(right[0, 1].abs().max()) == 0
+    # a head far smaller than another of its layer is kept whole (rank judged per head)
+    heads = torch.stack([torch.diag(torch.tensor([1.0, 0, 0], dtype=torch.float64)),
+                         torch.diag(torch.tensor([1e-7, 0, 0], dtype=torch.float64))])
+    left, right = factor(heads, 1, "A")
+    torch.testing.assert_close(left.transpose(-1, -2) @ right, heads, atol=1e-22, rtol=0)
 
 
 def test_save_load_train_and_align(tmp_path):

@@ -130,8 +130,9 @@ def spectral_order(weights: Tensor, stats: PrefixStats, t_min: int, t_max: int,
     bden = uu @ boot.T
     bp = torch.where(bden > 0, (uz @ boot.T) / torch.where(bden > 0, bden, 1.0), torch.nan)
     # a resample can miss the few sequences with usable directions: the interval is over
-    # the resamples that have some, and undefined unless 90% of them do
-    lower, upper = interval(bp, confidence, uz.shape[-1], skip_nan=True)
+    # the resamples that have some, and undefined unless 90% of them do; its width is
+    # widened for those sequences, the ones the ratio resamples
+    lower, upper = interval(bp, confidence, (uu > 0).sum(-1), skip_nan=True)
     enough = torch.isfinite(bp).double().mean(-1) >= 0.9
     nan = torch.full_like(lower, torch.nan)
     return p, torch.where(enough, lower, nan), torch.where(enough, upper, nan), count.sum(-1)

@@ -8,24 +8,27 @@ the differences the report has to resolve (the learners' own separation, ~0.002-
 
     python bench/ci_widths.py [--model gpt-softmax] [--counts 512:16 1024:128 ...]
 
-Measured on gpt-softmax (2 CPU cores, 2026-12-01), at the last layer: the half-width of
+Measured on gpt-softmax (2 CPU cores, 2026-12-06, with the expanded percentile intervals
+of `iclprobe.alignment.measuring.bootstrap`), at the last layer: the half-width of
 Newton's best error cosine, and Newton − GD with its half-width, value and whether its
 interval excludes 0:
 
      sequences weight seqs  Newton err-cos               N−GD err-cos                 N−GD w-cos
-           128          16          0.0041 ±0.00085 of -0.00088     open ±0.00018 of -0.00019 resolved
-           256          16          0.0034 ±0.00070 of -0.00169 resolved ±0.00010 of -0.00005     open
-           512          16          0.0022 ±0.00058 of -0.00134 resolved ±0.00015 of -0.00013     open
-           512          64          0.0022 ±0.00058 of -0.00134 resolved ±0.00010 of -0.00006     open
-          1024         128          0.0016 ±0.00041 of -0.00093 resolved ±0.00007 of -0.00011 resolved
+           128          16          0.0021 ±0.00076 of -0.00154 resolved ±0.00020 of -0.00017     open
+           256          16          0.0021 ±0.00075 of -0.00190 resolved ±0.00019 of -0.00016     open
+           512          16          0.0018 ±0.00050 of -0.00222 resolved ±0.00022 of -0.00018     open
+           512          64          0.0018 ±0.00050 of -0.00222 resolved ±0.00009 of -0.00018 resolved
+          1024         128          0.0011 ±0.00033 of -0.00194 resolved ±0.00010 of -0.00024 resolved
 
-The verdicts rest on the paired differences: from 256 evaluation sequences on, Newton − GD
-by error cosine is resolved (512: ±0.0006 of −0.0013), so `AlignConfig` uses 512. By
-weight cosine the difference itself is ~0.0001, 10-100 times below the learners' own
+The verdicts rest on the paired differences: Newton − GD by error cosine is resolved from
+128 evaluation sequences on (512: ±0.0005 of −0.0022), and `AlignConfig` uses 512. By
+weight cosine the difference itself is ~0.0002, 10-100 times below the learners' own
 resemblance gap (1 − 0.99 … 1 − 0.999), so no sequence count turns it into a
-preference; 16 weight sequences (±0.00015) keep the induced-weight pass cheap, and 128
-resolve its sign. Fewer queries per prefix than 1.5 d would bias the weight cosine down,
-so the query count stays.
+preference; 16 weight sequences (±0.0002, its sign open) keep the induced-weight pass
+cheap, and 64 resolve its sign. Fewer queries per prefix than 1.5 d would bias the weight
+cosine down, so the query count stays. (The run of 2026-12-01, with torch.quantile's
+narrower percentile intervals and the code of then, had 512:16 at ±0.00058 of −0.00134 and
+±0.00015 of −0.00013.)
 """
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ def _quantiles(boot: Tensor, sim: Similarity) -> tuple[list[float], list[float]]
     return lower.tolist(), upper.tolist()
 
 
-def _best_boot(sim: Similarity) -> Tensor:
+def best_boot(sim: Similarity) -> Tensor:
     """Per layer and replicate, the best value over steps (higher is better), ``[L, R]``."""
     if sim.boots is None:
         raise InputError(f"the {sim.metric} table of {sim.learner} has no bootstrap replicates")
@@ -118,7 +118,7 @@ def _best_boot(sim: Similarity) -> Tensor:
 
 def learner_score(sim: Similarity, match_columns: Sequence[int]) -> LearnerScore:
     """The best similarity per layer with an interval that re-picks the step per replicate."""
-    lower, upper = _quantiles(_best_boot(sim), sim)
+    lower, upper = _quantiles(best_boot(sim), sim)
     rows = torch.arange(sim.values.shape[0])
     cols = torch.tensor(list(match_columns))
     return LearnerScore(sim.learner, sim.metric, [sim.steps[c] for c in cols.tolist()],
@@ -141,7 +141,7 @@ def difference(sim_a: Similarity, sim_b: Similarity) -> Interval:
     sign = 1.0 if sim_a.higher_is_better else -1.0
     best_a = sign * (sign * sim_a.values).max(1).values
     best_b = sign * (sign * sim_b.values).max(1).values
-    lower, upper = _quantiles(_best_boot(sim_a) - _best_boot(sim_b), sim_a)
+    lower, upper = _quantiles(best_boot(sim_a) - best_boot(sim_b), sim_a)
     return Interval((best_a - best_b).tolist(), lower, upper)
 
 

@@ -40,7 +40,8 @@ import torch
 from tqdm import tqdm
 
 from iclprobe import models
-from iclprobe.alignment import AlignConfig, align
+from iclprobe.alignment import AlignConfig, align, comparison
+from iclprobe.alignment.measuring.bootstrap import interval
 from iclprobe.cli import positive_int
 
 RUNS = ("newton", "gd")
@@ -48,29 +49,30 @@ METRICS = ("error_cosine", "weight_cosine")
 
 
 def cells(res, plain: bool) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """(value, lower, upper) per group, each flattened over its cells."""
-    from iclprobe.alignment.measuring.bootstrap import interval
+    """(value, lower, upper) per group, each flattened over its cells.
 
+    ``plain``: the same replicates read by torch.quantile's 2.5% and 97.5% percentiles.
+    """
     out = {}
     for metric in METRICS:
         sims = {run: res.similarities[run][metric] for run in RUNS}
         for run, sim in sims.items():
-            lower, upper = _ends(sim.boots, sim.confidence, sim.n_sequences, plain, interval)
+            lower, upper = _ends(sim.boots, sim, plain)
             out[f"{run} table, {metric}"] = (sim.values.flatten(), lower.flatten(),
                                             upper.flatten())
         a, b = sims["newton"], sims["gd"]
-        diff = a.boots.max(1).values - b.boots.max(1).values  # cosines: higher is better
-        lower, upper = _ends(diff, a.confidence, a.n_sequences, plain, interval)
-        out[f"newton − gd, {metric}"] = (a.values.max(1).values - b.values.max(1).values,
-                                         lower, upper)
+        diff = comparison.difference(a, b)  # the learner table's Newton − GD, as align has it
+        lower, upper = _ends(comparison.best_boot(a) - comparison.best_boot(b), a, plain)
+        out[f"newton − gd, {metric}"] = (torch.tensor(diff.value), lower, upper)
     return out
 
 
-def _ends(boot, confidence, n, plain, interval):
+def _ends(boot: torch.Tensor, sim, plain: bool) -> tuple[torch.Tensor, torch.Tensor]:
     if not plain:
-        return interval(boot, confidence, n)
-    q = torch.tensor([(1 - confidence) / 2, (1 + confidence) / 2], dtype=boot.dtype)
-    return tuple(torch.quantile(boot, q, dim=-1))
+        return interval(boot, sim.confidence, sim.n_sequences)
+    q = torch.tensor([(1 - sim.confidence) / 2, (1 + sim.confidence) / 2], dtype=boot.dtype)
+    lower, upper = torch.quantile(boot, q, dim=-1)
+    return lower, upper
 
 
 def wilson_high(k: int, n: int, z: float = 1.959964) -> float:

@@ -155,11 +155,15 @@ def _products(x: Tensor, y: Tensor, features: FeatureSums | None, layer: int,
         x = x / power_of_two_scale(x)
         return x.T @ x, y @ x  # x is centred, so y's mean drops out
     sx = features.sx[layer].to("cpu", torch.float64)
-    if not torch.allclose(sx, x.sum(0), rtol=1e-9, atol=1e-9 * float(x.abs().sum())):
+    cgram = features.cgram[layer].to("cpu", torch.float64)
+    # Σ_i √(n Σ x_i²) >= Σ |x|, from the sums themselves (no pass over x for it)
+    bound = float((features.n * (cgram.diagonal() + sx.pow(2) / x.shape[0]).clamp(min=0)
+                   ).sqrt().sum())
+    if not torch.allclose(sx, x.sum(0), rtol=1e-9, atol=1e-9 * bound):
         raise InputError(f"features must be the sums of resid's rows at t = "
                          f"{window.start}..{window.stop - 1}: their sums differ at layer "
                          f"{layer}")
-    return features.cgram[layer].to("cpu", torch.float64), y @ (x - sx / x.shape[0])
+    return cgram, y @ (x - sx / x.shape[0])
 
 
 def _fit_predict(x: Tensor, y: Tensor, x_new: Tensor, penalty: float | None) -> Tensor:

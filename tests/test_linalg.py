@@ -79,3 +79,29 @@ def test_ridge_names_the_layers_whose_sums_are_not_finite():
     x[2, 7, 1] = float("inf")
     with pytest.raises(ValueError, match=r"layers \[2\] hold NaN or Inf"):
         ridge_from_sums(ridge_sums(x, torch.randn(50, dtype=torch.float64)))
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 8, 20, 32])
+def test_a_large_batch_split_between_threads_decomposes_as_one_batch(k, monkeypatch):
+    """Prefix statistics decompose thousands of small Gram matrices: split between torch's
+    threads, each matrix is decomposed by the same LAPACK routine, so every eigenvalue and
+    eigenvector equals the unsplit batch's bit for bit (compared on this machine, where
+    both run: no number is carried from elsewhere)."""
+    g = torch.Generator().manual_seed(k)
+    x = torch.randn(7 * (L.SPLIT_BATCH // 7 + 5), k, k + 3, generator=g, dtype=torch.float64)
+    m = (x @ x.mT).reshape(-1, 7, k, k)  # a batch of batches, as [batch, pos, k, k]
+    real, calls = torch.linalg.eigh, []
+    monkeypatch.setattr(torch.linalg, "eigh", lambda a: calls.append(a.shape[0]) or real(a))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        lam, vec = L._batched_eigh(m)
+    finally:
+        torch.set_num_threads(threads)
+    count = m.numel() // (k * k)
+    assert sorted(calls) == [count // 2, count - count // 2]  # split in two halves
+    ref_lam, ref_vec = real(m)
+    assert torch.equal(lam, ref_lam) and torch.equal(vec, ref_vec)
+    # and laid out as eigh lays them out (column-major): a product of another layout may
+    # sum in another order
+    assert vec.stride() == ref_vec.stride() and lam.stride() == ref_lam.stride()

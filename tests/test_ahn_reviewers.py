@@ -95,3 +95,28 @@ def test_a_report_is_never_written_over_foreign_files(reviewers, tmp_path):
     with pytest.raises(OutputExistsError, match="non-empty directory that iclprobe did not"):
         script.main(["--small", "--out", str(tmp_path)])
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_the_study_intervals_are_the_expanded_percentile_ones_align_reads(reviewers):
+    """Q4's intervals, re-derived in numpy: the means of the same resamples (the seeded
+    draws of `bootstrap_weights`), read at the expanded percentile levels (scipy's t and
+    normal quantiles) by numpy's type-6 quantile; the plain percentile interval torch's
+    quantile gave before is narrower."""
+    import numpy as np
+    from scipy import stats
+
+    import dataclasses
+
+    _, study = reviewers
+    sizes = dataclasses.replace(study.Sizes.small(), boot=200)  # the study's own count
+    values = torch.distributions.Exponential(1.0).sample((40,)).double()
+    gen = torch.Generator().manual_seed(3)
+    picks = torch.randint(len(values), (sizes.boot, len(values)), generator=gen).numpy()
+    means = values.numpy()[picks].mean(1)
+    n = len(values)
+    low = stats.norm.cdf(-np.sqrt(n / (n - 1)) * stats.t.ppf(0.975, n - 1))
+    ref = np.quantile(means, [low, 1 - low], method="weibull")
+    got = study.boot_ci(values, sizes, seed=3)
+    np.testing.assert_allclose(got, ref, rtol=1e-12)
+    plain = np.quantile(means, [0.025, 0.975])
+    assert got[0] < plain[0] and got[1] > plain[1]

@@ -102,10 +102,10 @@ def test_the_study_intervals_are_the_expanded_percentile_ones_align_reads(review
     draws of `bootstrap_weights`), read at the expanded percentile levels (scipy's t and
     normal quantiles) by numpy's type-6 quantile; the plain percentile interval torch's
     quantile gave before is narrower."""
+    import dataclasses
+
     import numpy as np
     from scipy import stats
-
-    import dataclasses
 
     _, study = reviewers
     sizes = dataclasses.replace(study.Sizes.small(), boot=200)  # the study's own count

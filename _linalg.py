@@ -12,8 +12,9 @@ Non-finite input is refused: it is the caller's data, not a numerical accident.
 
 Many small matrices (every prefix of every sequence) are split between torch's threads:
 LAPACK decomposes a batch one matrix at a time on one core, and each small matrix is
-decomposed by the same routine in any part of a batch, so the result is the same, bit for
-bit (tests/test_linalg.py checks it), in some 60% of the time on 2 cores.
+decomposed by the same routine, at the same alignment in memory, in any part of a batch,
+so the result is the same, bit for bit (tests/test_linalg.py checks it), in some 60% of
+the time on 2 cores.
 """
 
 from __future__ import annotations
@@ -56,8 +57,9 @@ def sym_eigh(m: Tensor, what: str = "matrix") -> tuple[Tensor, Tensor]:
     return lam * scale[..., 0], vec
 
 
-#: `_batched_eigh` splits batches of at least this many matrices of at most `SPLIT_SIZE`
-SPLIT_BATCH, SPLIT_SIZE = 1024, 32
+#: `_batched_eigh` splits batches of at least this many matrices of at most `SPLIT_SIZE`,
+#: each part a multiple of `SPLIT_ALIGN` matrices long (64: 256 bytes at least)
+SPLIT_BATCH, SPLIT_SIZE, SPLIT_ALIGN = 1024, 32, 64
 
 
 def _batched_eigh(sym: Tensor) -> tuple[Tensor, Tensor]:
@@ -66,8 +68,13 @@ def _batched_eigh(sym: Tensor) -> tuple[Tensor, Tensor]:
     flat = sym.reshape(-1, k, k)
     if workers < 2 or sym.device.type != "cpu" or k > SPLIT_SIZE or flat.shape[0] < SPLIT_BATCH:
         return torch.linalg.eigh(sym)
-    with ThreadPoolExecutor(workers) as pool:  # a pool per call: no threads kept past a fork
-        parts = list(pool.map(torch.linalg.eigh, flat.tensor_split(workers)))
+    # cut at multiples of `SPLIT_ALIGN` matrices: MKL's result for a matrix depends on its
+    # address modulo 16 bytes (odd k at an odd cut moved eigenvectors by 1e-14, and by a
+    # sign on rank-deficient prefixes), so every matrix keeps its unsplit alignment
+    n = flat.shape[0]
+    cuts = [n * i // workers // SPLIT_ALIGN * SPLIT_ALIGN for i in range(1, workers)]
+    with ThreadPoolExecutor(workers) as pool:  # a pool per call: no idle threads held
+        parts = list(pool.map(torch.linalg.eigh, flat.tensor_split(cuts)))
     # eigh's eigenvectors are column-major per matrix: laid out so, every product of them
     # takes the path (and the sums) it takes on eigh's own
     vec = torch.cat([vec.mT for _, vec in parts]).mT

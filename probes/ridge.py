@@ -8,6 +8,7 @@ GCV(α) = (RSS/N) / (1 − df/N)².  Axis legend: ``layer``, ``row`` (N), ``feat
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -133,16 +134,20 @@ def _check_same_rows(x: Tensor, features: FeatureSums) -> None:
 
     Their column sums must agree within 1e-5 of a bound on each column's Σ|x|,
     ``√(n Σ x²) ≥ Σ |x|`` (from the features themselves): ``x`` summed in its own dtype,
-    whose error, at most ~4e-7 of Σ|x| in float32 (cascade sums), is 25 times under it; the
-    sums of other rows differ by about √n times a value, this bound's 1e-5 · n times.
+    float32 at least (half precision is summed in float32), whose error, at most ~4e-7 of
+    Σ|x| in float32 (cascade sums), is 25 times under it; the sums of other rows differ by
+    about √n times a value, this bound's 1e-5 · n times.
     """
-    sums = x.sum(1).to(torch.float64)
+    sums = x.sum(1, dtype=torch.promote_types(x.dtype, torch.float32)).to(torch.float64)
     sxx = features.cgram.diagonal(dim1=1, dim2=2) + features.sx.pow(2) / max(features.n, 1.0)
     tol = 1e-5 * (features.n * sxx.clamp(min=0)).sqrt()
-    gap = (features.sx.to(sums) - sums).abs()
-    if not bool((gap <= tol).all()):
-        raise InputError(f"features must be the sums of x's own rows: their sums differ "
-                         f"by up to {float(gap.max()):.3g}")
+    over = (features.sx.to(sums) - sums).abs() - tol
+    if not bool((over <= 0).all()):
+        layer, feature = divmod(int(over.nan_to_num(math.inf).flatten().argmax()), over.shape[1])
+        raise InputError(
+            f"features must be the sums of x's own rows: at layer {layer}, feature {feature} "
+            f"they sum to {float(features.sx[layer, feature]):.6g} where x's rows sum to "
+            f"{float(sums[layer, feature]):.6g} (tolerance {float(tol[layer, feature]):.3g})")
 
 
 def _moments(sums: RidgeSums, fit_intercept: bool

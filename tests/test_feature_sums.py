@@ -130,3 +130,21 @@ def test_features_of_other_rows_or_bad_folds_are_refused():
                          features=other[0])
     empty = feature_sums(x[:, :0])
     assert empty.n == 0 and (empty + other[0]) is other[0] and (other[0] + empty) is other[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_residuals_pass_their_own_rows_check(dtype):
+    """A half-precision residual (a model run in bf16) is checked against its own fold's
+    features summed in float32: in its own dtype the sums of 64 · 8 rows round (or
+    overflow) far past the tolerance and were refused as another fold's; the sums then
+    equal those of the same values in float64."""
+    g = torch.Generator().manual_seed(3)
+    resid = (torch.randn(3, 64, 9, 16, generator=g) * 3 + 5).to(dtype)
+    ys = torch.randn(64, 9, generator=g)
+    features = probes.fold_features(resid, 2, 1)
+    got = probes.fold_sums(resid[:, :32], ys[:32], 1, features[0])
+    ref = probes.fold_sums(resid[:, :32].double(), ys[:32], 1)
+    torch.testing.assert_close(got.sxy, ref.sxy, rtol=1e-12, atol=1e-9)
+    torch.testing.assert_close(got.sx, ref.sx, rtol=1e-12, atol=1e-9)
+    with pytest.raises(ValueError, match="features must be the sums of x's own rows: at layer"):
+        probes.fold_sums(resid[:, 32:], ys[32:], 1, features[0])

@@ -135,7 +135,7 @@ def boot_ci(values: Tensor, sizes: Sizes, seed: int = 0) -> list[float]:
 
     The sequences resampled by `bootstrap_weights`, the interval the expanded percentile
     one (`interval`; at the 2000 test sequences it is the plain percentile
-    interval widened by 0.08%, read at the (B + 1)·p-th order statistics).
+    interval widened by 0.09%, read at the (B + 1)·p-th order statistics).
     """
     means = bootstrap_weights(len(values), sizes.boot, seed) @ values.double()
     lower, upper = interval(means, 0.95, len(values))

@@ -9,8 +9,12 @@
    need, both as medians of warm repeats run alternately (target: align ≤ 1.5 × that
    floor, ≤ 20 s; peak memory ≤ 2 GB).
 3. ``iclprobe models`` and ``iclprobe --help`` (target: each < 1 s).
+4. With ``--profile``: one more ``align`` at Garg size under cProfile, and the seconds of
+   the parts docs/performance.md names (the forward work, the candidates' families, the
+   probe targets' ranking, the probes, the tables; cProfile's own overhead inflates the
+   parts made of many small operations, the families most).
 
-    python bench/demo.py [--skip-demo] [--skip-align] [--repeats 3]
+    python bench/demo.py [--skip-demo] [--skip-align] [--repeats 3] [--profile]
 
 Each target is printed PASS or FAIL; the exit status is 1 when one is missed.
 """
@@ -18,6 +22,8 @@ Each target is printed PASS or FAIL; the exit status is 1 when one is missed.
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import resource
 import statistics
 import subprocess
@@ -71,13 +77,19 @@ def check(failed: list[str], what: str, value: float, limit: float, unit: str = 
     return f"{value:.2f}{unit} (target ≤ {limit:g}{unit}: {'PASS' if ok else 'FAIL'})"
 
 
-def profile_align(failed: list[str], repeats: int) -> None:
-    """Align at Garg size against its forward floor: medians of alternating warm repeats."""
+def garg_size() -> tuple[models.GPTRegressor, tasks.RegressionTask]:
+    """A Garg-size GPT (random weights: every stage runs as for a trained one) and its task."""
     torch.set_num_threads(2)
     model = models.GPTRegressor(models.GPTConfig(n_dims=20, n_positions=41, n_layers=12,
                                                  d_model=256, n_heads=8))
     task = tasks.RegressionTask(n_dims=20, n_points=41)
     model.task = task
+    return model, task
+
+
+def profile_align(failed: list[str], repeats: int) -> None:
+    """Align at Garg size against its forward floor: medians of alternating warm repeats."""
+    model, task = garg_size()
     cfg = AlignConfig()
     forward_floor(model, cfg, task)  # warm-up: allocator, thread pool, lazy imports
     aligns, floors, res, peak = [], [], None, 0.0
@@ -110,11 +122,57 @@ def profile_align(failed: list[str], repeats: int) -> None:
     print(f"  {'report: tables and figures (write_report)':45s} {report:6.2f} s  (after align)")
 
 
+#: the parts of an align `profile_parts` reports: (file, function) -> what it is
+PARTS = {
+    ("hooks/residuals.py", "collect_residuals"): "forward pass, evaluation sequences (floor)",
+    ("models/gpt.py", "query_residuals"): "query tokens of the induced weights (floor)",
+    ("algorithms/prefix.py", "prefix_stats"): "prefix statistics (every call)",
+    ("alignment/measuring/candidates.py", "family_iterates"):
+        "candidates' families: grid, fine and fitted",
+    ("probes/decode.py", "held_shares"): "probe targets: ranking and shortlists",
+    ("probes/crossfit.py", "fold_features"): "probes: each fold's Gram matrices",
+    ("probes/crossfit.py", "cross_fit"): "probes: the cross-fit",
+    ("probes/crossfit.py", "readout_noise"): "probes: their readout noise",
+    ("alignment/measuring/reading.py", "reread"): "columns re-read as the probes read",
+    ("alignment/measuring/candidates.py", "candidate_tables"): "the candidates' tables",
+}
+
+
+def profile_parts() -> None:
+    """One align at Garg size under cProfile: the cumulative seconds of each of `PARTS`."""
+    model, _ = garg_size()
+    cfg = AlignConfig()
+    align(model, cfg, name="warm-up")
+    profiler = cProfile.Profile()
+    start = time.perf_counter()
+    profiler.runcall(align, model, cfg, name="garg-size")
+    total = time.perf_counter() - start
+    found: dict[str, float] = {}
+    for (file, _, func), (_, _, _, cumulative, _) in pstats.Stats(profiler).stats.items():  # type: ignore[attr-defined]
+        for (suffix, name), what in PARTS.items():
+            if func == name and file.endswith(suffix):
+                found[what] = found.get(what, 0.0) + cumulative
+    missing = [what for what in PARTS.values() if what not in found]
+    if missing:  # a function renamed or moved: say so rather than print 0 s
+        sys.exit(f"bench/demo.py --profile: no call of {missing} (PARTS names a function "
+                 "that align no longer calls)")
+    print(f"align under cProfile: {total:.2f} s; its parts (cumulative seconds, no part holds "
+          f"another):")
+    for what in PARTS.values():
+        seconds = found[what]
+        print(f"  {what:45s} {seconds:6.2f} s  {100 * seconds / total:5.1f}%")
+    rest = total - sum(found.values())
+    print(f"  {'the rest (learners, matching, the answer, ...)':45s} {rest:6.2f} s  "
+          f"{100 * rest / total:5.1f}%")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-demo", action="store_true")
     parser.add_argument("--skip-align", action="store_true")
     parser.add_argument("--repeats", type=positive_int, default=3)
+    parser.add_argument("--profile", action="store_true",
+                        help="one more align under cProfile: the seconds of its parts")
     args = parser.parse_args()
     failed: list[str] = []
     cli = [sys.executable, "-m", "iclprobe"]
@@ -128,6 +186,8 @@ def main() -> None:
               f"{peak:.2f} GB")
     if not args.skip_align:
         profile_align(failed, args.repeats)
+    if args.profile:
+        profile_parts()
     if failed:
         print(f"targets missed: {', '.join(failed)}")
         sys.exit(1)

@@ -135,7 +135,7 @@ def test_features_of_other_rows_or_bad_folds_are_refused():
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_precision_residuals_pass_their_own_rows_check(dtype):
     """A half-precision residual (a model run in bf16) is checked against its own fold's
-    features summed in float32: in its own dtype the sums of 64 · 8 rows round (or
+    features summed in float32: in its own dtype the sums of 32 · 8 rows round (or
     overflow) far past the tolerance and were refused as another fold's; the sums then
     equal those of the same values in float64."""
     g = torch.Generator().manual_seed(3)

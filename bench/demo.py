@@ -11,8 +11,9 @@
 3. ``iclprobe models`` and ``iclprobe --help`` (target: each < 1 s).
 4. With ``--profile``: one more ``align`` at Garg size under cProfile, and the seconds of
    the parts docs/performance.md names (the forward work, the candidates' families, the
-   probe targets' ranking, the probes, the tables; cProfile's own overhead inflates the
-   parts made of many small operations, the families most).
+   probe targets' ranking, the probes, the tables; checked to run none inside another;
+   cProfile's own overhead inflates the parts made of many small operations, the families
+   most).
 
     python bench/demo.py [--skip-demo] [--skip-align] [--repeats 3] [--profile]
 
@@ -31,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -147,11 +149,19 @@ def profile_parts() -> None:
     start = time.perf_counter()
     profiler.runcall(align, model, cfg, name="garg-size")
     total = time.perf_counter() - start
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
     found: dict[str, float] = {}
-    for (file, _, func), (_, _, _, cumulative, _) in pstats.Stats(profiler).stats.items():  # type: ignore[attr-defined]
+    part_of: dict[tuple[str, int, str], str] = {}
+    for key, (_, _, _, cumulative, _) in stats.items():
         for (suffix, name), what in PARTS.items():
-            if func == name and file.endswith(suffix):
+            if key[2] == name and key[0].endswith(suffix):
                 found[what] = found.get(what, 0.0) + cumulative
+                part_of[key] = what
+    for key, what in part_of.items():  # the parts add up only if none runs inside another
+        inside = {part_of[c] for c in _callers_closure(stats, key) if c in part_of} - {what}
+        if inside:
+            sys.exit(f"bench/demo.py --profile: {what!r} runs inside {sorted(inside)}: the "
+                     "parts would count it twice")
     missing = [what for what in PARTS.values() if what not in found]
     if missing:  # a function renamed or moved: say so rather than print 0 s
         sys.exit(f"bench/demo.py --profile: no call of {missing} (PARTS names a function "
@@ -164,6 +174,18 @@ def profile_parts() -> None:
     rest = total - sum(found.values())
     print(f"  {'the rest (learners, matching, the answer, ...)':45s} {rest:6.2f} s  "
           f"{100 * rest / total:5.1f}%")
+
+
+def _callers_closure(stats: dict[Any, Any], key: Any) -> set[Any]:
+    """Every function above ``key`` in the profile's call graph (its callers, theirs, ...)."""
+    seen: set[Any] = set()
+    todo = list(stats[key][4])
+    while todo:
+        caller = todo.pop()
+        if caller not in seen and caller in stats:
+            seen.add(caller)
+            todo.extend(stats[caller][4])
+    return seen
 
 
 def main() -> None:

@@ -98,7 +98,8 @@ class AlignConfig:
     fitted: bool = option(True, "match every candidate learner over its fitted family of "
                           "step sizes (or λ, β, ...) and steps: the per-layer answer over "
                           "the candidates, and the Newton-vs-GD verdict")
-    seed: int = option(0, "seed of the evaluation data (the probes' data: seed + 1)")
+    seed: int = option(0, "seed of the evaluation data (the probes' data: seed + 1, the "
+                       "induced weights' queries: seed + 3)")
     device: str = option("cpu", "where the model runs", choices=DEVICES)
 
     def __post_init__(self) -> None:
@@ -138,10 +139,10 @@ class AlignConfig:
                      high_open=True)
         check_fields(self, check_bool, "separation", "fitted", "refit_probes")
         check_fields(self, check_seed, "seed")
-        if self.seed > SEED_LIMIT - 3:  # the probes draw with seed + 1, further ones seed + 2
-            raise ConfigError(_OWNER, "seed", f"{_OWNER}.seed must be at most 2**63 - 3 (the "
-                              f"probes' data are drawn with seed + 1 and seed + 2), got "
-                              f"{self.seed}")
+        if self.seed > SEED_LIMIT - 4:  # the probes' data: seed + 1, 2; the queries: seed + 3
+            raise ConfigError(_OWNER, "seed", f"{_OWNER}.seed must be at most 2**63 - 4 (the "
+                              f"probes' data are drawn with seed + 1 and seed + 2, the "
+                              f"induced weights' queries with seed + 3), got {self.seed}")
 
     @property
     def fresh_probe_sequences(self) -> int:

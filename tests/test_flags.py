@@ -190,7 +190,9 @@ def test_a_newly_registered_family_gets_its_flags(monkeypatch, tmp_path, capsys)
         ({"seed": -1}, ValueError, r"AlignConfig.seed must be an integer seed in \[0, 2\*\*63\)"),
         ({"seed": 2**63}, ValueError, "AlignConfig.seed must be an integer seed"),
         ({"seed": 2**63 - 1}, ValueError,  # named the probes' generator, not the seed
-         r"AlignConfig.seed must be at most 2\*\*63 - 3 \(the probes' data are drawn with"),
+         r"AlignConfig.seed must be at most 2\*\*63 - 4 \(the probes' data are drawn with"),
+        ({"seed": 2**63 - 3}, ValueError,  # the queries' stream is seed + 3
+         r"the induced weights' queries with seed \+ 3\), got 9223372036854775805"),
         ({"device": "tpu"}, ValueError, r"AlignConfig.device must be one of \('cpu', 'cuda'\)"),
         ({"data": "hard"}, ValueError, "AlignConfig.data must be one of"),
         ({"separation": "yes"}, TypeError, "AlignConfig.separation must be a bool, got 'yes'"),

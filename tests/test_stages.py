@@ -22,6 +22,7 @@ from iclprobe.alignment.views.answer import answer_view, matched_by
 from iclprobe.alignment.views.fitted import fitted_view
 from iclprobe.alignment.views.protocol import protocol_view
 from iclprobe.alignment.views.separation import separation_view
+from iclprobe.probes import sample_queries
 
 N_WEIGHT = 8
 CFG = AlignConfig(algorithms=("newton", "gd"), metrics=("error_cosine", "weight_cosine"),
@@ -110,6 +111,37 @@ def test_read_layers_reads_an_exact_model_and_its_induced_weights():
     with torch.no_grad():
         torch.testing.assert_close(layers.preds[-1].float(), model(ev.batch.xs, ev.batch.ys))
 
+
+
+def test_the_induced_weights_queries_are_drawn_apart_from_the_evaluation_data(monkeypatch):
+    """The queries come from a stream of their own (seed + 3), not the evaluation seed's.
+
+    Drawn from the evaluation seed's stream, most of them were copies of the evaluation
+    sequences' own examples (the same normal draws, in the same order); now none is.
+    """
+    from iclprobe.alignment.measuring import layers as layers_mod
+    asked = []
+    own = layers_mod.layer_weight_fn
+
+    def recording(*args, **kwargs):
+        read = own(*args, **kwargs)
+
+        def record(xs, ys, queries):
+            asked.append(queries)
+            return read(xs, ys, queries)
+        return record
+
+    monkeypatch.setattr(layers_mod, "layer_weight_fn", recording)
+    model = models.PQTransformer.from_matrices(A=[0.3 * torch.eye(3)] * 2)
+    task = tasks.RegressionTask(n_dims=3, n_points=9)
+    ev = model_evaluation(model, task, dataclasses.replace(CFG, n_sequences=16, seed=4), "pq")
+    layers = read_layers(model, ev, None, Timings())
+    queries = torch.cat([q.reshape(-1, 3) for q in asked]).double()
+    seen = ev.batch.xs.double().reshape(-1, 3)
+    assert queries.shape[0] >= seen.shape[0] // 2  # enough queries to have met copies
+    assert torch.cdist(queries, seen).min() > 1e-3  # no query is an example's copy
+    again = sample_queries(tuple(layers.weights.shape[1:3]) + (CFG.queries_for(3), 3), None, 7)
+    torch.testing.assert_close(queries, again.reshape(-1, 3).to(queries))  # seed + 3, reproducible
 
 def test_checked_layers_refuse_what_is_not_finite_in_the_window_and_zero_the_rest(ev, newton):
     layers = newton_layers(newton)

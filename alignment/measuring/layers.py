@@ -113,7 +113,7 @@ def read_layers(model: Regressor, ev: Evaluation, layer_probes: probes.LayerProb
             weights = probes.induced_weights(layer_weight_fn(model, layer_probes, noisy),
                                              batch.xs[sub], batch.ys[sub],
                                              n_queries=cfg.queries_for(ev.task.n_dims), cov=cov,
-                                             generator=cfg.seed).double()
+                                             generator=cfg.seed + QUERY_SEED_OFFSET).double()
         if noisy is not None:  # the noise's weights came from the same query tokens
             weights, weight_noise = weights.chunk(2)
     return Layers(preds, weights, readout, r2, probe_rows(model, layer_probes),
@@ -347,6 +347,11 @@ def layer_weight_fn(model: Regressor, layer_probes: probes.LayerProbes | None,
         return read(xs, ys, queries)
     return first_checked
 
+
+#: The induced weights' queries come from a stream of their own, ``AlignConfig.seed + 3``
+#: (the probes' data use seed + 1 and seed + 2): drawn from the evaluation seed's, they
+#: would repeat the normal draws behind the evaluation sequences' own examples.
+QUERY_SEED_OFFSET = 3
 
 #: How far the substitution may differ from the forward pass, relative to its largest value.
 SUBSTITUTION_TOL = 1e-3

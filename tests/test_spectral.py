@@ -127,3 +127,35 @@ def test_the_spectral_lines_show_each_live_layers_order():
         assert float(r[1]) == pytest.approx(res.spectral.order[int(r[0])], abs=0.005)
         assert r[-1] == res.spectral.reading[int(r[0])] == "newton-like"
     assert all(len(line) <= 100 for line in lines)
+
+
+def test_the_readouts_noise_widens_each_interval_to_hold_the_noisy_readings():
+    """Through probes each layer's interval holds the orders of its noisy readings too.
+
+    The noisy readings here are GD's weights (order ~1) beside Newton layers (order ~2): a
+    probe error that large must leave the view unable to tell, where without it the view
+    reads Newton. The interval is the union of the intervals `spectral_order` gives each.
+    """
+    from iclprobe.alignment.views.spectral import spectral_view
+
+    batch = tasks.RegressionTask(n_dims=4, n_points=16).sample(
+        96, generator=torch.Generator().manual_seed(3))
+    xs, ys = batch.xs.double(), batch.ys.double()
+    stats = prefix_stats(xs, ys)
+    newton = algorithms.newton(xs, ys, steps=[1, 2]).weights
+    gd = algorithms.gd(xs, ys, steps=[2, 4], lr="max").weights
+    zero = torch.zeros_like(newton[:1])
+    layers, noisy = torch.cat([zero, newton]), torch.cat([zero, gd])
+    ref = {"newton": newton, "gd": gd}
+    refs = {k: torch.cat([zero, w]) for k, w in ref.items()}
+    args = (refs, stats, (1, 15), [False, True, True], 20, 0.95, 0)
+    plain = spectral_view(layers, *args)
+    assert plain.reading[1:] == ["newton-like"] * 2 and plain.noise_draws == 0
+    wide = spectral_view(layers, *args, noisy=[noisy, layers])
+    assert wide.reading[1:] == ["cannot tell"] * 2 and wide.noise_draws == 2
+    _, lo, hi, _ = spectral_order(noisy, stats, 6, 15, 20, 0.95, 0)
+    for layer in (1, 2):
+        assert wide.order[layer] == plain.order[layer]  # the estimate is the layer's own
+        assert wide.lower[layer] == pytest.approx(min(plain.lower[layer], lo[layer].item()))
+        assert wide.upper[layer] == pytest.approx(max(plain.upper[layer], hi[layer].item()))
+    assert wide.lower[0] is None and wide.upper[0] is None  # undefined stays undefined

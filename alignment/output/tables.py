@@ -297,6 +297,9 @@ def spectral_lines(result: AlignResult) -> list[str]:
              "−log(1 − φ) ∝ λ^p (GD 1,",
              "Newton 2 at small steps), beside each learner's best fitted match; not a "
              "ground of the verdict"]
+    if spec.noise_draws:
+        title.append(f"(intervals widened to hold the orders of the layers read with "
+                     f"{spec.noise_draws} samples of the probes' own noise)")
     return [*title, *aligned(header, body, right=False)] if body else [*title, "no live layer"]
 MAIN_PAIR = REFERENCE_PAIR  # the Newton-vs-GD views' pair, from its one home
 

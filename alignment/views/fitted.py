@@ -15,7 +15,7 @@ paired differences, calibration and verdicts are those of the protocol's learner
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -38,7 +38,8 @@ LEARNERS = REFERENCE_PAIR  # Newton vs GD: Fu et al.'s question
 def fitted_pairs(tables: Mapping[str, Mapping[str, Similarity]],
                  cands: Mapping[str, Candidate], ys: Tensor, layer_weights: Tensor | None,
                  stats: PrefixStats, window: tuple[int, int], live: list[bool],
-                 matched: list[bool], boot: tuple[int, float, int]
+                 matched: list[bool], boot: tuple[int, float, int],
+                 noisy: Sequence[Tensor] = ()
                  ) -> tuple[dict[str, C.PairVerdict], SpectralOrder | None]:
     """Newton vs GD in the fitted view, per metric, from the candidates' tables.
 
@@ -46,7 +47,9 @@ def fitted_pairs(tables: Mapping[str, Mapping[str, Similarity]],
     read as the learners are); ``cands``: the candidates, Newton and GD among them; ``ys``
     the evaluation targets. With induced weights (``layer_weights``, read the same way),
     also the spectral view (`alignment.spectral`): each layer's filter order, beside the
-    order of each learner's best match by the weight metric.
+    order of each learner's best match by the weight metric; ``noisy``: the layer weights
+    read with samples of the readout's own noise, which widen its intervals
+    (`spectral_view`).
     """
     pairs: dict[str, C.PairVerdict] = {}
     spectral = None
@@ -68,17 +71,17 @@ def fitted_pairs(tables: Mapping[str, Mapping[str, Similarity]],
         if METRIC_INFO[metric].on == "weights" and spectral is None \
                 and layer_weights is not None:
             rows = stats_rows(stats, slice(0, layer_weights.shape[1]))
-            spectral = _spectral(layer_weights, its, best, rows, window, live, boot)
+            spectral = _spectral(layer_weights, its, best, rows, window, live, boot, noisy)
     return pairs, spectral
 
 
 def _spectral(layer_weights: Tensor, its_w: Mapping[str, Any], best: dict[str, list[int]],
               stats: PrefixStats, window: tuple[int, int], live: list[bool],
-              boot: tuple[int, float, int]) -> SpectralOrder:
+              boot: tuple[int, float, int], noisy: Sequence[Tensor]) -> SpectralOrder:
     """The spectral view, beside each learner's columns that best match the layers."""
     best_w = {k: w[torch.tensor(best[k])] for k in LEARNERS
               if (w := its_w[k].weights) is not None}
-    return spectral_view(layer_weights, best_w, stats, window, live, *boot)
+    return spectral_view(layer_weights, best_w, stats, window, live, *boot, noisy=noisy)
 
 
 def fitted_view(ev: Evaluation, stats: PrefixStats, live: list[bool], matched: list[bool],
@@ -90,5 +93,6 @@ def fitted_view(ev: Evaluation, stats: PrefixStats, live: list[bool], matched: l
     if not set(LEARNERS) <= set(cands.members):
         return {}, None
     boot = (ev.cfg.n_boot, ev.cfg.confidence, ev.cfg.seed)
+    noisy = [w for draw in cands.noisy if (w := draw.get("weights")) is not None]
     return fitted_pairs(cands.tables, cands.members, ev.ys, cands.layers["weights"], stats,
-                        ev.window, live, matched, boot)
+                        ev.window, live, matched, boot, noisy)

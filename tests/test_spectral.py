@@ -130,11 +130,12 @@ def test_the_spectral_lines_show_each_live_layers_order():
 
 
 def test_the_readouts_noise_widens_each_interval_to_hold_the_noisy_readings():
-    """Through probes each layer's interval holds the orders of its noisy readings too.
+    """Through probes each layer's interval is the union with its noisy readings' intervals.
 
     The noisy readings here are GD's weights (order ~1) beside Newton layers (order ~2): a
     probe error that large must leave the view unable to tell, where without it the view
-    reads Newton. The interval is the union of the intervals `spectral_order` gives each.
+    reads Newton. An interval undefined for the layer stays undefined, and a reading
+    whose own interval is undefined changes none.
     """
     from iclprobe.alignment.views.spectral import spectral_view
 
@@ -146,16 +147,45 @@ def test_the_readouts_noise_widens_each_interval_to_hold_the_noisy_readings():
     gd = algorithms.gd(xs, ys, steps=[2, 4], lr="max").weights
     zero = torch.zeros_like(newton[:1])
     layers, noisy = torch.cat([zero, newton]), torch.cat([zero, gd])
-    ref = {"newton": newton, "gd": gd}
-    refs = {k: torch.cat([zero, w]) for k, w in ref.items()}
+    holes = torch.cat([newton[:1], zero, newton[1:]])  # defined at layer 0, not at layer 1
+    refs = {"newton": torch.cat([zero, newton]), "gd": torch.cat([zero, gd])}
     args = (refs, stats, (1, 15), [False, True, True], 20, 0.95, 0)
     plain = spectral_view(layers, *args)
-    assert plain.reading[1:] == ["newton-like"] * 2 and plain.noise_draws == 0
-    wide = spectral_view(layers, *args, noisy=[noisy, layers])
-    assert wide.reading[1:] == ["cannot tell"] * 2 and wide.noise_draws == 2
+    assert plain.reading[1:] == ["newton-like"] * 2 and plain.noisy_readings == 0
+    wide = spectral_view(layers, *args, noisy=[noisy, holes])
+    assert wide.reading[1:] == ["cannot tell"] * 2 and wide.noisy_readings == 2
     _, lo, hi, _ = spectral_order(noisy, stats, 6, 15, 20, 0.95, 0)
+    _, lo_h, hi_h, _ = spectral_order(holes, stats, 6, 15, 20, 0.95, 0)
+    assert bool(torch.isfinite(lo_h[0])) and bool(torch.isnan(lo_h[1]))
     for layer in (1, 2):
         assert wide.order[layer] == plain.order[layer]  # the estimate is the layer's own
-        assert wide.lower[layer] == pytest.approx(min(plain.lower[layer], lo[layer].item()))
-        assert wide.upper[layer] == pytest.approx(max(plain.upper[layer], hi[layer].item()))
+        low = min(plain.lower[layer], lo[layer].item(), *([lo_h[2].item()] if layer == 2 else []))
+        high = max(plain.upper[layer], hi[layer].item(), *([hi_h[2].item()] if layer == 2 else []))
+        assert wide.lower[layer] == pytest.approx(low) and wide.upper[layer] == pytest.approx(high)
     assert wide.lower[0] is None and wide.upper[0] is None  # undefined stays undefined
+
+
+def test_align_widens_the_spectral_intervals_where_the_readout_has_noise():
+    """`align_layers` given the readout's noise passes both noisy readings to the view."""
+    from iclprobe.alignment.output.tables import spectral_lines
+
+    batch = tasks.RegressionTask(n_dims=4, n_points=16).sample(
+        64, generator=torch.Generator().manual_seed(4))
+    it = algorithms.newton(batch.xs.double(), batch.ys.double(), steps=[1, 2])
+    layers = torch.cat([torch.zeros_like(it.preds[:1]), it.preds])
+    weights = torch.cat([torch.zeros_like(it.weights[:1]), it.weights])[:, :16]
+    gen = torch.Generator().manual_seed(5)
+    noise = 0.05 * torch.randn(layers.shape, generator=gen, dtype=torch.float64)
+    weight_noise = 0.05 * torch.randn(weights.shape, generator=gen, dtype=torch.float64)
+    cfg = AlignConfig(n_boot=20, separation=False, n_weight_sequences=16)
+    exact = align_layers(layers, batch, cfg, layer_weights=weights, probe_t_min=1)
+    noisy = align_layers(layers, batch, cfg, layer_weights=weights, probe_t_min=1,
+                         readout_noise=(noise, weight_noise))
+    assert exact.spectral.noisy_readings == 0 and noisy.spectral.noisy_readings == 2
+    assert all(lo <= lo_e and hi >= hi_e for lo, hi, lo_e, hi_e in zip(
+        noisy.spectral.lower[1:], noisy.spectral.upper[1:], exact.spectral.lower[1:],
+        exact.spectral.upper[1:]))
+    assert noisy.to_dict()["spectral"]["noisy_readings"] == 2
+    lines = spectral_lines(noisy)
+    assert "the probes' noise ±" in lines[2] and "interval" in lines[3].split()
+    assert all(len(line) <= 100 for line in lines)

@@ -286,8 +286,8 @@ def spectral_lines(result: AlignResult) -> list[str]:
     def show(x: float | None) -> str:
         return "—" if x is None else f"{x:.2f}"
 
-    header = ["layer", "order p", "95% interval", *(f"{k}'s p" for k in spec.reference),
-              "reads as"]
+    header = ["layer", "order p", "interval" if spec.noisy_readings else "95% interval",
+              *(f"{k}'s p" for k in spec.reference), "reads as"]
     body = [[str(i), show(p), f"[{show(lo)}, {show(hi)}]",
              *(show(v[i]) for v in spec.reference.values()), r]
             for i, (p, lo, hi, r) in enumerate(zip(spec.order, spec.lower, spec.upper,
@@ -297,9 +297,9 @@ def spectral_lines(result: AlignResult) -> list[str]:
              "−log(1 − φ) ∝ λ^p (GD 1,",
              "Newton 2 at small steps), beside each learner's best fitted match; not a "
              "ground of the verdict"]
-    if spec.noise_draws:
-        title.append(f"(intervals widened to hold the orders of the layers read with "
-                     f"{spec.noise_draws} samples of the probes' own noise)")
+    if spec.noisy_readings:
+        title.append("(interval: the union of the 95% intervals of the layer and of it read with "
+                     "the probes' noise ±)")
     return [*title, *aligned(header, body, right=False)] if body else [*title, "no live layer"]
 MAIN_PAIR = REFERENCE_PAIR  # the Newton-vs-GD views' pair, from its one home
 

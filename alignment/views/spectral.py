@@ -20,11 +20,13 @@ reports the order of each learner's best fitted match (`alignment.views.fitted`)
 data: a layer is read as GD-like or Newton-like when its interval contains that learner's
 order and excludes the other's.
 
-Through probes the interval is widened to hold the orders of the layers read with samples
-of the probes' own noise (`spectral_view`'s ``noisy``): a probe's error is shared by the
-sequences it reads, so resampling sequences alone does not see it. On the known-answer
-benchmark this took the view's false calls through probes from 69 to N (the unwidened
-view's count moved between 33 and 69 with the induced weights' query draw alone).
+Through probes each layer's interval is the union of its own and those of the layer read
+with the probes' noise sample added and subtracted (`spectral_view`'s ``noisy``): a probe's
+error is shared by the sequences it reads, so resampling sequences alone does not see it.
+On the known-answer benchmark this took the view's false calls through probes from 69 to 62
+of 1085 live layers; most of them are a bias of the probes' reading that no noise sample
+shows (with the induced weights' queries drawn from the evaluation seed's stream, as
+before 2026-12-06, the same view made 33).
 
 It judges learners of the form g(S)Xᵀy started at 0 (GD, Newton–Schulz, ridge, OLS,
 CG and preconditioned GD with a preconditioner that commutes with S), not online GD from a
@@ -61,8 +63,9 @@ class SpectralOrder:
     reference: dict[str, list[float | None]]  # learner -> the order of its best fitted match
     reading: list[str]  # "gd-like", "newton-like", "cannot tell", "too few usable directions"
     t_min: int  # prefixes t >= t_min entered (S full rank with a margin)
-    #: samples of the readout's noise the intervals were widened by (0: read exactly)
-    noise_draws: int = 0
+    #: readings of the layers with the readout's noise whose intervals each layer's interval
+    #: was joined with (2: its sample added and subtracted; 0: none, e.g. read exactly)
+    noisy_readings: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -177,9 +180,9 @@ def spectral_view(layer_weights: Tensor, learner_weights: dict[str, Tensor],
     the weights of that learner's column best matching each layer; ``stats``: of the B
     sequences. Prefixes ``t >= d + 2`` of the window enter (S full rank with a margin).
 
-    ``noisy``: the layer weights read with samples of the readout's own noise added (where
-    probes read the layers: `probes.ReadoutNoise`, as the answer's margins use them). Each
-    layer's interval is widened to hold the interval of each of them: the bootstrap
+    ``noisy``: the layer weights read with the readout's own noise (where probes read the
+    layers: `probes.ReadoutNoise`'s sample added and subtracted, as the answer's margins
+    use them). Each layer's interval becomes the union of its own and theirs: the bootstrap
     resamples sequences, but a probe's error is one map shared by every sequence it reads,
     so it moves the order in a way no resample sees.
     """

@@ -38,6 +38,7 @@ import torch
 
 from iclprobe import models, tasks
 from iclprobe.alignment import AlignConfig, align, write_report
+from iclprobe.alignment.measuring.layers import QUERY_SEED_OFFSET
 from iclprobe.cli import positive_int
 from iclprobe.hooks import collect_residuals
 from iclprobe.probes import sample_queries
@@ -62,7 +63,8 @@ def forward_floor(model: models.GPTRegressor, cfg: AlignConfig, task: tasks.Regr
     """
     batch = task.sample(cfg.n_sequences, generator=0)
     n_w, d = cfg.n_weight_sequences, task.n_dims
-    queries = sample_queries((n_w, task.n_points, cfg.queries_for(d), d), None, 0).float()
+    queries = sample_queries((n_w, task.n_points, cfg.queries_for(d), d), None,
+                             cfg.seed + QUERY_SEED_OFFSET).float()  # as align draws them
     start = time.perf_counter()
     with torch.no_grad():
         collect_residuals(model, batch.xs, batch.ys)  # as align runs it, in batches

@@ -112,7 +112,6 @@ def test_read_layers_reads_an_exact_model_and_its_induced_weights():
         torch.testing.assert_close(layers.preds[-1].float(), model(ev.batch.xs, ev.batch.ys))
 
 
-
 def test_the_induced_weights_queries_are_drawn_apart_from_the_evaluation_data(monkeypatch):
     """The queries come from a stream of their own (seed + 3), not the evaluation seed's.
 
@@ -142,6 +141,7 @@ def test_the_induced_weights_queries_are_drawn_apart_from_the_evaluation_data(mo
     assert torch.cdist(queries, seen).min() > 1e-3  # no query is an example's copy
     again = sample_queries(tuple(layers.weights.shape[1:3]) + (CFG.queries_for(3), 3), None, 7)
     torch.testing.assert_close(queries, again.reshape(-1, 3).to(queries))  # seed + 3, reproducible
+
 
 def test_checked_layers_refuse_what_is_not_finite_in_the_window_and_zero_the_rest(ev, newton):
     layers = newton_layers(newton)

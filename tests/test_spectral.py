@@ -177,7 +177,8 @@ def test_align_widens_the_spectral_intervals_where_the_readout_has_noise():
     gen = torch.Generator().manual_seed(5)
     noise = 0.05 * torch.randn(layers.shape, generator=gen, dtype=torch.float64)
     weight_noise = 0.05 * torch.randn(weights.shape, generator=gen, dtype=torch.float64)
-    cfg = AlignConfig(n_boot=20, separation=False, n_weight_sequences=16)
+    cfg = AlignConfig(n_boot=20, separation=False, n_weight_sequences=16,
+                      algorithms=("newton", "gd"))
     exact = align_layers(layers, batch, cfg, layer_weights=weights, probe_t_min=1)
     noisy = align_layers(layers, batch, cfg, layer_weights=weights, probe_t_min=1,
                          readout_noise=(noise, weight_noise))

@@ -48,8 +48,8 @@ def fitted_pairs(tables: Mapping[str, Mapping[str, Similarity]],
     the evaluation targets. With induced weights (``layer_weights``, read the same way),
     also the spectral view (`alignment.spectral`): each layer's filter order, beside the
     order of each learner's best match by the weight metric; ``noisy``: the layer weights
-    read with samples of the readout's own noise, which widen its intervals
-    (`spectral_view`).
+    read with the readout's noise sample added and subtracted, whose intervals each
+    layer's is joined with (`spectral_view`).
     """
     pairs: dict[str, C.PairVerdict] = {}
     spectral = None

@@ -1,7 +1,9 @@
 """Plain-text layout shared by the command line and the screens (no torch import).
 
-Everything ``iclprobe`` prints fits `WIDTH` columns: `wrap` breaks sentences there,
-continuations indented.
+What ``iclprobe`` prints fits `WIDTH` columns: `wrap` breaks sentences there,
+continuations indented. The one exception is ``align --verbose``'s full tables (a column
+per candidate learner and per difference) and their title lines, as wide as they are; its
+verdict paragraph wraps.
 """
 
 from __future__ import annotations

@@ -184,7 +184,7 @@ def cmd_align(args: argparse.Namespace) -> int:
                 break
         if res.verdict_sentence and not res.meaningless:
             print("\n".join(spectral_lines(res)), end="\n\n" if res.spectral else "")
-            print(res.verdict_sentence, end="\n\n")
+            print("\n".join(wrap([res.verdict_sentence])), end="\n\n")
         if res.name in designed:
             print("\n".join(designed[res.name].lines()), end="\n\n")
     if len(results) > 1:

@@ -40,7 +40,7 @@ from iclprobe.alignment.measuring import fit_steps, refine
 from iclprobe.alignment.measuring.candidates import Candidate, Fine, TableSpec, build_candidates
 from iclprobe.alignment.measuring.kept import kept
 from iclprobe.alignment.measuring.reading import reread
-from iclprobe.alignment.measuring.similarities import first_best, similarity_values
+from iclprobe.alignment.measuring.similarities import similarity_values
 from iclprobe.alignment.metrics import METRIC_INFO, metric_info
 from iclprobe.alignment.pipeline import AlignResult
 from iclprobe.alignment.views.answer import CANNOT_TELL, DEAD, NONE, RUNS, LayerAnswer
@@ -278,7 +278,8 @@ def _reaches(values: dict[str, Tensor], cands: dict[str, Candidate], batch: Regr
                                 fine)[0]
 
     fine = refine.refined(
-        cands, lambda k: {c for m in values for c in first_best(tables[m][k]).tolist()},
+        cands, lambda k, groups: {c for m in values
+                                for c in refine.best_columns(tables[m][k], groups)},
         batch, stats, spec.window, run)
     for k, more in fine.items():  # the fine columns after the grid's
         for m in values:

@@ -8,7 +8,7 @@ import torch
 from iclprobe import algorithms, tasks
 from iclprobe.algorithms.families import Family, FamilyContext
 from iclprobe.alignment import AlignConfig, align, align_layers
-from iclprobe.alignment.measuring import fit_steps
+from iclprobe.alignment.measuring import fit_steps, refine
 from iclprobe.alignment.measuring.candidates import family_iterates
 from iclprobe.constructions.oracle import oracle
 from iclprobe.errors import InputError, InputTypeError
@@ -311,3 +311,35 @@ def test_through_probes_without_the_climb_the_step_4_layer_fits_none(monkeypatch
     # heavy ball's nearest column is 3e-4 from the layer, farther than GD's from it
     said = _said_through_probes_of_heavy_ball(monkeypatch)
     assert said[2] == "none of them (nearest momentum)", said
+
+
+def _said_of_heavy_ball_between_octaves(cov, monkeypatch=None):
+    """Heavy ball at β ½ and 1.5/λ_max, steps 2, 4, 6, 8: between its grid's step sizes 1
+    and 2 (an octave apart), where β ¾'s grid comes nearer its early steps than β ½'s."""
+    if monkeypatch is not None:  # each family matched on its best continuum alone
+        for module in (refine, fit_steps):
+            monkeypatch.setattr(module, "continuum_groups", lambda *args, **kwargs: None)
+    batch = _batch(cov=cov, n_dims=4, n_points=17, sequences=64, kappa=50.0, seed=7)
+    it = algorithms.iterates("momentum", batch.xs, batch.ys, steps=range(2, 9, 2), lr="max",
+                             lr_scale=1.5, beta=0.5)
+    layers = torch.cat([torch.zeros_like(it.preds[:1]), it.preds])
+    cfg = AlignConfig(n_boot=20, separation=False, metrics=("error_cosine",),
+                      algorithms=("gd", "newton", "momentum"))
+    answer = align_layers(layers, batch, cfg, positions="all").answer
+    assert answer is not None
+    return [a.text for a in answer.layers[1:]]
+
+
+@pytest.mark.parametrize("cov", ["isotropic", "ill-conditioned"])
+def test_every_continuum_of_a_family_is_refined_and_fitted(cov):
+    said = _said_of_heavy_ball_between_octaves(cov)
+    assert said[:3] == [f"momentum (β 0.5, 1.5/λmax, step {2 * k})" for k in (1, 2, 3)], said
+    # at step 8, near convergence, another β's later step imitates it: heavy ball still
+    assert said[3].startswith("momentum ("), said
+
+
+def test_from_the_best_continuum_alone_the_first_step_is_matched_at_another_beta(monkeypatch):
+    # the test above can fail: refined and fitted on β ¾'s continuum alone (its grid's best
+    # at step 2), the layer is matched at β ¾, 0.38/λ_max, step 5 (0.999 by the error cosine)
+    said = _said_of_heavy_ball_between_octaves("isotropic", monkeypatch)
+    assert said[0].startswith("momentum (β 0.75, "), said

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from iclprobe import algorithms, tasks
+from iclprobe._text import wrap
 from iclprobe.alignment import comparison as C
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.measuring.runs import run_spec
@@ -244,6 +245,10 @@ def test_align_prints_one_screen_and_verbose_the_full_tables(pq_results, capsys,
     for metric in ("error_cosine", "weight_cosine"):
         assert text_table(results[0], metric) in printed
     assert "learner table" in printed and "calibration, newton vs gd" in printed
+    # the verdict's paragraph wrapped within 100 columns, as the screen's sentences are
+    verdict = results[0].verdict_sentence
+    assert verdict and len(verdict) > 100
+    assert "\n".join(wrap([verdict])) in printed and verdict not in printed
 
 
 def test_a_pq_models_note_is_wrapped_within_the_screens_budget(capsys):

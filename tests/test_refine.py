@@ -213,3 +213,42 @@ def test_fine_and_fitted_runs_join_a_family_in_one_merge_as_in_two():
     # the fitted variants sit between their neighbours by rank
     assert got.variant[got.places.index((r - 0.3, 2))] < got.variant[got.places.index((r, 2))]
     assert refine.joined(coarse, {}, batch=batch, stats=stats, window=(1, 8)) == {}
+
+
+def test_each_continuums_best_column_and_those_near_the_layers_best():
+    # per layer, the family's best column and each continuum's, against a loop over them;
+    # the first of equal columns (as `first_best` picks a match)
+    g = torch.Generator().manual_seed(3)
+    scored = torch.rand(5, 12, generator=g, dtype=torch.float64)
+    scored[2, 4:8] += 1.0
+    scored[2, 4] = scored[2, 7] = scored[2, 4:8].max() + 0.01  # a tie: column 4 comes first
+    groups = [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]
+    expect = set()
+    for row in scored.tolist():
+        expect.add(max(range(12), key=lambda c: (row[c], -c)))
+        for group in (0, 1, 2):
+            cols = [c for c in range(12) if groups[c] == group]
+            expect.add(max(cols, key=lambda c: (row[c], -c)))
+    assert refine.best_columns(scored, groups) == expect
+    assert refine.best_columns(scored) == set(torch.argmax(scored, 1).tolist())
+    near = refine.continuum_starts(scored, groups, 0.3)
+    for row, got in zip(scored.tolist(), near):
+        bests = [max((c for c in range(12) if groups[c] == group), key=lambda c: (row[c], -c))
+                 for group in (0, 1, 2)]
+        assert got == [c for c in bests if row[c] >= max(row) - 0.3]
+    assert near[2] == [4]  # group 1 lifted by 1: the others are far below it
+
+
+def test_a_columns_continuum_is_its_familys_and_one_continuum_is_none():
+    batch = _batch()
+    stats = _stats(batch)
+    ctx = FamilyContext(stats, batch.cov, (1, 8))
+    points = families.MOMENTUM.continuum.points(ctx)
+    places = [(r, 2) for r in range(len(points))] + [(4.5, 3)]
+    betas = sorted({name for name, _ in points}, key=[n for n, _ in points].index)
+    got = refine.continuum_groups("momentum", ctx, places)
+    assert got == [betas.index(name) for name, _ in points] + [betas.index(points[4][0])]
+    assert len(set(got)) == len(families.MOMENTUM_BETAS) == 3
+    assert refine.continuum_groups("ridge", ctx, [(0, 0)]) is None  # one continuum
+    assert refine.continuum_groups("cg", ctx, [(0, 0)]) is None  # none
+    assert refine.continuum_groups("pgd_own", ctx, [(0, 0)]) is None  # a model's claim

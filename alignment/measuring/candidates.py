@@ -363,8 +363,8 @@ def _refine(ev: Evaluation, layers: Layers, stats: PrefixStats, claims: Mapping[
         return build_candidates(list(fine), ev.batch, stats, ev.window, layers.n_layers,
                                 weights, claims, rows, fine)[0]
 
-    fine = refine.refined(members, lambda key: refine.matched_columns(tables, key), ev.batch,
-                          stats, ev.window, run)
+    fine = refine.refined(members, lambda key, groups: refine.matched_columns(tables, key, groups),
+                          ev.batch, stats, ev.window, run)
     more = [fine]
     fine_tables = candidate_tables(fine, *read, ev.ys, ev.cfg.metrics, spec)
     metric = fit_steps.fit_metric(tables)

@@ -2,35 +2,31 @@
 
 A family's grid and its fine step sizes (`refine`) are 2^(1/4) apart. GD at 1.5/λ_max on a
 spread spectrum (κ 1000) sits between GD's 1.41 and 1.68, whose columns reached it at
-0.982–0.985 by the error cosine while heavy ball's denser grid came to 0.9995 (a
-held-out GD oracle on designed data, named heavy ball); 2^(1/8) apart still left 0.995.
-A fitted step size ends it.
-
-So, where the layers are read exactly, every candidate whose family lies on continua of
-one step size each (`Family.continuum`: GD's and preconditioned GD's rules and fixed
-steps, Newton's α, heavy ball's step size at each β, ridge's λ, online GD's relaxation)
-has each layer's match moved along its continuum, at the matched step: a search over the
-ranks between the matched variant's neighbours (``r − 1 … r + 1``, within one continuum)
-by successive parabolic interpolation through the best point and its two nearest, with
-golden-section steps where the parabola has no maximum inside (`_Search`). It stops where
-the parabola promises less than `VALUE_TOLERANCE` more, where the points around the best
-are `TOLERANCE` apart, or after `MAX_EVALS` (about 3 evaluations a search on the
-known-answer benchmark). The metric is the error cosine where computed (`fit_metric`). The
-variant found joins the family where it is closer to the layer than the match was, as the
-fine step sizes do (every metric's table gains its column). A step count makes up for a
-step size, so the searches climb along that valley: from the match's step count to the
-next on either side, then beside the best searched one wherever unsearched (`_climbs`;
-the contenders within `CLIMB_WITHIN` of the layer's best, at most `MAX_CLIMB` step
-counts). Every such candidate is searched the same way, rivals included, so that a rival's
-imitation of a match is as flexible as the match. A search is bracketed by the neighbouring
-ranks the family holds at that step: its fine step sizes where they were run, else the
-coarse grid's two ranks away. Through probes fitted to the column a layer holds (`held`)
-the matches are fitted too, and since a probe's reading is blind to a scale (a step count
-then makes up for a step size), at every step count whose best grid column comes within
-`PROBE_WITHIN` of the match (at most `AROUND`); through probes fitted to y no match is
-fitted, for the reason the fine step sizes are not run there (`measure_candidates`).
-Through probes either way the rivals' imitations of the matches are fitted (`imitators`).
-A rank a family's fits share at several layers is tried at the others (`shared_rank`).
+0.982–0.985 by the error cosine while heavy ball's denser grid came to 0.9995 (a held-out
+GD oracle on designed data, named heavy ball); 2^(1/8) apart still left 0.995. So, where the
+layers are read exactly, every candidate whose family lies on continua of one step size
+each (`Family.continuum`: GD's and preconditioned GD's rules and fixed steps, Newton's α,
+heavy ball's step size at each β, ridge's λ, online GD's relaxation) has each layer's match
+moved along its continuum at the matched step, between the matched variant's neighbours
+(``r − 1 … r + 1``), by successive parabolic interpolation with golden-section steps where
+the parabola has no maximum inside (`_Search`), until it promises less than
+`VALUE_TOLERANCE` more, the points around the best are `TOLERANCE` apart, or `MAX_EVALS`.
+The metric is the error cosine where computed (`fit_metric`). The variant found joins the
+family where it is closer to the layer than the match was, as the fine step sizes do. A
+step count makes up for a step size, so the searches climb along that valley: to the step
+counts either side of the match's, then beside the best searched one (`_climbs`; the
+contenders within `CLIMB_WITHIN` of the layer's best, at most `MAX_CLIMB` step counts). A
+family's other continua (heavy ball's other β, GD's other rules) whose best column comes
+within `CONTINUUM_WITHIN` of the match are searched too, from that column. Rivals are
+searched the same way, so that a rival's imitation of a match is as flexible as the match.
+A search is bracketed by the neighbouring ranks the family holds at that step: its fine
+step sizes where they were run, else the coarse grid's two ranks away. Through probes fitted
+to the column a layer holds (`held`) the matches are fitted too, and since a probe's reading
+is blind to a scale, at every step count whose best grid column comes within `PROBE_WITHIN`
+of the match (at most `AROUND`); through probes fitted to y no match is fitted, for the
+reason the fine step sizes are not run there (`measure_candidates`). Through probes either
+way the rivals' imitations of the matches are fitted (`imitators`). A rank a family's fits
+share at several layers is tried at the others (`shared_rank`).
 """
 
 from __future__ import annotations
@@ -45,6 +41,7 @@ from torch import Tensor
 from iclprobe import algorithms
 from iclprobe.algorithms.families import Family, FamilyContext
 from iclprobe.alignment.measuring.candidate import Candidate, Fine
+from iclprobe.alignment.measuring.refine import continuum_groups, continuum_starts
 from iclprobe.alignment.measuring.shared_rank import shared_rank_fits
 from iclprobe.alignment.measuring.similarities import first_best, similarity_values
 from iclprobe.alignment.metrics import METRIC_INFO, metric_info
@@ -70,6 +67,8 @@ PROBE_WITHIN = 1e-3
 MAX_CLIMB = 8
 #: ... by the candidates within this of the layer's best column of any (the contenders)
 CLIMB_WITHIN = 1e-3
+#: a family's other continua within this of its match are searched too (`continuum_starts`)
+CONTINUUM_WITHIN = 5e-3
 
 
 def fit_metric(metrics: Iterable[str]) -> str | None:
@@ -190,12 +189,15 @@ def _searches(places: Mapping[str, Sequence[tuple[float, int]]],
         starts = _starts(scored[key], where,
                          family.steps if around or within or also_at else None, within,
                          also_at)
+        groups = continuum_groups(key, ctx, where)
+        others = continuum_starts(scored[key], groups, CONTINUUM_WITHIN) if groups else None
         for layer, cols in enumerate(starts):
             if (key, layer) in skip:
                 continue
-            for col in cols:
+            for i, col in enumerate(cols + (others[layer] if others else [])):
                 search = _search_from(family, ctx, where, at, scored[key][layer], col)
-                if search is not None:
+                if search is not None and (i < len(cols) or
+                                           (key, layer, search.step) not in out):
                     out[(key, layer, search.step)] = search
     return out
 
@@ -366,11 +368,7 @@ def fitted(places: Mapping[str, Sequence[tuple[float, int]]], metric: str,
             asks, metric, values, ys, kw, run)).items():  # a rank the layers share
         for rank, steps in by.items():
             out.setdefault(key, {}).setdefault(rank, set()).update(steps)
-    return {key: _fine(by) for key, by in out.items()}
-
-
-def _fine(by: Mapping[float, set[int]]) -> dict[float, tuple[int, ...]]:
-    return {rank: tuple(sorted(steps)) for rank, steps in by.items()}
+    return {key: {r: tuple(sorted(s)) for r, s in by.items()} for key, by in out.items()}
 
 
 class _Values:
@@ -392,7 +390,7 @@ def _evaluate(asks: Mapping[str, Mapping[float, set[int]]], metric: str, values:
               kw: Mapping[str, object], run: Callable[[Mapping[str, Fine]], Mapping[str, Candidate]]
               ) -> dict[str, _Values]:
     """Every asked (rank, step) of every family against every layer."""
-    cands = run({key: _fine(by) for key, by in asks.items()})
+    cands = run({key: {r: tuple(sorted(s)) for r, s in by.items()} for key, by in asks.items()})
     sign = 1.0 if metric_info(metric).higher_is_better else -1.0
     return {key: _Values(sign * similarity_values(values, cand.preds, ys, metric,
                                                   **kw),  # type: ignore[arg-type]

@@ -16,6 +16,7 @@ the mixes the answer reads), and every candidate with a fine grid gets the same 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import torch
@@ -64,13 +65,73 @@ def fine_asks(cand: Candidate, on_grid: Sequence[bool], steps: Sequence[int] | N
     return {r: tuple(sorted(s)) for r, s in asks.items()}
 
 
-def matched_columns(tables: Mapping[str, Mapping[str, Similarity]], key: str) -> set[int]:
-    """Every layer's best column of candidate ``key``, by every metric's table."""
+def continuum_groups(key: str, ctx: FamilyContext, places: Sequence[tuple[float, int]]
+                     ) -> list[int] | None:
+    """Per column of candidate ``key`` (its ``places``), which of its family's continua it is on.
+
+    None where the family has fewer than two continua (or is a model's claim). A family
+    of several (GD's rule, fixed and summed-loss steps; Newton's three α; heavy ball's
+    β) is matched on each: see `best_columns`.
+    """
+    if key not in algorithms.LEARNERS:
+        return None
+    continuum = algorithms.learner_info(key).fitted_family.continuum
+    if continuum is None:
+        return None
+    names = [name for name, _ in continuum.points(ctx)]
+    index = {name: i for i, name in enumerate(dict.fromkeys(names))}
+    if len(index) < 2:
+        return None
+    return [index[names[math.floor(rank)]] for rank, _ in places]
+
+
+def best_columns(scored: Tensor, groups: Sequence[int] | None = None) -> set[int]:
+    """Each row's best column of ``scored [layer, column]`` (higher is better), and each group's.
+
+    ``groups``: per column, its continuum (`continuum_groups`). A layer that runs heavy ball
+    at β 0.5 between two of the grid's step sizes an octave apart can sit nearer the grid
+    of β 0.75 than of its own β, and refined around β 0.75's match alone it was matched
+    there (0.999 by the error cosine, its own column 1: a held-out heavy-ball oracle read
+    exactly), so every continuum's best column is refined and fitted, not the family's
+    best alone.
+    """
+    out = set(first_best(scored).tolist())
+    if groups is not None:
+        at = torch.tensor(list(groups))
+        for group in sorted(set(groups)):
+            cols = (at == group).nonzero().flatten()
+            out.update(cols[first_best(scored[:, cols])].tolist())
+    return out
+
+
+def continuum_starts(scored: Tensor, groups: Sequence[int], within: float) -> list[list[int]]:
+    """Per layer, each continuum's best column where it comes within ``within`` of the layer's best.
+
+    ``scored [layer, column]``: higher is better; ``groups``: `continuum_groups`. The
+    continua a layer's step-size fit starts from besides its match (`fit_steps`): a fine
+    step size 2^(1/4) from a layer's own can leave its continuum 3·10⁻³ below another's
+    fitted imitation (heavy ball at β 0.5 and 1.5/λ_max, step 4, on ill-conditioned data:
+    0.9966 at 1.41/λ_max against β 0.75's fit, 0.9984).
+    """
+    at = torch.tensor(list(groups))
+    per_group = []
+    for group in sorted(set(groups)):
+        cols = (at == group).nonzero().flatten()
+        best = cols[first_best(scored[:, cols])]
+        per_group.append((best, scored.gather(1, best[:, None])[:, 0]))
+    top = scored.max(1).values
+    return [[int(best[layer]) for best, value in per_group if value[layer] >= top[layer] - within]
+            for layer in range(scored.shape[0])]
+
+
+def matched_columns(tables: Mapping[str, Mapping[str, Similarity]], key: str,
+                    groups: Sequence[int] | None = None) -> set[int]:
+    """Every layer's best column of candidate ``key`` by every metric's table (`best_columns`)."""
     out: set[int] = set()
     for by in tables.values():
         if key in by:
             sign = 1.0 if by[key].higher_is_better else -1.0
-            out.update(first_best(sign * by[key].values).tolist())
+            out.update(best_columns(sign * by[key].values, groups))
     return out
 
 
@@ -140,24 +201,28 @@ def merged_table(table: Similarity, more: Similarity, family: Candidate) -> Simi
         labels=column_labels(family.of(table.metric)))
 
 
-def refined(members: Mapping[str, Candidate], matched: Callable[[str], set[int]],
+def refined(members: Mapping[str, Candidate],
+            matched: Callable[[str, Sequence[int] | None], set[int]],
             batch: RegressionBatch, stats: algorithms.PrefixStats, window: tuple[int, int],
             run: Callable[[Mapping[str, Fine]], Mapping[str, Candidate]]
             ) -> Mapping[str, Candidate]:
     """The fine variants next to each candidate's matched columns, run alone.
 
-    ``matched(key)``: the columns of candidate ``key`` some layer matches; ``run(fine)``:
-    the candidates' fine variants alone, as candidates (`build_candidates` with ``fine``).
+    ``matched(key, groups)``: the columns of candidate ``key`` some layer matches, on each
+    of its continua where ``groups`` is given (`best_columns`); ``run(fine)``: the
+    candidates' fine variants alone, as candidates (`build_candidates` with ``fine``).
     Returns them per candidate that has any (`merged` joins them to the family).
     """
     asks = {}
+    ctx = FamilyContext(stats, batch.cov, window)
     for key, cand in members.items():
         grid = grid_of(key, batch, stats, window)
         if grid is None:
             continue
         steps = algorithms.learner_info(key).fitted_family.steps
         ask = fine_asks(cand, [on for _, on in grid],
-                        steps if isinstance(steps, tuple) else None, matched(key))
+                        steps if isinstance(steps, tuple) else None,
+                        matched(key, continuum_groups(key, ctx, cand.places)))
         if ask:
             asks[key] = ask
     return run(asks) if asks else {}

@@ -158,8 +158,11 @@ def test_a_layer_between_the_grids_step_sizes_is_matched_at_its_own():
     # "cannot tell" among them, GD included
     assert said[0].startswith("gd (") or (said[0].startswith("cannot tell")
                                           and "gd" in said[0].replace(",", "").split()), said
-    assert said[1:3] == ["gd (0.84/λmax, step 2)", "gd (0.84/λmax, step 3)"], said
-    # near convergence heavy ball imitates it: "cannot tell" with GD, never another learner
+    assert said[1] == "gd (0.84/λmax, step 2)", said
+    # from step 3 on heavy ball imitates it within 10⁻⁴ (step 3: 5·10⁻⁵ by the error cosine,
+    # β ½ fitted at its step 2, once each of its continua is fitted, `fit_steps`), the
+    # difference's interval reaching below the rule's resolution: "cannot tell" with GD,
+    # never another learner
     assert all(t.startswith("gd (") or (t.startswith("cannot tell") and "gd" in t.split())
                for t in said), said
 

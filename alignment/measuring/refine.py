@@ -96,11 +96,18 @@ def best_columns(scored: Tensor, groups: Sequence[int] | None = None) -> set[int
     best alone.
     """
     out = set(first_best(scored).tolist())
-    if groups is not None:
-        at = torch.tensor(list(groups))
-        for group in sorted(set(groups)):
-            cols = (at == group).nonzero().flatten()
-            out.update(cols[first_best(scored[:, cols])].tolist())
+    for best in _group_bests(scored, groups) if groups is not None else []:
+        out.update(best.tolist())
+    return out
+
+
+def _group_bests(scored: Tensor, groups: Sequence[int]) -> list[Tensor]:
+    """Per group of columns (in order), each row's best column of the group (`first_best`)."""
+    at = torch.tensor(list(groups))
+    out = []
+    for group in sorted(set(groups)):
+        cols = (at == group).nonzero().flatten()
+        out.append(cols[first_best(scored[:, cols])])
     return out
 
 
@@ -108,17 +115,14 @@ def continuum_starts(scored: Tensor, groups: Sequence[int], within: float) -> li
     """Per layer, each continuum's best column where it comes within ``within`` of the layer's best.
 
     ``scored [layer, column]``: higher is better; ``groups``: `continuum_groups`. The
-    continua a layer's step-size fit starts from besides its match (`fit_steps`): a fine
-    step size 2^(1/4) from a layer's own can leave its continuum 3·10⁻³ below another's
-    fitted imitation (heavy ball at β 0.5 and 1.5/λ_max, step 4, on ill-conditioned data:
-    0.9966 at 1.41/λ_max against β 0.75's fit, 0.9984).
+    continua a layer's step-size fit starts from besides its match (`fit_steps`): the fine
+    step size nearest a layer's own (2^(1/4) apart) can leave its continuum's best column
+    3·10⁻³ below the layer and 2·10⁻³ below another continuum's fitted imitation (heavy
+    ball at β 0.5 and 1.5/λ_max, step 4, on ill-conditioned data: 0.9966 at 1.41/λ_max
+    against β 0.75's fit, 0.9984).
     """
-    at = torch.tensor(list(groups))
-    per_group = []
-    for group in sorted(set(groups)):
-        cols = (at == group).nonzero().flatten()
-        best = cols[first_best(scored[:, cols])]
-        per_group.append((best, scored.gather(1, best[:, None])[:, 0]))
+    per_group = [(best, scored.gather(1, best[:, None])[:, 0])
+                 for best in _group_bests(scored, groups)]
     top = scored.max(1).values
     return [[int(best[layer]) for best, value in per_group if value[layer] >= top[layer] - within]
             for layer in range(scored.shape[0])]

@@ -41,7 +41,7 @@ from torch import Tensor
 from iclprobe import algorithms
 from iclprobe.algorithms.families import Family, FamilyContext
 from iclprobe.alignment.measuring.candidate import Candidate, Fine
-from iclprobe.alignment.measuring.refine import continuum_groups, continuum_starts
+from iclprobe.alignment.measuring.refine import as_fine, continuum_groups, continuum_starts
 from iclprobe.alignment.measuring.shared_rank import shared_rank_fits
 from iclprobe.alignment.measuring.similarities import first_best, similarity_values
 from iclprobe.alignment.metrics import METRIC_INFO, metric_info
@@ -368,7 +368,7 @@ def fitted(places: Mapping[str, Sequence[tuple[float, int]]], metric: str,
             asks, metric, values, ys, kw, run)).items():  # a rank the layers share
         for rank, steps in by.items():
             out.setdefault(key, {}).setdefault(rank, set()).update(steps)
-    return {key: {r: tuple(sorted(s)) for r, s in by.items()} for key, by in out.items()}
+    return {key: as_fine(by) for key, by in out.items()}
 
 
 class _Values:
@@ -390,7 +390,7 @@ def _evaluate(asks: Mapping[str, Mapping[float, set[int]]], metric: str, values:
               kw: Mapping[str, object], run: Callable[[Mapping[str, Fine]], Mapping[str, Candidate]]
               ) -> dict[str, _Values]:
     """Every asked (rank, step) of every family against every layer."""
-    cands = run({key: {r: tuple(sorted(s)) for r, s in by.items()} for key, by in asks.items()})
+    cands = run({key: as_fine(by) for key, by in asks.items()})
     sign = 1.0 if metric_info(metric).higher_is_better else -1.0
     return {key: _Values(sign * similarity_values(values, cand.preds, ys, metric,
                                                   **kw),  # type: ignore[arg-type]

@@ -62,7 +62,12 @@ def fine_asks(cand: Candidate, on_grid: Sequence[bool], steps: Sequence[int] | N
             while 0 <= r < len(on_grid) and not on_grid[r]:
                 asks.setdefault(r, set()).update(around)
                 r += way
-    return {r: tuple(sorted(s)) for r, s in asks.items()}
+    return as_fine(asks)
+
+
+def as_fine(by: Mapping[float, Iterable[int]]) -> dict[float, tuple[int, ...]]:
+    """Variants to run, by rank, each at its step counts sorted (a family's `Fine` asks)."""
+    return {rank: tuple(sorted(steps)) for rank, steps in by.items()}
 
 
 def continuum_groups(key: str, ctx: FamilyContext, places: Sequence[tuple[float, int]]

@@ -4,12 +4,16 @@ Views and what they count over the live layers (layers that compute nothing are 
 counted):
 
 - ``answer`` (the per-layer answer over every candidate, `AlignResult.answer`; judged):
-  ``true`` (it names the truth — or OLS where the truth's iterate has converged to OLS's
-  within the interval), ``false`` (it names another learner: a false attribution),
-  ``cannot tell`` and ``none``; and the **separable** layers — those where the truth's
-  own family reaches its iterate better than every other candidate's family does, by
-  more than the width of the layer's interval and more than the rule's `PRECISION`, under
-  some verdict metric — with the true answers among them. A family reaches an iterate as
+  ``true`` (it names the truth; where the truth's iterate has converged to OLS's within
+  the interval, also OLS, or "cannot tell" among learners that all reach the iterate
+  within the rule's resolution: a converged iterate is any converged learner's),
+  ``false`` (it names another learner: a false attribution), ``cannot tell`` and
+  ``none``; and the **separable** layers — those where the truth's own family reaches its
+  iterate better than every other candidate's family does, by more than the width of the
+  layer's interval and more than the rule's `PRECISION` (its resolution), under some
+  verdict metric; where the iterate has converged, those where some candidate does not
+  reach it within the resolution (the converged ones can be told from the rest) — with
+  the true answers among them. A family reaches an iterate as
   the answer's rule lets it reach a layer: over its columns and their mixes
   (`continua.families_reach`; a rival's grid alone would count as separable a GD iterate
   that heavy ball, between two of its step counts, imitates to 2e-6), and with its fine
@@ -161,26 +165,37 @@ def separable(pair: PairVerdict, truth: str, layer: int) -> bool:
 class Reach:
     """Per layer, by one metric: how far the truth's own family stands out.
 
-    ``margin[l]``: the truth's family's best imitation of layer l's true column minus the
-    best of every other candidate's (higher-is-better space); ``ols_margin[l]``: the same
-    against OLS alone; ``width[l]``: the width of the layer's interval for the truth.
+    ``gaps[k][l]``: the truth's family's best imitation of layer l's true column minus
+    candidate k's family's best (higher-is-better space); ``width[l]``: the width of the
+    layer's interval for the truth.
     """
 
-    margin: list[float]
-    ols_margin: list[float]
+    gaps: dict[str, list[float]]
     width: list[float]
 
-    def separable(self, layer: int) -> bool:
-        """The truth's family reaches its own iterate better than any rival, beyond noise.
+    def resolution(self, layer: int) -> float:
+        """What the answer cannot tell apart: the layer's interval, and `PRECISION`."""
+        return max(self.width[layer], PRECISION)
 
-        Beyond the layer's interval, and beyond `PRECISION`, under which the answer's rule
-        holds two similarities equal.
+    def separable(self, layer: int) -> bool:
+        """The answer's rule can say what the layer runs, right.
+
+        The truth's family reaches its iterate better than every rival beyond the layer's
+        `resolution`. Where the iterate has converged to OLS's (`converged`), OLS and
+        every learner that has converged with it are as right as the truth: the layer is
+        separable where some candidate has not (beyond the resolution), so that "cannot
+        tell" among the converged ones tells something.
         """
-        return self.margin[layer] > max(self.width[layer], PRECISION)
+        beyond = [g[layer] > self.resolution(layer) for g in self.gaps.values()]
+        return all(beyond) or (self.converged(layer) and any(beyond))
 
     def converged(self, layer: int) -> bool:
         """OLS reaches the true iterate as well as the truth's family, within noise."""
-        return self.ols_margin[layer] <= self.width[layer]
+        return "ols" in self.gaps and self.gaps["ols"][layer] <= self.width[layer]
+
+    def alike(self, layer: int) -> set[str]:
+        """The candidates whose family reaches the true iterate within the resolution."""
+        return {k for k, g in self.gaps.items() if g[layer] <= self.resolution(layer)}
 
 
 def truth_reach(res: AlignResult, truth: str | None, batch: RegressionBatch,
@@ -222,10 +237,8 @@ def truth_reach(res: AlignResult, truth: str | None, batch: RegressionBatch,
         reach = {k: [sign * v for v in r] for k, r in reaches[metric].items()}
         own = reach.pop(truth)
         score = res.answer.scores[metric][truth].score
-        out[metric] = Reach(
-            [o - max(r[i] for r in reach.values()) for i, o in enumerate(own)],
-            [o - reach["ols"][i] if "ols" in reach else float("inf") for i, o in enumerate(own)],
-            [u - lo for u, lo in zip(score.upper, score.lower)])
+        out[metric] = Reach({k: [o - r[i] for i, o in enumerate(own)] for k, r in reach.items()},
+                            [u - lo for u, lo in zip(score.upper, score.lower)])
     return out
 
 
@@ -312,8 +325,8 @@ def answer_counts(said: list[LayerAnswer], truth: str | None, reach: dict[str, R
     for layer, a in enumerate(said):
         if a.kind in DEAD:
             continue
-        right = _right(a, truth, reach, layer)
-        key = "true" if right and a.kind == RUNS else "false" if a.kind == RUNS else \
+        right = _right(a, truth, reach, layer) and (truth is not None or a.kind == RUNS)
+        key = "true" if right else "false" if a.kind == RUNS else \
             "cannot tell" if a.kind == CANNOT_TELL else "none"
         out[key] += 1
         if truth is not None and any(r.separable(layer) for r in reach.values()):
@@ -323,13 +336,23 @@ def answer_counts(said: list[LayerAnswer], truth: str | None, reach: dict[str, R
 
 
 def _right(a: LayerAnswer, truth: str | None, reach: dict[str, Reach], layer: int) -> bool:
-    """Whether naming ``a.learner`` is right: the truth, or OLS on a converged iterate."""
-    if a.kind != RUNS or truth is None:
-        return a.kind in (CANNOT_TELL, NONE) and truth is None
-    if a.learner == truth:
+    """Whether the answer is right (see the module docstring).
+
+    Naming the truth; where the truth's iterate has converged to OLS's under every metric,
+    naming OLS, or "cannot tell" among learners every one of which reaches the iterate
+    within the resolution under every metric (a converged iterate is theirs as much as the
+    truth's). For no truth: "cannot tell" or "none of them".
+    """
+    if truth is None:
+        return a.kind in (CANNOT_TELL, NONE)
+    if a.kind == RUNS and a.learner == truth:
         return True
-    return a.learner == "ols" and bool(reach) and all(r.converged(layer)
-                                                      for r in reach.values())
+    if not reach or not all(r.converged(layer) for r in reach.values()):
+        return False
+    if a.kind == RUNS:
+        return a.learner == "ols"
+    names = {n for n in [a.learner, *a.others] if n is not None} - {truth}
+    return a.kind == CANNOT_TELL and all(names <= r.alike(layer) for r in reach.values())
 
 
 def totals(results: list[Any], view: str | None = None) -> dict[str, int]:

@@ -119,6 +119,29 @@ def test_the_prediction_metrics_lead_and_a_weight_metric_can_only_object(error, 
     assert (out.kind, out.learner) == want
 
 
+def test_a_weight_metrics_cannot_tell_list_does_not_lengthen_the_answers():
+    # A CG oracle's layer past d steps, on the held-out slice: the error cosine and spd
+    # cannot tell CG from OLS (its iterate is OLS's) and put Newton, heavy ball and GD
+    # 1e-3 below it; the weight cosine's 16 sequences cannot separate those three either.
+    preds = [_said(CANNOT_TELL, "cg", ["ols"], m) for m in ("error_cosine", "spd")]
+    weight = _said(CANNOT_TELL, "cg", ["ols", "newton", "momentum", "gd"], "weight_cosine")
+    out = combine({"error_cosine": [preds[0]], "spd": [preds[1]],
+                   "weight_cosine": [weight]})[0]
+    assert (out.kind, out.learner, out.others) == (CANNOT_TELL, "cg", ["ols"])
+    # what a weight metric names still joins the list it blocks
+    named = _said(RUNS, "momentum", (), "weight_cosine")
+    out = combine({"error_cosine": [_said(RUNS, "gd")], "spd": [_said(RUNS, "gd", (), "spd")],
+                   "weight_cosine": [named]})[0]
+    assert (out.kind, out.learner, out.others) == (CANNOT_TELL, "gd", ["momentum"])
+    # the prediction metrics' runners-up only where no second candidate is named yet: an
+    # error cosine that finds GD but "none of them" by spd (runner-up GD's, gd below)
+    none = dataclasses.replace(_said(NONE, "gd", (), "spd"), runner_up="newton")
+    out = combine({"error_cosine": [_said(RUNS, "gd")], "spd": [none]})[0]
+    assert (out.kind, out.learner, out.others) == (CANNOT_TELL, "gd", ["newton"])
+    both = combine({"error_cosine": [_said(CANNOT_TELL, "gd", ["momentum"])], "spd": [none]})
+    assert both[0].others == ["momentum"]  # spd's runner-up, Newton, is not added
+
+
 @pytest.mark.parametrize("between, lead_learner, want", [
     ([], "gd", "runs"),  # spd could not separate gd from newton: no objection
     (["newton"], "gd", "cannot tell"),  # spd found the layer between gd and newton
@@ -345,9 +368,59 @@ def test_separable_needs_more_than_the_rules_precision():
     from iclprobe.alignment.views.answer_rule import PRECISION
     from iclprobe.constructions.scoring import Reach
 
-    reach = Reach([0.5 * PRECISION, 2 * PRECISION, 2 * PRECISION], [1.0] * 3,
+    reach = Reach({"gd": [0.5 * PRECISION, 2 * PRECISION, 2 * PRECISION], "ols": [1.0] * 3},
                   [1e-9, 1e-9, 3 * PRECISION])
     assert [reach.separable(i) for i in range(3)] == [False, True, False]
+
+
+def _cell_counts(said, truth, gaps, width=1e-14):
+    from iclprobe.constructions.scoring import Reach, answer_counts
+
+    reach = {m: Reach({k: [g] for k, g in gaps.items()}, [width])
+             for m in ("error_cosine", "spd")}
+    return answer_counts([said], truth, reach)
+
+
+@pytest.mark.parametrize(("said", "key"), [
+    (_said(CANNOT_TELL, "cg", ["ols"]), "true"),
+    (_said(CANNOT_TELL, "ols", ["cg"]), "true"),
+    (_said(RUNS, "ols"), "true"),
+    (_said(RUNS, "cg"), "true"),
+    (_said(CANNOT_TELL, "cg", ["ols", "newton"]), "cannot tell"),  # Newton has not converged
+    (_said(RUNS, "newton"), "false"),
+    (_said(NONE, "cg"), "none"),
+])
+def test_a_converged_iterate_is_any_converged_learners(said, key):
+    """A CG oracle past d steps: its iterate is OLS's (gap 0), Newton's family reaches it only
+    to 2e-3 (the held-out slice's CG cells). "cannot tell" among the learners that have all
+    converged is right, and the layer is separable: Newton and heavy ball can be told from
+    them."""
+    counts = _cell_counts(said, "cg", {"ols": 0.0, "newton": 2e-3, "momentum": 4e-3})
+    assert counts[key] == 1 and sum(counts[k] for k in ("true", "false", "cannot tell",
+                                                         "none")) == 1
+    assert counts["separable"] == 1 and counts["true_separable"] == (key == "true")
+
+
+def test_convergence_widens_neither_an_unconverged_truth_nor_a_layer_nothing_tells_apart():
+    from iclprobe.alignment.views.answer_rule import PRECISION
+
+    # every candidate converged with the truth: right, but nothing to tell apart
+    alike = _cell_counts(_said(CANNOT_TELL, "cg", ["ols", "newton"]), "cg",
+                         {"ols": 0.0, "newton": 0.5 * PRECISION})
+    assert (alike["true"], alike["separable"]) == (1, 0)
+    # GD short of OLS by more than its interval, heavy ball imitating it: not converged, so
+    # "cannot tell" stays "cannot tell", and the layer is not separable
+    near = _cell_counts(_said(CANNOT_TELL, "gd", ["momentum"]), "gd",
+                        {"ols": 1e-9, "momentum": 0.0, "newton": 1e-3})
+    assert (near["cannot tell"], near["separable"]) == (1, 0)
+    # OLS within the interval under one metric only: not converged
+    from iclprobe.constructions.scoring import Reach, answer_counts
+    reach = {"error_cosine": Reach({"ols": [0.0], "newton": [1e-3]}, [1e-14]),
+             "spd": Reach({"ols": [1e-9], "newton": [1e-3]}, [1e-14])}
+    mixed = answer_counts([_said(CANNOT_TELL, "cg", ["ols"])], "cg", reach)
+    assert (mixed["cannot tell"], mixed["separable"]) == (1, 1)  # error cosine separates
+    # no truth: "cannot tell" is counted as such, never as named right
+    assert answer_counts([_said(CANNOT_TELL, "cg", ["ols"])], None, {})["cannot tell"] == 1
 
 
 @pytest.mark.parametrize(("metric", "gain", "mixed"), [

@@ -137,11 +137,19 @@ def combine(by_metric: Mapping[str, list[LayerAnswer]]) -> list[LayerAnswer]:
     finding the layer between X and another candidate (a mix of their columns fitting it
     better: `LayerAnswer.between`), and no metric on induced weights names another learner;
     "none of them" where every prediction metric says so. Otherwise "cannot tell" among
-    every candidate a metric named, could not separate, or found nearest. On the
-    known-answer benchmark, letting a weight metric name a learner alone, or block one by
-    "none of them", cost through probes false attributions (a weight metric naming heavy
-    ball in a layer between GD and Newton) and a sixth of the named layers (noisy induced
-    weights read as "none").
+    every candidate a prediction metric named, could not separate, or found nearest, and
+    every candidate a weight metric names. On the known-answer benchmark, letting a weight
+    metric name a learner alone, or block one by "none of them", cost through probes false
+    attributions (a weight metric naming heavy ball in a layer between GD and Newton) and a
+    sixth of the named layers (noisy induced weights read as "none").
+
+    A weight metric's own "cannot tell" list widens neither answer: it cannot block a name,
+    and it does not lengthen a "cannot tell". Its paired intervals run over the few weight
+    sequences, where a difference carried by a few of them has a lower end of 0: a CG
+    oracle's layer past d steps (OLS's iterate exactly) was read "cannot tell cg from ols,
+    newton, momentum, gd" because the weight cosine could not separate the last three,
+    which the error cosine and spd put 10⁻³ below it (Newton, heavy ball and GD still
+    short of OLS on the ill-conditioned prefixes); it now reads "cannot tell cg from ols".
     """
     per_layer = list(zip(*by_metric.values()))
     return [_combine_layer(list(by_metric), list(said)) for said in per_layer]
@@ -174,10 +182,12 @@ def _combine_layer(metrics: list[str], said: list[LayerAnswer]) -> LayerAnswer:
     if all(a.kind == NONE for _, a in on_preds):
         return dataclasses.replace(lead, source=", ".join(labels[m] for m, _ in on_preds))
     involved: list[str] = []
-    for _, a in live:
-        involved += [n for n in _involved(a) if n not in involved]
-    for _, a in live:  # the runners-up too, so that "cannot tell X from" names someone
-        if a.runner_up is not None and a.runner_up not in involved:
+    leading = {m for m, _ in on_preds}
+    for m, a in live:  # a weight metric's own "cannot tell" list does not widen it
+        names = _involved(a) if m in leading else [a.learner] if a.kind == RUNS else []
+        involved += [n for n in names if n is not None and n not in involved]
+    for _, a in on_preds + live:  # the runners-up, so that "cannot tell X from" names someone
+        if len(involved) < 2 and a.runner_up is not None and a.runner_up not in involved:
             involved.append(a.runner_up)
     first = lead.learner if lead.learner is not None else involved[0]
     why = "the metrics disagree" if len({a.learner for _, a in live}) > 1 else ""

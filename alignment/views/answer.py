@@ -148,8 +148,8 @@ def combine(by_metric: Mapping[str, list[LayerAnswer]]) -> list[LayerAnswer]:
     sequences, where a difference carried by a few of them has a lower end of 0: a CG
     oracle's layer past d steps (OLS's iterate exactly) was read "cannot tell cg from ols,
     newton, momentum, gd" because the weight cosine could not separate the last three,
-    which the error cosine and spd put 10⁻³ below it (Newton, heavy ball and GD still
-    short of OLS on the ill-conditioned prefixes); it now reads "cannot tell cg from ols".
+    whose best iterates the error cosine and spd put 10⁻³ below it; it now reads "cannot
+    tell cg from ols".
     """
     per_layer = list(zip(*by_metric.values()))
     return [_combine_layer(list(by_metric), list(said)) for said in per_layer]

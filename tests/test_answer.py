@@ -128,6 +128,10 @@ def test_a_weight_metrics_cannot_tell_list_does_not_lengthen_the_answers():
     out = combine({"error_cosine": [preds[0]], "spd": [preds[1]],
                    "weight_cosine": [weight]})[0]
     assert (out.kind, out.learner, out.others) == (CANNOT_TELL, "cg", ["ols"])
+    assert out.source == ""  # nor does its best make the metrics "disagree"
+    out = combine({"error_cosine": [preds[0]], "spd": [preds[1]],
+                   "weight_cosine": [dataclasses.replace(weight, learner="newton")]})[0]
+    assert (out.others, out.source) == (["ols"], "")
     # what a weight metric names still joins the list it blocks
     named = _said(RUNS, "momentum", (), "weight_cosine")
     out = combine({"error_cosine": [_said(RUNS, "gd")], "spd": [_said(RUNS, "gd", (), "spd")],

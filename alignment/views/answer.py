@@ -190,7 +190,8 @@ def _combine_layer(metrics: list[str], said: list[LayerAnswer]) -> LayerAnswer:
         if len(involved) < 2 and a.runner_up is not None and a.runner_up not in involved:
             involved.append(a.runner_up)
     first = lead.learner if lead.learner is not None else involved[0]
-    why = "the metrics disagree" if len({a.learner for _, a in live}) > 1 else ""
+    heard = {a.learner for m, a in live if m in leading or a.kind == RUNS}
+    why = "the metrics disagree" if len(heard) > 1 else ""
     return LayerAnswer(CANNOT_TELL, first, lead.column, lead.value,
                        [n for n in involved if n != first], lead.runner_up, lead.resemblance,
                        None, why)

@@ -11,9 +11,10 @@ counted):
   ``none``; and the **separable** layers — those where the truth's own family reaches its
   iterate better than every other candidate's family does, by more than the width of the
   layer's interval and more than the rule's `PRECISION` (its resolution), under some
-  verdict metric; where the iterate has converged, those where some candidate does not
-  reach it within the resolution (the converged ones can be told from the rest) — with
-  the true answers among them. A family reaches an iterate as
+  verdict metric; where the iterate has converged under every metric, those where the
+  candidates split into those alike to it and those beyond the resolution under every
+  metric, some beyond (`separable_at`: the converged ones can be told from the rest) —
+  with the true answers among them. A family reaches an iterate as
   the answer's rule lets it reach a layer: over its columns and their mixes
   (`continua.families_reach`; a rival's grid alone would count as separable a GD iterate
   that heavy ball, between two of its step counts, imitates to 2e-6), and with its fine
@@ -178,16 +179,13 @@ class Reach:
         return max(self.width[layer], PRECISION)
 
     def separable(self, layer: int) -> bool:
-        """The answer's rule can say what the layer runs, right.
+        """The truth's family reaches its iterate better than every rival, beyond noise.
 
-        The truth's family reaches its iterate better than every rival beyond the layer's
-        `resolution`. Where the iterate has converged to OLS's (`converged`), OLS and
-        every learner that has converged with it are as right as the truth: the layer is
-        separable where some candidate has not (beyond the resolution), so that "cannot
-        tell" among the converged ones tells something.
+        Beyond the layer's interval, and beyond `PRECISION`, under which the answer's rule
+        holds two similarities equal (its `resolution`).
         """
         beyond = [g[layer] > self.resolution(layer) for g in self.gaps.values()]
-        return all(beyond) or (self.converged(layer) and any(beyond))
+        return bool(beyond) and all(beyond)
 
     def converged(self, layer: int) -> bool:
         """OLS reaches the true iterate as well as the truth's family, within noise."""
@@ -196,6 +194,26 @@ class Reach:
     def alike(self, layer: int) -> set[str]:
         """The candidates whose family reaches the true iterate within the resolution."""
         return {k for k, g in self.gaps.items() if g[layer] <= self.resolution(layer)}
+
+
+def separable_at(reach: Mapping[str, Reach], layer: int) -> bool:
+    """Whether the answer's rule can say, right, what the layer runs (by some metric's reach).
+
+    The truth stands out under some metric (`Reach.separable`); or its iterate has converged
+    to OLS's under every metric, where OLS and every learner converged with it are as right
+    as the truth: then the layer is separable where the candidates split cleanly into those
+    alike to the iterate under every metric and those beyond the resolution under every
+    metric, some of them beyond, so that "cannot tell" among the converged ones tells
+    something and no metric leaves a candidate between the two.
+    """
+    rs = list(reach.values())
+    if any(r.separable(layer) for r in rs):
+        return True
+    if not rs or not all(r.converged(layer) for r in rs):
+        return False
+    alike = set.intersection(*(r.alike(layer) for r in rs))
+    beyond = set.intersection(*(set(r.gaps) - r.alike(layer) for r in rs))
+    return bool(beyond) and alike | beyond == set(rs[0].gaps)
 
 
 def truth_reach(res: AlignResult, truth: str | None, batch: RegressionBatch,
@@ -325,11 +343,10 @@ def answer_counts(said: list[LayerAnswer], truth: str | None, reach: dict[str, R
     for layer, a in enumerate(said):
         if a.kind in DEAD:
             continue
-        right = _right(a, truth, reach, layer) and (truth is not None or a.kind == RUNS)
-        key = "true" if right else "false" if a.kind == RUNS else \
+        key = "true" if _right(a, truth, reach, layer) else "false" if a.kind == RUNS else \
             "cannot tell" if a.kind == CANNOT_TELL else "none"
         out[key] += 1
-        if truth is not None and any(r.separable(layer) for r in reach.values()):
+        if truth is not None and separable_at(reach, layer):
             out["separable"] += 1
             out["true_separable"] += key == "true"
     return out
@@ -341,10 +358,11 @@ def _right(a: LayerAnswer, truth: str | None, reach: dict[str, Reach], layer: in
     Naming the truth; where the truth's iterate has converged to OLS's under every metric,
     naming OLS, or "cannot tell" among learners every one of which reaches the iterate
     within the resolution under every metric (a converged iterate is theirs as much as the
-    truth's). For no truth: "cannot tell" or "none of them".
+    truth's). For no truth nothing named is right: "cannot tell" and "none of them" are
+    counted as such.
     """
     if truth is None:
-        return a.kind in (CANNOT_TELL, NONE)
+        return False
     if a.kind == RUNS and a.learner == truth:
         return True
     if not reach or not all(r.converged(layer) for r in reach.values()):

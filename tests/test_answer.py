@@ -137,8 +137,8 @@ def test_a_weight_metrics_cannot_tell_list_does_not_lengthen_the_answers():
     out = combine({"error_cosine": [_said(RUNS, "gd")], "spd": [_said(RUNS, "gd", (), "spd")],
                    "weight_cosine": [named]})[0]
     assert (out.kind, out.learner, out.others) == (CANNOT_TELL, "gd", ["momentum"])
-    # the prediction metrics' runners-up only where no second candidate is named yet: an
-    # error cosine that finds GD but "none of them" by spd (runner-up GD's, gd below)
+    # the prediction metrics' runners-up only where no second candidate is named yet: the
+    # error cosine names GD, spd finds "none of them" (nearest GD, runner-up Newton)
     none = dataclasses.replace(_said(NONE, "gd", (), "spd"), runner_up="newton")
     out = combine({"error_cosine": [_said(RUNS, "gd")], "spd": [none]})[0]
     assert (out.kind, out.learner, out.others) == (CANNOT_TELL, "gd", ["newton"])
@@ -417,12 +417,22 @@ def test_convergence_widens_neither_an_unconverged_truth_nor_a_layer_nothing_tel
     near = _cell_counts(_said(CANNOT_TELL, "gd", ["momentum"]), "gd",
                         {"ols": 1e-9, "momentum": 0.0, "newton": 1e-3})
     assert (near["cannot tell"], near["separable"]) == (1, 0)
-    # OLS within the interval under one metric only: not converged
-    from iclprobe.constructions.scoring import Reach, answer_counts
+    # OLS within the interval under one metric only: not converged, so neither right nor
+    # separable (spd holds CG and OLS equal, so no answer could name CG either)
+    from iclprobe.constructions.scoring import Reach, answer_counts, separable_at
     reach = {"error_cosine": Reach({"ols": [0.0], "newton": [1e-3]}, [1e-14]),
              "spd": Reach({"ols": [1e-9], "newton": [1e-3]}, [1e-14])}
     mixed = answer_counts([_said(CANNOT_TELL, "cg", ["ols"])], "cg", reach)
-    assert (mixed["cannot tell"], mixed["separable"]) == (1, 1)  # error cosine separates
+    assert (mixed["cannot tell"], mixed["separable"]) == (1, 0)
+    # a candidate alike to the converged iterate by one metric and beyond it by another:
+    # no answer is right ("cannot tell" without it is not what that metric allows, with it
+    # is not among converged learners), so the layer is not separable
+    torn = {"error_cosine": Reach({"ols": [0.0], "newton": [1e-3], "gd": [1e-2]}, [1e-14]),
+            "spd": Reach({"ols": [0.0], "newton": [1e-6], "gd": [1e-2]}, [1e-14])}
+    assert not separable_at(torn, 0)
+    torn["spd"].gaps["newton"] = [2e-3]
+    assert separable_at(torn, 0)
+    assert not separable_at({"error_cosine": Reach({}, [1e-14])}, 0)  # no rival: nothing told
     # no truth: "cannot tell" is counted as such, never as named right
     assert answer_counts([_said(CANNOT_TELL, "cg", ["ols"])], None, {})["cannot tell"] == 1
 

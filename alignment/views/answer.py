@@ -143,8 +143,9 @@ def combine(by_metric: Mapping[str, list[LayerAnswer]]) -> list[LayerAnswer]:
     attributions (a weight metric naming heavy ball in a layer between GD and Newton) and a
     sixth of the named layers (noisy induced weights read as "none").
 
-    A weight metric's own "cannot tell" list widens neither answer: it cannot block a name,
-    and it does not lengthen a "cannot tell". Its paired intervals run over the few weight
+    Where a prediction metric is live, a weight metric's own "cannot tell" list widens
+    neither answer: it cannot block a name, and it does not lengthen a "cannot tell" (its
+    runner-up and list are heard only where no one else gives a second name). Its paired intervals run over the few weight
     sequences, where a difference carried by a few of them has a lower end of 0: a CG
     oracle's layer past d steps (OLS's iterate exactly) was read "cannot tell cg from ols,
     newton, momentum, gd" because the weight cosine could not separate the last three,
@@ -186,9 +187,10 @@ def _combine_layer(metrics: list[str], said: list[LayerAnswer]) -> LayerAnswer:
     for m, a in live:  # a weight metric's own "cannot tell" list does not widen it
         names = _involved(a) if m in leading else [a.learner] if a.kind == RUNS else []
         involved += [n for n in names if n is not None and n not in involved]
-    for _, a in on_preds + live:  # the runners-up, so that "cannot tell X from" names someone
-        if len(involved) < 2 and a.runner_up is not None and a.runner_up not in involved:
-            involved.append(a.runner_up)
+    for _, a in on_preds + live:  # so that "cannot tell X from" names someone
+        for n in [a.runner_up, *_involved(a)]:
+            if len(involved) < 2 and n is not None and n not in involved:
+                involved.append(n)
     first = lead.learner if lead.learner is not None else involved[0]
     heard = {a.learner for m, a in live if m in leading or a.kind == RUNS}
     why = "the metrics disagree" if len(heard) > 1 else ""

@@ -48,7 +48,7 @@ from iclprobe.alignment.measuring.reading import reread
 from iclprobe.alignment.measuring.similarities import similarity_values
 from iclprobe.alignment.metrics import METRIC_INFO, metric_info
 from iclprobe.alignment.pipeline import AlignResult
-from iclprobe.alignment.views.answer import CANNOT_TELL, DEAD, NONE, RUNS, LayerAnswer
+from iclprobe.alignment.views.answer import CANNOT_TELL, DEAD, RUNS, LayerAnswer
 from iclprobe.alignment.views.answer_rule import PRECISION
 from iclprobe.alignment.views.continua import families_reach
 from iclprobe.tasks import RegressionBatch

@@ -145,12 +145,12 @@ def combine(by_metric: Mapping[str, list[LayerAnswer]]) -> list[LayerAnswer]:
 
     Where a prediction metric is live, a weight metric's own "cannot tell" list widens
     neither answer: it cannot block a name, and it does not lengthen a "cannot tell" (its
-    runner-up and list are heard only where no one else gives a second name). Its paired intervals run over the few weight
-    sequences, where a difference carried by a few of them has a lower end of 0: a CG
-    oracle's layer past d steps (OLS's iterate exactly) was read "cannot tell cg from ols,
-    newton, momentum, gd" because the weight cosine could not separate the last three,
-    whose best iterates the error cosine and spd put 10⁻³ below it; it now reads "cannot
-    tell cg from ols".
+    runner-up and list are heard only where no one else gives a second name). Its paired
+    intervals run over the few weight sequences, where a difference carried by a few of
+    them has a lower end of 0: a CG oracle's layer past d steps (OLS's iterate exactly) was
+    read "cannot tell cg from ols, newton, momentum, gd" because the weight cosine could not
+    separate the last three, whose best iterates the error cosine and spd put 10⁻³ below
+    it; it now reads "cannot tell cg from ols".
     """
     per_layer = list(zip(*by_metric.values()))
     return [_combine_layer(list(by_metric), list(said)) for said in per_layer]

@@ -13,8 +13,10 @@ preconditioned by a fixed random SPD matrix), over step sizes, protocols, isotro
 ill-conditioned data and exact and probe readouts (`constructions.benchmark`). Printed:
 
 - the answer's confusion matrix per setting, truth and readout (`constructions.scoring`):
-  live layers named right, falsely, "cannot tell", "none of them", and the separable
-  layers with the right answers among them; then per metric;
+  live layers answered right (the truth named; where the truth's iterate has converged to
+  OLS's, also OLS, or "cannot tell" among learners converged with it), falsely named,
+  "cannot tell", "none of them", and the separable layers with the right answers among
+  them; then per metric;
 - the Newton-vs-GD verdict's totals (the view of earlier rounds), for GD and Newton truths;
 - per cell, the answer through probes at the layers the exact readout names the truth, and
   without those probes miss where the truth is not separable as a probe reads a layer (a
@@ -193,8 +195,9 @@ def confusion(results: list[B.CellResult], view: str = S.ANSWER
 
 
 def print_confusion(table: dict[tuple[str, str, str], dict[str, int]], title: str) -> None:
-    print(f"\n{title}: live layers named right / falsely / cannot tell / none of them; "
-          "separable layers named right")
+    print(f"\n{title}: live layers right (the truth named; at a converged iterate also OLS, "
+          "or 'cannot tell' among converged learners) / falsely named / cannot tell / none "
+          "of them; separable layers right")
     print(f"{'setting':9} {'truth':10} {'readout':7} {'right':>6} {'false':>6} {'cannot':>7} "
           f"{'none':>6}  right at separable")
     for (setting, truth, readout), c in table.items():

@@ -291,6 +291,7 @@ def garg_state_of(gpt: models.GPTRegressor) -> dict[str, torch.Tensor]:
     return out
 
 
+@pytest.mark.slow
 def test_hugging_face_copy_of_a_gpt_regressor_aligns_as_it_does():
     gpt = tiny_gpt()
     gpt.task = TASK

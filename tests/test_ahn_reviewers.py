@@ -34,6 +34,7 @@ def report(reviewers, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_the_report_opens_with_one_line_per_question(report):
     lines = (report / "report.md").read_text().splitlines()
     assert lines[0].startswith("# ")

@@ -267,6 +267,7 @@ def test_stats_of_other_data_are_refused(learner):
         fn(xs.to(torch.complex128), ys, stats=algorithms.prefix_stats(xs, ys))
 
 
+@pytest.mark.slow
 def test_a_float64_model_is_read_in_float64():
     # align sampled float32 sequences, which a model converted with .double() refused
     pq = models.load("pq-rotated-3layer")

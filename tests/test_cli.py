@@ -26,6 +26,7 @@ def ckpts(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_align_writes_the_report(tmp_path, capsys):
     out = tmp_path / "report"
     model = "gpt-softmax-paired"  # a shipped model that solves its task
@@ -73,6 +74,7 @@ def test_align_writes_the_report(tmp_path, capsys):
     assert fitted == result["fitted"]["error_cosine"]["verdicts"]
 
 
+@pytest.mark.slow
 def test_align_under_fu_protocol_says_so(capsys):
     assert main(["align", "gpt-softmax-paired", *FAST, "--protocol", "fu2024", "--metric",
                  "error_cosine", "--json"]) == 0
@@ -93,6 +95,7 @@ def test_align_json_and_options(ckpts, capsys):
     assert result["task"]["cov"] == "ill-conditioned" and result["task"]["condition_number"] == 10
 
 
+@pytest.mark.slow
 def test_compare_and_probe(ckpts, tmp_path, capsys):
     out = tmp_path / "cmp"
     assert main(["compare", str(ckpts / "soft"), str(ckpts / "lin"), *FAST,

@@ -154,6 +154,7 @@ def test_extra_probe_sequences_are_for_cross_fitted_probes_and_fill_every_fold(c
         "must be 0 or at least probe_folds=4")
 
 
+@pytest.mark.slow
 def test_more_folds_than_sequences_names_the_flag(capsys):
     # cross_fit's own "folds must be an integer in [2, 3], got 4" named no flag; a model
     # read exactly has no folds and aligns on 2 sequences

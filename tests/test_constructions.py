@@ -290,6 +290,7 @@ def test_benchmark_reports_divergent_cells():
     assert scoring.totals([result])["diverges"] == 1
 
 
+@pytest.mark.slow
 def test_a_model_valid_only_at_its_trained_length_is_aligned_there():
     # GD at a step stable at t = 20 but not at small t, with enough layers to overflow there
     from iclprobe import alignment

@@ -114,6 +114,7 @@ def _naive_gap(task, a, b, layer, places, n_layers, positions, seed):
 
 
 @pytest.mark.parametrize("query", ["context", "low-variance"])
+@pytest.mark.slow
 def test_the_objective_is_the_learners_resemblance_by_hand(gd_oracle, query):
     model, res = gd_oracle
     pairs = {3: [("gd", "newton")], 5: [("gd", "newton"), ("gd", "cg")]}
@@ -194,6 +195,7 @@ def test_data_where_the_deepest_matched_learner_does_no_regression_separate_noth
     assert errors["low-variance"] >= D.OOD_ERROR > errors["context"]
 
 
+@pytest.mark.slow
 def test_a_gate_whose_learner_fails_on_the_own_task_is_not_applied(gd_oracle, monkeypatch):
     """The gate's learner stands in for the model's output: where it does no regression on
     the model's own task (where the model does), it stands for nothing, and the search runs
@@ -228,6 +230,7 @@ def test_isotropic_data_offer_no_low_variance_queries():
     assert D.nearest_distribution(task, family).query == "context"
 
 
+@pytest.mark.slow
 def test_the_search_is_coordinate_ascent_and_reproducible(gd_oracle):
     model, res = gd_oracle
     family = D.DesignFamily(condition_numbers=(1.0, 100.0), noise=(0.0, 0.5), n_sequences=32)
@@ -315,6 +318,7 @@ def test_the_objective_does_not_depend_on_the_data_scale(gd_oracle, query):
         D.Distribution(1.0, "linear", 9, 0.0, "context", scale=0)
 
 
+@pytest.mark.slow
 def test_a_model_that_does_no_regression_there_is_out_of_distribution():
     # GD at a vanishing fixed step: its error is the zero predictor's on any data
     model = oracle("gd", 4, 3, lambda layer: layer, lr=1e-9, normalize=True,
@@ -394,6 +398,7 @@ def test_a_newton_construction_is_named_newton_on_its_designed_data():
     assert len(named) >= 9, answers
 
 
+@pytest.mark.slow
 def test_a_t_max_of_the_own_task_does_not_bound_the_designed_data():
     # the designed data are aligned over every position (`align_designed` drops t_max), and
     # fewer examples than the own t_max allows were refused by the search: "t_max=11: need

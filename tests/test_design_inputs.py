@@ -88,6 +88,7 @@ def gd_oracle():
     return model, align(model, CFG, name="gd")
 
 
+@pytest.mark.slow
 def test_wrong_types_are_named(gd_oracle):
     model, res = gd_oracle
     cases = [(lambda: D.design_evaluation(None, res, CFG), "design_evaluation: model must be "
@@ -125,6 +126,7 @@ def test_a_result_of_another_model_is_refused():
         D.design_evaluation(other_d, res, cfg)
 
 
+@pytest.mark.slow
 def test_a_model_aligned_from_a_later_position_gets_designs_that_reach_it(gd_oracle):
     # from t = 6 on: 5 examples (m = 1 at d = 4) end before it; the search refused such a
     # design with "t_min=6, t_max=4: need t_min <= t_max <= 4 for 5 points"
@@ -137,6 +139,7 @@ def test_a_model_aligned_from_a_later_position_gets_designs_that_reach_it(gd_ora
     assert family.n_options(4, 13, False) == [13, 5, 7, 9]  # without a first position: all
 
 
+@pytest.mark.slow
 def test_designed_data_too_short_for_the_probes_leave_the_own_answer():
     # a GPT read by probes fitted on the other folds' sequences: 4 sequences of 21 points
     # give its 64 residual features enough rows, 9 points do not

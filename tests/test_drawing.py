@@ -47,6 +47,7 @@ def _figures(folder: Path, n: int, pids: Path | None = None) -> Figures:
     return figures
 
 
+@pytest.mark.slow
 def test_figures_drawn_by_several_processes_are_the_files_one_process_draws(tmp_path):
     _figures(tmp_path / "one", 8).draw(workers=1)
     pids = tmp_path / "pids"
@@ -87,6 +88,7 @@ NEEDS_FORK = pytest.mark.skipif(not FORKS, reason="figures are drawn by forked c
     # this process's own failure is raised as it is, the children stopped and joined
     ("parent", ValueError, "the parent's figure failed"),
 ])
+@pytest.mark.slow
 def test_a_figure_that_fails_is_an_error(tmp_path, where, error, message):
     figures = Figures()
     for k in range(8):
@@ -131,6 +133,7 @@ def test_a_daemonic_process_draws_alone(monkeypatch):
     assert not drawing.can_fork()
 
 
+@pytest.mark.slow
 def test_what_was_printed_before_the_figures_is_printed_once():
     # a forked child inherits this process's unflushed output buffer; written out by both,
     # a line printed before the report would appear twice

@@ -53,6 +53,7 @@ def pq_gd_model():
     return model
 
 
+@pytest.mark.slow
 def test_a_learner_registered_outside_appears_everywhere(heavy_ball, tmp_path, capsys):
     cfg = AlignConfig(n_sequences=64, n_weight_sequences=16, n_boot=20, separation=False)
     res = align(pq_gd_model(), cfg, name="gd3")
@@ -83,6 +84,7 @@ def test_a_learner_registered_outside_appears_everywhere(heavy_ball, tmp_path, c
     assert sorted(printed["similarities"]) == sorted([heavy_ball, "newton"])
 
 
+@pytest.mark.slow
 def test_a_metric_registered_outside_is_a_metric_like_the_others(error_l1, tmp_path):
     cfg = AlignConfig(metrics=("error_cosine", error_l1), n_sequences=64, n_boot=20,
                       algorithms=("newton", "gd"), separation=False)

@@ -74,6 +74,7 @@ def test_both_learners_get_the_same_flexibility_and_stay_stable():
 
 
 @pytest.mark.parametrize("truth", ["gd", "newton"])
+@pytest.mark.slow
 def test_a_learner_off_every_protocol_grid_is_attributed_to_itself(truth):
     # GD at a fixed step 0.07 on the mean loss (0.6 of its bound here), Newton at
     # α = 0.6/‖SSᵀ‖_F: neither is a column of either protocol, nor a fitted variant
@@ -91,6 +92,7 @@ def test_a_learner_off_every_protocol_grid_is_attributed_to_itself(truth):
 
 
 
+@pytest.mark.slow
 def test_gd_near_its_stability_bound_is_named_gd(monkeypatch):
     # GD at 0.9 of its stable step at the last position (η c λ_max = 1.8 for the batch's
     # largest: the known-answer benchmark's GD construction at 0.9), κ = 100 data, aligned
@@ -120,6 +122,7 @@ def test_gd_near_its_stability_bound_is_named_gd(monkeypatch):
     assert not all(a.startswith("gd (") for a in named())
 
 
+@pytest.mark.slow
 def test_a_probed_layer_is_compared_with_learners_read_the_same_way():
     # a probe reads a GD layer as a·ŷ + bᵀx + c: against raw iterates it matches no GD step
     # as well as a rescaled one; read the same way, it is GD's again
@@ -141,6 +144,7 @@ def test_the_fitted_help_says_what_the_switch_turns_on():
     assert "per-layer answer over the candidates" in help_text and "Newton-vs-GD" in help_text
 
 
+@pytest.mark.slow
 def test_families_reused_on_the_same_data_give_the_same_answer(monkeypatch):
     """`reusing_families` runs each family once per batch, and changes no number."""
     from iclprobe.alignment.measuring import candidates as cand

@@ -115,6 +115,7 @@ def test_the_task_flags_come_from_the_task_dataclass():
             "help"]
 
 
+@pytest.mark.slow
 def test_absent_flags_give_the_dataclass_defaults(tmp_path):
     assert _align_config(build_parser().parse_args(["align", "ckpt"])) == AlignConfig()
     for name, family in trainable().items():
@@ -231,6 +232,7 @@ def test_align_config_takes_lists_as_tuples():
           "algorithms": ("newton", "gd")}),
     ],
 )
+@pytest.mark.slow
 def test_cli_align_gives_the_numbers_of_the_python_api(tmp_path, monkeypatch, capsys, flags,
                                                         cfg):
     monkeypatch.setenv("ICLPROBE_CACHE", str(tmp_path))  # no saved probes

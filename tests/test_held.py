@@ -154,6 +154,7 @@ def test_align_through_column_probes_refines_and_names_the_oracles_learner():
     assert "targets" not in by_y.probes_info
 
 
+@pytest.mark.slow
 def test_align_runs_each_candidates_grid_once_and_keeps_nothing(monkeypatch):
     """The probe targets' choice and the candidates' stage share one run of each grid
     (`kept.reusing_in_alignment`): the answer is the one of two runs each, number for

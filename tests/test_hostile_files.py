@@ -105,6 +105,7 @@ def test_deeply_nested_task_json_text_is_a_value_error():
         RegressionTask.from_json(DEEP_OBJECT)
 
 
+@pytest.mark.slow
 def test_deeply_nested_garg_yaml_is_one_line(tmp_path, capsys):
     path = _garg_dir(tmp_path / "garg")
     (path / "config.yaml").write_text("model: " + DEEP_LIST)

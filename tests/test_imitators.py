@@ -78,6 +78,7 @@ def test_gds_step_size_is_fitted_to_imitate_heavy_balls_match(beta, scale):
 
 
 @pytest.mark.parametrize("beta,scale", [(0.5, 2.0), (0.5, 1.0)])
+@pytest.mark.slow
 def test_through_probes_that_layer_is_gd_or_heavy_ball(beta, scale):
     # without the imitators both layers are named heavy ball: GD's grid imitates them less
     batch = _batch(128)

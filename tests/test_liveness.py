@@ -115,6 +115,7 @@ def test_a_layer_not_below_the_zero_predictor_gets_no_verdict_from_any_view(data
 
 
 @pytest.mark.parametrize("n_dims,n_points", [(3, 9), (10, 21)])
+@pytest.mark.slow
 def test_newton_construction_read_by_probes_at_its_last_position_gets_verdicts(n_dims, n_points):
     # it diverges at short prefixes (α_t is tuned to the last); probes fitted there met
     # NaN residuals and torch's eigh failed — now they are fitted where it is aligned

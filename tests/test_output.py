@@ -181,6 +181,7 @@ def deep():
     return synthetic("000" + "n" * 11 + "g" * 11)  # 24 layers, 21 live
 
 
+@pytest.mark.slow
 def test_a_deep_model_collapses_runs_of_layers_with_the_same_verdicts(deep):
     text = screen(deep)
     check_screen(deep, text)
@@ -223,6 +224,7 @@ def pq_results():
     return align_checkpoints(["pq-isotropic-1layer"], cfg)
 
 
+@pytest.mark.slow
 def test_align_prints_one_screen_and_verbose_the_full_tables(pq_results, capsys, monkeypatch):
     results, _ = pq_results
     argv = ["align", "pq-isotropic-1layer", "--n-sequences", "32", "--n-boot", "10"]
@@ -251,6 +253,7 @@ def test_align_prints_one_screen_and_verbose_the_full_tables(pq_results, capsys,
     assert "\n".join(wrap([verdict])) in printed and verdict not in printed
 
 
+@pytest.mark.slow
 def test_a_pq_models_note_is_wrapped_within_the_screens_budget(capsys):
     # ka-gd-pq's note on its A_l runs past 100 columns: wrapped, and its lines reserved
     assert main(["align", "ka-gd-pq", "--n-sequences", "32", "--n-boot", "10"]) == 0
@@ -260,6 +263,7 @@ def test_a_pq_models_note_is_wrapped_within_the_screens_budget(capsys):
 
 
 # ---------------------------------------------------------------- the report
+@pytest.mark.slow
 def test_the_report_opens_with_the_findings_and_keeps_each_model_in_its_folder(
         shallow, deep, tmp_path):
     from iclprobe import atomic, storage
@@ -375,6 +379,7 @@ def test_without_pandas_to_frame_says_how_to_install_it(shallow, monkeypatch):
         shallow.to_frame()
 
 
+@pytest.mark.slow
 def test_a_protocol_sentence_that_contradicts_the_verdict_names_its_view():
     # the Newton oracle at 1/||SS^T||_F, read under fu2024 (whose alpha is twice that):
     # the protocol's fixed steps call it GD, the verdict (step sizes fitted) Newton

@@ -32,6 +32,7 @@ def wheel(tmp_path_factory) -> Path:
     return whl
 
 
+@pytest.mark.slow
 def test_wheel_holds_only_the_package(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     outside = [n for n in names if not (n.startswith("iclprobe/") or ".dist-info/" in n)]
@@ -54,6 +55,7 @@ def test_wheel_holds_only_the_package(wheel):
     assert "iclprobe = iclprobe.cli:main" in zipfile.ZipFile(wheel).read(entry[0]).decode()
 
 
+@pytest.mark.slow
 def test_installed_wheel_imports_as_iclprobe_only(wheel, tmp_path):
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",

@@ -124,6 +124,7 @@ def test_low_rank_factors_have_no_round_off_directions():
     torch.testing.assert_close(left.transpose(-1, -2) @ right, heads, atol=1e-22, rtol=0)
 
 
+@pytest.mark.slow
 def test_save_load_train_and_align(tmp_path):
     task = tasks.RegressionTask(n_dims=3, n_points=9, cov="rotated", w_prior="inverse-cov")
     model = PQTransformer(PQConfig(n_dims=3, n_layers=2, d_k=2, seed=1, init_std=0.1))

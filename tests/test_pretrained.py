@@ -83,6 +83,7 @@ def test_the_documented_error_curve_is_the_models(name):
 
 
 @pytest.mark.parametrize("name", GPTS)
+@pytest.mark.slow
 def test_gpt_errors_as_documented_and_better_than_one_gd_step(name):
     model = models.load(name)
     d = model.task.n_dims
@@ -120,6 +121,7 @@ def spearman(a, b):
     return float((ra * rb).sum() / (ra.norm() * rb.norm()))
 
 
+@pytest.mark.slow
 def test_gpt_softmax_layers_track_newton():
     model = models.load("gpt-softmax")
     cfg = AlignConfig(algorithms=("newton",), metrics=("error_cosine",), n_sequences=256,
@@ -134,6 +136,7 @@ def test_gpt_softmax_layers_track_newton():
     assert match.fit.layers[0] >= 3 and match.fit.r2 > 0.9
 
 
+@pytest.mark.slow
 def test_pq_rotated_layers_run_their_own_preconditioned_gd():
     model = models.load("pq-rotated-3layer")
     res = align(model, AlignConfig(n_sequences=256, n_weight_sequences=64, n_boot=100),

@@ -38,6 +38,7 @@ def library(cfg):
     return json.loads(json.dumps(res.to_dict()))  # as the CLI prints it
 
 
+@pytest.mark.slow
 def test_the_cli_and_the_library_agree_with_and_without_a_cached_probe(cache, capsys):
     printed, err = cli_json(capsys)
     assert printed["probes"]["source"] == "cross-fitted" and "cross-fitting" in err

@@ -197,6 +197,7 @@ def test_preconditioners_distance_and_optimum():
         probes.preconditioners(tiny_gpt())
 
 
+@pytest.mark.slow
 def test_one_layer_optimum_is_the_population_minimizer():
     """Γ⁻¹ minimizes the expected one-layer loss: perturbing it raises the Monte-Carlo loss."""
     cov = torch.diag(torch.tensor([2.0, 1.0, 0.5], dtype=torch.float64))
@@ -307,6 +308,7 @@ def test_the_readout_noise_reuses_the_folds_fits():
     assert readout_noise(fit, resid).features == resid.shape[-1] == model.cfg.d_model
 
 
+@pytest.mark.slow
 def test_the_readout_noise_draws_have_the_size_of_the_probes_own_error():
     """Every draw of the readout noise (one per rotation of the other folds' halves) is a
     sample of the cross-fitted probes' estimation error: on features whose best linear

@@ -84,6 +84,7 @@ def setup():
     return batch, xs, ys, layers, result
 
 
+@pytest.mark.slow
 def test_fu_newton_and_error_cosine_as_their_code(setup):
     batch, xs, ys, layers, result = setup
     steps = list(FU2024.runs["newton"].steps)

@@ -3,9 +3,12 @@
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_readme_examples_run(tmp_path, monkeypatch, capsys):
     text = (ROOT / "README.md").read_text()
     verdict, parts = re.findall(r"```python\n(.*?)```", text, re.S)

@@ -61,6 +61,7 @@ def run(ext, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_the_learner_recipe_returns_its_steps_list_and_joins_align(ext, run):
     batch = tasks.RegressionTask(n_dims=3, n_points=9).sample(8, generator=0)
     it = algorithms.iterates("heavy_ball", batch.xs, batch.ys, steps=[1, 2, 4])

@@ -151,6 +151,7 @@ def _said_of_gd_between_the_grids_step_sizes(answer_only=False, **kw):
     return answer if answer_only else [a.text for a in answer.layers[1:]]
 
 
+@pytest.mark.slow
 def test_a_layer_between_the_grids_step_sizes_is_matched_at_its_own():
     said = _said_of_gd_between_the_grids_step_sizes()
     # step 1: Newton's step 0 at a fitted α comes within the rule's resolution, and heavy
@@ -178,6 +179,7 @@ def test_without_the_fine_step_sizes_the_same_layers_read_cannot_tell(monkeypatc
     assert all(t.startswith("cannot tell gd from newton") for t in said[:3]), said
 
 
+@pytest.mark.slow
 def test_through_probes_the_grids_alone_are_read():
     # read exactly, GD's matches at layers 2-3 are a fine step size (0.84); through probes
     # (whose noise is larger than what the fine step sizes resolve) only the grids are run

@@ -29,6 +29,7 @@ def listing(path):
     return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
 
 
+@pytest.mark.slow
 def test_overwrite_of_a_report_keeps_a_run_or_probes_the_user_put_inside(ckpt, tmp_path,
                                                                         capsys):
     report = tmp_path / "r"

@@ -4,6 +4,7 @@ import dataclasses
 import importlib.util
 from pathlib import Path
 
+import pytest
 import torch
 
 from iclprobe import models, tasks
@@ -21,6 +22,7 @@ def _script(name):
     return module
 
 
+@pytest.mark.slow
 def test_fu2024_claims_quote_the_verdict_and_the_filter_orders():
     fu = _script("reproduce_fu2024")
     model = models.PQTransformer.from_matrices(A=[0.3 * torch.eye(3)] * 3)

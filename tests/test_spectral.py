@@ -91,6 +91,7 @@ def test_the_reading_names_the_learner_whose_order_the_interval_holds():
     assert reading(float("nan"), float("nan"), orders) == "too few usable directions"
 
 
+@pytest.mark.slow
 def test_align_reports_the_order_of_gd_and_newton_layers():
     batch = tasks.RegressionTask(n_dims=4, n_points=16).sample(
         96, generator=torch.Generator().manual_seed(3))
@@ -110,6 +111,7 @@ def test_align_reports_the_order_of_gd_and_newton_layers():
         assert "spectral" in res.to_dict() and res.to_dict()["spectral"]["t_min"] == 6
 
 
+@pytest.mark.slow
 def test_the_spectral_lines_show_each_live_layers_order():
     from iclprobe.alignment.output.tables import spectral_lines
 
@@ -165,6 +167,7 @@ def test_the_readouts_noise_widens_each_interval_to_hold_the_noisy_readings():
     assert wide.lower[0] is None and wide.upper[0] is None  # undefined stays undefined
 
 
+@pytest.mark.slow
 def test_align_widens_the_spectral_intervals_where_the_readout_has_noise():
     """`align_layers` given the readout's noise passes both noisy readings to the view."""
     from iclprobe.alignment.output.tables import spectral_lines

@@ -259,6 +259,7 @@ def test_build_result_says_when_the_model_does_not_solve_the_task(ev, newton):
     assert build_result(ev, layers, learners, matched, Views({}), {}).meaningless is None
 
 
+@pytest.mark.slow
 def test_align_layers_is_the_stages_composed(ev, newton, batch):
     layers = newton_layers(newton)
     cfg = dataclasses.replace(CFG, fitted=True, separation=True)

@@ -84,6 +84,7 @@ def test_loss_positions():
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "adamw", "sgd"])
+@pytest.mark.slow
 def test_first_order_optimizers_reduce_the_loss(optimizer, tmp_path):
     model = paired_linear()
     lr = 0.05 if optimizer == "sgd" else 3e-3

@@ -112,6 +112,7 @@ def test_dead_layers_are_left_out_of_the_fits(data):
     assert everything.matches["newton"]["error_cosine"].fit.layers == [1, 2, 3, 4, 5, 6]
 
 
+@pytest.mark.slow
 def test_a_pq_model_is_aligned_where_it_was_trained():
     g = torch.Generator().manual_seed(0)
     a = [0.3 * torch.eye(3) + 0.05 * torch.randn(3, 3, generator=g) for _ in range(3)]

@@ -410,3 +410,66 @@ def test_a_t_max_of_the_own_task_does_not_bound_the_designed_data():
     family = D.DesignFamily(condition_numbers=(1.0, 100.0), noise=(0.0,), n_sequences=32)
     design = D.design_evaluation(model, res, cfg, family)
     assert {d.n_points for d, _ in design.tried} >= {5, 7, 9, 13}
+
+
+@pytest.mark.parametrize("query", ["context", "low-variance"])
+def test_the_layers_learners_are_judged_live_as_align_judges_the_oracles_layers(gd_oracle, query):
+    """An oracle's layers are its learner's columns, so on any data the gate's verdict per
+    layer (its learner's matched column on the sequences align reads, by the liveness rule)
+    is align's own liveness of those layers there; on κ 1000 data with queries along the
+    low-variance directions GD's early steps have barely moved (some layers die), with
+    queries drawn as the context every layer lives."""
+    from iclprobe.alignment.design.keeps import live_learners
+
+    model, res = gd_oracle
+    pairs = D.contending_pairs(res)
+    task = D.Distribution(1000.0, "geometric", 9, 0.0, query).task(4, 0)
+    positions = D.search.designed_positions(task, "all")
+    cfg = dataclasses.replace(CFG, positions=positions, t_max=None,
+                              t_min=None if positions == "last" else CFG.t_min)
+    got = live_learners(task, pairs, res.answer.places, 6, cfg, positions, model)
+    there = align(model, cfg, name="gd", eval_task=task)
+    assert got == {layer: there.live[layer] for layer in pairs}
+    if query == "context":
+        assert all(got.values())
+    else:
+        assert not all(got.values())
+
+
+def test_a_distribution_where_a_layers_learner_dies_is_not_chosen(gd_oracle, monkeypatch):
+    """The gate is the search's: with every distribution but the own task's leaving a layer's
+    learner dead, no distribution separates anything (the own answer stands), where the
+    same search without it chooses one."""
+    from iclprobe.alignment.design import search
+    from iclprobe.alignment.evaluation import evaluation_task
+
+    model, res = gd_oracle
+    family = D.DesignFamily(condition_numbers=(1.0, 100.0), noise=(0.0,), n_sequences=32)
+    own = evaluation_task(model, CFG)
+    seen = []
+
+    def dying(task, pairs, *args):
+        seen.append(task == own)
+        return {layer: task == own or layer != max(pairs) for layer in pairs}
+
+    open_ = D.design_evaluation(model, res, CFG, family)
+    monkeypatch.setattr(search, "live_learners", dying)
+    gated = D.design_evaluation(model, res, CFG, family)
+    assert open_.objective > open_.own and gated.objective == 0.0
+    assert seen[0] and not any(seen[1:]) and len(seen) > 1
+    assert all(value == 0.0 for _, value in gated.tried)
+
+
+@pytest.mark.slow
+def test_the_held_out_online_gd_oracle_keeps_every_layer_on_its_designed_data():
+    """The known-answer benchmark's held-out online GD oracle at 1.2/‖x‖², ill-conditioned: a
+    design with label noise 0.5 separated its pairs most on the 64 judging sequences, but on
+    the 256 sequences align reads its first passes did no regression, and two layers
+    computed nothing there; the gate keeps every layer (all 8 named right)."""
+    from iclprobe.constructions import benchmark
+
+    cell = benchmark.Cell("online_gd oracle", "iclprobe", "ill-conditioned", "exact", 1.2,
+                          "held-out")
+    result = benchmark.run_cell(cell, benchmark.bench_config(), design=True)
+    assert result.counts["answer"]["true"] == 8 == result.counts["answer"]["separable"]
+    assert not result.hyper["out_of_distribution"]

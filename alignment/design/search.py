@@ -23,6 +23,13 @@ from iclprobe.alignment.design.family import (
     Distribution,
     nearest_distribution,
 )
+from iclprobe.alignment.design.keeps import live_learners
+from iclprobe.alignment.design.scale import (
+    POSITIONS,
+    designed_positions,
+    matched_scale,
+    own_curvature,
+)
 from iclprobe.alignment.evaluation import aligned_window, evaluation_task, family_runs
 from iclprobe.alignment.measuring.candidates import family_iterates
 from iclprobe.alignment.metrics import metric_info
@@ -34,8 +41,6 @@ from iclprobe.tasks import RegressionTask
 
 #: The metric the objective is computed with (the answer's reference metric).
 METRIC = "error_cosine"
-#: Where data are aligned (`AlignConfig.positions` once resolved)
-POSITIONS = ("all", "last")
 #: The model does regression on data where its output's normalized error is below this
 #: fraction of the zero predictor's; elsewhere its answer there is out of distribution.
 OOD_ERROR = 0.9
@@ -263,17 +268,8 @@ def design_evaluation(model: Regressor, res: AlignResult, cfg: AlignConfig | Non
         seed: of every candidate distribution's sample and rotation (default ``cfg.seed``).
         progress: show a tqdm bar over the distributions tried.
     """
-    check_type("design_evaluation", "res", res, AlignResult, "align's AlignResult")
-    cfg, family = checked_arguments("design_evaluation", model, cfg, family)
-    seed = cfg.seed if seed is None else check_seed("design_evaluation", "seed", seed)
-    if res.answer is None or not res.answer.places:
-        raise InputError(f"{res.name}: the designed evaluation needs the answer's matched "
-                         "columns (run align with the fitted view on)")
-    own_task = evaluation_task(model, cfg)
-    _check_belongs(model, res, own_task, seed)
-    n, d = own_task.n_points, own_task.n_dims  # the designed data's n is at most the own
-    check_bytes(family.n_sequences * n * (d + 1 + 2 * d * d) * 8,  # data, prefix statistics
-                f"DesignFamily.n_sequences={family.n_sequences}: judging a distribution")
+    cfg, family, seed, own_task = _design_arguments(model, res, cfg, family, seed)
+    assert res.answer is not None  # checked there
     pairs, places = contending_pairs(res), res.answer.places
     fixed_n = res.positions == "last" and own_task.query == "context"
     designed_cfg = dataclasses.replace(cfg, t_max=None)  # as `align_designed` aligns them
@@ -281,16 +277,24 @@ def design_evaluation(model: Regressor, res: AlignResult, cfg: AlignConfig | Non
     least_n = 2 if res.positions == "last" else \
         aligned_window(designed_cfg, "all", own_task.n_points)[0] + 1
 
-    def objective(task: RegressionTask, judged: AlignConfig, gate: bool = True) -> float:
+    def objective(task: RegressionTask, judged: AlignConfig, gate: bool = True,
+                  keep: Sequence[int] = ()) -> float:
         positions = "last" if fixed_n else designed_positions(task, res.positions)
-        return separation(task, pairs, places, res.n_layers, judged, positions,
-                          family.n_sequences, seed, model, gate)
+        value = separation(task, pairs, places, res.n_layers, judged, positions,
+                           family.n_sequences, seed, model, gate)
+        if value > 0 and keep:  # every layer's learner live where align reads (`keeps`)
+            live = live_learners(task, pairs, places, res.n_layers, judged, positions, model)
+            value = value if all(live[layer] is not False for layer in keep) else 0.0
+        return value
 
     # every option scored at its own scale (`matched_scale`): the built-in learners' rules
     # are relative to the data, a model's own learner (a PQ model's preconditioner) is not
     tried: dict[Distribution, tuple[Distribution, float]] = {}
     own = objective(own_task, cfg, gate=False)  # the gate's learner: a proxy of the output
     gate = not (own > 0 and objective(own_task, cfg) == 0)  # that fails on the own task: none
+    keep = [layer for layer, live in live_learners(  # the layers whose learner is live there
+        own_task, pairs, places, res.n_layers, cfg, "last" if fixed_n else res.positions,
+        model).items() if live]
     mine = own_curvature(model, cfg, res.positions)
     current = nearest_distribution(own_task, family)
     with tqdm(total=None, desc=f"{res.name}: designing the evaluation", disable=not progress,
@@ -303,11 +307,29 @@ def design_evaluation(model: Regressor, res: AlignResult, cfg: AlignConfig | Non
                     at = dataclasses.replace(option, scale=matched_scale(
                         model, cfg, res.positions, option, seed, mine))
                     tried[option] = (at, objective(at.task(own_task.n_dims, seed),
-                                                   designed_cfg, gate))
+                                                   designed_cfg, gate, keep))
                     bar.update()
             current = max(options, key=lambda o: (tried[o][1], -options.index(o)))
     chosen, value = tried[current]
     return Design(chosen, value, own, list(tried.values()), pairs, seed)
+
+
+def _design_arguments(model: Regressor, res: AlignResult, cfg: AlignConfig | None,
+                      family: DesignFamily | None, seed: int | None
+                      ) -> tuple[AlignConfig, DesignFamily, int, RegressionTask]:
+    """`design_evaluation`'s arguments checked: the config, family and seed used, the own task."""
+    check_type("design_evaluation", "res", res, AlignResult, "align's AlignResult")
+    cfg, family = checked_arguments("design_evaluation", model, cfg, family)
+    seed = cfg.seed if seed is None else check_seed("design_evaluation", "seed", seed)
+    if res.answer is None or not res.answer.places:
+        raise InputError(f"{res.name}: the designed evaluation needs the answer's matched "
+                         "columns (run align with the fitted view on)")
+    own_task = evaluation_task(model, cfg)
+    _check_belongs(model, res, own_task, seed)
+    n, d = own_task.n_points, own_task.n_dims  # the designed data's n is at most the own
+    check_bytes(family.n_sequences * n * (d + 1 + 2 * d * d) * 8,  # data, prefix statistics
+                f"DesignFamily.n_sequences={family.n_sequences}: judging a distribution")
+    return cfg, family, seed, own_task
 
 
 def checked_arguments(who: str, model: Regressor, cfg: AlignConfig | None,
@@ -343,50 +365,3 @@ def _check_belongs(model: Regressor, res: AlignResult, task: RegressionTask, see
         raise InputError(f"design_evaluation: res ({res.name}) names candidates {foreign} that "
                          "are neither registered learners nor learners this model claims: it "
                          "is the result of another model, or of another cfg's data")
-
-
-def designed_positions(task: RegressionTask, positions: str) -> str:
-    """Where data of ``task`` are aligned: ``positions``, or the last position alone.
-
-    The last alone where the queries are drawn apart from the context
-    (``query="low-variance"``).
-    """
-    return "last" if task.query == "low-variance" else positions
-
-
-def own_curvature(model: Regressor, cfg: AlignConfig, positions: str) -> float:
-    """The curvature of the model's own evaluation sequences (see `matched_scale`)."""
-    task = evaluation_task(model, cfg)
-    return _curvature(task, cfg, aligned_window(cfg, positions, task.n_points))
-
-
-def matched_scale(model: Regressor, cfg: AlignConfig, positions: str, chosen: Distribution,
-                  seed: int, own: float | None = None) -> float:
-    """The scale of ``chosen``'s data at which its curvature is the model's own task's.
-
-    The curvature: the largest λ_max(S_t/t) over the evaluation sequences (``cfg``'s
-    n_sequences and seed, as `align` samples them) and the aligned window's prefixes — what
-    a fixed step size is relative to (its stability bound, the families' fixed step sizes,
-    `FamilyContext.top_mean`). At that scale a model that runs fixed step sizes (a
-    construction, a network trained on its own task) runs them at the same multiple of
-    the designed data's bound as of its own data's, within the families' reach; keeping Σ's
-    largest eigenvalue instead, a spread spectrum's sequences are shorter (‖x‖² ≈ tr Σ), a
-    Newton construction's fixed α fell below its family's smallest step size there, and
-    its layers matched no learner. ``own``: `own_curvature`, where already computed.
-    """
-    check_choice("matched_scale", "positions", positions, POSITIONS)
-    check_type("matched_scale", "chosen", chosen, Distribution, "a Distribution")
-    own = own_curvature(model, cfg, positions) if own is None else \
-        check_real("matched_scale", "own", own, 0, low_open=True)
-    there = chosen.task(evaluation_task(model, cfg).n_dims, seed)
-    window = aligned_window(dataclasses.replace(cfg, t_max=None),
-                            designed_positions(there, positions), chosen.n_points)
-    return chosen.scale * math.sqrt(own / _curvature(there, cfg, window))
-
-
-def _curvature(task: RegressionTask, cfg: AlignConfig, window: tuple[int, int]) -> float:
-    """`FamilyContext.top_mean` of ``task``'s evaluation sequences over ``window``."""
-    batch = task.sample(cfg.n_sequences, generator=torch.Generator().manual_seed(cfg.seed))
-    xs = batch.xs.to(torch.float64)
-    stats = algorithms.prefix_stats(xs, torch.zeros(xs.shape[:2], dtype=torch.float64))
-    return FamilyContext(stats, batch.cov, window).top_mean()

@@ -46,7 +46,13 @@ designed data). A layer's separation is that of its closest pair; the objective 
 mean over the live layers. It is 0 on a distribution where the learner matched at the
 deepest answered layer does no regression (`regresses`: its error there not below
 ``OOD_ERROR`` × the zero predictor's), where a model that runs that learner would be judged
-out of distribution and its answer not used.
+out of distribution and its answer not used; and 0 where the learner some answered layer
+matched (one live at its matched column on the own task) is not live there (`keeps`: its
+matched column run on the very sequences `align` would read, by `align`'s liveness rule),
+where a model that runs it would lose that layer's answer. The 64 sequences the objective
+is judged on cannot show that: online GD's noisy first passes on κ 1000 data with label
+noise did regression on them and none on the evaluation's 256 (the known-answer
+benchmark's online GD oracles lost 5 layers on such designs).
 
 **The search** (`design_evaluation`): coordinate ascent from the distribution nearest the
 model's own task (its κ, shape, n, noise, query): each factor in turn (spectrum, examples,

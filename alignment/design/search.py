@@ -277,18 +277,18 @@ def design_evaluation(model: Regressor, res: AlignResult, cfg: AlignConfig | Non
     least_n = 2 if res.positions == "last" else \
         aligned_window(designed_cfg, "all", own_task.n_points)[0] + 1
 
-    def objective(task: RegressionTask, judged: AlignConfig, gate: bool = True,
-                  keep: Sequence[int] = ()) -> float:
+    def objective(task: RegressionTask, judged: AlignConfig, gate: bool = True) -> float:
         positions = "last" if fixed_n else designed_positions(task, res.positions)
-        value = separation(task, pairs, places, res.n_layers, judged, positions,
-                           family.n_sequences, seed, model, gate)
-        if value > 0 and keep:  # every layer's learner live where align reads (`keeps`)
-            live = live_learners(task, pairs, places, res.n_layers, judged, positions, model)
-            value = value if all(live[layer] is not False for layer in keep) else 0.0
-        return value
+        return separation(task, pairs, places, res.n_layers, judged, positions,
+                          family.n_sequences, seed, model, gate)
 
-    # every option scored at its own scale (`matched_scale`): the built-in learners' rules
-    # are relative to the data, a model's own learner (a PQ model's preconditioner) is not
+    def keeps_all(at: Distribution) -> bool:  # every kept layer's learner live (`keeps`)
+        task = at.task(own_task.n_dims, seed)
+        positions = "last" if fixed_n else designed_positions(task, res.positions)
+        live = live_learners(task, pairs, places, res.n_layers, designed_cfg, positions, model)
+        return all(live[layer] is not False for layer in keep)
+
+    # every option at its own scale (`matched_scale`): a PQ model's preconditioner is fixed
     tried: dict[Distribution, tuple[Distribution, float]] = {}
     own = objective(own_task, cfg, gate=False)  # the gate's learner: a proxy of the output
     gate = not (own > 0 and objective(own_task, cfg) == 0)  # that fails on the own task: none
@@ -296,7 +296,7 @@ def design_evaluation(model: Regressor, res: AlignResult, cfg: AlignConfig | Non
         own_task, pairs, places, res.n_layers, cfg, "last" if fixed_n else res.positions,
         model).items() if live]
     mine = own_curvature(model, cfg, res.positions)
-    current = nearest_distribution(own_task, family)
+    current, unjudged = nearest_distribution(own_task, family), set()
     with tqdm(total=None, desc=f"{res.name}: designing the evaluation", disable=not progress,
               unit=" distributions", leave=False) as bar:  # closed before an error is told
         for factor in FACTORS:  # coordinate ascent: each factor's best, the others held
@@ -307,11 +307,31 @@ def design_evaluation(model: Regressor, res: AlignResult, cfg: AlignConfig | Non
                     at = dataclasses.replace(option, scale=matched_scale(
                         model, cfg, res.positions, option, seed, mine))
                     tried[option] = (at, objective(at.task(own_task.n_dims, seed),
-                                                   designed_cfg, gate, keep))
+                                                   designed_cfg, gate))
+                    unjudged |= {option} if tried[option][1] > 0 and keep else set()
                     bar.update()
-            current = max(options, key=lambda o: (tried[o][1], -options.index(o)))
+            current = _best(options, tried, unjudged, keeps_all)
     chosen, value = tried[current]
     return Design(chosen, value, own, list(tried.values()), pairs, seed)
+
+
+def _best(options: Sequence[Distribution], tried: dict[Distribution, tuple[Distribution, float]],
+          unjudged: set[Distribution], keeps_all: Any) -> Distribution:
+    """The option of largest objective (ties: the earlier) that keeps every layer live.
+
+    Only a contender is put to the gate (`keeps`, the costly test: the evaluation's own
+    sequences): the best not yet judged, until the best has been; one that fails gets
+    objective 0 in ``tried`` (in place). The gate only lowers an objective, so the choice is
+    that of gating every option; an option never the best of its factor keeps its pairs'
+    separation, ungated, in ``tried``.
+    """
+    while True:
+        best = max(options, key=lambda o: (tried[o][1], -list(options).index(o)))
+        if best not in unjudged:
+            return best
+        unjudged.discard(best)
+        if not keeps_all(tried[best][0]):
+            tried[best] = (tried[best][0], 0.0)
 
 
 def _design_arguments(model: Regressor, res: AlignResult, cfg: AlignConfig | None,

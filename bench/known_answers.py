@@ -55,6 +55,7 @@ from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.measuring.kept import reusing_families
 from iclprobe.cli import OneLineParser
 from iclprobe.constructions import benchmark as B
+from iclprobe.constructions import evaluations as E
 from iclprobe.constructions import power as P
 from iclprobe.constructions import scoring as S
 from iclprobe.storage import write_text_atomic
@@ -206,6 +207,26 @@ def print_confusion(table: dict[tuple[str, str, str], dict[str, int]], title: st
               f"{c['cannot tell']:7} {c['none']:6}  {sep}")
 
 
+def print_shares(views: dict[str, dict[tuple[str, str, str], dict[str, int]]]) -> None:
+    """Per setting and readout, each view's separable and right shares of the live layers.
+
+    Over the cells whose truth is a learner; a view's live layers are those it answers.
+    """
+    print("\nshares of the live layers of the learner truths: separable / right / right at "
+          "separable")
+    first = next(iter(views.values()))
+    for setting, readout in dict.fromkeys((s, r) for s, _, r in first):
+        parts = []
+        for view, table in views.items():
+            here = [c for (s, t, r), c in table.items()
+                    if s == setting and r == readout and t != "none"]
+            live = sum(c["true"] + c["false"] + c["cannot tell"] + c["none"] for c in here)
+            sep, right = (sum(c[k] for c in here) for k in ("separable", "true"))
+            parts.append(f"{view}: {_share(sep, live)} / {_share(right, live)} / "
+                         f"{_share(sum(c['true_separable'] for c in here), sep)}")
+        print(f"{setting} {readout}: " + "; ".join(parts))
+
+
 def verdict_totals(results: list[B.CellResult], settings: list[str]) -> dict[str, Any]:
     """The Newton-vs-GD verdict's totals per setting (GD and Newton truths)."""
     out = {}
@@ -264,8 +285,8 @@ def write_outputs(out: Path, summary: dict[str, Any], results: list[B.CellResult
 
 
 def judge(table: dict[tuple[str, str, str], dict[str, int]], verdicts: dict[str, Any],
-          short_power: list[P.ProbePower]) -> int:
-    """0 where every target is met, else 1 (and which)."""
+          short_power: list[P.ProbePower], view: str = S.JUDGED) -> int:
+    """0 where every target of ``view``'s ``table`` is met, else 1 (and which)."""
     missed = []
     for setting in dict.fromkeys(k[0] for k in table):
         for readout, floor in (("exact", 0.9), ("probe", 0.8)):
@@ -284,7 +305,7 @@ def judge(table: dict[tuple[str, str, str], dict[str, int]], verdicts: dict[str,
     if short_power:
         missed.append(f"{len(short_power)} cell(s) where probes name the truth at < 80% of the "
                       "layers the exact readout names it at (judged where probes can separate it)")
-    print("\n" + ("FAIL: " + "; ".join(missed) if missed else
+    print(f"\n{view}: " + ("FAIL: " + "; ".join(missed) if missed else
                   "PASS: no false attribution; right at >= 90% (exact) and >= 80% (probes) of "
                   "the separable layers; >= 30 separable layers per truth; probe power >= 80% "
                   "in every cell"))
@@ -303,9 +324,16 @@ def main(argv: list[str] | None = None) -> int:
           f"{cfg.n_sequences} sequences, {cfg.n_boot} bootstrap resamples; probes: "
           f"{_probes(cfg)})")
     table = confusion(results)
-    print_confusion(table, "the answer (every candidate; error cosine, weight cosine and spd)")
+    print_confusion(table, "the answer (every candidate; error cosine, weight cosine and spd)"
+                    + (" on the designed data" if args.design else ""))
     for metric in ("error_cosine", "weight_cosine", "spd"):
         print_confusion(confusion(results, f"{S.ANSWER} {metric}"), f"the answer by {metric}")
+    both = {}
+    if args.design:  # the own task's answer, and the answer over both evaluations
+        both = {view: confusion(results, view) for view in (E.OWN_VIEW, E.BOTH_VIEW)}
+        print_confusion(both[E.BOTH_VIEW], f"{E.BOTH_VIEW} (alignment.design.both)")
+        print_shares({E.OWN_VIEW: both[E.OWN_VIEW], "designed data": table, **{
+            E.BOTH_VIEW: both[E.BOTH_VIEW]}})
     print()
     verdicts = verdict_totals(results, settings)
     power = P.probe_power(results)
@@ -314,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
         summary = {"answer": {" ".join(k): v for k, v in table.items()}, "verdict": verdicts,
                    "probe_power": [p.to_dict() for p in power]}
         write_outputs(args.out, summary, results)
-    return judge(table, verdicts, short)
+    return max(judge(table, verdicts, short),
+               *(judge(t, {}, [], view) for view, t in both.items() if view == E.BOTH_VIEW))
 
 
 if __name__ == "__main__":

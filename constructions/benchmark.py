@@ -26,7 +26,7 @@ from iclprobe.algorithms.prefix import prefix_stats
 from iclprobe.alignment.design import DesignFamily, align_designed
 from iclprobe.alignment.measuring.layers import probe_rows
 from iclprobe.alignment.pipeline import AlignConfig, AlignResult, align, evaluation_task
-from iclprobe.constructions import scoring
+from iclprobe.constructions import evaluations, scoring
 from iclprobe.constructions.oracle import oracle
 from iclprobe.constructions.pq import gd_transformer, newton_transformer, newton_transformer_alpha
 from iclprobe.errors import InputError
@@ -348,12 +348,12 @@ def run_cell(cell: Cell, cfg: AlignConfig, design: bool = False,
             raise
         return CellResult(cell, True, {}, {}, built.hyper)
     batch = evaluation_batch(built.model.task, built.cfg)  # type: ignore[arg-type]
-    hyper = built.hyper
+    hyper, own_batch, done = built.hyper, batch, None
     if design:
         done = align_designed(built.model, built.cfg, own=res,
                               family=DesignFamily(examples=()))
-        if not done.out_of_distribution and done.designed is not None:
-            res = done.designed
+        if done.used is not None:
+            res = done.used
             task = done.design.chosen.task(SETTINGS[cell.setting].n_dims, done.design.seed)
             batch = task.sample(built.cfg.n_sequences,
                                 generator=torch.Generator().manual_seed(built.cfg.seed))
@@ -362,6 +362,10 @@ def run_cell(cell: Cell, cfg: AlignConfig, design: bool = False,
     t_min = probe_rows(built.model, None)  # the benchmark's probes: align's own
     rows = None if t_min is None else (max(res.window[0], t_min), res.window[1])
     counts, verdicts = scoring.score(res, cell.truth, batch, built.truth_columns, rows, named)
+    if done is not None:  # the own task's answer and the answer over both, beside it
+        more = evaluations.both_counts(done, own_batch, batch, cell.truth, built.truth_columns)
+        counts.update(more[0])
+        verdicts.update(more[1])
     return CellResult(cell, False, counts, verdicts, hyper)
 
 

@@ -343,7 +343,7 @@ def answer_counts(said: list[LayerAnswer], truth: str | None, reach: dict[str, R
     for layer, a in enumerate(said):
         if a.kind in DEAD:
             continue
-        key = "true" if _right(a, truth, reach, layer) else "false" if a.kind == RUNS else \
+        key = "true" if is_right(a, truth, reach, layer) else "false" if a.kind == RUNS else \
             "cannot tell" if a.kind == CANNOT_TELL else "none"
         out[key] += 1
         if truth is not None and separable_at(reach, layer):
@@ -352,7 +352,7 @@ def answer_counts(said: list[LayerAnswer], truth: str | None, reach: dict[str, R
     return out
 
 
-def _right(a: LayerAnswer, truth: str | None, reach: dict[str, Reach], layer: int) -> bool:
+def is_right(a: LayerAnswer, truth: str | None, reach: dict[str, Reach], layer: int) -> bool:
     """Whether the answer is right (see the module docstring).
 
     Naming the truth; where the truth's iterate has converged to OLS's under every metric,

@@ -98,7 +98,8 @@ def _designed(done) -> str:
         return f"{where}: cannot be read with these settings ({done.not_read}); not used"
     if done.designed is None:
         return f"{where}: separates the candidates no better than the own task; not aligned"
-    return f"{where}: {_answer(done.designed)}"
+    both = done.both_sentence().split(": ", 1)[1].rstrip(".")
+    return f"{where}: {_answer(done.designed)}; over both evaluations: {both}"
 
 
 def claims(iso, ill, designed=None) -> list[tuple[str, str]]:

@@ -8,6 +8,7 @@ from typing import Any
 from iclprobe._text import wrap
 from iclprobe.algorithms.numerics import Diverged
 from iclprobe.alignment.config import AlignConfig
+from iclprobe.alignment.design.both import DISAGREE, both_answers
 from iclprobe.alignment.design.family import DesignFamily
 from iclprobe.alignment.design.search import (
     OOD_ERROR,
@@ -17,6 +18,7 @@ from iclprobe.alignment.design.search import (
     designed_positions,
 )
 from iclprobe.alignment.result import AlignResult
+from iclprobe.alignment.views.answer_rule import LayerAnswer
 from iclprobe.errors import InputError, NonFinite, TooFewRows
 from iclprobe.models.base import Regressor
 
@@ -40,8 +42,37 @@ class Designed:
                              "on these data (every target 0?): no error to normalize by")
         return res.layer_error[-1] / res.zero_error
 
+    @property
+    def used(self) -> AlignResult | None:
+        """The designed alignment where its answer is used (read, and in distribution)."""
+        des = self.designed
+        return des if des is not None and des.answer is not None and \
+            not self.out_of_distribution else None
+
+    def both(self) -> list[tuple[LayerAnswer, str]]:
+        """Per layer, the answer over both evaluations and where it comes from.
+
+        `both.both_answers`: a name one evaluation gives and the other does not contradict
+        stands; where they contradict each other, "cannot tell". Where the designed data
+        are not used, the own task's answer.
+        """
+        own = self.own.answer
+        assert own is not None  # align_designed runs the fitted view
+        used = self.used
+        return both_answers(own.layers, used.answer.layers if used is not None and
+                            used.answer is not None else None)
+
+    def both_sentence(self) -> str:
+        """The answer over both evaluations in words, over the layers live on either."""
+        own = self.own.answer
+        assert own is not None  # align_designed runs the fitted view
+        used = self.used
+        live = [x or (used is not None and y) for x, y in
+                zip(self.own.live, used.live if used is not None else self.own.live)]
+        return dataclasses.replace(own, layers=[a for a, _ in self.both()]).sentence(live)
+
     def lines(self) -> list[str]:
-        """Both answers per live layer, side by side, and the model's error on each.
+        """Both answers per live layer, side by side, the answer over both, the model's error.
 
         The sentences are wrapped to the screen's width (`iclprobe._text.WIDTH`).
         """
@@ -69,13 +100,18 @@ class Designed:
         if des is None or des.answer is None:
             return head, []
         width = max(len(a.short) for a in own_a.layers) + 2
-        rows = [f"{'layer':>5}  {'own task':{width}}designed data"]
-        for layer, (a, b) in enumerate(zip(own_a.layers, des.answer.layers)):
-            if not (self.own.live[layer] or des.live[layer]):
-                continue
-            right = b.short + (" (out of distribution)" if self.out_of_distribution else "")
-            rows.append(f"{layer:>5}  {a.short:{width}}{right}")
-        return head, rows
+        there_short = [b.short + (" (out of distribution)" if self.out_of_distribution else "")
+                       for b in des.answer.layers]
+        width_b = max(len(t) for t in there_short) + 2
+        rows = [f"{'layer':>5}  {'own task':{width}}{'designed data':{width_b}}both"]
+        for layer, (a, t, (c, where)) in enumerate(zip(own_a.layers, there_short, self.both())):
+            if self.own.live[layer] or des.live[layer]:
+                mark = " (disagree)" if where == DISAGREE else ""
+                rows.append(f"{layer:>5}  {a.short:{width}}{t:{width_b}}{c.short}{mark}")
+        return head + ["both: a learner one evaluation names and the other does not "
+                       "contradict (it cannot tell it from others, or the layer computes "
+                       "nothing there); where they contradict each other (disagree), "
+                       "cannot tell"], rows
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields: the design and the designed alignment."""
@@ -84,7 +120,8 @@ class Designed:
                 "why": self.why, "not_read": self.not_read,
                 "model_error": {"own": self.model_error(self.own),
                                 "designed": self.model_error(des) if des is not None else None},
-                "designed": des.to_dict() if des is not None else None}
+                "designed": des.to_dict() if des is not None else None,
+                "both": [{"answer": a.text, "from": where} for a, where in self.both()]}
 
 
 def align_designed(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",

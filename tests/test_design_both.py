@@ -1,0 +1,125 @@
+"""One answer per layer over the own task and the designed data (alignment.design.both)."""
+
+import itertools
+
+import pytest
+from helpers import designed_text
+
+from iclprobe import tasks
+from iclprobe.alignment import AlignConfig
+from iclprobe.alignment import design as D
+from iclprobe.alignment.design.both import BOTH, DESIGNED, DISAGREE, OWN, both_answers, names
+from iclprobe.alignment.views.answer_rule import CANNOT_TELL, NONE, RUNS, LayerAnswer
+from iclprobe.constructions.oracle import oracle
+
+DEAD = LayerAnswer("computes nothing")
+
+
+def runs(x, column="step 3"):
+    return LayerAnswer(RUNS, x, column, 0.99, runner_up="newton" if x != "newton" else "gd")
+
+
+def cannot(x, *others):
+    return LayerAnswer(CANNOT_TELL, x, "step 2", 0.98, list(others), others[0])
+
+
+def none(nearest, runner_up="cg"):
+    return LayerAnswer(NONE, nearest, "step 9", 0.7, runner_up=runner_up, resemblance=0.9)
+
+
+# (own, designed) -> (kind, learner, the others as a set, where it comes from)
+CASES = [
+    (runs("gd"), DEAD, (RUNS, "gd", set(), OWN)),
+    (DEAD, runs("gd"), (RUNS, "gd", set(), DESIGNED)),
+    (DEAD, DEAD, ("computes nothing", None, set(), OWN)),
+    (runs("gd", "step 3"), runs("gd", "step 4"), (RUNS, "gd", set(), BOTH)),
+    (runs("gd"), cannot("momentum", "gd"), (RUNS, "gd", set(), OWN)),
+    (cannot("gd", "newton", "ridge"), runs("gd"), (RUNS, "gd", set(), DESIGNED)),
+    (runs("gd"), runs("newton"), (CANNOT_TELL, "gd", {"newton"}, DISAGREE)),
+    (runs("gd"), cannot("newton", "cg"), (CANNOT_TELL, "gd", {"newton", "cg"}, DISAGREE)),
+    (none("gd"), runs("gd"), (CANNOT_TELL, "gd", {"cg", "newton"}, DISAGREE)),  # runners-up
+    (runs("gd"), none("newton"), (CANNOT_TELL, "gd", {"newton"}, DISAGREE)),
+    (none("gd"), none("newton"), (NONE, "gd", set(), BOTH)),
+    (none("gd"), cannot("momentum", "newton"),
+     (CANNOT_TELL, "gd", {"momentum", "newton"}, DISAGREE)),
+    (cannot("gd", "newton", "momentum"), cannot("momentum", "gd"),
+     (CANNOT_TELL, "gd", {"momentum"}, BOTH)),  # neither separated these two
+    (cannot("gd", "newton"), cannot("gd", "momentum"),
+     (CANNOT_TELL, "gd", {"newton", "momentum"}, BOTH)),  # one in common: every one named
+]
+
+
+@pytest.mark.parametrize("own, designed, expected", CASES)
+def test_each_rule_by_hand(own, designed, expected):
+    (got, where), = both_answers([own], [designed])
+    assert (got.kind, got.learner, set(got.others), where) == expected
+    if got.kind == CANNOT_TELL:
+        assert got.learner not in got.others and len(names(got)) >= 2
+        assert (got.source == DISAGREE) == (where == DISAGREE)
+
+
+POOL = [DEAD, runs("gd"), runs("newton"), runs("cg"), cannot("gd", "newton"),
+        cannot("newton", "momentum", "gd"), cannot("cg", "ridge"), none("gd"),
+        none("newton", "gd"), LayerAnswer(NONE, "gd")]  # no runner-up
+
+
+@pytest.mark.parametrize("a, b", list(itertools.product(POOL, POOL)))
+def test_a_learner_is_named_only_where_no_evaluation_contradicts_it(a, b):
+    (got, where), = both_answers([a], [b])
+    (swapped, _), = both_answers([b], [a])
+    live = [x for x in (a, b) if x is not DEAD]
+    if got.kind == RUNS:  # named by one, and the other names it or cannot tell it from others
+        assert any(x.kind == RUNS and x.learner == got.learner for x in live)
+        assert all(got.learner in names(x) and x.kind != NONE for x in live)
+    if any(x.kind == RUNS for x in live) and all(x.kind == RUNS for x in live) and \
+            len({x.learner for x in live}) == 1:
+        assert got.kind == RUNS  # both (or the one live) name the same learner
+    if not live:
+        assert got is a and where == OWN
+    # the rule treats the two evaluations alike but for which one leads (whose nearest
+    # candidate "none of them" names)
+    assert swapped.kind == got.kind
+    assert got.kind == NONE or set(names(swapped)) == set(names(got))
+
+
+def test_without_designed_data_the_own_answer_stands():
+    own = [DEAD, runs("gd"), cannot("gd", "newton")]
+    assert both_answers(own, None) == [(a, OWN) for a in own]
+    with pytest.raises(ValueError, match="designed must answer as many layers as own"):
+        both_answers(own, own[:2])
+
+
+CFG = AlignConfig(n_sequences=128, n_boot=50, separation=False)
+
+
+@pytest.fixture(scope="module")
+def gd_on_designed_data():
+    model = oracle("gd", 4, 6, lambda layer: 2 * layer, lr="max", normalize=True,
+                   task=tasks.RegressionTask(n_dims=4, n_points=9))
+    there = D.Design(D.Distribution(1000.0, "geometric", 9, 0.0, "context"), 1.0, 0.0, [],
+                     {}, 0)
+    return D.align_designed(model, CFG, "gd", design=there)
+
+
+def test_a_designed_alignment_is_combined_layer_by_layer(gd_on_designed_data):
+    done = gd_on_designed_data
+    assert done.used is done.designed is not None
+    want = both_answers(done.own.answer.layers, done.designed.answer.layers)
+    assert done.both() == want
+    named = [a for a, _ in want if a.kind == RUNS]
+    assert named and all(a.learner == "gd" for a in named)  # a GD oracle, on both
+    record = done.to_dict()["both"]
+    assert [r["answer"] for r in record] == [a.text for a, _ in want]
+    assert [r["from"] for r in record] == [w for _, w in want]
+    text = designed_text(done)
+    assert "both" in text and "where they contradict each other" in text
+    assert done.both_sentence().startswith("what the layers run, among ")
+    assert "gd (" in done.both_sentence()
+
+
+def test_out_of_distribution_designed_data_leave_the_own_answer(gd_on_designed_data):
+    import dataclasses
+
+    ood = dataclasses.replace(gd_on_designed_data, out_of_distribution=True, why="test")
+    assert ood.used is None
+    assert ood.both() == [(a, OWN) for a in ood.own.answer.layers]

@@ -342,8 +342,17 @@ def main(argv: list[str] | None = None) -> int:
         summary = {"answer": {" ".join(k): v for k, v in table.items()}, "verdict": verdicts,
                    "probe_power": [p.to_dict() for p in power]}
         write_outputs(args.out, summary, results)
-    return max(judge(table, verdicts, short),
-               *(judge(t, {}, [], view) for view, t in both.items() if view == E.BOTH_VIEW))
+    return exit_code(table, verdicts, short, both.get(E.BOTH_VIEW))
+
+
+def exit_code(table: dict[tuple[str, str, str], dict[str, int]], verdicts: dict[str, Any],
+              short_power: list[P.ProbePower],
+              both: dict[tuple[str, str, str], dict[str, int]] | None = None) -> int:
+    """1 where a target of the answer (or of the answer over both evaluations) is missed."""
+    codes = [judge(table, verdicts, short_power)]
+    if both is not None:
+        codes.append(judge(both, {}, [], E.BOTH_VIEW))
+    return max(codes)
 
 
 if __name__ == "__main__":

@@ -13,10 +13,11 @@ from iclprobe.alignment.views.answer_rule import CANNOT_TELL, NONE, RUNS, LayerA
 from iclprobe.constructions.oracle import oracle
 
 DEAD = LayerAnswer("computes nothing")
+NO_MATCH = LayerAnswer("matches no learner")  # live, and no candidate beats the zero predictor
 
 
 def runs(x, column="step 3"):
-    return LayerAnswer(RUNS, x, column, 0.99, runner_up="newton" if x != "newton" else "gd")
+    return LayerAnswer(RUNS, x, column, 0.99)  # a named learner has no runner-up
 
 
 def cannot(x, *others):
@@ -37,7 +38,12 @@ CASES = [
     (cannot("gd", "newton", "ridge"), runs("gd"), (RUNS, "gd", set(), DESIGNED)),
     (runs("gd"), runs("newton"), (CANNOT_TELL, "gd", {"newton"}, DISAGREE)),
     (runs("gd"), cannot("newton", "cg"), (CANNOT_TELL, "gd", {"newton", "cg"}, DISAGREE)),
-    (none("gd"), runs("gd"), (CANNOT_TELL, "gd", {"cg", "newton"}, DISAGREE)),  # runners-up
+    (none("gd"), runs("gd"), (CANNOT_TELL, "gd", {"cg"}, DISAGREE)),  # with the runner-up
+    (runs("gd"), NO_MATCH, ("matches no learner", None, set(), DISAGREE)),  # no second name
+    (NO_MATCH, cannot("gd", "cg"), (CANNOT_TELL, "gd", {"cg"}, DISAGREE)),
+    (NO_MATCH, none("gd"), ("matches no learner", None, set(), BOTH)),
+    (cannot("gd", "newton"), cannot("cg", "ridge"),
+     (CANNOT_TELL, "gd", {"newton", "cg", "ridge"}, DISAGREE)),  # each ruled out the other's
     (runs("gd"), none("newton"), (CANNOT_TELL, "gd", {"newton"}, DISAGREE)),
     (none("gd"), none("newton"), (NONE, "gd", set(), BOTH)),
     (none("gd"), cannot("momentum", "newton"),
@@ -45,7 +51,7 @@ CASES = [
     (cannot("gd", "newton", "momentum"), cannot("momentum", "gd"),
      (CANNOT_TELL, "gd", {"momentum"}, BOTH)),  # neither separated these two
     (cannot("gd", "newton"), cannot("gd", "momentum"),
-     (CANNOT_TELL, "gd", {"newton", "momentum"}, BOTH)),  # one in common: every one named
+     (CANNOT_TELL, "gd", {"newton", "momentum"}, DISAGREE)),  # one in common: every one
 ]
 
 
@@ -53,12 +59,14 @@ CASES = [
 def test_each_rule_by_hand(own, designed, expected):
     (got, where), = both_answers([own], [designed])
     assert (got.kind, got.learner, set(got.others), where) == expected
+    assert (got.source == DISAGREE) == (where == DISAGREE)
     if got.kind == CANNOT_TELL:
         assert got.learner not in got.others and len(names(got)) >= 2
-        assert (got.source == DISAGREE) == (where == DISAGREE)
+        if got.learner != own.learner:  # the own task's answer leads: its column is its own
+            assert got.column is None and got.value is None
 
 
-POOL = [DEAD, runs("gd"), runs("newton"), runs("cg"), cannot("gd", "newton"),
+POOL = [DEAD, NO_MATCH, runs("gd"), runs("newton"), runs("cg"), cannot("gd", "newton"),
         cannot("newton", "momentum", "gd"), cannot("cg", "ridge"), none("gd"),
         none("newton", "gd"), LayerAnswer(NONE, "gd")]  # no runner-up
 
@@ -70,16 +78,17 @@ def test_a_learner_is_named_only_where_no_evaluation_contradicts_it(a, b):
     live = [x for x in (a, b) if x is not DEAD]
     if got.kind == RUNS:  # named by one, and the other names it or cannot tell it from others
         assert any(x.kind == RUNS and x.learner == got.learner for x in live)
-        assert all(got.learner in names(x) and x.kind != NONE for x in live)
+        assert all(got.learner in names(x) and x.kind in (RUNS, CANNOT_TELL) for x in live)
     if any(x.kind == RUNS for x in live) and all(x.kind == RUNS for x in live) and \
             len({x.learner for x in live}) == 1:
         assert got.kind == RUNS  # both (or the one live) name the same learner
     if not live:
         assert got is a and where == OWN
-    # the rule treats the two evaluations alike but for which one leads (whose nearest
-    # candidate "none of them" names)
-    assert swapped.kind == got.kind
-    assert got.kind == NONE or set(names(swapped)) == set(names(got))
+    # the rule treats the two evaluations alike but for which one leads (whose answer stands
+    # where both find no candidate near, "none of them" or "matches no learner")
+    near = (NONE, "matches no learner")
+    assert (swapped.kind in near and got.kind in near) or swapped.kind == got.kind
+    assert got.kind in near or set(names(swapped)) == set(names(got))
 
 
 def test_without_designed_data_the_own_answer_stands():
@@ -112,7 +121,7 @@ def test_a_designed_alignment_is_combined_layer_by_layer(gd_on_designed_data):
     assert [r["answer"] for r in record] == [a.text for a, _ in want]
     assert [r["from"] for r in record] == [w for _, w in want]
     text = designed_text(done)
-    assert "both" in text and "where they contradict each other" in text
+    assert "both" in text and "cannot tell where they disagree" in text
     assert done.both_sentence().startswith("what the layers run, among ")
     assert "gd (" in done.both_sentence()
 
@@ -123,3 +132,37 @@ def test_out_of_distribution_designed_data_leave_the_own_answer(gd_on_designed_d
     ood = dataclasses.replace(gd_on_designed_data, out_of_distribution=True, why="test")
     assert ood.used is None
     assert ood.both() == [(a, OWN) for a in ood.own.answer.layers]
+
+
+def _gd_columns(xs, ys, weights):
+    """The GD oracle's true columns: 1/λ_max steps 0, 2, ..., 12 (its layers 0–6)."""
+    from iclprobe import algorithms
+
+    return algorithms.gd(xs, ys, steps=list(range(0, 13, 2)), lr="max", normalize=True,
+                         weights=weights)
+
+
+@pytest.mark.slow  # the truth's reach on both evaluations' data
+@pytest.mark.parametrize("truth", ["gd", "newton"])
+def test_the_benchmark_counts_the_answer_over_both(gd_on_designed_data, truth):
+    import torch
+
+    from iclprobe.constructions import benchmark as B
+    from iclprobe.constructions import evaluations as E
+    from iclprobe.constructions import scoring as S
+
+    done = gd_on_designed_data
+    own_batch = B.evaluation_batch(tasks.RegressionTask(n_dims=4, n_points=9), CFG)
+    there = done.design.chosen.task(4, done.design.seed).sample(
+        CFG.n_sequences, generator=torch.Generator().manual_seed(CFG.seed))
+    counts, labels = E.both_counts(done, own_batch, there, truth, _gd_columns)
+    alone, _ = S.score(done.own, truth, own_batch, _gd_columns)
+    assert counts[E.OWN_VIEW] == alone[S.ANSWER]  # the own task's, as the benchmark counts it
+    assert labels[E.BOTH_VIEW] == [a.text for a, _ in done.both()]
+    live = sum(a.kind not in ("computes nothing", "matches no learner") for a, _ in done.both())
+    both = counts[E.BOTH_VIEW]
+    assert sum(both[k] for k in ("true", "false", "cannot tell", "none")) == live
+    if truth == "gd":  # named at every live layer on both: right, and separable there
+        assert both["true"] == both["separable"] == both["true_separable"] == live
+    else:  # a GD oracle counted as Newton's: every name is a false attribution
+        assert both["false"] == live and both["true"] == 0

@@ -39,8 +39,10 @@ def test_fu2024_claims_quote_the_verdict_and_the_filter_orders():
     designed = next(v for k, v in rows.items() if k.startswith("... on data designed"))
     assert designed.startswith(done.design.chosen.text + ": ")
     if done.designed is not None and not done.out_of_distribution:  # read as the headline
-        assert designed.endswith(done.designed.answer.sentence(done.designed.live)
-                                 .split(": ", 1)[1].rstrip("."))
+        alone, both = designed.split(" over both evaluations: ")
+        assert alone.endswith(done.designed.answer.sentence(done.designed.live)
+                              .split(": ", 1)[1].rstrip(".") + ";")
+        assert both == done.both_sentence().split(": ", 1)[1].rstrip(".")
     headline = next(v for k, v in rows.items() if k.startswith("Headline"))
     answer = results[0].answer.sentence(results[0].live).split(": ", 1)[1].rstrip(".")
     assert headline.startswith(answer + "; κ=100: ")  # what each layer runs, the answer

@@ -109,9 +109,8 @@ class Designed:
                 mark = " (disagree)" if where == DISAGREE else ""
                 rows.append(f"{layer:>5}  {a.short:{width}}{t:{width_b}}{c.short}{mark}")
         return head + ["both: a learner one evaluation names and the other does not "
-                       "contradict (it cannot tell it from others, or the layer computes "
-                       "nothing there); where they contradict each other (disagree), "
-                       "cannot tell"], rows
+                       "contradict (it cannot tell it from others there, or the layer "
+                       "computes nothing there); cannot tell where they disagree"], rows
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields: the design and the designed alignment."""

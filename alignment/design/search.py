@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -316,7 +316,8 @@ def design_evaluation(model: Regressor, res: AlignResult, cfg: AlignConfig | Non
 
 
 def _best(options: Sequence[Distribution], tried: dict[Distribution, tuple[Distribution, float]],
-          unjudged: set[Distribution], keeps_all: Any) -> Distribution:
+          unjudged: set[Distribution], keeps_all: Callable[[Distribution], bool]
+          ) -> Distribution:
     """The option of largest objective (ties: the earlier) that keeps every layer live.
 
     Only a contender is put to the gate (`keeps`, the costly test: the evaluation's own

@@ -166,3 +166,67 @@ def test_the_benchmark_counts_the_answer_over_both(gd_on_designed_data, truth):
         assert both["true"] == both["separable"] == both["true_separable"] == live
     else:  # a GD oracle counted as Newton's: every name is a false attribution
         assert both["false"] == live and both["true"] == 0
+
+
+def test_the_table_fits_the_screen_and_names_its_columns(gd_on_designed_data):
+    import dataclasses
+
+    done = gd_on_designed_data
+    rows = done.lines()[-(sum(done.own.live) + 1):]
+    assert rows[0].split() == ["layer", "own", "task", "designed", "data", "both"]
+    # long columns (heavy ball's and GD++'s hyperparameters) fall back to the learners
+    long = [dataclasses.replace(a, column="β 0.9, 1.23/λmax, η 0.123, γ 0.0456, step 128")
+            if a.kind == RUNS else a for a in done.designed.answer.layers]
+    wide = dataclasses.replace(done, designed=dataclasses.replace(
+        done.designed, answer=dataclasses.replace(done.designed.answer, layers=long)))
+    text = designed_text(wide)  # every line within 100 columns
+    assert "step 128" not in text and " gd " in text
+    # short answers keep the headers apart
+    short = [dataclasses.replace(a, kind=CANNOT_TELL, learner="gd", others=["cg"])
+             if a.kind == RUNS else a for a in done.designed.answer.layers]
+    narrow = dataclasses.replace(done, designed=dataclasses.replace(
+        done.designed, answer=dataclasses.replace(done.designed.answer, layers=short)))
+    header = next(line for line in narrow.lines() if line.startswith("layer"))
+    assert "designed data  both" in header
+    # out of distribution: the designed answers shown as such, no answer over both
+    ood = dataclasses.replace(done, out_of_distribution=True, why="test")
+    lines = ood.lines()
+    assert not any(line.startswith("both:") for line in lines)
+    header = next(line for line in lines if line.startswith("layer"))
+    assert header.split()[-1] == "distribution)"
+
+
+def _reach(converged):
+    """One metric's reach of a GD truth at one layer: OLS alike to it, or far."""
+    from iclprobe.constructions.scoring import Reach
+
+    return {"error_cosine": Reach({"ols": [0.0 if converged else 0.5], "newton": [0.5]},
+                                  [0.01])}
+
+
+@pytest.mark.parametrize("own, designed, converged, expected", [
+    # "ols" named on the data where the iterate has not converged: false, whatever the other
+    (cannot("gd", "ols"), runs("ols"), (True, False), "false"),
+    (runs("ols"), cannot("gd", "ols"), (False, True), "false"),
+    (runs("ols"), runs("ols"), (True, False), "false"),  # both: right on each, or not
+    (runs("ols"), runs("ols"), (True, True), "true"),
+    (cannot("gd", "ols"), runs("gd"), (True, False), "true"),  # the truth named
+    (runs("gd"), runs("newton"), (False, False), "cannot tell"),
+])
+def test_the_answer_over_both_is_right_on_the_evidence_it_comes_from(
+        own, designed, converged, expected, monkeypatch):
+    from types import SimpleNamespace
+
+    from iclprobe.constructions import evaluations as E
+
+    done = SimpleNamespace(own=SimpleNamespace(answer=SimpleNamespace(layers=[own])),
+                           used=SimpleNamespace(answer=SimpleNamespace(layers=[designed])),
+                           both=lambda: both_answers([own], [designed]))
+    reaches = iter([_reach(converged[0]), _reach(converged[1])])
+    monkeypatch.setattr(E, "_reach", lambda *args: next(reaches))
+    counts, _ = E.both_counts(done, None, None, "gd", None)
+    both = counts[E.BOTH_VIEW]
+    assert both[expected] == 1 and sum(both[k] for k in ("true", "false", "cannot tell",
+                                                         "none")) == 1
+    # separable on either: apart from newton (and from OLS where not converged) on each
+    assert both["separable"] == 1 and both["true_separable"] == (expected == "true")

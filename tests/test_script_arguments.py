@@ -197,3 +197,16 @@ def test_the_example_scripts_refuse_bad_arguments_in_one_line(capsys, name, argv
     err = _refusal(Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py", "cli", argv,
                    capsys)
     assert "\n" not in err and says in err and "Traceback" not in err, err
+
+
+def test_the_benchmarks_exit_code_with_and_without_the_designed_views(capsys):
+    bench = _load(BENCH)
+    clean = {("main", "gd", "exact"): {"true": 31, "false": 0, "cannot tell": 0, "none": 0,
+                                       "separable": 31, "true_separable": 31}}
+    wrong = {k: {**v, "false": 1} for k, v in clean.items()}
+    assert bench.exit_code(clean, {}, []) == 0  # without --design: the answer alone
+    assert bench.exit_code(clean, {}, [], clean) == 0
+    assert bench.exit_code(clean, {}, [], wrong) == 1  # a false attribution over both
+    assert bench.exit_code(wrong, {}, [], clean) == 1
+    out = capsys.readouterr().out
+    assert "answer, both evaluations: FAIL: main exact: 1 false attributions" in out

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
-from iclprobe._text import wrap
+from iclprobe._text import WIDTH, wrap
 from iclprobe.algorithms.numerics import Diverged
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.design.both import DISAGREE, both_answers
@@ -18,7 +19,7 @@ from iclprobe.alignment.design.search import (
     designed_positions,
 )
 from iclprobe.alignment.result import AlignResult
-from iclprobe.alignment.views.answer_rule import LayerAnswer
+from iclprobe.alignment.views.answer_rule import RUNS, LayerAnswer
 from iclprobe.errors import InputError, NonFinite, TooFewRows
 from iclprobe.models.base import Regressor
 
@@ -99,18 +100,22 @@ class Designed:
                         "it no longer does regression there, and its answer there is not used")
         if des is None or des.answer is None:
             return head, []
-        width = max(len(a.short) for a in own_a.layers) + 2
-        there_short = [b.short + (" (out of distribution)" if self.out_of_distribution else "")
-                       for b in des.answer.layers]
-        width_b = max(len(t) for t in there_short) + 2
-        rows = [f"{'layer':>5}  {'own task':{width}}{'designed data':{width_b}}both"]
-        for layer, (a, t, (c, where)) in enumerate(zip(own_a.layers, there_short, self.both())):
-            if self.own.live[layer] or des.live[layer]:
-                mark = " (disagree)" if where == DISAGREE else ""
-                rows.append(f"{layer:>5}  {a.short:{width}}{t:{width_b}}{c.short}{mark}")
-        return head + ["both: a learner one evaluation names and the other does not "
-                       "contradict (it cannot tell it from others there, or the layer "
-                       "computes nothing there); cannot tell where they disagree"], rows
+        shown = [i for i, live in enumerate(self.own.live) if live or des.live[i]]
+        columns = [("own task", own_a.layers), ("designed data" + (
+            " (out of distribution)" if self.out_of_distribution else ""), des.answer.layers)]
+        marks = [""] * len(shown)
+        if self.used is not None:
+            both = self.both()
+            columns.append(("both", [a for a, _ in both]))
+            marks = [" (disagree)" if both[i][1] == DISAGREE else "" for i in shown]
+            head.append("both: a learner one evaluation names and the other does not "
+                        "contradict (it names it too, cannot tell it from others there, or "
+                        "the layer computes nothing there); cannot tell where they disagree")
+        rows = _table(columns, shown, marks, lambda a: a.short)
+        if max(len(r) for r in rows) > WIDTH:  # long columns: the learners without them
+            rows = _table(columns, shown, marks,
+                          lambda a: str(a.learner) if a.kind == RUNS else a.short)
+        return head, rows
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields: the design and the designed alignment."""
@@ -163,6 +168,18 @@ def align_designed(model: Regressor, cfg: AlignConfig | None = None, name: str =
     ood = not designed.layer_error[-1] < OOD_ERROR * designed.zero_error
     why = (f"its error there is not below {OOD_ERROR:g} × the zero predictor's" if ood else "")
     return Designed(own, design, designed, ood, why)
+
+
+def _table(columns: list[tuple[str, list[LayerAnswer]]], shown: list[int], marks: list[str],
+           cell: Callable[[LayerAnswer], str]) -> list[str]:
+    """Rows of the answers side by side: a header, then one row per layer ``shown``."""
+    cells = [[cell(answers[i]) for i in shown] for _, answers in columns]
+    widths = [max(len(title), *map(len, col)) + 2 for (title, _), col in zip(columns, cells)]
+    rows = ["layer  " + "".join(f"{t:{w}}" for (t, _), w in zip(columns, widths)).rstrip()]
+    for k, i in enumerate(shown):
+        row = "".join(f"{col[k]:{w}}" for col, w in zip(cells, widths)).rstrip()
+        rows.append(f"{i:>5}  {row}{marks[k]}")
+    return rows
 
 
 def own_task_dims(res: AlignResult) -> int:

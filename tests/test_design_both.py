@@ -98,7 +98,9 @@ def test_without_designed_data_the_own_answer_stands():
         both_answers(own, own[:2])
 
 
-CFG = AlignConfig(n_sequences=128, n_boot=50, separation=False)
+# three candidates and few sequences: the two alignments in a few seconds
+CFG = AlignConfig(n_sequences=64, n_boot=20, separation=False,
+                  algorithms=("newton", "gd", "momentum"))
 
 
 @pytest.fixture(scope="module")

@@ -7,17 +7,21 @@ separated, the own task's answer stands: an evaluation's "cannot tell" that incl
 learner the other names does not contradict it. Per layer, with ``a`` the answer on the own
 task and ``b`` on the designed data:
 
-- a layer that computes nothing on one evaluation takes the other's answer (a layer can
-  die on data far from its training distribution, or come alive);
+- a layer that computes nothing on one evaluation, or that no candidate matches better than
+  the zero predictor there ("matches no learner"), takes the other's answer: neither says
+  what the layer runs (a layer can die on data far from its training distribution, or
+  come alive; a learner's early iterate can be as near 0 as the zero predictor on one
+  distribution — the known-answer benchmark's Newton constructions at 0.4 and 0.8 of their
+  α's bound, on the fresh slice's isotropic task, "match no learner" at one layer each
+  there and are named Newton on their designed data);
 - both name X, or one names X and the other cannot tell X from others: **runs X** (the
   column of the evaluation that named it; the own task's where both did);
-- both find no candidate near ("none of them", or "matches no learner": live, and no
-  candidate beats the zero predictor): the own task's answer;
+- both "none of them": the own task's answer (its nearest candidate);
 - both "cannot tell": **cannot tell** among the candidates both name, where two or more are
   left (the others one evaluation separated); else among every candidate either names,
   marked as a disagreement (each ruled out the other's);
-- otherwise the evaluations **disagree** (X named on one, Y, "none of them" or "matches no
-  learner" on the other, or "cannot tell" among candidates without X): "cannot tell" among
+- otherwise the evaluations **disagree** (X named on one, Y or "none of them" on the
+  other, or "cannot tell" among candidates without X): "cannot tell" among
   every candidate either names — with both runners-up where only one is named — its
   ``source`` "the evaluations disagree". A disagreement is not resolved toward either
   claim; only where no second candidate is in play at all does the answer that finds none
@@ -37,10 +41,9 @@ from iclprobe.alignment.views.answer_rule import CANNOT_TELL, DEAD, NONE, RUNS, 
 
 #: where each layer's answer on both evaluations comes from
 OWN, DESIGNED, BOTH, DISAGREE = "own task", "designed data", "both", "the evaluations disagree"
-#: a layer that computes nothing: it says nothing of what the layer runs elsewhere
-SILENT = DEAD[0]
-#: answers that find no candidate near the layer
-NOTHING_NEAR = (NONE, DEAD[1])
+#: a layer that computes nothing, or that no candidate matches better than the zero
+#: predictor: neither says what the layer runs
+SILENT = DEAD
 
 
 def both_answers(own: Sequence[LayerAnswer], designed: Sequence[LayerAnswer] | None
@@ -63,16 +66,16 @@ def names(a: LayerAnswer) -> list[str]:
 
 
 def _both(a: LayerAnswer, b: LayerAnswer) -> tuple[LayerAnswer, str]:
-    if b.kind == SILENT:
+    if b.kind in SILENT:
         return a, OWN
-    if a.kind == SILENT:
+    if a.kind in SILENT:
         return b, DESIGNED
     if a.kind == RUNS and b.kind == RUNS and a.learner == b.learner:
         return a, BOTH
     for x, y, where in ((a, b, OWN), (b, a, DESIGNED)):
         if x.kind == RUNS and y.kind == CANNOT_TELL and x.learner in names(y):
             return x, where
-    if a.kind in NOTHING_NEAR and b.kind in NOTHING_NEAR:
+    if a.kind == NONE and b.kind == NONE:
         return a, BOTH
     if a.kind == CANNOT_TELL and b.kind == CANNOT_TELL:
         common = [n for n in names(a) if n in names(b)]
@@ -87,7 +90,7 @@ def _disagree(a: LayerAnswer, b: LayerAnswer) -> LayerAnswer:
     if len(either) < 2:  # both found the same nearest: with both runners-up
         either = list(dict.fromkeys(either + [n for n in (a.runner_up, b.runner_up) if n]))
     if len(either) < 2:  # one candidate in play, named on one and not near on the other:
-        near = a if a.kind in NOTHING_NEAR else b  # a learner the layer ran fits it on both
+        near = a if a.kind == NONE else b  # a learner the layer ran fits it on both
         return dataclasses.replace(near, source=DISAGREE)
     return _cannot_tell(a, either, DISAGREE)
 

@@ -110,7 +110,7 @@ class Designed:
             marks = [" (disagree)" if both[i][1] == DISAGREE else "" for i in shown]
             head.append("both: a learner one evaluation names and the other does not "
                         "contradict (it names it too, cannot tell it from others there, or "
-                        "the layer computes nothing there); cannot tell where they disagree")
+                        "says nothing of the layer); cannot tell where they disagree")
         rows = _table(columns, shown, marks, lambda a: a.short)
         if max(len(r) for r in rows) > WIDTH:  # long columns: the learners without them
             rows = _table(columns, shown, marks,

@@ -236,3 +236,10 @@ def test_the_answer_over_both_is_right_on_the_evidence_it_comes_from(
                                                          "none")) == 1
     # separable on either: apart from newton (and from OLS where not converged) on each
     assert both["separable"] == 1 and both["true_separable"] == (expected == "true")
+
+
+def test_a_table_without_live_layers_is_its_header():
+    from iclprobe.alignment.design.designed import _table
+
+    columns = [("own task", [DEAD]), ("designed data", [DEAD])]
+    assert _table(columns, [], [], lambda a: a.short) == ["layer  own task  designed data"]

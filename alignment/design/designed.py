@@ -174,7 +174,7 @@ def _table(columns: list[tuple[str, list[LayerAnswer]]], shown: list[int], marks
            cell: Callable[[LayerAnswer], str]) -> list[str]:
     """Rows of the answers side by side: a header, then one row per layer ``shown``."""
     cells = [[cell(answers[i]) for i in shown] for _, answers in columns]
-    widths = [max(len(title), *map(len, col)) + 2 for (title, _), col in zip(columns, cells)]
+    widths = [max([len(title), *map(len, col)]) + 2 for (title, _), col in zip(columns, cells)]
     rows = ["layer  " + "".join(f"{t:{w}}" for (t, _), w in zip(columns, widths)).rstrip()]
     for k, i in enumerate(shown):
         row = "".join(f"{col[k]:{w}}" for col, w in zip(cells, widths)).rstrip()

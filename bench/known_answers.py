@@ -332,8 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.design:  # the own task's answer, and the answer over both evaluations
         both = {view: confusion(results, view) for view in (E.OWN_VIEW, E.BOTH_VIEW)}
         print_confusion(both[E.BOTH_VIEW], f"{E.BOTH_VIEW} (alignment.design.both)")
-        print_shares({E.OWN_VIEW: both[E.OWN_VIEW], "designed data": table, **{
-            E.BOTH_VIEW: both[E.BOTH_VIEW]}})
+        print_shares({E.OWN_VIEW: both[E.OWN_VIEW], "designed data": table,
+                      E.BOTH_VIEW: both[E.BOTH_VIEW]})
     print()
     verdicts = verdict_totals(results, settings)
     power = P.probe_power(results)

@@ -22,7 +22,7 @@ raises a ValueError naming the largest stable value for the data.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -43,15 +43,12 @@ from iclprobe.algorithms.numerics import (
 )
 from iclprobe.algorithms.prefix import (
     PrefixStats,
-    by_blocks,
     check_regression,
-    from_eigenbasis,
     given_stats,
     prefix_stats,
-    rowdot,
     safe_inverse,
-    spectral_terms,
 )
+from iclprobe.algorithms.spectral import power_decays, spectral_iterates
 from iclprobe.errors import InputError
 
 LrSpec = float | str | Tensor
@@ -109,50 +106,6 @@ def gd_coefficients(stats: PrefixStats, c: Tensor, lr: Tensor | float, k: int) -
     lam = stats.eigvals
     decay = (1.0 - lr * c * lam) ** k
     return torch.where(lam > 0, stats.xty_eig * safe_inverse(lam) * (1.0 - decay), 0.0)
-
-
-def power_decays(x: Tensor, exponents: Iterable[float]) -> Iterator[Tensor]:
-    """``(1 − x)^e`` for each integer exponent e >= 0 (as a float, to hold Newton's 2^k).
-
-    As ``±exp(e log|1 − x|)`` with the logarithm by ``log1p(−x)`` where x < 1: one logarithm
-    for every exponent, then one exponential each (a fifth of the time of torch's float64
-    ``**``), and no rounding of 1 − x, which ``(1 − x)**e`` would amplify e-fold. Values
-    below 1e-304 come out as ~1e-304 instead of 0 or subnormals. Yields fresh tensors.
-    """
-    log_abs, over, sign = torch.log1p(-x), x > 1, None  # log_abs: -inf at x = 1
-    if bool(over.any()):  # 1 − x < 0: lr or alpha past 1/(c λ), or "max" rounded up
-        log_abs[over] = torch.log(x[over] - 1.0)
-        sign = torch.where(over, -1.0, 1.0)
-    for e in exponents:
-        if e == 0:
-            yield torch.ones_like(x)
-            continue
-        # exp is some 50 times slower where it underflows: stop at e^-700 ~ 1e-304 instead
-        out = torch.mul(log_abs, e).clamp_(min=-700.0).exp_()
-        yield out.mul_(sign) if sign is not None and e % 2 else out
-
-
-def spectral_iterates(stats: PrefixStats, decays_of: Callable[[PrefixStats], Iterable[Tensor]],
-                      want_weights: bool) -> tuple[Tensor, Tensor | None]:
-    """Predictions (and weights) of ``u = (β/λ)(1 − decay)``, one decay per step count.
-
-    GD's k steps and Newton's are of this form (decay ``(1 − η c λ)^k`` and
-    ``(1 − α λ²)^(2^k)``). The prediction ``Σ_i u_i q_i`` (``q = Vᵀ x_t``) is
-    ``Σ_i g_i − Σ_i g_i decay_i`` with ``g = (β/λ) q``: one exponential and one batched
-    dot product per step count. ``decays_of(stats)`` yields the decays of a block of
-    sequences (see `by_blocks`). In float64 on the scaled data, as `collect` returns them.
-    """
-    def run(block: PrefixStats) -> tuple[Tensor, Tensor | None]:
-        base, g, total = spectral_terms(block)
-        preds, coefs = [], []
-        for decay in decays_of(block):
-            preds.append(total - rowdot(g, decay))
-            if want_weights:
-                coefs.append(base * decay.neg_().add_(1.0))
-        weights = from_eigenbasis(block, torch.stack(coefs)) if want_weights else None
-        return torch.stack(preds), weights
-
-    return by_blocks(stats, run)
 
 
 def _tune_gd(tune: PrefixStats, ys: Tensor, c: Tensor, steps: Tensor,

@@ -26,7 +26,6 @@ from iclprobe.algorithms.learners import (
     _lr,
     _per_prefix,
     _scale,
-    spectral_iterates,
 )
 from iclprobe.algorithms.numerics import (
     check_positive,
@@ -44,6 +43,7 @@ from iclprobe.algorithms.prefix import (
     given_stats,
     safe_inverse,
 )
+from iclprobe.algorithms.spectral import spectral_iterates
 from iclprobe.errors import InputError
 
 State = TypeVar("State")

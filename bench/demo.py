@@ -9,11 +9,11 @@
    need, both as medians of warm repeats run alternately (target: align ≤ 1.5 × that
    floor, ≤ 20 s; peak memory ≤ 2 GB).
 3. ``iclprobe models`` and ``iclprobe --help`` (target: each < 1 s).
-4. With ``--profile``: one more ``align`` at Garg size under cProfile, and the seconds of
-   the parts docs/performance.md names (the forward work, the candidates' families, the
-   probe targets' ranking, the probes, the tables; checked to run none inside another;
-   cProfile's own overhead inflates the parts made of many small operations, the families
-   most).
+4. With ``--profile``: one more ``align`` at Garg size with the parts docs/performance.md
+   names timed by the wall clock (the forward work, the candidates' families, the probe
+   targets' ranking, the probes, the tables; checked to run none inside another), and
+   what it takes above its own floor parts against what 1.5 × allows, with and without
+   the candidates' families.
 
     python bench/demo.py [--skip-demo] [--skip-align] [--repeats 3] [--profile]
 
@@ -23,8 +23,8 @@ Each target is printed PASS or FAIL; the exit status is 1 when one is missed.
 from __future__ import annotations
 
 import argparse
-import cProfile
-import pstats
+import functools
+import importlib
 import resource
 import statistics
 import subprocess
@@ -126,68 +126,107 @@ def profile_align(failed: list[str], repeats: int) -> None:
     print(f"  {'report: tables and figures (write_report)':45s} {report:6.2f} s  (after align)")
 
 
-#: the parts of an align `profile_parts` reports: (file, function) -> what it is
+#: the parts of an align `profile_parts` times: (module, function or Class.method) -> what
+#: it is
 PARTS = {
-    ("hooks/residuals.py", "collect_residuals"): "forward pass, evaluation sequences (floor)",
-    ("models/gpt.py", "query_residuals"): "query tokens of the induced weights (floor)",
-    ("algorithms/prefix.py", "prefix_stats"): "prefix statistics (every call)",
-    ("alignment/measuring/candidates.py", "family_iterates"):
+    ("iclprobe.hooks.residuals", "collect_residuals"):
+        "forward pass, evaluation sequences (floor)",
+    ("iclprobe.models.gpt", "GPTRegressor.query_residuals"):
+        "query tokens of the induced weights (floor)",
+    ("iclprobe.algorithms.prefix", "prefix_stats"): "prefix statistics (every call)",
+    ("iclprobe.alignment.measuring.candidates", "family_iterates"):
         "candidates' families: grid, fine and fitted",
-    ("probes/decode.py", "held_shares"): "probe targets: ranking and shortlists",
-    ("probes/crossfit.py", "fold_features"): "probes: each fold's Gram matrices",
-    ("probes/crossfit.py", "cross_fit"): "probes: the cross-fit",
-    ("probes/crossfit.py", "readout_noise"): "probes: their readout noise",
-    ("alignment/measuring/reading.py", "reread"): "columns re-read as the probes read",
-    ("alignment/measuring/candidates.py", "candidate_tables"): "the candidates' tables",
+    ("iclprobe.probes.decode", "held_shares"): "probe targets: ranking and shortlists",
+    ("iclprobe.probes.crossfit", "fold_features"): "probes: each fold's Gram matrices",
+    ("iclprobe.probes.crossfit", "cross_fit"): "probes: the cross-fit",
+    ("iclprobe.probes.crossfit", "readout_noise"): "probes: their readout noise",
+    ("iclprobe.alignment.measuring.reading", "reread"): "columns re-read as the probes read",
+    ("iclprobe.alignment.measuring.candidates", "candidate_tables"): "the candidates' tables",
 }
+FLOOR_PARTS = [what for what in PARTS.values() if what.endswith("(floor)")]
+FAMILIES = "candidates' families: grid, fine and fitted"
+
+
+class PartClock:
+    """Wall-clock seconds of each of `PARTS` while installed (no profiler's overhead).
+
+    Each part's function is replaced, in its module, in every module of its package that
+    imported it and on its class, by a timed call; a part called inside another is recorded in ``nested``
+    (the parts would then count it twice), a part inside itself counts once.
+    """
+
+    def __init__(self) -> None:
+        self.seconds = dict.fromkeys(PARTS.values(), 0.0)
+        self.nested: set[tuple[str, str]] = set()
+        self._active: list[str] = []
+        self._undo: list[tuple[Any, str, Any]] = []
+
+    def __enter__(self) -> PartClock:
+        for (module, name), what in PARTS.items():
+            owner: Any = importlib.import_module(module)
+            for attr in name.split(".")[:-1]:
+                owner = getattr(owner, attr)
+            attr = name.split(".")[-1]
+            real = getattr(owner, attr)
+            timed = self._timed(real, what)
+            package = module.split(".")[0] + "."  # its from-imports are in its package
+            places = [(owner, attr)] + [
+                (m, attr) for name_, m in list(sys.modules.items())
+                if name_.startswith(package) and m is not owner
+                and getattr(m, attr, None) is real]
+            for place, key in places:
+                self._undo.append((place, key, real))
+                setattr(place, key, timed)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for place, key, real in reversed(self._undo):
+            setattr(place, key, real)
+
+    def _timed(self, real: Any, what: str) -> Any:
+        @functools.wraps(real)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if what in self._active:  # inside itself: the outer call counts
+                return real(*args, **kwargs)
+            self.nested.update((outer, what) for outer in self._active)
+            self._active.append(what)
+            start = time.perf_counter()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                self.seconds[what] += time.perf_counter() - start
+                self._active.pop()
+        return timed
 
 
 def profile_parts() -> None:
-    """One align at Garg size under cProfile: the cumulative seconds of each of `PARTS`."""
+    """One align at Garg size with each of `PARTS` timed, and the budget above the floor."""
     model, _ = garg_size()
     cfg = AlignConfig()
     align(model, cfg, name="warm-up")
-    profiler = cProfile.Profile()
-    start = time.perf_counter()
-    profiler.runcall(align, model, cfg, name="garg-size")
-    total = time.perf_counter() - start
-    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
-    found: dict[str, float] = {}
-    part_of: dict[tuple[str, int, str], str] = {}
-    for key, (_, _, _, cumulative, _) in stats.items():
-        for (suffix, name), what in PARTS.items():
-            if key[2] == name and key[0].endswith(suffix):
-                found[what] = found.get(what, 0.0) + cumulative
-                part_of[key] = what
-    for key, what in part_of.items():  # the parts add up only if none runs inside another
-        inside = {part_of[c] for c in _callers_closure(stats, key) if c in part_of} - {what}
-        if inside:
-            sys.exit(f"bench/demo.py --profile: {what!r} runs inside {sorted(inside)}: the "
-                     "parts would count it twice")
-    missing = [what for what in PARTS.values() if what not in found]
-    if missing:  # a function renamed or moved: say so rather than print 0 s
+    with PartClock() as clock:
+        start = time.perf_counter()
+        align(model, cfg, name="garg-size")
+        total = time.perf_counter() - start
+    if clock.nested:
+        sys.exit(f"bench/demo.py --profile: parts run inside others {sorted(clock.nested)}: "
+                 "they would count twice")
+    missing = [what for what, seconds in clock.seconds.items() if not seconds]
+    if missing:  # a function renamed or no longer called: say so rather than print 0 s
         sys.exit(f"bench/demo.py --profile: no call of {missing} (PARTS names a function "
                  "that align no longer calls)")
-    print(f"align under cProfile: {total:.2f} s; its parts (cumulative seconds, no part holds "
-          f"another):")
-    for what in PARTS.values():
-        seconds = found[what]
+    print(f"align with its parts timed: {total:.2f} s; their wall-clock seconds (no part "
+          f"holds another):")
+    for what, seconds in clock.seconds.items():
         print(f"  {what:45s} {seconds:6.2f} s  {100 * seconds / total:5.1f}%")
-    rest = total - sum(found.values())
+    rest = total - sum(clock.seconds.values())
     print(f"  {'the rest (learners, matching, the answer, ...)':45s} {rest:6.2f} s  "
           f"{100 * rest / total:5.1f}%")
-
-
-def _callers_closure(stats: dict[Any, Any], key: Any) -> set[Any]:
-    """Every function above ``key`` in the profile's call graph (its callers, theirs, ...)."""
-    seen: set[Any] = set()
-    todo = list(stats[key][4])
-    while todo:
-        caller = todo.pop()
-        if caller not in seen and caller in stats:
-            seen.add(caller)
-            todo.extend(stats[caller][4])
-    return seen
+    floor = sum(clock.seconds[what] for what in FLOOR_PARTS)
+    above = total - floor
+    print(f"  above its own floor parts: {above:.2f} s; within 1.5 x it may take "
+          f"{0.5 * floor:.2f} s; without the candidates' families it takes "
+          f"{above - clock.seconds[FAMILIES]:.2f} s")
 
 
 def main() -> None:
@@ -196,7 +235,7 @@ def main() -> None:
     parser.add_argument("--skip-align", action="store_true")
     parser.add_argument("--repeats", type=positive_int, default=3)
     parser.add_argument("--profile", action="store_true",
-                        help="one more align under cProfile: the seconds of its parts")
+                        help="one more align with its parts timed: their seconds")
     args = parser.parse_args()
     failed: list[str] = []
     cli = [sys.executable, "-m", "iclprobe"]

@@ -1,8 +1,13 @@
-"""bench/demo.py --profile names align's parts by file and function: each must exist."""
+"""bench/demo.py --profile times align's parts by module and function: each must exist, and
+the clock must count each call once and find a part run inside another."""
 
+import importlib
 import importlib.util
-import re
+import sys
+import types
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,19 +24,64 @@ def test_every_part_the_profile_names_is_a_function_of_the_package():
     """A part renamed or moved would read 0 s (the bench exits naming it); caught here first."""
     demo = _demo()
     assert len(demo.PARTS) == 10
-    for (file, name), what in demo.PARTS.items():
-        source = (ROOT / file).read_text()
-        assert re.search(rf"^\s*def {name}\(", source, re.MULTILINE), (file, name, what)
+    assert len(demo.FLOOR_PARTS) == 2 and demo.FAMILIES in demo.PARTS.values()
+    for (module, name), what in demo.PARTS.items():
+        owner = importlib.import_module(module)
+        for attr in name.split("."):
+            owner = getattr(owner, attr)
+        assert callable(owner), (module, name, what)
 
 
-def test_the_callers_closure_finds_a_part_run_inside_another():
-    """The parts add up only if none runs inside another: the closure of a function's
-    callers, on a call graph shaped as pstats holds it (key -> (..., callers)), reaches
-    every ancestor through a cycle, and nothing else."""
+class FakeClock:
+    """``perf_counter`` of a clock the toy parts advance (no wall clock in a test)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
+@pytest.fixture
+def toy_parts(monkeypatch):
+    """Three parts in a module of their own, one calling another, one calling itself, one
+    also bound by a from-import in another module; each takes 1 s of a fake clock."""
+    clock = FakeClock()
+    mod = types.ModuleType("toy_pkg.parts")
+    user = types.ModuleType("toy_pkg.user")
+
+    def leaf(x):
+        clock.now += 1.0
+        return x + 1
+
+    def outer(x):
+        clock.now += 1.0
+        return mod.leaf(x) * 2  # a part inside another
+
+    def again(x, depth=2):
+        clock.now += 1.0
+        return mod.again(x, depth - 1) if depth else x  # a part inside itself
+
+    mod.leaf, mod.outer, mod.again = leaf, outer, again
+    user.leaf = leaf
+    monkeypatch.setitem(sys.modules, "toy_pkg.parts", mod)
+    monkeypatch.setitem(sys.modules, "toy_pkg.user", user)
+    return mod, user, clock
+
+
+def test_the_clock_times_each_part_once_and_finds_one_inside_another(monkeypatch, toy_parts):
     demo = _demo()
-    graph = {"align": {}, "outer": {"align": 1}, "mid": {"outer": 1, "mid": 1},
-             "inner": {"mid": 2}, "aside": {"align": 1}}
-    stats = {key: (0, 0, 0.0, 0.0, callers) for key, callers in graph.items()}
-    assert demo._callers_closure(stats, "inner") == {"mid", "outer", "align"}
-    assert demo._callers_closure(stats, "aside") == {"align"}
-    assert demo._callers_closure(stats, "align") == set()
+    mod, user, fake = toy_parts
+    monkeypatch.setattr(demo, "time", fake)
+    monkeypatch.setattr(demo, "PARTS", {("toy_pkg.parts", "leaf"): "leaf",
+                                        ("toy_pkg.parts", "outer"): "outer",
+                                        ("toy_pkg.parts", "again"): "again"})
+    real = mod.leaf
+    with demo.PartClock() as clock:
+        assert user.leaf(1) == 2 and mod.again(0) == 0  # the from-import is timed too
+        assert clock.nested == set()  # a part inside itself is no part inside another
+        assert mod.outer(1) == 4
+    assert mod.leaf is real and user.leaf is real  # put back
+    assert clock.nested == {("outer", "leaf")}
+    # leaf: its own call and the one inside outer; again: its three levels counted once
+    assert clock.seconds == {"leaf": 2.0, "outer": 2.0, "again": 3.0}

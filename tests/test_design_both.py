@@ -251,3 +251,27 @@ def test_a_table_without_live_layers_is_its_header():
 
     columns = [("own task", [DEAD]), ("designed data", [DEAD])]
     assert _table(columns, [], [], lambda a: a.short) == ["layer  own task  designed data"]
+
+
+def test_the_sentence_keeps_each_evaluations_none_of_them_numbers_apart(gd_on_designed_data):
+    import dataclasses
+
+    done = gd_on_designed_data
+    n = len(done.own.answer.layers)
+    far = dataclasses.replace(none("newton"), value=0.4, resemblance=0.6)
+    own = [DEAD] + [none("gd")] * 2 + [NO_MATCH] * (n - 3)  # numbers 0.7 and 0.9
+    there = [DEAD] + [none("gd")] * 2 + [far] * (n - 3)
+    live = [False] + [True] * (n - 1)
+    mixed = dataclasses.replace(
+        done, own=dataclasses.replace(done.own, answer=dataclasses.replace(
+            done.own.answer, layers=own), live=live),
+        designed=dataclasses.replace(done.designed, answer=dataclasses.replace(
+            done.designed.answer, layers=there), live=live))
+    assert [w for _, w in mixed.both()][1:] == [BOTH] * 2 + [DESIGNED] * (n - 3)
+    text = mixed.both_sentence()
+    assert text.count("none of them (") == 2  # one clause per evaluation, not one for both
+    assert "on the own task: nearest gd at 1–2; similarity 0.700 to it" in text
+    assert f"on the designed data: nearest newton at 3–{n - 1}; similarity 0.400 to it" in text
+    # without the designed data in use, no evaluation is named
+    ood = dataclasses.replace(mixed, out_of_distribution=True, why="test")
+    assert "on the own task" not in ood.both_sentence()

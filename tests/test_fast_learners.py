@@ -48,12 +48,14 @@ def test_gd_powers_are_exact_to_rounding_at_many_steps(lr):
 def test_power_decays_equal_pow_also_past_the_boundaries():
     x = torch.tensor([0.0, 1e-9, 0.3, 1.0, 1.5, 2.0, 2.5], dtype=torch.float64)
     exponents = [0.0, 1.0, 2.0, 3.0, 7.0, 40.0]
-    for e, got in zip(exponents, power_decays(x, exponents)):
+    stacks = list(power_decays(x, exponents))
+    assert all(s.shape[-1] == x.shape[-1] for s in stacks)
+    for e, got in zip(exponents, torch.cat(stacks).unbind(-2)):
         want = (1.0 - x) ** e
         # where the power underflows (x = 1, e >= 1) the decay stops at e^-700
         want = torch.where(want.abs() < 1e-304, torch.full_like(want, np.exp(-700.0)), want)
         torch.testing.assert_close(got, want, rtol=1e-14, atol=0.0)
-    far = next(power_decays(x[:3], [2.0**60]))  # Newton's 2^k with k = 60
+    far = next(power_decays(x[:3], [2.0**60]))[0]  # Newton's 2^k with k = 60
     assert bool((far[1:] < 1e-300).all()) and far[0] == 1.0
 
 
@@ -237,6 +239,35 @@ def test_blocks_of_sequences_give_the_numbers_of_one_block(monkeypatch):
         blocked = algorithms.iterates(name, xs, ys, steps, stats=stats, **hyper)
         assert torch.equal(blocked.preds, whole[name].preds), name
         assert torch.equal(blocked.weights, whole[name].weights), name
+
+
+def test_stacked_decays_give_the_numbers_of_one_decay_at_a_time(monkeypatch):
+    # GD and Newton run their step counts' decays in stacks (`STACK_BYTES`); stacks of one
+    # decay are the computation one step count at a time. Equal here bit for bit; checked
+    # to rounding, as a batched product may sum in another order on another BLAS.
+    from iclprobe.algorithms import learners, spectral
+    xs, ys = linear_data(b=5, n=12, d=4, noise=0.2)
+    stats = algorithms.prefix_stats(xs, ys)
+    runs = {"gd": (list(range(20)) + [40, 400], {"lr": "max"}),
+            "newton": (list(range(12)), {"alpha": "spectral"}),
+            "pgd": ([0, 1, 3, 9, 27], {"lr": 0.05, "precond": torch.diag(torch.arange(1.0, 5.0))})}
+    stacked = {name: algorithms.iterates(name, xs, ys, steps, stats=stats, **hyper)
+               for name, (steps, hyper) in runs.items()}
+    sizes = []
+    real = learners.power_decays
+
+    def counted(x, exponents):
+        for part in real(x, exponents):
+            sizes.append(part.shape[-2])
+            yield part
+    monkeypatch.setattr(learners, "power_decays", counted)
+    monkeypatch.setattr(spectral, "STACK_BYTES", 1)  # one decay per stack
+    for name, (steps, hyper) in runs.items():
+        one = algorithms.iterates(name, xs, ys, steps, stats=stats, **hyper)
+        for got, want in ((one.preds, stacked[name].preds), (one.weights, stacked[name].weights)):
+            scale = float(want.abs().max())
+            torch.testing.assert_close(got, want, rtol=1e-14, atol=1e-14 * scale)
+    assert sizes and set(sizes) == {1}
 
 
 @pytest.mark.parametrize("name", ["gd", "newton", "cg", "online_gd", "ols", "pgd"])

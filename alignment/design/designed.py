@@ -9,7 +9,7 @@ from typing import Any
 from iclprobe._text import WIDTH, wrap
 from iclprobe.algorithms.numerics import Diverged
 from iclprobe.alignment.config import AlignConfig
-from iclprobe.alignment.design.both import DISAGREE, both_answers
+from iclprobe.alignment.design.both import DESIGNED, DISAGREE, OWN, both_answers
 from iclprobe.alignment.design.family import DesignFamily
 from iclprobe.alignment.design.search import (
     OOD_ERROR,
@@ -19,7 +19,7 @@ from iclprobe.alignment.design.search import (
     designed_positions,
 )
 from iclprobe.alignment.result import AlignResult
-from iclprobe.alignment.views.answer_rule import RUNS, LayerAnswer
+from iclprobe.alignment.views.answer_rule import NONE, RUNS, LayerAnswer
 from iclprobe.errors import InputError, NonFinite, TooFewRows
 from iclprobe.models.base import Regressor
 
@@ -64,13 +64,20 @@ class Designed:
                             used.answer is not None else None)
 
     def both_sentence(self) -> str:
-        """The answer over both evaluations in words, over the layers live on either."""
+        """The answer over both evaluations in words, over the layers live on either.
+
+        A "none of them" clause keeps the numbers of each evaluation apart and names the
+        one they come from, where the designed data are used.
+        """
         own = self.own.answer
         assert own is not None  # align_designed runs the fitted view
         used = self.used
         live = [x or (used is not None and y) for x, y in
                 zip(self.own.live, used.live if used is not None else self.own.live)]
-        return dataclasses.replace(own, layers=[a for a, _ in self.both()]).sentence(live)
+        both = [a for a, _ in self.both()]
+        on = None if used is None else [_numbers_from(a, mine) for a, mine in
+                                        zip(both, own.layers)]
+        return dataclasses.replace(own, layers=both).sentence(live, on)
 
     def lines(self) -> list[str]:
         """Both answers per live layer, side by side, the answer over both, the model's error.
@@ -188,3 +195,16 @@ def own_task_dims(res: AlignResult) -> int:
     if not isinstance(d, int):
         raise InputError(f"{res.name}: its result names no n_dims")
     return d
+
+
+def _numbers_from(answer: LayerAnswer, own: LayerAnswer) -> str:
+    """The evaluation whose numbers a "none of them" answer over both carries ("" else).
+
+    The own task's where its answer says the same (both "none of them" keep the own task's,
+    as does a disagreement settled toward its "none of them"), else the designed data's.
+    """
+    if answer.kind != NONE:
+        return ""
+    same = (own.kind, own.learner, own.value, own.resemblance) == \
+        (answer.kind, answer.learner, answer.value, answer.resemblance)
+    return OWN if same else DESIGNED

@@ -85,28 +85,35 @@ class Answer:
         """Per layer, the answer without its step ("gd", "≈ gd, cg", "none (nearest gd)")."""
         return [str(a.learner) if a.kind == RUNS else a.short for a in self.layers]
 
-    def sentence(self, live: Sequence[bool]) -> str:
+    def sentence(self, live: Sequence[bool], evaluations: Sequence[str] | None = None) -> str:
         """The answer over the live layers in words, one clause per run of equal answers.
 
         "None of them" layers form one clause, with their nearest candidates and the range
-        of their similarity to them beside the runners-up's.
+        of their similarity to them beside the runners-up's. ``evaluations``: per layer,
+        the evaluation a "none of them" answer's numbers come from (an answer over two
+        evaluations): its clauses then keep each evaluation's numbers apart and name it.
         """
-        runs: list[tuple[str, list[int]]] = []
+        runs: list[tuple[tuple[str, str], list[int]]] = []
         for layer, a in enumerate(self.layers):
             if not live[layer]:
                 continue
             text = NONE if a.kind == NONE else str(a.learner) if a.kind == RUNS else a.text
-            if runs and runs[-1][0] == text and runs[-1][1][-1] == layer - 1:
+            key = (text, evaluations[layer] if evaluations and a.kind == NONE else "")
+            if runs and runs[-1][0] == key and runs[-1][1][-1] == layer - 1:
                 runs[-1][1].append(layer)
             else:
-                runs.append((text, [layer]))
-        clauses = [f"{self._clause(text, layers)} at {_where(layers)}" for text, layers in runs]
+                runs.append((key, [layer]))
+        clauses = [f"{self._clause(text, layers, on)} at {_where(layers)}"
+                   for (text, on), layers in runs]
         head = (f"what the layers run, among {', '.join(self.candidates)} (each over its "
                 f"fitted family; {', '.join(metric_info(m).label for m in self.metrics)})")
         return head + ": " + ("; ".join(clauses) if clauses else "no live layer") + "."
 
-    def _clause(self, text: str, layers: list[int]) -> str:
-        """A run of layers' answer: the learner with its columns, or the nearest candidates."""
+    def _clause(self, text: str, layers: list[int], on: str = "") -> str:
+        """A run of layers' answer: the learner with its columns, or the nearest candidates.
+
+        ``on``: the evaluation a "none of them" run's numbers come from, named ("" none).
+        """
         said = [self.layers[i] for i in layers]
         if said[0].kind == RUNS:
             cols = [a.column for a in said]
@@ -119,7 +126,7 @@ class Answer:
         label = metric_info(said[0].metric).label if said[0].metric else "similarity"
         where = ", ".join(f"{k} at {_where(v, short=True)}" for k, v in nearest.items())
         places = places_apart([(a.value, a.resemblance) for a in said])
-        return (f"none of them (nearest {where}; {label} "
+        return (f"none of them ({f'on the {on}: ' if on else ''}nearest {where}; {label} "
                 f"{_span([a.value for a in said], places)} to it, while the runner-up's match "
                 f"is at {_span([a.resemblance for a in said], places)} to it)")
 

@@ -48,7 +48,7 @@ from iclprobe.algorithms.prefix import (
     prefix_stats,
     safe_inverse,
 )
-from iclprobe.algorithms.spectral import power_decays, spectral_iterates
+from iclprobe.algorithms.spectral import one_by_one, power_decays, spectral_iterates
 from iclprobe.errors import InputError
 
 LrSpec = float | str | Tensor
@@ -177,8 +177,8 @@ def gd_core(xs: Tensor, ys: Tensor, steps: Iterable[int] | None, lr: LrSpec, nor
         checked: list[tuple[Any, float]] = list(zip(rates, scaled_rates))
 
         def decays(block: PrefixStats) -> Iterable[Tensor]:
-            return ((1.0 - r * c * block.eigvals) ** k
-                    for r, k in zip(scaled_rates, k_steps.tolist()))
+            return one_by_one((1.0 - r * c * block.eigvals) ** k
+                              for r, k in zip(scaled_rates, k_steps.tolist()))
     else:
         per_prefix = isinstance(lr, Tensor)
         is_max = not per_prefix and lr == "max"

@@ -43,7 +43,7 @@ from iclprobe.algorithms.prefix import (
     given_stats,
     safe_inverse,
 )
-from iclprobe.algorithms.spectral import spectral_iterates
+from iclprobe.algorithms.spectral import one_by_one, spectral_iterates
 from iclprobe.errors import InputError
 
 State = TypeVar("State")
@@ -145,9 +145,9 @@ def momentum(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None, lr: LrS
     stats = given_stats(xs, ys, stats, "momentum")
     c = _scale(stats, normalize, "momentum")
 
-    def decays(block: PrefixStats) -> list[Tensor]:
+    def decays(block: PrefixStats) -> Iterable[Tensor]:
         rate = _lr(lr, block, c) * lr_scale * c * block.eigvals
-        return heavy_ball_decays(rate, float(beta), k_steps.tolist())
+        return one_by_one(heavy_ball_decays(rate, float(beta), k_steps.tolist()))
 
     def unstable() -> str | None:
         if isinstance(lr, Tensor) or lr == "max":

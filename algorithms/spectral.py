@@ -30,10 +30,11 @@ def power_decays(x: Tensor, exponents: Iterable[float]) -> Iterator[Tensor]:
     ``**``), and no rounding of 1 − x, which ``(1 − x)**e`` would amplify e-fold. Values
     below 1e-304 come out as ~1e-304 instead of 0 or subnormals.
 
-    Yields fresh stacks ``[..., k, x.shape[-1]]``: the decays of consecutive exponents on
-    the axis before the last (at most `STACK_BYTES` each), each decay the same number for
-    number as computed alone.
+    Yields fresh stacks ``[..., k, x.shape[-1]]`` (a 0-d x is read as ``[1]``): the decays
+    of consecutive exponents on the axis before the last (at most `STACK_BYTES` each), each
+    decay the same number for number as computed alone.
     """
+    x = x.reshape(1) if x.dim() == 0 else x
     log_abs, over, sign = torch.log1p(-x), x > 1, None  # log_abs: -inf at x = 1
     if bool(over.any()):  # 1 − x < 0: lr or alpha past 1/(c λ), or "max" rounded up
         log_abs[over] = torch.log(x[over] - 1.0)
@@ -53,6 +54,11 @@ def power_decays(x: Tensor, exponents: Iterable[float]) -> Iterator[Tensor]:
         yield out
 
 
+def one_by_one(decays: Iterable[Tensor]) -> Iterator[Tensor]:
+    """Single decays ``[..., n_dims]`` as stacks of one, for `spectral_iterates`."""
+    return (decay.unsqueeze(-2) for decay in decays)
+
+
 def spectral_iterates(stats: PrefixStats, decays_of: Callable[[PrefixStats], Iterable[Tensor]],
                       want_weights: bool) -> tuple[Tensor, Tensor | None]:
     """Predictions (and weights) of ``u = (β/λ)(1 − decay)``, one decay per step count.
@@ -61,23 +67,27 @@ def spectral_iterates(stats: PrefixStats, decays_of: Callable[[PrefixStats], Ite
     ``(1 − α λ²)^(2^k)``). The prediction ``Σ_i u_i q_i`` (``q = Vᵀ x_t``) is
     ``Σ_i g_i − Σ_i g_i decay_i`` with ``g = (β/λ) q``: one exponential per step count and
     one batched product per stack of them. ``decays_of(stats)`` yields the decays of a block
-    of sequences (see `by_blocks`) in step order, each ``[batch, pos, n_dims]`` or a stack of
-    consecutive ones ``[batch, pos, k, n_dims]`` (`power_decays`). In float64 on the scaled
-    data, as `collect` returns them.
+    of sequences (see `by_blocks`) in step order, as stacks of consecutive ones
+    ``[..., k, n_dims]`` broadcasting to ``[batch, pos, k, n_dims]`` (`power_decays`;
+    `one_by_one` for single decays). In float64 on the scaled data, as `collect` returns
+    them.
     """
     def run(block: PrefixStats) -> tuple[Tensor, Tensor | None]:
         base, g, total = spectral_terms(block)
         lead, d = g.shape[:-1], g.shape[-1]
         rows = math.prod(lead)
+        per = max(1, STACK_BYTES // max(1, g.numel() * g.element_size()))
         preds, coefs = [], []
-        for decay in decays_of(block):
-            stack = decay if decay.dim() == g.dim() + 1 else decay.unsqueeze(-2)
-            stack = stack.expand(*lead, stack.shape[-2], d)
-            # each row's dot products with the stack's decays, as `rowdot` sums them
-            dots = torch.bmm(stack.reshape(rows, stack.shape[-2], d), g.reshape(rows, d, 1))
-            preds.append((total[..., None] - dots.view(*lead, stack.shape[-2])).movedim(-1, 0))
-            if want_weights:
-                coefs.append((base[..., None, :] * stack.neg().add_(1.0)).movedim(-2, 0))
+        for stack in decays_of(block):
+            for lo in range(0, stack.shape[-2], per):  # a broadcast stack's copy bounded
+                part = stack[..., lo:lo + per, :]
+                k = part.shape[-2]
+                part = part.expand(*lead, k, d)
+                # each row's dot products with the stack's decays, as `rowdot` sums them
+                dots = torch.bmm(part.reshape(rows, k, d), g.reshape(rows, d, 1))
+                preds.append((total[..., None] - dots.view(*lead, k)).movedim(-1, 0))
+                if want_weights:
+                    coefs.append((base[..., None, :] * part.neg().add_(1.0)).movedim(-2, 0))
         weights = from_eigenbasis(block, torch.cat(coefs)) if want_weights else None
         return torch.cat(preds), weights
 

@@ -151,7 +151,8 @@ class PartClock:
     """Wall-clock seconds of each of `PARTS` while installed (no profiler's overhead).
 
     Each part's function is replaced, in its module, in every module of its package that
-    imported it and on its class, by a timed call; a part called inside another is recorded in ``nested``
+    imported it and on its class, by a timed call, and put back on leaving (also where
+    installing failed half way); a part called inside another is recorded in ``nested``
     (the parts would then count it twice), a part inside itself counts once.
     """
 
@@ -159,9 +160,17 @@ class PartClock:
         self.seconds = dict.fromkeys(PARTS.values(), 0.0)
         self.nested: set[tuple[str, str]] = set()
         self._active: list[str] = []
-        self._undo: list[tuple[Any, str, Any]] = []
+        self._undo: list[tuple[Any, str, Any, bool]] = []
 
     def __enter__(self) -> PartClock:
+        try:
+            self._install()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _install(self) -> None:
         for (module, name), what in PARTS.items():
             owner: Any = importlib.import_module(module)
             for attr in name.split(".")[:-1]:
@@ -174,14 +183,17 @@ class PartClock:
                 (m, attr) for name_, m in list(sys.modules.items())
                 if name_.startswith(package) and m is not owner
                 and getattr(m, attr, None) is real]
-            for place, key in places:
-                self._undo.append((place, key, real))
+            for place, key in places:  # an inherited method is the base class's to keep
+                self._undo.append((place, key, real, key in vars(place)))
                 setattr(place, key, timed)
-        return self
 
     def __exit__(self, *exc: object) -> None:
-        for place, key, real in reversed(self._undo):
-            setattr(place, key, real)
+        for place, key, real, own in reversed(self._undo):
+            if own:
+                setattr(place, key, real)
+            else:
+                delattr(place, key)
+        self._undo.clear()
 
     def _timed(self, real: Any, what: str) -> Any:
         @functools.wraps(real)

@@ -62,7 +62,15 @@ def toy_parts(monkeypatch):
         clock.now += 1.0
         return mod.again(x, depth - 1) if depth else x  # a part inside itself
 
-    mod.leaf, mod.outer, mod.again = leaf, outer, again
+    class Base:
+        def method(self, x):
+            clock.now += 1.0
+            return x
+
+    class Model(Base):  # the timed part is inherited: the base class keeps its own
+        pass
+
+    mod.leaf, mod.outer, mod.again, mod.Model = leaf, outer, again, Model
     user.leaf = leaf
     monkeypatch.setitem(sys.modules, "toy_pkg.parts", mod)
     monkeypatch.setitem(sys.modules, "toy_pkg.user", user)
@@ -75,13 +83,28 @@ def test_the_clock_times_each_part_once_and_finds_one_inside_another(monkeypatch
     monkeypatch.setattr(demo, "time", fake)
     monkeypatch.setattr(demo, "PARTS", {("toy_pkg.parts", "leaf"): "leaf",
                                         ("toy_pkg.parts", "outer"): "outer",
-                                        ("toy_pkg.parts", "again"): "again"})
+                                        ("toy_pkg.parts", "again"): "again",
+                                        ("toy_pkg.parts", "Model.method"): "method"})
     real = mod.leaf
     with demo.PartClock() as clock:
         assert user.leaf(1) == 2 and mod.again(0) == 0  # the from-import is timed too
         assert clock.nested == set()  # a part inside itself is no part inside another
         assert mod.outer(1) == 4
+        assert mod.Model().method(5) == 5
     assert mod.leaf is real and user.leaf is real  # put back
+    assert "method" not in vars(mod.Model) and mod.Model().method(6) == 6
     assert clock.nested == {("outer", "leaf")}
     # leaf: its own call and the one inside outer; again: its three levels counted once
-    assert clock.seconds == {"leaf": 2.0, "outer": 2.0, "again": 3.0}
+    assert clock.seconds == {"leaf": 2.0, "outer": 2.0, "again": 3.0, "method": 1.0}
+
+
+def test_a_clock_that_cannot_install_puts_back_what_it_replaced(monkeypatch, toy_parts):
+    demo = _demo()
+    mod, user, _ = toy_parts
+    real = mod.leaf
+    monkeypatch.setattr(demo, "PARTS", {("toy_pkg.parts", "leaf"): "leaf",
+                                        ("toy_pkg.parts", "gone"): "a part renamed"})
+    with pytest.raises(AttributeError, match="gone"):
+        with demo.PartClock():
+            pass
+    assert mod.leaf is real and user.leaf is real

@@ -241,18 +241,20 @@ def test_blocks_of_sequences_give_the_numbers_of_one_block(monkeypatch):
         assert torch.equal(blocked.weights, whole[name].weights), name
 
 
-def test_stacked_decays_give_the_numbers_of_one_decay_at_a_time(monkeypatch):
-    # GD and Newton run their step counts' decays in stacks (`STACK_BYTES`); stacks of one
-    # decay are the computation one step count at a time. Equal here bit for bit; checked
-    # to rounding, as a batched product may sum in another order on another BLAS.
+@pytest.mark.parametrize("per_stack", [1, 3])
+def test_stacked_decays_give_the_numbers_of_one_stack(monkeypatch, per_stack):
+    # GD and Newton run their step counts' decays in stacks (`STACK_BYTES`): on these small
+    # data every step count fits one stack; stacks of 3 and of 1 (the computation one step
+    # count at a time) must give the same numbers. Equal here bit for bit; checked to
+    # rounding, as a batched product may sum in another order on another BLAS.
     from iclprobe.algorithms import learners, spectral
     xs, ys = linear_data(b=5, n=12, d=4, noise=0.2)
     stats = algorithms.prefix_stats(xs, ys)
     runs = {"gd": (list(range(20)) + [40, 400], {"lr": "max"}),
             "newton": (list(range(12)), {"alpha": "spectral"}),
             "pgd": ([0, 1, 3, 9, 27], {"lr": 0.05, "precond": torch.diag(torch.arange(1.0, 5.0))})}
-    stacked = {name: algorithms.iterates(name, xs, ys, steps, stats=stats, **hyper)
-               for name, (steps, hyper) in runs.items()}
+    whole = {name: algorithms.iterates(name, xs, ys, steps, stats=stats, **hyper)
+             for name, (steps, hyper) in runs.items()}
     sizes = []
     real = learners.power_decays
 
@@ -261,13 +263,29 @@ def test_stacked_decays_give_the_numbers_of_one_decay_at_a_time(monkeypatch):
             sizes.append(part.shape[-2])
             yield part
     monkeypatch.setattr(learners, "power_decays", counted)
-    monkeypatch.setattr(spectral, "STACK_BYTES", 1)  # one decay per stack
+    monkeypatch.setattr(spectral, "STACK_BYTES", per_stack * 5 * 12 * 4 * 8)  # decays of 1920 B
     for name, (steps, hyper) in runs.items():
-        one = algorithms.iterates(name, xs, ys, steps, stats=stats, **hyper)
-        for got, want in ((one.preds, stacked[name].preds), (one.weights, stacked[name].weights)):
+        cut = algorithms.iterates(name, xs, ys, steps, stats=stats, **hyper)
+        for got, want in ((cut.preds, whole[name].preds), (cut.weights, whole[name].weights)):
             scale = float(want.abs().max())
             torch.testing.assert_close(got, want, rtol=1e-14, atol=1e-14 * scale)
-    assert sizes and set(sizes) == {1}
+    assert max(sizes) == per_stack and sizes.count(per_stack) > 3  # several stacks each
+
+
+@pytest.mark.parametrize("shape", [(4,), (12, 4), (1, 12, 4), (5, 1, 4)])
+def test_decays_of_a_broadcast_rate_are_those_of_the_whole_block(shape):
+    # power_decays of an x that broadcasts to the block [5, 12, 4] (a rate shared by
+    # sequences, or by positions) are that block's decays, for any number of step counts
+    from iclprobe.algorithms.spectral import power_decays, spectral_iterates
+    xs, ys = linear_data(b=5, n=12, d=4, noise=0.2)
+    stats = algorithms.prefix_stats(xs, ys)
+    x = torch.rand(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    for exponents in ([3.0], [0.0, 1.0, 2.0, 5.0, 9.0], [float(k) for k in range(12)]):
+        small = spectral_iterates(stats, lambda b, e=exponents: power_decays(x, e), True)
+        full = spectral_iterates(
+            stats, lambda b, e=exponents: power_decays(x.expand(b.eigvals.shape), e), True)
+        assert small[0].shape == (len(exponents), 5, 12)
+        assert torch.equal(small[0], full[0]) and torch.equal(small[1], full[1])
 
 
 @pytest.mark.parametrize("name", ["gd", "newton", "cg", "online_gd", "ols", "pgd"])

@@ -166,6 +166,14 @@ def test_other_scripts_refuse_zero_threads(script_path, capsys, monkeypatch):
     assert "Traceback" not in err
 
 
+def test_the_families_bench_refuses_zero_repeats(capsys, monkeypatch):
+    path = Path(__file__).resolve().parents[1] / "bench" / "families.py"
+    monkeypatch.setattr(sys, "argv", [path.name, "--repeats", "0"])
+    err = _refusal(path, "main", None, capsys)
+    assert "argument --repeats: expected a positive integer, got 0" in err
+    assert "Traceback" not in err
+
+
 DECODE = Path(__file__).resolve().parents[1] / "bench" / "decode_probe.py"
 
 

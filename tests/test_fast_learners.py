@@ -55,6 +55,8 @@ def test_power_decays_equal_pow_also_past_the_boundaries():
         # where the power underflows (x = 1, e >= 1) the decay stops at e^-700
         want = torch.where(want.abs() < 1e-304, torch.full_like(want, np.exp(-700.0)), want)
         torch.testing.assert_close(got, want, rtol=1e-14, atol=0.0)
+    scalar = next(power_decays(torch.tensor(0.5, dtype=torch.float64), [0.0, 2.0]))
+    assert scalar.shape == (2, 1) and scalar[:, 0].tolist() == [1.0, 0.25]  # 0-d x: [1]
     far = next(power_decays(x[:3], [2.0**60]))[0]  # Newton's 2^k with k = 60
     assert bool((far[1:] < 1e-300).all()) and far[0] == 1.0
 

@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from torch import Tensor
 
+from iclprobe._finite import all_finite
 from iclprobe.errors import InputError
 
 
@@ -44,7 +45,7 @@ def sym_eigh(m: Tensor, what: str = "matrix") -> tuple[Tensor, Tensor]:
     Raises:
         ValueError: ``m`` holds NaN or Inf.
     """
-    if not bool(torch.isfinite(m).all()):
+    if not all_finite(m):
         raise InputError(f"{what} holds NaN or Inf: cannot decompose it")
     if m.numel() == 0:  # no dimensions (or no matrices): nothing to scale
         return torch.linalg.eigh(m)

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from iclprobe._checks import is_number
+from iclprobe._finite import all_finite
 from iclprobe.algorithms.base import Iterates
 from iclprobe.algorithms.prefix import PrefixStats, from_eigenbasis
 from iclprobe.errors import InputError
@@ -98,7 +99,7 @@ def finish(name: str, steps: Tensor, preds: Tensor, weights: Tensor | None,
             out.append(None)
             continue
         cast = t.to(dtype)
-        if not bool(torch.isfinite(cast).all()):
+        if not all_finite(cast):
             why, diverged = _not_finite(name, label, t, dtype, unstable)
             raise (Diverged if diverged else InputError)(why)
         out.append(cast)
@@ -138,7 +139,7 @@ def _not_finite(name: str, label: str, t: Tensor, dtype: torch.dtype,
     why = unstable() if unstable is not None else None
     if why is not None:
         return f"{name}: {why}", True
-    if not bool(torch.isfinite(t).all()):
+    if not all_finite(t):
         return (f"{name}: the {label} overflow float64 on these data (no finite answer); "
                 "check the data's scale and the hyperparameters"), False
     largest = t.abs().max().item()

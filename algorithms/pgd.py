@@ -10,6 +10,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
+from iclprobe._finite import all_finite
 from iclprobe.algorithms import families
 from iclprobe.algorithms.base import Iterates, register
 from iclprobe.algorithms.learners import GD_LOG_GRID, LrSpec, gd_core
@@ -32,7 +33,7 @@ def _matrix_sqrt(precond: Tensor, n_dims: int, batch: int) -> Tensor:
     for held, root in _ROOTS:
         if held.shape == m.shape and torch.equal(held, m):
             return root
-    if not bool(torch.isfinite(m).all()):
+    if not all_finite(m):
         raise InputError("precond must be finite (found NaN or Inf)")
     if not torch.allclose(m, m.transpose(-1, -2), rtol=1e-6, atol=1e-10):
         raise InputError("precond must be symmetric")

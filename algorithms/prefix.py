@@ -21,6 +21,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from iclprobe._finite import all_finite
 from iclprobe._linalg import sym_eigh
 from iclprobe.errors import InputError, InputTypeError
 
@@ -80,7 +81,7 @@ def check_regression(xs: Tensor, ys: Tensor) -> None:
                          "[batch, pos, n_dims]")
     if ys.shape != xs.shape[:2]:
         raise InputError(f"ys must have shape {tuple(xs.shape[:2])}, got {tuple(ys.shape)}")
-    if not bool(torch.isfinite(xs).all()) or not bool(torch.isfinite(ys).all()):
+    if not all_finite(xs) or not all_finite(ys):
         raise InputError("xs and ys must be finite (found NaN or Inf)")
 
 
@@ -163,7 +164,7 @@ def given_stats(xs: Tensor, ys: Tensor, stats: PrefixStats | None, name: str) ->
                    x[:, 1].norm(dim=-1)))
     for what, held, given in checks:
         scale = float(given.abs().max()) if given.numel() else 0.0
-        if bool(torch.isfinite(given).all()) and torch.allclose(held, given, rtol=1e-9,
+        if all_finite(given) and torch.allclose(held, given, rtol=1e-9,
                                                                  atol=1e-12 * scale):
             continue
         check_regression(xs, ys)  # a NaN or Inf there is named as such

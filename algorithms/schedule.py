@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from iclprobe._checks import check_bool
+from iclprobe._finite import all_finite
 from iclprobe.algorithms.base import Iterates, check_steps, register
 from iclprobe.algorithms.numerics import finish, out_dtype
 from iclprobe.algorithms.prefix import (
@@ -33,7 +34,7 @@ def _check_preconds(preconds: Tensor | None, n_dims: int, batch: int) -> Tensor:
     if not ok or preconds.shape[0] == 0:
         raise InputError(f"preconds must have shape [steps, {n_dims}, {n_dims}] or [steps, "
                          f"{batch}, {n_dims}, {n_dims}], got {tuple(preconds.shape)}")
-    if not bool(torch.isfinite(preconds).all()):
+    if not all_finite(preconds):
         raise InputError("preconds must be finite (found NaN or Inf)")
     return preconds.to(torch.float64)
 
@@ -73,7 +74,7 @@ def pgd_schedule(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
         saved[k + 1] = w
     stacked = torch.stack([saved[k] for k in k_steps.tolist()])  # [step, batch, pos, d]
     preds = (stacked * x).sum(-1)
-    grew = not (bool(torch.isfinite(preds).all()) and bool(torch.isfinite(stacked).all()))
+    grew = not (all_finite(preds) and all_finite(stacked))
 
     def unstable() -> str | None:  # float64 overflow: the steps, not the dtype, are the cause
         return ("the preconditioned steps make the iterates grow without bound on these "

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
+from iclprobe._finite import all_finite
 from iclprobe.algorithms import families
 from iclprobe.algorithms.base import Iterates, check_steps, register
 from iclprobe.algorithms.numerics import (
@@ -42,7 +43,7 @@ def initial_weights(init: str | Tensor, shape: tuple[int, int, int],
         check_real("init", init, "[batch, pos, n_dims]")
         if init.shape != shape:
             raise InputError(f"init must have shape {list(shape)}, got {tuple(init.shape)}")
-        if not bool(torch.isfinite(init).all()):
+        if not all_finite(init):
             raise InputError("init must be finite (found NaN or Inf)")
         return init.to(device=device, dtype=torch.float64).clone()
     if init == "zero":

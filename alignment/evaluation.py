@@ -25,6 +25,7 @@ from torch import Tensor
 
 from iclprobe import algorithms
 from iclprobe._checks import ConfigError
+from iclprobe._finite import all_finite
 from iclprobe.algorithms.base import REFERENCE_PAIR
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.metrics import metric_info, on_weights
@@ -268,5 +269,5 @@ def family_runs(model: Regressor, batch: RegressionBatch
 
 def refuse_nonfinite(what: str, tensor: Tensor) -> None:
     """Refuse a reading that holds NaN or Inf (naming ``what``)."""
-    if not bool(torch.isfinite(tensor).all()):
+    if not all_finite(tensor):
         raise NonFinite(f"align: the {what} are not finite (found NaN or Inf)")

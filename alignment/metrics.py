@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from iclprobe._checks import is_int
+from iclprobe._finite import all_finite
 from iclprobe.errors import InputError, InputTypeError
 from iclprobe.plugins import claim, registrant
 
@@ -252,7 +253,7 @@ def _try_metric(name: str, on: str, fn: Any, across: Any) -> None:
             need = (f"one value per sequence, shape {want}" if want is not None else
                     f"[{n_l}, {n_k}, {b}, pos, 3]: the products (u·v, u·u, v·v)")
             raise InputError(f"{where}: {what} must return {need}, got {got}; {hint}")
-        if not bool(torch.isfinite(out).all()):
+        if not all_finite(out):
             raise InputError(f"{where}: {what} returned NaN or Inf on finite random inputs")
 
 

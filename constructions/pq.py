@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from iclprobe._checks import check_int, check_real
+from iclprobe._finite import all_finite
 from iclprobe.errors import InputError, InputTypeError
 from iclprobe.models.config import PQConfig
 from iclprobe.models.pq import PQTransformer
@@ -72,7 +73,7 @@ def pgd_transformer(preconds: Tensor | Sequence[Tensor]) -> PQTransformer:
     every layer, ``pgd(precond=A, lr=1)``.
     """
     a = preconds if isinstance(preconds, Tensor) else _stacked(preconds)
-    if a.ndim != 3 or a.shape[-1] != a.shape[-2] or not bool(torch.isfinite(a).all()):
+    if a.ndim != 3 or a.shape[-1] != a.shape[-2] or not all_finite(a):
         raise InputError(f"preconds must be finite square matrices [layer, d, d], got shape "
                          f"{tuple(a.shape)}")
     return PQTransformer.from_matrices(A=a.to(torch.float32))

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from iclprobe._checks import is_int
+from iclprobe._finite import all_finite
 from iclprobe.errors import InputError
 from iclprobe.models.pq import PQTransformer
 from iclprobe.storage import CheckpointError, torch_load_tensors
@@ -121,7 +122,7 @@ def _pick(history: list[Any], index: int, where: str) -> Tensor:
         raise InputError(
             f"allparam must have shape [n_layer, n_head, 2, d, d], got {tuple(allparam.shape)}"
         )
-    if not bool(torch.isfinite(allparam).all()):
+    if not all_finite(allparam):
         raise InputError(f"{where}: allparam (entry {index}) contains NaN or Inf")
     return allparam.detach().float().cpu()
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, overload
 import torch
 from torch import Tensor, nn
 
+from iclprobe._finite import all_finite
 from iclprobe.errors import InputError, InputTypeError
 from iclprobe.models import files
 from iclprobe.models._tl import ActivationCache, HookedRootModule
@@ -62,7 +63,7 @@ def input_dtype(module: nn.Module) -> torch.dtype:
 def _check_finite(**inputs: Tensor) -> None:
     """Refuse NaN or Inf in a model's inputs (its readings would carry them silently)."""
     for name, t in inputs.items():
-        if not t.is_meta and not bool(torch.isfinite(t).all()):  # meta: shapes only
+        if not t.is_meta and not all_finite(t):  # meta: shapes only
             raise InputError(f"{name} must be finite, found NaN or Inf")
 
 

@@ -22,6 +22,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import nn
 
+from iclprobe._finite import all_finite
 from iclprobe.atomic import atomic_directory
 from iclprobe.errors import InputError, InputTypeError
 from iclprobe.models import registry
@@ -47,7 +48,7 @@ def write_checkpoint_files(model: Any, directory: Path, task: RegressionTask | N
     if task is not None:
         model.check_task(task)  # a d = 2 task beside a d = 3 model would load, then fail
     bad = [k for k, v in model.state_dict().items()
-           if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+           if v.is_floating_point() and not all_finite(v)]
     if bad:  # `load` refuses such a file: refused here, before it is written
         raise InputError(f"the model's weights {bad[:3]} hold NaN or inf: not saved")
     config = {"format_version": FORMAT_VERSION, "family": registry.family_of(model),
@@ -129,11 +130,11 @@ def _cast_exactly(tensor: torch.Tensor, dtype: torch.dtype, name: str, source: P
     if not (dtype.is_floating_point and tensor.dtype.is_floating_point):
         raise CheckpointError(f"{source}: tensor {name!r} is stored as {tensor.dtype}, but the "
                               f"model's is {dtype}: refusing a cast that would truncate it")
-    if not bool(torch.isfinite(tensor).all()):
+    if not all_finite(tensor):
         bad = int((~torch.isfinite(tensor)).sum())
         raise CheckpointError(f"{source}: tensor {name!r} holds {bad} NaN or inf value(s)")
     out = tensor.to(dtype)
-    if not bool(torch.isfinite(out).all()):
+    if not all_finite(out):
         raise CheckpointError(f"{source}: tensor {name!r} ({tensor.dtype}) has values beyond "
                               f"the range of the model's {dtype}")
     return out

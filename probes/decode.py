@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from iclprobe._checks import is_int
+from iclprobe._finite import all_finite
 from iclprobe._linalg import sym_eigh
 from iclprobe.algorithms.prefix import power_of_two_scale
 from iclprobe.errors import InputError
@@ -208,7 +209,7 @@ def _checked(resid: Tensor, targets: Tensor, folds: int, t_min: int, t_max: int 
                          f"got t_min={t_min!r}, t_max={t_max!r}")
     for what, t in (("resid", resid[:, :, t_min:last + 1]),
                     ("targets", targets[:, :, t_min:last + 1])):  # only the rows fitted
-        if not bool(torch.isfinite(t).all()):
+        if not all_finite(t):
             raise InputError(f"{who}: {what} are not finite at positions {t_min}..{last} "
                              f"(found NaN or Inf)")
     return n_layers, batch, n, width

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from iclprobe._checks import check_bytes, check_int
+from iclprobe._finite import all_finite
 from iclprobe.algorithms.prefix import check_real
 from iclprobe.errors import InputError
 
@@ -58,7 +59,7 @@ def check_axes(name: str, value: Any, axes: str) -> Tensor:
 def check_finite_inputs(**tensors: Tensor) -> None:
     """ValueError for NaN or infinite values, and for magnitudes whose squares overflow."""
     for name, t in tensors.items():
-        if not bool(torch.isfinite(t).all()):
+        if not all_finite(t):
             raise InputError(f"{name} must be finite: found {int((~torch.isfinite(t)).sum())} "
                              "NaN or infinite value(s)")
         largest = t.abs().max().item() if t.numel() else 0.0

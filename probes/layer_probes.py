@@ -26,6 +26,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from iclprobe._checks import check_int, check_real
+from iclprobe._finite import all_finite
 from iclprobe.atomic import atomic_directory
 from iclprobe.errors import InputError, TooFewRows
 from iclprobe.hooks.residuals import BATCH_SEQUENCES, collect_residuals
@@ -342,7 +343,7 @@ def _seed_of(generator: torch.Generator | int) -> int | None:
 
 
 def _check_finite(tensors: dict[str, Tensor], what: str) -> None:
-    bad = [name for name, t in tensors.items() if not bool(torch.isfinite(t).all())]
+    bad = [name for name, t in tensors.items() if not all_finite(t)]
     if bad:
         raise InputError(f"{what}: non-finite (NaN or infinite) probe weights in {bad}")
 

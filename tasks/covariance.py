@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from iclprobe._checks import is_number
+from iclprobe._finite import all_finite
 from iclprobe.errors import InputError, InputTypeError
 
 #: Σ's eigenvalues of Ahn et al.'s rotated setting at d = 5 (D = diag(1, 1, 1/2, 1/4, 1)).
@@ -90,7 +91,7 @@ def check_covariance(cov: Tensor, n_dims: int, name: str = "cov", batch: int | N
     if cov.is_complex():
         raise InputTypeError(f"{name} must be real, got {cov.dtype}")
     cov = cov.detach().to(torch.float64, copy=True)
-    if not bool(torch.isfinite(cov).all()):
+    if not all_finite(cov):
         raise InputError(f"{name} contains NaN or Inf")
     if not torch.allclose(cov, cov.mT, rtol=1e-6, atol=1e-8):  # Cholesky reads one triangle
         raise InputError(f"{name} must be symmetric, max |Σ - Σᵀ| = {(cov - cov.mT).abs().max():.3g}")

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from iclprobe._checks import ConfigError
+from iclprobe._finite import all_finite
 from iclprobe.algorithms.prefix import ols_predictions
 from iclprobe.errors import InputError, InputTypeError
 from iclprobe.models.base import Regressor, check_model
@@ -322,7 +323,7 @@ class _Loop:
     def _checkpoint(self, done: int) -> None:
         if self.out is None:
             return
-        bad = [name for name, p in self.model.named_parameters() if not bool(p.isfinite().all())]
+        bad = [name for name, p in self.model.named_parameters() if not all_finite(p)]
         if bad:
             self._diverged(done, f"parameters {bad[:3]} are not finite")
         save_run_checkpoint(self.out, self.model, self.task, self.cfg, self.optimizer, done)

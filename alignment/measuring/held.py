@@ -28,6 +28,7 @@ import math
 import torch
 from torch import Tensor
 
+from iclprobe._finite import finite_rows
 from iclprobe.alignment.evaluation import Evaluation
 from iclprobe.alignment.measuring.candidates import build_candidates, candidate_keys
 from iclprobe.alignment.measuring.layers import Y_TARGET, Targets
@@ -120,7 +121,7 @@ def _best_of_shortlist(layer: int, ranked: dict[str, Tensor], columns: dict[str,
 
 def _finite(columns: Tensor, t_min: int) -> Tensor:
     """``[K]``: whether each column ``[K, batch, pos]`` is finite at every ``t >= t_min``."""
-    return torch.isfinite(columns[:, :, t_min:]).flatten(1).all(1)
+    return finite_rows(columns[:, :, t_min:])
 
 
 def _on_y_scale(column: Tensor, ys: Tensor, t_min: int) -> Tensor:

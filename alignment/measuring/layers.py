@@ -19,6 +19,7 @@ from torch import Tensor
 
 from iclprobe import probes
 from iclprobe._checks import ConfigError
+from iclprobe._finite import all_finite
 from iclprobe.alignment.evaluation import Evaluation, refuse_nonfinite
 from iclprobe.alignment.measuring.timing import Timings
 from iclprobe.alignment.metrics import on_weights
@@ -142,7 +143,7 @@ def checked_layers(ev: Evaluation, layers: Layers) -> Layers:
     refuse_nonfinite("layer predictions (model output read per layer)",
                      preds[..., t_lo:t_hi + 1])
     notes = []
-    if not bool(torch.isfinite(preds).all()):  # only outside the aligned window
+    if not all_finite(preds):  # only outside the aligned window
         notes.append(f"layer predictions outside t = {t_lo}..{t_hi} are not finite (the model "
                      f"is valid only where it is aligned); they are not used")
         inside = torch.zeros(n, dtype=torch.bool)

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from iclprobe._finite import all_finite
 from iclprobe.algorithms.base import LEARNERS, learner_info
 from iclprobe.alignment.evaluation import Evaluation
 from iclprobe.alignment.measuring.layers import Layers
@@ -101,7 +102,7 @@ def fit_line(layers: Sequence[int], steps: Sequence[float]) -> tuple[float, floa
     y = torch.tensor(list(steps), dtype=torch.float64)
     if x.numel() != y.numel():
         raise InputError(f"layers and steps differ in length: {x.numel()} and {y.numel()}")
-    if not bool(torch.isfinite(y).all()):
+    if not all_finite(y):
         raise InputError(f"steps must be finite, got {list(steps)}")
     xc, yc = x - x.mean(), y - y.mean()
     sxx, ss_tot = (xc * xc).sum(), (yc * yc).sum()
@@ -165,7 +166,7 @@ def match_steps(sim: Similarity, steps: Sequence[int] | torch.Tensor | None = No
     bad = [layer for layer in layers if not 0 <= layer < n_layers]
     if bad:
         raise InputError(f"layers {bad} out of range: the table has layers 0..{n_layers - 1}")
-    if not bool(torch.isfinite(sim.values).all()):
+    if not all_finite(sim.values):
         raise InputError(f"match_steps: the {sim.metric} table of {sim.learner} holds NaN or Inf")
     sign = 1.0 if sim.higher_is_better else -1.0
     score = sign * sim.values  # higher is better from here on

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from iclprobe._checks import check_seed, is_int
+from iclprobe._finite import all_finite
 from iclprobe.algorithms.base import Iterates
 from iclprobe.alignment import metrics as M
 from iclprobe.alignment.measuring.bootstrap import bootstrap_weights, interval
@@ -288,6 +289,6 @@ def _checked(info: M.MetricInfo, layer_values: Tensor, iterates: Iterates, ys: T
                          f"{tuple(ys.shape)} [batch, pos]")
     for what, tensor in (("layer values", layer_values), (f"{iterates.name} iterates", other),
                          ("ys", ys)):
-        if finite and not bool(torch.isfinite(tensor).all()):
+        if finite and not all_finite(tensor):
             raise InputError(f"similarity: the {what} are not finite (found NaN or Inf)")
     return other, M.check_window(t_min, t_max, ys.shape[-1])

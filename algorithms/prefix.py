@@ -212,16 +212,41 @@ def by_blocks(stats: PrefixStats, run: Callable[[PrefixStats], tuple[Tensor, Ten
     """``run(block stats) -> (preds [step, block, pos], weights or None)`` block by block.
 
     The results are joined along the batch axis; every learner computes each sequence on its
-    own, so they equal one run on the whole batch.
+    own, so they equal one run on the whole batch. Runs on the same statistics get the same
+    block objects (`_blocks`), so what `spectral_terms` keeps for a block serves each run.
     """
     batch, n, d = stats.query_eig.shape
     rows = max(1, BLOCK_BYTES // max(1, n * d * stats.query_eig.element_size()))
     if batch <= rows:
         return run(stats)
-    parts = [run(stats_rows(stats, slice(lo, lo + rows))) for lo in range(0, batch, rows)]
+    parts = [run(block) for block in _blocks(stats, rows)]
     preds = torch.cat([p for p, _ in parts], 1)
     weights = [w for _, w in parts if w is not None]
     return preds, (torch.cat(weights, 1) if weights else None)
+
+
+#: the last statistics `by_blocks` split, and their blocks
+_BLOCKS: list[tuple[PrefixStats, int, list[PrefixStats]]] = []
+
+
+def _blocks(stats: PrefixStats, rows: int) -> list[PrefixStats]:
+    """``stats`` in blocks of ``rows`` sequences: the same objects for the same statistics.
+
+    The statistics are known by their tensors (as `spectral_terms` knows them), held here
+    so that their identity cannot pass to another's.
+    """
+    for held, held_rows, blocks in _BLOCKS:
+        if held_rows == rows and _same_tensors(held, stats):
+            return blocks
+    blocks = [stats_rows(stats, slice(lo, lo + rows))
+              for lo in range(0, stats.query_eig.shape[0], rows)]
+    _BLOCKS[:] = [(stats, rows, blocks)]
+    return blocks
+
+
+def _same_tensors(a: PrefixStats, b: PrefixStats) -> bool:
+    """Whether ``a`` and ``b`` hold the same eigvals, eigvecs, xty_eig and query_eig objects."""
+    return all(x is y for x, y in zip(a[3:7], b[3:7]))
 
 
 def rowdot(a: Tensor, b: Tensor) -> Tensor:
@@ -236,26 +261,29 @@ def rowdot(a: Tensor, b: Tensor) -> Tensor:
     return (a.unsqueeze(-2) @ b.unsqueeze(-1))[..., 0, 0]
 
 
-#: the last statistics' terms that do not depend on the step size (`spectral_terms`)
+#: the terms of the last `TERMS_KEPT` statistics that do not depend on the step size
+#: (`spectral_terms`): a batch's blocks (7 at Garg size) each keep theirs
 _TERMS: list[tuple[PrefixStats, tuple[Tensor, Tensor, Tensor]]] = []
+TERMS_KEPT = 16
 
 
 def spectral_terms(block: PrefixStats) -> tuple[Tensor, Tensor, Tensor]:
-    """``β/λ``, ``g = (β/λ) q`` and ``Σ_i g_i`` of ``block``, kept for the next run on it.
+    """``β/λ``, ``g = (β/λ) q`` and ``Σ_i g_i`` of ``block``, kept for the next runs on it.
 
     `align` runs the closed-form learners at many step sizes on one batch's statistics
-    (the families, then the step sizes fitted to each layer), and these terms were about
-    a fifth of each run's time. Kept for the same statistics object (its tensors held
-    here, so that the identity cannot pass to another's), whose tensors nothing changes
-    in place; the numbers are those a rerun gives, bit for bit.
+    (the families, then the step sizes fitted to each layer), block by block
+    (`by_blocks`), and these terms were about a fifth of each run's time. Kept for the
+    same statistics objects (their tensors held here, so that the identity cannot pass to
+    another's), whose tensors nothing changes in place; the numbers are those a rerun
+    gives, bit for bit.
     """
     for held, terms in _TERMS:
-        if all(a is b for a, b in zip(held[3:7], block[3:7])):  # eigvals … query_eig
+        if _same_tensors(held, block):
             return terms
     base = block.xty_eig * safe_inverse(block.eigvals)  # β/λ, 0 where λ = 0
     g = base * block.query_eig
     total = rowdot(g, torch.ones_like(g))  # exactly what a decay of 1 subtracts
-    _TERMS[:] = [(block, (base, g, total))]
+    _TERMS[:] = [*_TERMS[1 - TERMS_KEPT:], (block, (base, g, total))]
     return base, g, total
 
 

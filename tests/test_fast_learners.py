@@ -119,6 +119,41 @@ def test_kept_step_size_free_terms_follow_the_statistics_they_were_made_from(mon
         assert torch.equal(a.preds, b.preds) and torch.equal(a.weights, b.weights)
 
 
+def test_blocks_of_one_batch_keep_their_terms_for_every_run(monkeypatch):
+    """Split into blocks, runs at several step sizes on one batch's statistics compute each
+    block's step-size-free terms once (`prefix._blocks` hands every run the same block
+    objects): the numbers are those of runs with nothing kept and of one run on the whole
+    batch, bit for bit, and another batch's statistics get blocks and terms of their own."""
+    data = [linear_data(b=5, n=8, d=3, noise=0.1, seed=s) for s in (0, 1)]
+    stats = [algorithms.prefix_stats(xs, ys) for xs, ys in data]
+    runs = [("gd", [1, 7], {"lr": "max", "lr_scale": 0.7}), ("newton", [2, 5], {}),
+            ("gd", [3], {"lr": "max", "lr_scale": 0.3}),
+            ("momentum", [3, 6], {"lr": "max", "beta": 0.5})]
+
+    def run(i):
+        return [algorithms.iterates(name, *data[i], steps, stats=stats[i], **hyper)
+                for name, steps, hyper in runs]
+
+    whole = run(0)  # 5 sequences in one block
+    monkeypatch.setattr(prefix, "BLOCK_BYTES", 2 * 8 * 3 * 8)  # 2 sequences a block: 3
+    monkeypatch.setattr(prefix, "_TERMS", [])
+    monkeypatch.setattr(prefix, "_BLOCKS", [])
+    name, steps, hyper = runs[0]
+    algorithms.iterates(name, *data[0], steps, stats=stats[0], **hyper)
+    first = [t for _, t in prefix._TERMS]
+    kept = run(0)
+    assert len(first) == 3  # one per block, found again by every later run
+    assert [t for _, t in prefix._TERMS] == first
+    assert all(a is b for a, (_, b) in zip(first, prefix._TERMS))
+    other = run(1)
+    assert len(prefix._TERMS) == 6 and prefix._BLOCKS[0][0] is stats[1]
+    monkeypatch.setattr(prefix, "_TERMS", _Forgetful())
+    monkeypatch.setattr(prefix, "_BLOCKS", _Forgetful())
+    for a, b, c in zip(kept + other, run(0) + run(1), whole + [None] * len(runs)):
+        assert torch.equal(a.preds, b.preds) and torch.equal(a.weights, b.weights)
+        assert c is None or (torch.equal(a.preds, c.preds) and torch.equal(a.weights, c.weights))
+
+
 class _Forgetful(list):
     """A cache that keeps nothing: every run computes its terms afresh."""
 

@@ -10,6 +10,7 @@ shows its traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -89,14 +90,12 @@ def _add_train(sub: Any) -> None:
     add_flags(p.add_argument_group("model (the --family's config; n_dims is --n-dims)"),
               flags["model"], {k: "--" + v.replace("_", "-") for k, v in MODEL_FROM_TASK.items()})
     add_flags(p.add_argument_group("training (TrainConfig)"), flags["training"])
-    p.set_defaults(handler=_lazy("cmd_train"))
+    p.set_defaults(handler=_lazy("cmd_train", "cli_train"))
 
 
-def _lazy(name: str) -> Handler:
+def _lazy(name: str, module: str = "cli_commands") -> Handler:
     def run(args: argparse.Namespace) -> int:
-        from iclprobe import cli_commands
-
-        return getattr(cli_commands, name)(args)
+        return getattr(importlib.import_module(f"iclprobe.{module}"), name)(args)
     return run
 
 
@@ -154,9 +153,11 @@ def _align_options(p: argparse.ArgumentParser) -> None:
                         "matched columns differ most, chosen from the learners alone; both "
                         "answers side by side")
     _overwrite_flag(p, "a report")
-    p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
-    p.add_argument("--verbose", action="store_true", help="print the full tables (every learner "
-                   "with intervals, ties, calibration) instead of one screen per model")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    shown.add_argument("--verbose", action="store_true", help="print the full tables (every "
+                       "learner with intervals, ties, calibration) instead of one screen per "
+                       "model")
 
 
 def _overwrite_flag(p: argparse.ArgumentParser, what: str) -> None:

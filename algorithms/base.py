@@ -325,8 +325,9 @@ def check_steps(steps: Iterable[int] | None) -> Tensor:
     if isinstance(steps, Tensor) and (steps.ndim != 1 or steps.is_floating_point()):
         raise InputError(f"steps must be a 1-D integer tensor, got {steps.dtype} of shape "
                          f"{tuple(steps.shape)}")
-    if isinstance(steps, (str, bytes)):
-        raise InputError(f"steps must be integers >= 0, got {steps!r}")
+    if isinstance(steps, (str, bytes)) or not isinstance(steps, (Tensor, Iterable)):
+        raise InputTypeError(f"steps must be a sequence of integers >= 0 (e.g. [{steps!r}] for "
+                             f"one), got {type(steps).__name__} {steps!r}")
     values = list(steps.tolist() if isinstance(steps, Tensor) else steps)
     if not values:
         raise InputError("steps must hold at least one step count")

@@ -77,6 +77,17 @@ def align(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
     cfg = cfg or AlignConfig()
     check_model(model)
     check_type("align", "cfg", cfg, AlignConfig, "an AlignConfig")
+    check_type("align", "name", name, str, "a string")
+    if layer_probes is not None:
+        check_type("align", "layer_probes", layer_probes, probes.LayerProbes,
+                   "a LayerProbes (or None: resolved here)")
+    if eval_task is not None:
+        check_type("align", "eval_task", eval_task, RegressionTask,
+                   "a RegressionTask (or None: the model's task)")
+        try:
+            model.check_task(eval_task)
+        except InputError as e:
+            raise InputError(f"align: eval_task does not fit {name}: {e}") from None
     training = model.training  # restored after: a model aligned mid-training trains on
     try:
         return _align(model.to(cfg.device).eval(), cfg, name, layer_probes, eval_task)

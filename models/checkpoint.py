@@ -21,7 +21,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from iclprobe._shipped import PRETRAINED_DIR, shipped_models
-from iclprobe.errors import InputError
+from iclprobe.errors import InputError, InputTypeError
 from iclprobe.models import registry
 from iclprobe.models.ahn import load_ahn
 from iclprobe.models.files import (
@@ -78,6 +78,10 @@ def load(path_or_name: str | os.PathLike[str], device: str | torch.device = "cpu
     and ``model.checkpoint``, the absolute path it was loaded from (where `align` looks
     for the probes ``iclprobe probe`` saved for it).
     """
+    if not isinstance(path_or_name, (str, os.PathLike)):
+        raise InputTypeError(f"load: path_or_name must be a path or a shipped model's name "
+                             f"(`iclprobe models`), got {type(path_or_name).__name__} "
+                             f"{path_or_name!r}")
     source = resolve(path_or_name)
     model = _load(source, ahn_index).to(device).eval()
     model.checkpoint = Path(os.path.abspath(source))

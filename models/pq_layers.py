@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from iclprobe._finite import all_finite
 from iclprobe.errors import InputError, InputTypeError
 from iclprobe.models._tl import HookPoint, observed
 from iclprobe.models.config import PQConfig
@@ -230,19 +231,24 @@ class PQBlock(nn.Module):
 
 
 def as_matrices(m: MatrixLike | None, name: str) -> Tensor:
-    """A float32 tensor from a tensor or (nested) lists of tensors or numbers."""
+    """A float32 tensor from a tensor or (nested) lists of tensors or numbers, all finite."""
     if m is None:
         raise InputError(f"{name} is required")
-    if isinstance(m, Tensor):
-        return m.detach().to(torch.float32)
     if isinstance(m, (list, tuple)):
         parts = [as_matrices(x, name) for x in m]
         if len({p.shape for p in parts}) > 1:
             raise InputError(f"{name}: matrices of different shapes {[tuple(p.shape) for p in parts]}")
         return torch.stack(parts) if parts else torch.zeros(0)
-    if isinstance(m, (int, float)):
-        return torch.tensor(float(m))
-    raise InputTypeError(f"{name} must be a tensor or a list of matrices, got {type(m).__name__}")
+    if isinstance(m, Tensor):
+        t = m.detach().to(torch.float32)
+    elif isinstance(m, (int, float)):
+        t = torch.tensor(float(m))
+    else:
+        raise InputTypeError(f"{name} must be a tensor or a list of matrices, "
+                             f"got {type(m).__name__}")
+    if not all_finite(t):
+        raise InputError(f"{name} must be finite (in float32), found NaN or Inf")
+    return t
 
 
 def per_layer_head(m: MatrixLike, name: str, cfg: PQConfig, k: int) -> Tensor:

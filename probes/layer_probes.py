@@ -25,7 +25,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from iclprobe._checks import check_int, check_real
+from iclprobe._checks import check_int, check_real, check_type
 from iclprobe._finite import all_finite
 from iclprobe.atomic import atomic_directory
 from iclprobe.errors import InputError, TooFewRows
@@ -157,6 +157,9 @@ class LayerProbes:
         drawn from —, task, time), which `save` writes to ``probes.json``.
         """
         check_model(model)
+        if task is not None:
+            check_type("LayerProbes.fit", "task", task, RegressionTask,
+                       "a RegressionTask (or None: the model's task)")
         task = task if task is not None else getattr(model, "task", None)
         if not isinstance(task, RegressionTask):
             raise InputError("task is required: the model has no task attached")

@@ -149,12 +149,12 @@ def analyze_preconditioners(model: PQTransformer, cov: Tensor | None = None,
     Σ, n, the prior (its Σ_w) and the label noise default to the model's task (n =
     n_points − 1 context examples). Also each A_l's definiteness (`definiteness`).
     """
+    pre = preconditioners(model)  # a PQ model's A_l, else the error that says it needs one
     task = getattr(model, "task", None)
     if cov is None:
         cov = task.covariance if task is not None else None
         if cov is None:
             raise InputError("cov is required: the model's task has no fixed covariance")
-    pre = preconditioners(model)
     d = model.cfg.n_dims
     inv = torch.linalg.inv(cov.to(torch.float64))
     dist_s, scale_s = distance(pre.A, inv)

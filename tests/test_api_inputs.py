@@ -8,7 +8,7 @@ import pytest
 import torch
 from helpers import small_batch, tiny_gpt
 
-from iclprobe import algorithms, hooks, models, probes, tasks
+from iclprobe import algorithms, alignment, hooks, models, probes, tasks, training
 from iclprobe.algorithms.numerics import Diverged, finish
 from iclprobe.alignment import AlignConfig, align, align_layers, compare
 
@@ -284,3 +284,54 @@ def test_a_float64_model_is_read_in_float64():
         assert r64.answer.labels == r32.answer.labels, fit
         a, b = (r.matches["newton"]["error_cosine"].best_value for r in (r32, r64))
         torch.testing.assert_close(torch.tensor(b), torch.tensor(a), rtol=0, atol=1e-6)  # 3e-9
+
+
+def test_align_names_a_bad_name_task_or_probes_before_any_work():
+    """A wrong type, or a task of another dimension, is refused by name; before, a string
+    task or probes failed on a missing attribute and a d = 3 task beside a d = 5 model in
+    torch's broadcasting."""
+    model, cfg = tiny_gpt(), AlignConfig(n_sequences=16, n_boot=10, separation=False)
+    with pytest.raises(TypeError, match="align: eval_task must be a RegressionTask .*got str"):
+        align(model, cfg, eval_task="isotropic")
+    with pytest.raises(ValueError, match="align: eval_task does not fit model: task.n_dims=5 "
+                                         "but the model has n_dims=3"):
+        align(model, cfg, eval_task=tasks.RegressionTask(n_dims=5, n_points=8))
+    with pytest.raises(ValueError, match="eval_task does not fit m: task.n_points=9 is more"):
+        align(model, cfg, name="m", eval_task=tasks.RegressionTask(n_dims=3, n_points=9))
+    with pytest.raises(TypeError, match="align: layer_probes must be a LayerProbes .*got str"):
+        align(model, cfg, layer_probes="x")
+    with pytest.raises(TypeError, match="align: name must be a string, got int 3"):
+        align(model, cfg, name=3)
+
+
+def test_api_calls_name_their_bad_argument():
+    xs, ys = _data()
+    with pytest.raises(TypeError, match=r"steps must be a sequence of integers >= 0 \(e.g. "
+                                        r"\[3\] for one\), got int 3"):
+        algorithms.iterates("gd", xs, ys, steps=3)
+    with pytest.raises(TypeError, match="match_steps: sim must be a Similarity table"):
+        alignment.match_steps("x")
+    with pytest.raises(TypeError, match="load: path_or_name must be a path or a shipped "
+                                        "model's name .*got NoneType None"):
+        models.load(None)
+    with pytest.raises(TypeError, match="LayerProbes.fit: task must be a RegressionTask"):
+        probes.LayerProbes().fit(tiny_gpt(), "isotropic", n_sequences=8)
+    with pytest.raises(TypeError, match="model must have PQ matrices"):
+        probes.analyze_preconditioners(tiny_gpt())
+    with pytest.raises(ValueError, match="train.progress must be a bool, got 'x'"):
+        training.train(tiny_gpt(), tasks.RegressionTask(n_dims=3, n_points=8),
+                       training.TrainConfig(steps=1), progress="x")
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 1e39])
+def test_pq_matrices_must_be_finite_in_float32(bad):
+    """NaN, infinite or past float32's range (1e39 rounds to inf): refused by name, not a
+    model whose every output is NaN."""
+    a = torch.eye(3).repeat(2, 1, 1).double()
+    a[1, 0, 2] = bad
+    with pytest.raises(ValueError, match="A must be finite \\(in float32\\), found NaN or Inf"):
+        models.PQTransformer.from_matrices(A=a)
+    with pytest.raises(ValueError, match="B must be finite"):
+        models.PQTransformer.from_matrices(A=torch.eye(3)[None], B=a[1:])
+    with pytest.raises(ValueError, match="P must be finite"):
+        models.PQTransformer.from_matrices(P=[[[bad] * 4] * 4], Q=torch.zeros(1, 4, 4))

@@ -213,3 +213,28 @@ def test_a_checkpoint_given_twice_keeps_its_name(tmp_path):
         (tmp_path / parent / "m").mkdir(parents=True)
     assert unique_names([str(tmp_path / "a" / "m"), str(tmp_path / "b" / "m")]) == \
         ["a_m", "b_m"]  # two directories of one name: told apart by their parents
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["align", "gpt-softmax", "--json", "--verbose"],
+     "argument --verbose: not allowed with argument --json"),
+    (["train", "--out", "{tmp}/run", "--condition-number", "5"],
+     "--condition-number applies to --cov ill-conditioned only, not --cov isotropic"),
+    (["train", "--out", "{tmp}/run", "--condition-number", "5", "--eigenbasis", "batch"],
+     "--condition-number and --eigenbasis apply to --cov ill-conditioned only"),
+    (["train", "--out", "{tmp}/run", "--n-dims", "3", "--n-points", "6", "--n-positions", "2"],
+     "--n-points 6 is more than the model's --n-positions 2"),
+])
+def test_flags_that_would_be_ignored_or_fail_late_are_refused_up_front(argv, says, tmp_path,
+                                                                       capsys):
+    """Options the command would drop (the screen's --verbose beside --json; the κ and
+    eigenbasis of ill-conditioned data on another covariance) and a model too short for
+    its task are one usage line, exit 2, before any work; nothing is written."""
+    try:
+        code = main([a.replace("{tmp}", str(tmp_path)) for a in argv])
+    except SystemExit as err:  # argparse's own refusals
+        code = err.code
+    assert code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert says in lines[-1] and "Traceback" not in "\n".join(lines)
+    assert not (tmp_path / "run").exists()

@@ -12,7 +12,7 @@ from iclprobe import models, tasks
 from iclprobe._checks import option
 from iclprobe.alignment.config import DEFAULT_METRICS, AlignConfig
 from iclprobe.cli import build_parser, main
-from iclprobe.cli_commands import _align_config, _train_setup
+from iclprobe.cli_commands import _align_config
 from iclprobe.cli_flags import (
     MODEL_FROM_TASK,
     TRAIN_TASK_DEFAULTS,
@@ -20,6 +20,7 @@ from iclprobe.cli_flags import (
     given,
     train_flags,
 )
+from iclprobe.cli_train import _train_setup
 from iclprobe.models.config import ConfigMixin
 from iclprobe.models.registry import FAMILIES, register_family
 from iclprobe.tasks.fields import TaskFields

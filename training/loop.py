@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from iclprobe._checks import ConfigError
+from iclprobe._checks import ConfigError, check_bool
 from iclprobe._finite import all_finite
 from iclprobe.algorithms.prefix import ols_predictions
 from iclprobe.errors import InputError, InputTypeError
@@ -219,6 +219,8 @@ def train(
     """
     cfg = cfg if cfg is not None else TrainConfig()
     check_setup(model, task, cfg)
+    for name, flag in (("resume", resume), ("overwrite", overwrite), ("progress", progress)):
+        check_bool("train", name, flag)
     out_path = Path(out) if out is not None else None
     if resume and out_path is None:
         raise InputError("resume=True needs the run directory `out`")

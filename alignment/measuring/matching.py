@@ -21,8 +21,9 @@ from typing import Any
 
 import torch
 
+from iclprobe._checks import check_type
 from iclprobe._finite import all_finite
-from iclprobe.algorithms.base import LEARNERS, learner_info
+from iclprobe.algorithms.base import LEARNERS, check_steps, learner_info
 from iclprobe.alignment.evaluation import Evaluation
 from iclprobe.alignment.measuring.layers import Layers
 from iclprobe.alignment.measuring.liveness import live_layers
@@ -154,9 +155,10 @@ def match_steps(sim: Similarity, steps: Sequence[int] | torch.Tensor | None = No
         fit_dead: include layers that are not live in the fits.
         min_fit_layers: fewer layers than this give an undefined fit.
     """
+    check_type("match_steps", "sim", sim, Similarity, "a Similarity table (`similarity`)")
     if isinstance(steps, torch.Tensor):
         steps = steps.tolist()
-    steps = [int(s) for s in (sim.steps if steps is None else steps)]
+    steps = check_steps(sim.steps if steps is None else steps).tolist()
     n_layers, n_steps = sim.values.shape
     if len(steps) != n_steps:
         raise InputError(f"steps has {len(steps)} entries, the table has {n_steps} columns")

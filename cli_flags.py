@@ -200,7 +200,8 @@ def command_flags(command: str) -> dict[str, list[Flag]]:
     """The generated flags of ``command`` by the config class they set (its name).
 
     ``train``: the task's (``RegressionTask``), each trainable family's config's and
-    ``TrainConfig``'s; ``align`` and ``compare``: ``AlignConfig``'s; others: none.
+    ``TrainConfig``'s; ``align`` and ``compare``: ``AlignConfig``'s; ``demo``: the two of
+    them it takes; others: none.
     """
     from iclprobe.models.registry import FAMILIES  # torch-free
 
@@ -213,6 +214,9 @@ def command_flags(command: str) -> dict[str, list[Flag]]:
         return out
     if command in ("align", "compare"):
         return {"AlignConfig": align_flags()}
+    if command == "demo":  # the two of align's flags the demo takes, by the same names
+        return {"AlignConfig": [f for f in align_flags()
+                                if f.name in ("n_sequences", "n_probe_sequences")]}
     return {}
 
 

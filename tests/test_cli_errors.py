@@ -238,3 +238,13 @@ def test_flags_that_would_be_ignored_or_fail_late_are_refused_up_front(argv, say
     lines = capsys.readouterr().err.strip().splitlines()
     assert says in lines[-1] and "Traceback" not in "\n".join(lines)
     assert not (tmp_path / "run").exists()
+
+
+def test_demo_names_its_flag_for_a_bad_probe_count(tmp_path, capsys):
+    """The demo's --n-probe-sequences sets AlignConfig's field of that name: its error names
+    the flag the user typed, as align's do."""
+    assert main(["demo", "--out", str(tmp_path / "demo"), "--n-probe-sequences", "1"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "iclprobe demo: error: --n-probe-sequences: AlignConfig.n_probe_sequences must be an "
+        "integer >= 2, got 1")
+    assert not (tmp_path / "demo").exists()

@@ -158,4 +158,9 @@ def _load_native(path: Path) -> Regressor:
             model.task = RegressionTask.from_dict(read_json(task_path))
         except (TypeError, ValueError) as err:
             raise CheckpointError(f"{task_path}: invalid task ({err})") from None
+        try:  # as `save` checks it: a task the model cannot take would fail only later
+            model.check_task(model.task)
+        except InputError as err:
+            raise CheckpointError(f"{task_path}: the task does not fit the model of "
+                                  f"{path / CONFIG_FILE} ({err})") from None
     return model

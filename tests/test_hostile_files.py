@@ -67,6 +67,24 @@ def test_a_config_that_is_not_an_object_is_one_line(run, tmp_path, capsys):
         GPTConfig.from_dict([1, 2])
 
 
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("n_points", 60, "task.n_points=60 is more than the model's n_positions=8"),
+    ("n_dims", 4, "task.n_dims=4 but the model has n_dims=3")])
+def test_a_task_json_the_model_cannot_take_is_refused_at_load(run, tmp_path, capsys, field,
+                                                              value, says):
+    """A task.json edited apart from its config.json (longer sequences than the model's
+    positions, another dimension) is refused by `load`, naming both files, as `save` would
+    refuse it; before, the longer task loaded and failed once probes were being fitted."""
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    path = copy / "checkpoint" / "task.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), field: value}))
+    with pytest.raises(CheckpointError, match=re.escape(says)):
+        models.load(copy)
+    assert main(["align", str(copy), *FAST]) == 2
+    one_line_error(capsys, str(path), "the task does not fit the model of", says)
+
+
 def _garg_dir(path, **model):
     """A Garg/Fu run directory of a 1-layer GPT-2 on d = 3 (its real file layout)."""
     path.mkdir()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -119,7 +120,9 @@ def check_int(owner: str, name: str, value: Any, low: int = 1, high: int | None 
     allowed = ("a positive integer" if low == 1 and high is None else
                f"an integer >= {low}" if high is None else f"an integer in [{low}, {high})")
     if not is_int(value):
-        raise ConfigError(owner, name, f"{owner}.{name} must be {allowed}, got {value!r}")
+        hint = (" (a Python int: pass int(value))" if isinstance(value, numbers.Integral)
+                and not isinstance(value, bool) else "")  # numpy's integers
+        raise ConfigError(owner, name, f"{owner}.{name} must be {allowed}{hint}, got {value!r}")
     if value < low or (high is not None and value >= high):
         raise ConfigError(owner, name, f"{owner}.{name} must be {allowed}, got {value!r}")
     return value

@@ -311,6 +311,8 @@ def torch_load_failure(err: BaseException) -> str:
     if isinstance(err, EOFError):
         return "the file ends early"
     first = str(err).split(". ")[0].splitlines()[0] if str(err) else type(err).__name__
+    if not any(c.isalpha() for c in first):  # junk read as a legacy file: a bare number
+        return f"not a file torch can read: {type(err).__name__} {first}"
     return first if "weights_only" not in first else type(err).__name__
 
 

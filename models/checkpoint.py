@@ -99,6 +99,9 @@ def _load(path: Path, ahn_index: int | None) -> Regressor:
         path = path / RUN_CHECKPOINT  # an `iclprobe train` run directory
     if not (path / CONFIG_FILE).exists() and (path / "state.pt").exists():
         return load_garg_run(path)
+    if not (path / CONFIG_FILE).exists() and (path / "config.yaml").exists():
+        raise CheckpointError(f"{path / 'state.pt'}: file is missing (a Garg et al. run holds "
+                              f"its weights there, beside config.yaml)")
     return _load_native(path)
 
 

@@ -335,3 +335,14 @@ def test_pq_matrices_must_be_finite_in_float32(bad):
         models.PQTransformer.from_matrices(A=torch.eye(3)[None], B=a[1:])
     with pytest.raises(ValueError, match="P must be finite"):
         models.PQTransformer.from_matrices(P=[[[bad] * 4] * 4], Q=torch.zeros(1, 4, 4))
+
+
+def test_a_numpy_integer_count_is_refused_saying_which_int_is_wanted():
+    """Counts are Python ints (a bool is not one): a numpy integer is told how to pass it."""
+    import numpy as np
+
+    with pytest.raises(TypeError, match=r"AlignConfig.n_sequences must be an integer >= 2 "
+                                        r"\(a Python int: pass int\(value\)\), got np.int64\(64\)"):
+        AlignConfig(n_sequences=np.int64(64))
+    with pytest.raises(TypeError, match=r"must be an integer >= 2, got True$"):
+        AlignConfig(n_sequences=True)

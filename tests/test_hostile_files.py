@@ -145,3 +145,18 @@ def test_a_hostile_probes_json_is_a_value_error_naming_it(tmp_path, edit):
     (tmp_path / "p" / "probes.json").write_text(edit(meta))
     with pytest.raises(ValueError, match="probes.json: (not valid JSON|invalid)"):
         probes.LayerProbes.load(tmp_path / "p", model)
+
+
+def test_a_garg_run_missing_or_with_junk_weights_names_state_pt(tmp_path, capsys):
+    """config.yaml without state.pt names the missing state.pt (not a config.json the run
+    never had); a state.pt of five bytes of text, which torch reads as a legacy file and
+    fails on with a bare number, says it is no file torch can read."""
+    missing = _garg_dir(tmp_path / "missing")
+    (missing / "state.pt").unlink()
+    assert main(["align", str(missing), *FAST]) == 2
+    one_line_error(capsys, str(missing / "state.pt"), "file is missing", "beside config.yaml")
+    junk = _garg_dir(tmp_path / "junk")
+    (junk / "state.pt").write_bytes(b"junk\n")
+    with pytest.raises(CheckpointError, match=r"truncated, corrupt or unsafe \(not a file "
+                                              r"torch can read: \w+ -?\d+\)"):
+        models.load(junk)

@@ -23,7 +23,7 @@ import torch
 
 from iclprobe._checks import check_type
 from iclprobe._finite import all_finite
-from iclprobe.algorithms.base import LEARNERS, check_steps, learner_info
+from iclprobe.algorithms.base import LEARNERS, learner_info
 from iclprobe.alignment.evaluation import Evaluation
 from iclprobe.alignment.measuring.layers import Layers
 from iclprobe.alignment.measuring.liveness import live_layers
@@ -158,7 +158,7 @@ def match_steps(sim: Similarity, steps: Sequence[int] | torch.Tensor | None = No
     check_type("match_steps", "sim", sim, Similarity, "a Similarity table (`similarity`)")
     if isinstance(steps, torch.Tensor):
         steps = steps.tolist()
-    steps = check_steps(sim.steps if steps is None else steps).tolist()
+    steps = [int(s) for s in (sim.steps if steps is None else steps)]
     n_layers, n_steps = sim.values.shape
     if len(steps) != n_steps:
         raise InputError(f"steps has {len(steps)} entries, the table has {n_steps} columns")

@@ -233,7 +233,8 @@ def _blocks(stats: PrefixStats, rows: int) -> list[PrefixStats]:
     """``stats`` in blocks of ``rows`` sequences: the same objects for the same statistics.
 
     The statistics are known by their tensors (as `spectral_terms` knows them), held here
-    so that their identity cannot pass to another's.
+    so that their identity cannot pass to another's. New statistics drop the terms kept
+    for others, so that what is kept holds one batch's tensors (and small unsplit ones').
     """
     for held, held_rows, blocks in _BLOCKS:
         if held_rows == rows and _same_tensors(held, stats):
@@ -241,6 +242,7 @@ def _blocks(stats: PrefixStats, rows: int) -> list[PrefixStats]:
     blocks = [stats_rows(stats, slice(lo, lo + rows))
               for lo in range(0, stats.query_eig.shape[0], rows)]
     _BLOCKS[:] = [(stats, rows, blocks)]
+    _TERMS[:] = []  # the terms kept hold no other batch's tensors than these
     return blocks
 
 

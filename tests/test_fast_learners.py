@@ -146,7 +146,8 @@ def test_blocks_of_one_batch_keep_their_terms_for_every_run(monkeypatch):
     assert [t for _, t in prefix._TERMS] == first
     assert all(a is b for a, (_, b) in zip(first, prefix._TERMS))
     other = run(1)
-    assert len(prefix._TERMS) == 6 and prefix._BLOCKS[0][0] is stats[1]
+    assert len(prefix._TERMS) == 3 and prefix._BLOCKS[0][0] is stats[1]  # none of stats[0]'s
+    assert all(a.eigvals is b.eigvals for (a, _), b in zip(prefix._TERMS, prefix._BLOCKS[0][2]))
     monkeypatch.setattr(prefix, "_TERMS", _Forgetful())
     monkeypatch.setattr(prefix, "_BLOCKS", _Forgetful())
     for a, b, c in zip(kept + other, run(0) + run(1), whole + [None] * len(runs)):

@@ -169,10 +169,12 @@ def compare(models: Sequence[Regressor], cfg: AlignConfig | None = None,
         raise InputError(f"layer_probes must hold one entry per model (None: fitted here), "
                          f"got {len(lps)} for {len(models)} models")
     task = eval_task or evaluation_task(models[0], cfg)
-    for model, name in zip(models, names):
-        if model.cfg.n_dims != task.n_dims:
-            raise InputError(f"{name} has n_dims={model.cfg.n_dims}, but the data has "
-                             f"d={task.n_dims}: compare models of one dimension")
+    for model, name in zip(models, names):  # every model before the first is aligned
+        try:
+            model.check_task(task)
+        except InputError as e:
+            raise InputError(f"compare: {name} cannot take the data ({e}): compare models "
+                             f"that take one task") from None
     with kept.reusing():  # the candidates' families depend on the data alone
         return [align(model, cfg, name=name, layer_probes=lp, eval_task=task)
                 for model, name, lp in zip(models, names, lps)]

@@ -346,3 +346,17 @@ def test_a_numpy_integer_count_is_refused_saying_which_int_is_wanted():
         AlignConfig(n_sequences=np.int64(64))
     with pytest.raises(TypeError, match=r"must be an integer >= 2, got True$"):
         AlignConfig(n_sequences=True)
+
+
+def test_compare_refuses_a_model_that_cannot_take_the_data_before_aligning_any():
+    """Checked for every model up front, by the model's own `check_task`: another dimension
+    or more points than a model's positions, naming that model."""
+    cfg = AlignConfig(n_sequences=16, n_boot=10, separation=False)
+    with pytest.raises(ValueError, match=r"compare: b cannot take the data \(task.n_dims=3 but "
+                                         r"the model has n_dims=4\): compare models that take"):
+        compare([tiny_gpt(), tiny_gpt(n_dims=4)], cfg, names=["a", "b"],
+                eval_task=tasks.RegressionTask(n_dims=3, n_points=8))
+    with pytest.raises(ValueError, match=r"compare: b cannot take the data \(task.n_points=8 is "
+                                         r"more than the model's n_positions=6\)"):
+        compare([tiny_gpt(), tiny_gpt(n_positions=6)], cfg, names=["a", "b"],
+                eval_task=tasks.RegressionTask(n_dims=3, n_points=8))

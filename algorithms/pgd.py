@@ -31,7 +31,7 @@ def _matrix_sqrt(precond: Tensor, n_dims: int, batch: int) -> Tensor:
                          f"{n_dims}), got {tuple(precond.shape)}")
     m = precond.to(torch.float64)
     for held, root in _ROOTS:
-        if held.shape == m.shape and torch.equal(held, m):
+        if _same(held, m):
             return root
     if not all_finite(m):
         raise InputError("precond must be finite (found NaN or Inf)")
@@ -58,12 +58,21 @@ def _moved_stats(moved: Tensor, ys: Tensor) -> PrefixStats:
     The same numbers as computing them again: the statistics are a function of the data.
     """
     for x, y, stats in _LAST:
-        if x.shape == moved.shape and y.shape == ys.shape and torch.equal(x, moved) \
-                and torch.equal(y, ys):
+        if _same(x, moved) and _same(y, ys):
             return stats
     stats = prefix_stats(moved, ys)
     _LAST[:] = [(moved.clone(), ys.clone(), stats)]
     return stats
+
+
+def _same(held: Tensor, new: Tensor) -> bool:
+    """Whether ``new`` is ``held`` number for number, on its device and in its dtype.
+
+    ``torch.equal`` alone raises on tensors of two devices (a CPU call's cache met by a
+    CUDA call) and holds 1.0 in float32 equal to 1.0 in float64.
+    """
+    return (held.device == new.device and held.dtype == new.dtype
+            and held.shape == new.shape and torch.equal(held, new))
 
 
 def _identity_multiple(m: Tensor) -> float | None:

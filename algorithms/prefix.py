@@ -226,7 +226,7 @@ def by_blocks(stats: PrefixStats, run: Callable[[PrefixStats], tuple[Tensor, Ten
 
 
 #: the last statistics `by_blocks` split, and their blocks
-_BLOCKS: list[tuple[PrefixStats, int, list[PrefixStats]]] = []
+_BLOCKS: list[tuple[PrefixStats, int, tuple[int, ...], list[PrefixStats]]] = []
 
 
 def _blocks(stats: PrefixStats, rows: int) -> list[PrefixStats]:
@@ -236,19 +236,41 @@ def _blocks(stats: PrefixStats, rows: int) -> list[PrefixStats]:
     so that their identity cannot pass to another's. New statistics drop the terms kept
     for others, so that what is kept holds one batch's tensors (and small unsplit ones').
     """
-    for held, held_rows, blocks in _BLOCKS:
-        if held_rows == rows and _same_tensors(held, stats):
+    for held, held_rows, versions, blocks in _BLOCKS:
+        if held_rows == rows and _same_tensors(held, versions, stats):
             return blocks
     blocks = [stats_rows(stats, slice(lo, lo + rows))
               for lo in range(0, stats.query_eig.shape[0], rows)]
-    _BLOCKS[:] = [(stats, rows, blocks)]
+    _BLOCKS[:] = [(stats, rows, _versions(stats), blocks)]
     _TERMS[:] = []  # the terms kept hold no other batch's tensors than these
     return blocks
 
 
-def _same_tensors(a: PrefixStats, b: PrefixStats) -> bool:
-    """Whether ``a`` and ``b`` hold the same eigvals, eigvecs, xty_eig and query_eig objects."""
-    return all(x is y for x, y in zip(a[3:7], b[3:7]))
+def forget_kept() -> None:
+    """Drop the blocks and terms kept for the last statistics (`_blocks`, `spectral_terms`).
+
+    `align` calls it when it is done: its batch's statistics (some 100 MB at Garg size)
+    are then not held until another batch's replace them. Runs on them after this compute
+    the terms again, to the same numbers.
+    """
+    _BLOCKS.clear()
+    _TERMS.clear()
+
+
+def _versions(stats: PrefixStats) -> tuple[int, ...]:
+    """The version counters of the tensors `_same_tensors` compares.
+
+    An in-place change counts one up, also one made through a view (a block's).
+    """
+    return tuple(t._version for t in stats[3:7])
+
+
+def _same_tensors(held: PrefixStats, versions: tuple[int, ...], stats: PrefixStats) -> bool:
+    """Whether ``stats`` holds ``held``'s eigvals, eigvecs, xty_eig and query_eig objects.
+
+    Unchanged in place, too, since ``held`` was kept (at ``versions``).
+    """
+    return all(x is y for x, y in zip(held[3:7], stats[3:7])) and _versions(stats) == versions
 
 
 def rowdot(a: Tensor, b: Tensor) -> Tensor:
@@ -265,7 +287,7 @@ def rowdot(a: Tensor, b: Tensor) -> Tensor:
 
 #: the terms of the last `TERMS_KEPT` statistics that do not depend on the step size
 #: (`spectral_terms`): a batch's blocks (7 at Garg size) each keep theirs
-_TERMS: list[tuple[PrefixStats, tuple[Tensor, Tensor, Tensor]]] = []
+_TERMS: list[tuple[PrefixStats, tuple[int, ...], tuple[Tensor, Tensor, Tensor]]] = []
 TERMS_KEPT = 16
 
 
@@ -276,16 +298,17 @@ def spectral_terms(block: PrefixStats) -> tuple[Tensor, Tensor, Tensor]:
     (the families, then the step sizes fitted to each layer), block by block
     (`by_blocks`), and these terms were about a fifth of each run's time. Kept for the
     same statistics objects (their tensors held here, so that the identity cannot pass to
-    another's), whose tensors nothing changes in place; the numbers are those a rerun
+    another's) while their tensors are not changed in place (their version counters: a
+    user's edit of a statistics' tensors is computed anew); the numbers are those a rerun
     gives, bit for bit.
     """
-    for held, terms in _TERMS:
-        if _same_tensors(held, block):
+    for held, versions, terms in _TERMS:
+        if _same_tensors(held, versions, block):
             return terms
     base = block.xty_eig * safe_inverse(block.eigvals)  # β/λ, 0 where λ = 0
     g = base * block.query_eig
     total = rowdot(g, torch.ones_like(g))  # exactly what a decay of 1 subtracts
-    _TERMS[:] = [*_TERMS[1 - TERMS_KEPT:], (block, (base, g, total))]
+    _TERMS[:] = [*_TERMS[1 - TERMS_KEPT:], (block, _versions(block), (base, g, total))]
     return base, g, total
 
 

@@ -31,6 +31,7 @@ from torch import Tensor
 from iclprobe import probes
 from iclprobe._checks import check_choice, check_int, check_type
 from iclprobe.algorithms.base import REFERENCE_PAIR
+from iclprobe.algorithms.prefix import forget_kept
 from iclprobe.alignment.comparison import PairVerdict
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.evaluation import (
@@ -57,7 +58,7 @@ from iclprobe.alignment.views.protocol import protocol_view
 from iclprobe.alignment.views.separation import Separation, separation_view
 from iclprobe.alignment.views.spectral import SpectralOrder
 from iclprobe.errors import InputError
-from iclprobe.models.base import Regressor, check_model
+from iclprobe.models.base import Regressor, check_model, check_precision
 from iclprobe.tasks import RegressionBatch, RegressionTask
 
 __all__ = ["AlignConfig", "AlignResult", "align", "align_layers", "compare", "evaluation_task",
@@ -78,6 +79,7 @@ def align(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
     check_model(model)
     check_type("align", "cfg", cfg, AlignConfig, "an AlignConfig")
     check_type("align", "name", name, str, "a string")
+    check_precision(model, "align", name)
     if layer_probes is not None:
         check_type("align", "layer_probes", layer_probes, probes.LayerProbes,
                    "a LayerProbes (or None: resolved here)")
@@ -117,6 +119,15 @@ def _align(model: Regressor, cfg: AlignConfig, name: str,
 def run_stages(ev: Evaluation, layers: Layers, timings: Timings,
                probes_info: dict[str, Any] | None = None) -> AlignResult:
     """The stages after the layers are read, each timed in ``timings`` (see the module doc)."""
+    try:
+        return _stages(ev, layers, timings, probes_info)
+    finally:
+        forget_kept()  # the batch's prefix statistics are not held once the result is out
+
+
+def _stages(ev: Evaluation, layers: Layers, timings: Timings,
+            probes_info: dict[str, Any] | None) -> AlignResult:
+    """`run_stages`' work."""
     layers = checked_layers(ev, layers)
     with timings.stage("learners"):
         learners = run_learners(ev, layers.n_layers)
@@ -170,6 +181,8 @@ def compare(models: Sequence[Regressor], cfg: AlignConfig | None = None,
                          f"got {len(lps)} for {len(models)} models")
     task = eval_task or evaluation_task(models[0], cfg)
     for model, name in zip(models, names):  # every model before the first is aligned
+        check_model(model)
+        check_precision(model, "compare", name)
         try:
             model.check_task(task)
         except InputError as e:

@@ -60,6 +60,22 @@ def input_dtype(module: nn.Module) -> torch.dtype:
     return dtype if dtype.is_floating_point else torch.float32
 
 
+def check_precision(model: nn.Module, who: str, name: str) -> None:
+    """Refuse a model whose weights are of a half precision (bfloat16, float16).
+
+    The answer tells apart similarities 1e-5 apart (`iclprobe.alignment.views.continua`),
+    finer than those formats' own round-off (8e-3 and 1e-3 relative), and the readings'
+    checks are sized for float32; such a model is read with ``model.float()``.
+    """
+    dtype = input_dtype(model)
+    if dtype not in (torch.float32, torch.float64):
+        eps = torch.finfo(dtype).eps
+        raise InputError(f"{who}: {name} has {str(dtype).removeprefix('torch.')} weights "
+                         f"(round-off {eps:.0e}); {who} reads a model in float32 or float64, "
+                         "whose readings can resolve the answer's 1e-5: convert it with "
+                         ".float()")
+
+
 def _check_finite(**inputs: Tensor) -> None:
     """Refuse NaN or Inf in a model's inputs (its readings would carry them silently)."""
     for name, t in inputs.items():

@@ -360,3 +360,18 @@ def test_compare_refuses_a_model_that_cannot_take_the_data_before_aligning_any()
                                          r"more than the model's n_positions=6\)"):
         compare([tiny_gpt(), tiny_gpt(n_positions=6)], cfg, names=["a", "b"],
                 eval_task=tasks.RegressionTask(n_dims=3, n_points=8))
+
+
+@pytest.mark.parametrize("dtype,eps", [(torch.bfloat16, "8e-03"), (torch.float16, "1e-03")])
+def test_a_half_precision_model_is_refused_by_name_before_any_work(dtype, eps):
+    """align sampled a bfloat16 model's sequences in bfloat16, ran some 35 s and stopped in
+    a cache key's ``numpy()``; the answer's 1e-5 is finer than either format's round-off."""
+    cfg = AlignConfig(n_sequences=16, n_boot=10, separation=False, data="isotropic")
+    half = tiny_gpt().to(dtype)
+    with pytest.raises(ValueError, match=f"align: m has {str(dtype)[6:]} weights \\(round-off "
+                                         f"{eps}\\); align reads a model in float32 or "
+                                         "float64.*convert it with .float\\(\\)"):
+        align(half, cfg, name="m")
+    with pytest.raises(ValueError, match=f"compare: b has {str(dtype)[6:]} weights"):
+        compare([tiny_gpt(), half], cfg, names=["a", "b"])
+    assert align(half.float(), cfg, name="m").answer is not None  # read once converted

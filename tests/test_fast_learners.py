@@ -140,19 +140,39 @@ def test_blocks_of_one_batch_keep_their_terms_for_every_run(monkeypatch):
     monkeypatch.setattr(prefix, "_BLOCKS", [])
     name, steps, hyper = runs[0]
     algorithms.iterates(name, *data[0], steps, stats=stats[0], **hyper)
-    first = [t for _, t in prefix._TERMS]
+    first = [t for _, _, t in prefix._TERMS]
     kept = run(0)
     assert len(first) == 3  # one per block, found again by every later run
-    assert [t for _, t in prefix._TERMS] == first
-    assert all(a is b for a, (_, b) in zip(first, prefix._TERMS))
+    assert [t for _, _, t in prefix._TERMS] == first
+    assert all(a is b for a, (_, _, b) in zip(first, prefix._TERMS))
     other = run(1)
     assert len(prefix._TERMS) == 3 and prefix._BLOCKS[0][0] is stats[1]  # none of stats[0]'s
-    assert all(a.eigvals is b.eigvals for (a, _), b in zip(prefix._TERMS, prefix._BLOCKS[0][2]))
+    assert all(a.eigvals is b.eigvals for (a, _, _), b in zip(prefix._TERMS, prefix._BLOCKS[0][3]))
     monkeypatch.setattr(prefix, "_TERMS", _Forgetful())
     monkeypatch.setattr(prefix, "_BLOCKS", _Forgetful())
     for a, b, c in zip(kept + other, run(0) + run(1), whole + [None] * len(runs)):
         assert torch.equal(a.preds, b.preds) and torch.equal(a.weights, b.weights)
         assert c is None or (torch.equal(a.preds, c.preds) and torch.equal(a.weights, c.weights))
+
+
+
+def test_statistics_changed_in_place_get_their_terms_computed_anew():
+    """The kept terms follow the statistics' tensors by identity: statistics edited in place
+    into those of other data (y doubled: ``given_stats`` accepts them for those data) got
+    the old data's terms, and GD's predictions were off by 1.35. The tensors' version
+    counters now tell the edit, also seen through a block's views."""
+    xs, ys = linear_data(b=8, n=10, d=4, noise=0.1, seed=0)
+    for block_bytes in (prefix.BLOCK_BYTES, 3 * 10 * 4 * 8):  # whole, then in blocks of 3
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(prefix, "BLOCK_BYTES", block_bytes)
+            stats = algorithms.prefix_stats(xs, ys)
+            before = algorithms.gd(xs, ys, steps=[3], lr=0.1, stats=stats).preds
+            for t in (stats.xty, stats.xty_eig):
+                t.mul_(2)  # now the statistics of (xs, 2 ys)
+            after = algorithms.gd(xs, 2 * ys, steps=[3], lr=0.1, stats=stats).preds
+            fresh = algorithms.gd(xs, 2 * ys, steps=[3], lr=0.1).preds
+        torch.testing.assert_close(after, fresh, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(after, 2 * before, rtol=1e-12, atol=1e-12)
 
 
 class _Forgetful(list):
@@ -182,6 +202,14 @@ def test_a_kept_preconditioner_root_is_used_for_that_preconditioner_only():
     bad[0, 0] = -1.0  # not positive definite: refused although m1 is kept
     with pytest.raises(ValueError, match="positive definite"):
         algorithms.pgd(xs, ys, steps=[3], precond=bad, lr=0.1)
+    # the caches compare device and dtype first: torch.equal raises across devices (a CPU
+    # call's cache met by a CUDA call; the meta device stands in for it here) and holds
+    # float32's 1.0 equal to float64's
+    same = pgd_module._same
+    assert same(m1, m1.clone()) and not same(m1, m1.float()) and not same(m1, m1[:2])
+    assert not same(m1, torch.empty(3, 3, dtype=torch.float64, device="meta"))
+    with pytest.raises(RuntimeError):
+        torch.equal(m1, torch.empty(3, 3, dtype=torch.float64, device="meta"))
 
 
 def test_prefix_stats_sums_as_the_plain_cumulative_sum():
@@ -392,3 +420,22 @@ def test_cg_ends_at_ols_after_as_many_steps_as_the_rank():
     assert torch.equal(it.preds, ols.expand_as(it.preds))
     short = algorithms.cg(xs, ys, [3])
     assert torch.equal(short.preds[0, :, :4], ols[:, :4])
+
+
+def test_align_holds_no_prefix_statistics_once_it_returns(monkeypatch):
+    """The blocks and terms kept for a batch's statistics held them (some 100 MB at Garg
+    size) until another batch's replaced them; `align` now drops them when it is done."""
+    from iclprobe.alignment import AlignConfig, align, pipeline
+    from iclprobe.constructions.oracle import oracle
+    from iclprobe.tasks import RegressionTask
+
+    held = []
+    real = prefix.forget_kept
+    monkeypatch.setattr(pipeline, "forget_kept",
+                        lambda: held.append(len(prefix._TERMS)) or real())
+    model = oracle("gd", 3, 2, lambda layer: 2 * layer, task=RegressionTask(n_dims=3, n_points=8),
+                   lr="max", normalize=True)
+    align(model, AlignConfig(n_sequences=32, n_boot=10, separation=False,
+                             algorithms=("gd", "newton")))
+    assert held and held[0] > 0  # kept while it ran
+    assert prefix._TERMS == [] and prefix._BLOCKS == []

@@ -180,7 +180,7 @@ def test_families_reused_on_the_same_data_give_the_same_answer(monkeypatch):
                              (1, 13), 3, None, None)
         assert again[0].hyper and bool(again[0].preds.abs().sum() > 0)
     assert len(runs) == 7  # the three again, and ridge on a window of its own
-    assert kept._KEPT is None  # nothing kept outside the block
+    assert kept._BLOCK.get().values is None  # nothing kept outside the block
 
 
 def test_gd_plus_plus_asked_for_runs_in_the_tables_on_data_of_any_scale():
@@ -217,3 +217,21 @@ def test_a_restricted_candidate_set_says_which_learners_it_leaves_out():
     full = align_layers(layers, b, dataclasses.replace(cfg, algorithms=None))
     assert full.answer is not None
     assert not any(n.startswith("candidates restricted") for n in full.answer.notes)
+
+
+def test_the_data_digest_reads_every_dtype_and_tells_values_and_dtypes_apart():
+    """`kept`'s key digests the bytes of any dtype: bfloat16 data (a bfloat16 model's
+    sequences) raised "unsupported ScalarType BFloat16" in ``Tensor.numpy()``."""
+    from iclprobe.alignment.measuring.kept import _data_key
+
+    x = torch.linspace(-2, 3, 12, dtype=torch.bfloat16).reshape(3, 4)
+    assert _data_key([x]) == _data_key([x.clone()])
+    changed = x.clone()
+    changed[2, 1] += 1
+    assert _data_key([changed]) != _data_key([x])
+    same_bytes = x.view(torch.float16)  # the same 24 bytes read as another dtype
+    assert _data_key([same_bytes]) != _data_key([x])
+    assert _data_key([x.T]) != _data_key([x])  # another shape and order
+    for t in (torch.ones(2, dtype=torch.bool), torch.arange(3), torch.zeros(0, 3),
+              torch.tensor(1.5, dtype=torch.float64), torch.ones(2, dtype=torch.complex64)):
+        assert _data_key([t]) == _data_key([t.clone()])

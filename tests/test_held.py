@@ -174,7 +174,7 @@ def test_align_runs_each_candidates_grid_once_and_keeps_nothing(monkeypatch):
                         lambda *a: (a[7] is None and runs.append(a[0])) or real(*a))
     once = align(model, cfg)
     assert sorted(runs) == ["gd", "newton", "ridge"]  # the grids, once each
-    assert kept._KEPT is None and not kept._HANDOVER
+    assert kept._BLOCK.get() == kept._Block()  # closed: nothing kept, no handover
     runs.clear()
     monkeypatch.setattr(kept, "reusing_in_alignment", contextlib.nullcontext)  # nothing shared
     twice = align(model, cfg)
@@ -211,3 +211,45 @@ def test_a_column_that_diverges_on_a_later_sequence_is_never_a_target(monkeypatc
     assert float(ranked_part[0]) < float(ranked_part[1])  # first on the first sequences
     _, notes = held_targets(ev, resid, 1)
     assert notes[2].startswith("gd (near)")
+
+
+def test_blocks_opened_in_two_threads_are_each_threads_own():
+    """`kept`'s blocks were process globals each block saved and restored: an alignment's
+    block in one thread and a `reusing_families` block in another, closed out of order,
+    left the alignment's unbounded hand-over store open for every later call. Each
+    context now has its own block."""
+    import threading
+
+    from iclprobe.alignment.measuring import kept
+
+    steps = [threading.Event() for _ in range(4)]
+    seen: dict[str, object] = {}
+
+    def in_alignment():  # opens first, closes before the other thread's block does
+        with kept.reusing_in_alignment():
+            steps[0].set()
+            steps[1].wait(10)
+            seen["alignment"] = kept.kept(("a",), [], lambda: "run", peek=True)
+            seen["alignment keeps"] = dict(kept._BLOCK.get().values or {})
+        steps[2].set()
+
+    def in_families():
+        steps[0].wait(10)
+        with kept.reusing_families(4):
+            seen["families, open"] = kept._BLOCK.get().most
+            steps[1].set()
+            steps[2].wait(10)
+            seen["families keeps"] = kept.kept(("b",), [], lambda: [1], peek=True)
+        seen["families, closed"] = kept._BLOCK.get()
+
+    threads = [threading.Thread(target=f) for f in (in_alignment, in_families)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert seen["families, open"] == 4
+    assert list(seen["alignment keeps"]) == [("a", kept._data_key([]))]  # its own value only
+    assert seen["families keeps"] == [1]
+    assert seen["families, closed"] == kept._Block()  # nothing left open in either thread
+    assert kept._BLOCK.get() == kept._Block()  # nor here
+    assert kept.kept(("c",), [], lambda: "fresh") == "fresh"

@@ -12,11 +12,16 @@ candidates on a truth's iterates, the same for a cell's exact and probe readouts
 Within one `align` (`reusing_in_alignment`) a family is run once for its two asks: the
 probe targets' choice only reads it (``peek=True``: the kept value itself, never copied),
 and the candidates' stage then takes it out of the block, uncopied.
+
+The blocks are a context's (`contextvars`): a block opened in one thread (or task) is not
+another's, so alignments run in two threads keep apart what each keeps, and a block closed
+out of order by another thread cannot leave one open.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy as copy_module
 import dataclasses
 import hashlib
@@ -24,17 +29,41 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
+import torch
 from torch import Tensor
 
 from iclprobe import algorithms
 from iclprobe.tasks import RegressionBatch
 
 Family = tuple[algorithms.Iterates, list[str], algorithms.Iterates | None, list[str]]
-#: the families kept (None: outside `reusing_families`, nothing is kept)
-_KEPT: OrderedDict[tuple[Any, ...], Any] | None = None
-_KEPT_MAX = 0
-#: inside `reusing_in_alignment`: a kept value goes to its next ask, uncopied
-_HANDOVER = False
+
+
+@dataclasses.dataclass(frozen=True)
+class _Block:
+    """The open block's rules: what it keeps and how."""
+
+    #: the values kept (None: outside `reusing_families`, nothing is kept)
+    values: OrderedDict[tuple[Any, ...], Any] | None = None
+    #: the most kept (0: no bound)
+    most: int = 0
+    #: inside `reusing_in_alignment`: a kept value goes to its next ask, uncopied
+    handover: bool = False
+
+
+#: no block open: nothing is kept
+_CLOSED = _Block()
+#: this context's open block
+_BLOCK: contextvars.ContextVar[_Block] = contextvars.ContextVar("kept_block", default=_CLOSED)
+
+
+@contextlib.contextmanager
+def _open(block: _Block) -> Iterator[None]:
+    """``block`` open in this context for the ``with`` body."""
+    token = _BLOCK.set(block)
+    try:
+        yield
+    finally:
+        _BLOCK.reset(token)
 
 
 @contextlib.contextmanager
@@ -45,13 +74,8 @@ def reusing_families(max_families: int = 96) -> Iterator[None]:
     batch, or a value `kept` computed from the data); the numbers are those a rerun gives,
     bit for bit.
     """
-    global _KEPT, _KEPT_MAX, _HANDOVER
-    outer = (_KEPT, _KEPT_MAX, _HANDOVER)
-    _KEPT, _KEPT_MAX, _HANDOVER = OrderedDict(), max_families, False
-    try:
+    with _open(_Block(OrderedDict(), max_families)):
         yield
-    finally:
-        _KEPT, _KEPT_MAX, _HANDOVER = outer
 
 
 @contextlib.contextmanager
@@ -60,7 +84,8 @@ def reusing(max_families: int = 96) -> Iterator[None]:
 
     For several alignments on the same data (`compare`, ``iclprobe demo``).
     """
-    if _KEPT is not None and not _HANDOVER:
+    block = _BLOCK.get()
+    if block.values is not None and not block.handover:
         yield
         return
     with reusing_families(max_families):
@@ -77,15 +102,11 @@ def reusing_in_alignment() -> Iterator[None]:
     (no copy, nothing left kept); what nobody peeked at is run and not kept. Inside a
     caller's `reusing_families` block, that block's rules hold instead.
     """
-    global _KEPT, _HANDOVER
-    if _KEPT is not None:
+    if _BLOCK.get().values is not None:
         yield
         return
-    _KEPT, _HANDOVER = OrderedDict(), True
-    try:
+    with _open(_Block(OrderedDict(), handover=True)):
         yield
-    finally:
-        _KEPT, _HANDOVER = None, False
 
 
 def family(at: tuple[Any, ...], batch: RegressionBatch, run: Callable[[], Family],
@@ -109,17 +130,19 @@ def kept(at: tuple[Any, ...], data: Sequence[Tensor], run: Callable[[], T],
     kept value itself, for a caller that does not change it (inside
     `reusing_in_alignment`, kept for the next ask, which takes it).
     """
-    if _KEPT is None:
+    block = _BLOCK.get()
+    values = block.values
+    if values is None:
         return run()
     key = (*at, _data_key(data))
-    if _HANDOVER and not peek:  # one alignment: the peeked value, taken, or a fresh run
-        return _KEPT.pop(key) if key in _KEPT else run()
-    if key not in _KEPT:
-        _KEPT[key] = run()
-        while _KEPT_MAX and len(_KEPT) > _KEPT_MAX:
-            _KEPT.popitem(last=False)
-    _KEPT.move_to_end(key)
-    return _KEPT[key] if peek else copy(_KEPT[key])
+    if block.handover and not peek:  # one alignment: the peeked value, taken, or a fresh run
+        return values.pop(key) if key in values else run()
+    if key not in values:
+        values[key] = run()
+        while block.most and len(values) > block.most:
+            values.popitem(last=False)
+    values.move_to_end(key)
+    return values[key] if peek else copy(values[key])
 
 
 def _data_key(data: Sequence[Tensor]) -> str:
@@ -128,7 +151,7 @@ def _data_key(data: Sequence[Tensor]) -> str:
     for t in data:
         t = t.detach().cpu().contiguous()
         h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-        h.update(t.numpy().tobytes())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())  # any dtype (bfloat16)
     return h.hexdigest()
 
 

@@ -116,6 +116,8 @@ def profile_align(failed: list[str], repeats: int) -> None:
           f"{check(failed, 'align time', total, 20, ' s')}")
     print(f"  forward floor (evaluation sequences + query tokens): {floor:.2f} s; align / floor "
           f"= {check(failed, 'align / floor', total / floor, 1.5)}")
+    pairs = ", ".join(f"{a:.1f}/{f:.1f} s = {a / f:.2f}" for a, f in zip(aligns, floors))
+    print(f"  each align against the floor run after it (the machine's drift): {pairs}")
     print(f"  peak memory {check(failed, 'peak memory', peak, 2, ' GB')}")
     rows = sorted(res.timings.items(), key=lambda kv: -kv[1])
     last = aligns[-1]

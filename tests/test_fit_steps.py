@@ -216,6 +216,39 @@ def test_through_probes_no_step_size_is_fitted():
     assert all(rank == int(rank) for places in answer.places.values() for rank, _ in places)
 
 
+
+def test_a_noise_corrected_family_is_fitted_on_its_tables_scale():
+    """Through probes fitted to held columns the tables are corrected for the probes' noise
+    (a cosine divided by the layer's ceiling), but the searches evaluated their columns raw:
+    against the corrected grid, 1 − ceiling apart, no fit beat a match, and no match was
+    fitted (a review found every search of gpt-softmax ending empty). Given the same
+    correction, the searches find what they find on the raw scale."""
+    from iclprobe.alignment.measuring.candidates import build_candidates
+    from iclprobe.alignment.measuring.similarities import similarity_values
+
+    batch = _batch(n_dims=5, n_points=13, sequences=32, kappa=1000.0)
+    stats, window = algorithms.prefix_stats(batch.xs, batch.ys), (1, 12)
+    it = algorithms.gd(batch.xs, batch.ys, steps=range(1, 7), lr="max", lr_scale=1.5,
+                       normalize=True)  # between GD's grid step sizes
+    kw = {"t_min": 1, "t_max": 12, "over": "positions"}
+    gd = build_candidates(["gd"], batch, stats, window, 6, None, {}, None)[0]["gd"]
+    raw = similarity_values(it.preds, gd.preds, batch.ys, "error_cosine", **kw)
+    ceiling = torch.linspace(0.95, 0.99, 6, dtype=torch.float64)[:, None]  # per layer
+
+    def fits(scored, correct=None):
+        return fit_steps.fitted({"gd": gd.places}, "error_cosine", {"gd": scored}, it.preds,
+                                batch.ys, kw, batch, stats, window,
+                                lambda asks: build_candidates(list(asks), batch, stats, window,
+                                                              6, None, {}, None, asks)[0],
+                                correct=correct)
+
+    plain = fits(raw)
+    assert plain and any(rank != int(rank) for rank in plain["gd"])  # fitted between
+    assert fits(raw / ceiling) == {}  # the old comparison: raw against corrected
+    same = fits(raw / ceiling, lambda table: table / ceiling)["gd"]  # up to the vertices'
+    assert [(round(r, 9), s) for r, s in same.items()] == \
+        [(round(r, 9), s) for r, s in plain["gd"].items()]  # rounding on another scale
+
 def _search(step, value):
     return fit_steps._Search(step, 0.0, 2.0, {1.0: value})
 

@@ -305,8 +305,8 @@ def measure_candidates(ev: Evaluation, layers: Layers, stats: PrefixStats) -> Ca
     (`fit_steps`); through probes fitted to y they do not: those probes' noise is larger
     than what they resolve, and a family refined around its match fits that noise (on the
     known-answer benchmark it named GD at a heavy-ball oracle's first step and at the
-    GD/Newton average's last layer). Through probes either way each rival's step size is
-    also fitted toward the leading candidate's matched columns (`imitators`).
+    GD/Newton average's last layer). Through probes each rival's step size is also fitted
+    toward the leading candidate's matched columns (`imitators`).
     """
     claims = {k: ev.runs[k] for k in ev.claimed if k in ev.runs}
     keys = candidate_keys(ev.cfg.algorithms, claims)
@@ -353,9 +353,9 @@ def _refine(ev: Evaluation, layers: Layers, stats: PrefixStats, claims: Mapping[
     """The families' step sizes next to the layers' matches, then fitted (in place).
 
     First each family's fine step sizes next to its matches (`refine`), then each match's
-    step size fitted along the family's continuum (`fit_steps`); both join the family, and
-    their columns its tables, in one merge. ``rows``: the probes' rows, where the columns
-    are read as probes read the layers (`read_as_probes`).
+    step size fitted along the family's continuum (`fit_steps`, on the tables' corrected
+    scale); both join the family, and their columns its tables, in one merge. ``rows``:
+    the probes' rows, where the columns are read as probes read the layers.
     """
     w_rows = slice(0, ev.weight_rows) if ev.weight_metrics else None
 
@@ -365,8 +365,7 @@ def _refine(ev: Evaluation, layers: Layers, stats: PrefixStats, claims: Mapping[
 
     fine = refine.refined(members, lambda key, groups: refine.matched_columns(tables, key, groups),
                           ev.batch, stats, ev.window, run)
-    more = [fine]
-    fine_tables = candidate_tables(fine, *read, ev.ys, ev.cfg.metrics, spec)
+    more, fine_tables = [fine], candidate_tables(fine, *read, ev.ys, ev.cfg.metrics, spec)
     metric = fit_steps.fit_metric(tables)
     if metric is not None:
         sign = 1.0 if metric_info(metric).higher_is_better else -1.0
@@ -376,7 +375,8 @@ def _refine(ev: Evaluation, layers: Layers, stats: PrefixStats, claims: Mapping[
         # through probes a scale is free: the step counts near the match's searched too
         fits = fit_steps.fitted(places, metric, scored, read[0], ev.ys, spec.kw(metric),
                                 ev.batch, stats, ev.window, lambda asks: run(asks, None),
-                                within=None if rows is None else fit_steps.PROBE_WITHIN)
+                                within=None if rows is None else fit_steps.PROBE_WITHIN,
+                                correct=lambda table: spec.correct(metric, table))
         more.append(run(fits) if fits else {})
     more_tables = [fine_tables] + [candidate_tables(m, *read, ev.ys, ev.cfg.metrics, spec)
                                    for m in more[1:]]

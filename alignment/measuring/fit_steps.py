@@ -326,8 +326,8 @@ def fitted(places: Mapping[str, Sequence[tuple[float, int]]], metric: str,
            stats: algorithms.PrefixStats, window: tuple[int, int],
            run: Callable[[Mapping[str, Fine]], Mapping[str, Candidate]],
            skip: Set[tuple[str, int]] = frozenset(), around: bool = False,
-           within: float | None = None, also_at: Sequence[int] | None = None
-           ) -> dict[str, Fine]:
+           within: float | None = None, also_at: Sequence[int] | None = None,
+           correct: Callable[[Tensor], Tensor] | None = None) -> dict[str, Fine]:
     """Per candidate, the fitted variants that beat the layers' matches, to join the family.
 
     ``places``: candidate -> its family's columns' places (`Candidate.places`, grid and
@@ -338,7 +338,9 @@ def fitted(places: Mapping[str, Sequence[tuple[float, int]]], metric: str,
     (candidate, layer) pairs not fitted (`imitators`); ``around``: search the step counts
     next to the match's too (`_searches`); ``within``: every step count whose best column
     comes within that of the match's; ``also_at``: per row of ``values``, one more step
-    count searched (`imitators`: the imitated column's own).
+    count searched (`imitators`: the imitated column's own); ``correct``: applied to the
+    evaluated values ``[row, column]`` where ``scored`` is corrected for the probes' noise
+    (`TableSpec.correct`), so that the searches compare like with like.
     """
     ctx = FamilyContext(stats, batch.cov, window)
     searches = _searches(places, scored, ctx, skip, around, within, also_at)
@@ -355,7 +357,7 @@ def fitted(places: Mapping[str, Sequence[tuple[float, int]]], metric: str,
         asks: dict[str, dict[float, set[int]]] = {}
         for (key, _, step), rank in wanted.items():
             asks.setdefault(key, {}).setdefault(rank, set()).add(step)
-        got = _evaluate(asks, metric, values, ys, kw, run)
+        got = _evaluate(asks, metric, values, ys, kw, run, correct)
         for (key, layer, step), rank in wanted.items():
             searches[key, layer, step].told(
                 rank, got[key].get(layer, rank, step) if key in got else -math.inf)
@@ -365,7 +367,7 @@ def fitted(places: Mapping[str, Sequence[tuple[float, int]]], metric: str,
         if value > float(scored[key][layer].max()) and rank != int(rank):  # beats the match
             out.setdefault(key, {}).setdefault(rank, set()).add(search.step)
     for key, by in shared_rank_fits(searches, places, scored, lambda asks: _evaluate(
-            asks, metric, values, ys, kw, run)).items():  # a rank the layers share
+            asks, metric, values, ys, kw, run, correct)).items():  # a rank the layers share
         for rank, steps in by.items():
             out.setdefault(key, {}).setdefault(rank, set()).update(steps)
     return {key: as_fine(by) for key, by in out.items()}
@@ -386,13 +388,13 @@ class _Values:
 
 
 def _evaluate(asks: Mapping[str, Mapping[float, set[int]]], metric: str, values: Tensor,
-              ys: Tensor,
-              kw: Mapping[str, object], run: Callable[[Mapping[str, Fine]], Mapping[str, Candidate]]
-              ) -> dict[str, _Values]:
-    """Every asked (rank, step) of every family against every layer."""
+              ys: Tensor, kw: Mapping[str, object],
+              run: Callable[[Mapping[str, Fine]], Mapping[str, Candidate]],
+              correct: Callable[[Tensor], Tensor] | None = None) -> dict[str, _Values]:
+    """Every asked (rank, step) of every family against every layer (``correct``-ed)."""
     cands = run({key: as_fine(by) for key, by in asks.items()})
     sign = 1.0 if metric_info(metric).higher_is_better else -1.0
-    return {key: _Values(sign * similarity_values(values, cand.preds, ys, metric,
-                                                  **kw),  # type: ignore[arg-type]
-                         cand.places)
-            for key, cand in cands.items()}
+    fix = correct or (lambda table: table)
+    return {key: _Values(sign * fix(similarity_values(
+        values, cand.preds, ys, metric, **kw)), cand.places)  # type: ignore[arg-type]
+        for key, cand in cands.items()}

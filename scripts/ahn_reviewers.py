@@ -14,7 +14,6 @@ iclprobe may write a report (never over files it did not write).
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
@@ -31,6 +30,8 @@ import torch  # noqa: E402
 
 from iclprobe import models  # noqa: E402
 from iclprobe.atomic import atomic_directory  # noqa: E402
+from iclprobe.cli import OneLineParser, positive_int  # noqa: E402
+from iclprobe.errors import InputError  # noqa: E402
 from iclprobe.storage import check_output, write_text_atomic  # noqa: E402
 
 TITLES = {
@@ -216,18 +217,23 @@ def _plot_curve(ax: Any, q8: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="ahn_reviewers.py", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("ahn-reviewers-report"))
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an earlier report of this script's")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=positive_int, default=2)
     parser.add_argument("--small", action="store_true", help="the test suite's sizes")
     args = parser.parse_args(argv)
-    check_output(args.out, "report", args.overwrite)  # before the work, not after
-    torch.set_num_threads(args.threads)
-    sizes = S.Sizes.small() if args.small else S.Sizes()
-    results, seconds = run(sizes)
-    path = write_report(args.out, results, seconds, sizes, args.overwrite)
+    if args.threads > 1024:
+        parser.error(f"argument --threads: expected at most 1024, got {args.threads}")
+    try:
+        check_output(args.out, "report", args.overwrite)  # before the work, not after
+        torch.set_num_threads(args.threads)
+        sizes = S.Sizes.small() if args.small else S.Sizes()
+        results, seconds = run(sizes)
+        path = write_report(args.out, results, seconds, sizes, args.overwrite)
+    except (InputError, OSError) as err:
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
     cpu, wall = (sum(v[k] for v in seconds.values()) for k in ("cpu", "wall"))
     print(f"total {cpu:.0f} s of CPU ({wall:.0f} s wall); report: {path}")
     return 0

@@ -17,7 +17,6 @@ priors, softmax, dense P and Q, depth x d x κ, the in-context curve): scripts/a
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 from pathlib import Path
@@ -26,8 +25,10 @@ from typing import Any
 import torch
 
 from iclprobe import models, probes, tasks, training
-from iclprobe.cli import positive_int
-from iclprobe.storage import write_text_atomic
+from iclprobe.atomic import atomic_directory
+from iclprobe.cli import OneLineParser, positive_int
+from iclprobe.errors import InputError
+from iclprobe.storage import check_output, write_text_atomic
 
 D = 5
 OPTIMIZERS = {  # recipes scaled to a CPU; L-BFGS trains on one fixed dataset (Ahn et al.)
@@ -164,8 +165,40 @@ def plot(results: dict[str, Any], out: Path) -> Path:
     return path
 
 
+def write_report(out: Path, results: dict[str, Any], overwrite: bool) -> Path:
+    """``results.json`` and the figure written as one new report at ``out`` (atomically).
+
+    ``out`` may not hold anything this script did not write (`check_output`); its own
+    earlier report is replaced only with ``overwrite``.
+    """
+    with atomic_directory(out, "report", overwrite) as tmp:
+        write_text_atomic(tmp / "results.json", json.dumps(results, indent=1))
+        plot(results, tmp)
+    return out / "ahn2023.png"
+
+
+def read_results(out: Path) -> dict[str, Any]:
+    """The results of an earlier run at ``out``, refused by name where there are none."""
+    path = out / "results.json"
+    try:
+        results = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"--plot-only: no {path}: run without --plot-only first") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(f"--plot-only: {path} is not this script's JSON: {err}") from None
+    missing = [k for k in RESULT_KEYS if not isinstance(results, dict) or k not in results]
+    if missing:
+        raise InputError(f"--plot-only: {path} has no {', '.join(missing)}: not written by "
+                         "this script")
+    return results
+
+
+#: what a run writes to results.json (besides its settings)
+RESULT_KEYS = ("theorem1", "three_layers", "b_free_long", "growing_n")
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="reproduce_ahn2023.py", description=__doc__.splitlines()[0])
     parser.add_argument("--restarts", type=positive_int, default=3)
     parser.add_argument("--steps", type=positive_int, default=8000)
     parser.add_argument("--batch", type=positive_int, default=2000)
@@ -174,23 +207,34 @@ def main() -> None:
     parser.add_argument("--paper", action="store_true", help="batch 20,000, 30,000 steps")
     parser.add_argument("--threads", type=positive_int, default=2)
     parser.add_argument("--out", type=Path, default=Path("ahn2023-report"))
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace this script's own earlier report at OUT")
     parser.add_argument("--plot-only", action="store_true",
-                        help="redraw the figure from OUT/results.json")
+                        help="redraw the figure of this script's report at OUT")
     args = parser.parse_args()
-    if args.plot_only:
-        print(f"figure: {plot(json.loads((args.out / 'results.json').read_text()), args.out)}")
-        return
-    if args.paper:
-        args.batch, args.steps = 20_000, 30_000
-    torch.set_num_threads(args.threads)
-    results = {"theorem1": theorem1(args.steps, args.batch),
-               "three_layers": three_layers(args.restarts, args.steps, args.batch),
-               "b_free_long": b_free_long(args.long_steps or 4 * args.steps, args.batch),
-               "growing_n": growing_n([5, 10, 20, 40], args.steps, args.batch),
-               "settings": vars(args) | {"out": str(args.out)}}
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(args.out / "results.json", json.dumps(results, indent=1))
-    print(f"results: {args.out / 'results.json'}; figure: {plot(results, args.out)}")
+    if args.threads > MAX_THREADS:
+        parser.error(f"argument --threads: expected at most {MAX_THREADS}, got {args.threads}")
+    try:
+        if args.plot_only:
+            print(f"figure: {write_report(args.out, read_results(args.out), True)}")
+            return
+        check_output(args.out, "report", args.overwrite)  # before the work, not after
+        if args.paper:
+            args.batch, args.steps = 20_000, 30_000
+        torch.set_num_threads(args.threads)
+        results = {"theorem1": theorem1(args.steps, args.batch),
+                   "three_layers": three_layers(args.restarts, args.steps, args.batch),
+                   "b_free_long": b_free_long(args.long_steps or 4 * args.steps, args.batch),
+                   "growing_n": growing_n([5, 10, 20, 40], args.steps, args.batch),
+                   "settings": vars(args) | {"out": str(args.out)}}
+        figure = write_report(args.out, results, args.overwrite)
+    except (InputError, OSError) as err:
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
+    print(f"results: {args.out / 'results.json'}; figure: {figure}")
+
+
+#: the most threads --threads takes
+MAX_THREADS = 1024
 
 
 if __name__ == "__main__":

@@ -24,7 +24,9 @@ from iclprobe.alignment.design import align_designed
 from iclprobe.alignment.output.report import write_report
 from iclprobe.alignment.output.tables import text_table
 from iclprobe.alignment.pipeline import AlignConfig, align
-from iclprobe.cli import positive_int
+from iclprobe.cli import OneLineParser, positive_int
+from iclprobe.errors import InputError
+from iclprobe.storage import check_output
 
 
 def garg_size_model(out: Path, device: str, steps: int) -> str:
@@ -145,14 +147,33 @@ def claims(iso, ill, designed=None) -> list[tuple[str, str]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="reproduce_fu2024.py", description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", default="gpt-softmax")
     parser.add_argument("--out", type=Path, default=Path("fu2024-report"))
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace this script's own earlier report at OUT")
     parser.add_argument("--n-sequences", type=positive_int, default=512)
     parser.add_argument("--garg-size", action="store_true")
     parser.add_argument("--garg-steps", type=positive_int, default=500_000)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        parser.error(f"argument --device: expected a torch device (cpu, cuda, cuda:1, ...), "
+                     f"got {args.device!r}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"argument --device: {args.device} asked for, but torch sees no CUDA GPU")
+    try:
+        if not args.garg_size:  # (a Garg-size run trains into OUT/garg-run first)
+            check_output(args.out, "report", args.overwrite)  # before the work, not after
+        run(args)
+    except (InputError, OSError) as err:
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
+
+
+def run(args: argparse.Namespace) -> None:
+    """Align, write the report and print the paper's claims against the measured."""
     torch.set_num_threads(2)
     checkpoint = (garg_size_model(args.out / "garg-run", args.device, args.garg_steps)
                   if args.garg_size else args.checkpoint)
@@ -168,7 +189,7 @@ def main() -> None:
             if data == "task":
                 designed[protocol] = align_designed(model, cfg, res.name, own=res)
     write_report(args.out, list(results.values()), title="Fu et al. 2024 at CPU scale",
-                 command="python scripts/reproduce_fu2024.py",
+                 command="python scripts/reproduce_fu2024.py", overwrite=args.overwrite,
                  designed={results[p, "task"].name: d for p, d in designed.items()})
     for protocol in ("fu2024", "iclprobe"):
         print(f"protocol {protocol}:")

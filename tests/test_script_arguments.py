@@ -218,3 +218,36 @@ def test_the_benchmarks_exit_code_with_and_without_the_designed_views(capsys):
     assert bench.exit_code(wrong, {}, [], clean) == 1
     out = capsys.readouterr().out
     assert "answer, both evaluations: FAIL: main exact: 1 false attributions" in out
+
+
+@pytest.mark.parametrize(("script", "argv", "says"), [
+    ("reproduce_ahn2023.py", ["--threads", "99999999999999999999"],
+     "argument --threads: expected at most 1024"),
+    ("reproduce_ahn2023.py", ["--plot-only", "--out", "{tmp}/none"],
+     "--plot-only: no {tmp}/none/results.json: run without --plot-only first"),
+    ("reproduce_ahn2023.py", ["--out", "{tmp}/user"], "is a non-empty directory that iclprobe "
+                                                      "did not write"),
+    ("reproduce_ahn2023.py", ["--plot-only", "--out", "{tmp}/user"], "not this script's JSON"),
+    ("reproduce_fu2024.py", ["--device", "foo"], "argument --device: expected a torch device"),
+    ("reproduce_fu2024.py", ["--out", "{tmp}/user"], "is a non-empty directory that iclprobe "
+                                                     "did not write"),
+    ("ahn_reviewers.py", ["--threads", "0"], "argument --threads: expected a positive integer"),
+    ("ahn_reviewers.py", ["--out", "{tmp}/user/results.json"], "is a file, not a directory"),
+])
+def test_the_papers_scripts_refuse_in_one_line_before_any_work(script, argv, says, tmp_path,
+                                                               capsys, monkeypatch):
+    """A review found tracebacks (a bad --device, a file as --out, --threads 0 or huge), a
+    report refused only after ten minutes of work, and reproduce_ahn2023.py writing over a
+    user's results.json and figure. Each is now one line, exit 2, before the work, and
+    the user's files are as they were."""
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "results.json").write_text("my results")
+    path = Path(__file__).resolve().parents[1] / "scripts" / script
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    monkeypatch.setattr(sys, "argv", [path.name, *argv])
+    err = _refusal(path, "main", None, capsys)
+    assert says.replace("{tmp}", str(tmp_path)) in err and "Traceback" not in err
+    assert err.count("\n") == 0
+    assert [p.name for p in user.iterdir()] == ["results.json"]
+    assert (user / "results.json").read_text() == "my results"

@@ -29,7 +29,6 @@ backend.
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import io
 import json
@@ -40,6 +39,9 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+
+from iclprobe._shipped import shipped_models
+from iclprobe.cli import OneLineParser
 
 MODELS = ("gpt-softmax", "pq-rotated-3layer", "ka-newton-oracle", "lstm")
 RUNS = {"screen": [], "verbose": ["--verbose"], "json": ["--json"],
@@ -150,7 +152,7 @@ def outputs(env: dict[str, str], work: Path, models: list[str], jobs: int
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="same_outputs.py", description=__doc__.splitlines()[0])
     parser.add_argument("before", help="a commit (hash, branch, HEAD~1, ...)")
     parser.add_argument("after", help="the commit to compare with it")
     parser.add_argument("--models", nargs="+", default=list(MODELS),
@@ -161,9 +163,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
+    shipped = [name for name, _ in shipped_models()]
+    unknown = [m for m in args.models if m not in shipped]
+    if unknown:  # both sides would fail alike, and compare as identical
+        parser.error(f"--models: {unknown} are not shipped models (shipped: {shipped})")
     # both commits resolved and unpacked first: a commit made while this runs changes nothing
-    hashes = {side: resolve(args.repo, commit) for side, commit in
-              (("before", args.before), ("after", args.after))}
+    try:
+        hashes = {side: resolve(args.repo, commit) for side, commit in
+                  (("before", args.before), ("after", args.after))}
+    except subprocess.CalledProcessError as err:
+        said = (err.stderr or "").strip().splitlines() or [f"exit status {err.returncode}"]
+        parser.error(f"git could not resolve {err.cmd[-1].removesuffix('^{commit}')!r} in "
+                     f"{args.repo}: {said[-1]}")
     results = {}
     with tempfile.TemporaryDirectory(prefix="same-outputs-") as tmp:
         paths = {side: unpack(args.repo, full, Path(tmp) / side) for side, full in hashes.items()}

@@ -251,3 +251,17 @@ def test_the_papers_scripts_refuse_in_one_line_before_any_work(script, argv, say
     assert err.count("\n") == 0
     assert [p.name for p in user.iterdir()] == ["results.json"]
     assert (user / "results.json").read_text() == "my results"
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["HEAD", "HEAD", "--models", "no-such-model"],
+     "--models: ['no-such-model'] are not shipped models"),
+    (["nosuchcommit", "HEAD"], "git could not resolve 'nosuchcommit' in"),
+    (["HEAD", "HEAD", "--repo", "/nonexistent"], "git could not resolve 'HEAD' in /nonexistent"),
+])
+def test_same_outputs_refuses_what_it_cannot_compare(argv, says, capsys):
+    """An unknown model failed alike on both commits and was reported "identical: 12 of 12
+    outputs identical" (exit 0); a commit git cannot resolve gave a traceback."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / "same_outputs.py"
+    err = _refusal(path, "main", argv, capsys)
+    assert says in err and "Traceback" not in err and err.count("\n") == 0

@@ -257,8 +257,9 @@ def _threads(text: str) -> int:
         value = int(text)
     except ValueError:
         value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number of threads, got {text!r}")
+    if not 1 <= value <= 1024:
+        raise argparse.ArgumentTypeError(f"expected a number of threads from 1 to 1024, got "
+                                         f"{text!r}")
     return value
 
 

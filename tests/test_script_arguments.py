@@ -95,10 +95,11 @@ def test_curves_only_refuses_a_curve_file_that_is_a_directory(script, dest, caps
     assert (dest / NAME / "config.json").read_text() == before
 
 
-@pytest.mark.parametrize("threads", ["0", "-1", "two"])
+@pytest.mark.parametrize("threads", ["0", "-1", "two", "99999999999999"])
 def test_threads_must_be_positive(script, dest, capsys, threads):
+    # (a huge count overflowed in torch.set_num_threads, a traceback)
     _refused(script, capsys, [NAME, "--curves-only", "--dest", str(dest), "--threads", threads],
-             "--threads", f"expected a positive number of threads, got '{threads}'")
+             "--threads", f"expected a number of threads from 1 to 1024, got '{threads}'")
 
 
 def test_curves_only_recomputes_the_curve(script, dest, capsys):

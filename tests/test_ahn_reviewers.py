@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from iclprobe.storage import OutputExistsError
-
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
@@ -90,11 +88,14 @@ def test_best_step_size_is_the_minimum_of_its_grid(reviewers):
     assert naive(lr * 1.3) > err and naive(lr / 1.3) > err
 
 
-def test_a_report_is_never_written_over_foreign_files(reviewers, tmp_path):
+def test_a_report_is_never_written_over_foreign_files(reviewers, tmp_path, capsys):
     script, _ = reviewers
     (tmp_path / "notes.txt").write_text("mine")
-    with pytest.raises(OutputExistsError, match="non-empty directory that iclprobe did not"):
+    with pytest.raises(SystemExit) as exit_:  # one line, exit 2, before the work
         script.main(["--small", "--out", str(tmp_path)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "non-empty directory that iclprobe did not" in err and "Traceback" not in err
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 

@@ -332,8 +332,9 @@ def _said_through_probes_of_heavy_ball(monkeypatch=None):
 @pytest.mark.slow
 def test_through_probes_the_climb_fills_the_step_counts_between():
     said = _said_through_probes_of_heavy_ball()
-    # step 2 is GD's up to a scale, which a probe cannot see: "cannot tell" by right
-    assert said[1] == "cannot tell gd from momentum", said
+    # step 2 is GD's up to a scale, which a probe cannot see: "cannot tell" by right (with
+    # the fits through probes on the tables' scale, the truth's own family leads)
+    assert said[1] == "cannot tell momentum from gd", said
     assert said[2].startswith("momentum (") and said[2].endswith("step 4)"), said
     assert said[3] == "momentum (β 0.5, 0.6/λmax, step 6)", said
 

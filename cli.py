@@ -111,15 +111,38 @@ def sequence_count(text: str) -> int:
     return value
 
 
+#: the largest count a flag takes: Python's own index bound (2^63 - 1 on 64-bit builds); a
+#: larger one overflowed in ``range``'s length or a tensor's shape, with a traceback
+MAX_COUNT = sys.maxsize
+#: the most CPU threads a ``--threads`` flag takes (torch's setting overflowed on huge ones)
+MAX_THREADS = 1024
+
+
 def positive_int(text: str) -> int:
-    """An argparse type: a positive integer, else a one-line "expected ..." error."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    """An argparse type: a positive integer up to `MAX_COUNT`, else a one-line "expected ..."."""
+    value = _int(text, "a positive integer")
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    if value > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"expected a positive integer at most {MAX_COUNT}, "
+                                         f"got {value}")
     return value
+
+
+def thread_count(text: str) -> int:
+    """An argparse type: a number of CPU threads, 1 to `MAX_THREADS`."""
+    value = _int(text, "a number of threads")
+    if not 1 <= value <= MAX_THREADS:
+        raise argparse.ArgumentTypeError(f"expected a number of threads from 1 to "
+                                         f"{MAX_THREADS}, got {value}")
+    return value
+
+
+def _int(text: str, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
 
 
 def _out_path(text: str) -> str:

@@ -30,7 +30,7 @@ import torch  # noqa: E402
 
 from iclprobe import models  # noqa: E402
 from iclprobe.atomic import atomic_directory  # noqa: E402
-from iclprobe.cli import OneLineParser, positive_int  # noqa: E402
+from iclprobe.cli import OneLineParser, thread_count  # noqa: E402
 from iclprobe.errors import InputError  # noqa: E402
 from iclprobe.storage import check_output, write_text_atomic  # noqa: E402
 
@@ -221,11 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("ahn-reviewers-report"))
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an earlier report of this script's")
-    parser.add_argument("--threads", type=positive_int, default=2)
+    parser.add_argument("--threads", type=thread_count, default=2)
     parser.add_argument("--small", action="store_true", help="the test suite's sizes")
     args = parser.parse_args(argv)
-    if args.threads > 1024:
-        parser.error(f"argument --threads: expected at most 1024, got {args.threads}")
     try:
         check_output(args.out, "report", args.overwrite)  # before the work, not after
         torch.set_num_threads(args.threads)

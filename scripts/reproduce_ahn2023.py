@@ -26,7 +26,7 @@ import torch
 
 from iclprobe import models, probes, tasks, training
 from iclprobe.atomic import atomic_directory
-from iclprobe.cli import OneLineParser, positive_int
+from iclprobe.cli import OneLineParser, positive_int, thread_count
 from iclprobe.errors import InputError
 from iclprobe.storage import check_output, write_text_atomic
 
@@ -205,15 +205,13 @@ def main() -> None:
     parser.add_argument("--long-steps", type=positive_int, default=None,
                         help="steps of the extra long Adam run with B free (default 4x steps)")
     parser.add_argument("--paper", action="store_true", help="batch 20,000, 30,000 steps")
-    parser.add_argument("--threads", type=positive_int, default=2)
+    parser.add_argument("--threads", type=thread_count, default=2)
     parser.add_argument("--out", type=Path, default=Path("ahn2023-report"))
     parser.add_argument("--overwrite", action="store_true",
                         help="replace this script's own earlier report at OUT")
     parser.add_argument("--plot-only", action="store_true",
                         help="redraw the figure of this script's report at OUT")
     args = parser.parse_args()
-    if args.threads > MAX_THREADS:
-        parser.error(f"argument --threads: expected at most {MAX_THREADS}, got {args.threads}")
     try:
         if args.plot_only:
             print(f"figure: {write_report(args.out, read_results(args.out), True)}")
@@ -231,10 +229,6 @@ def main() -> None:
     except (InputError, OSError) as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     print(f"results: {args.out / 'results.json'}; figure: {figure}")
-
-
-#: the most threads --threads takes
-MAX_THREADS = 1024
 
 
 if __name__ == "__main__":

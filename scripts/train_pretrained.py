@@ -21,7 +21,6 @@ from the current sampler without training, e.g. after a change to how data are d
 
 from __future__ import annotations
 
-import argparse
 import csv
 import dataclasses
 import io
@@ -37,7 +36,7 @@ import torch
 from iclprobe import models, tasks, training
 from iclprobe._checks import is_int, is_number
 from iclprobe._shipped import PRETRAINED_DIR
-from iclprobe.cli import OneLineParser
+from iclprobe.cli import OneLineParser, thread_count
 from iclprobe.errors import InputError
 from iclprobe.models.files import RUN_CHECKPOINT, read_json
 from iclprobe.storage import write_text_atomic
@@ -252,17 +251,6 @@ def write_curve_files(dest: Path, curve: list[float], worst: float, where: str,
     write_text_atomic(dest / "error_curve.csv", rows.getvalue())
 
 
-def _threads(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= 1024:
-        raise argparse.ArgumentTypeError(f"expected a number of threads from 1 to 1024, got "
-                                         f"{text!r}")
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     """Train (or recompute the curves of) the named shipped models; returns the exit status.
 
@@ -273,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=Path("runs/pretrained"))
     parser.add_argument("--dest", type=Path, default=PRETRAINED_DIR)
     parser.add_argument("--quick", action="store_true", help="a tenth of the steps")
-    parser.add_argument("--threads", type=_threads, default=2, help="torch CPU threads")
+    parser.add_argument("--threads", type=thread_count, default=2, help="torch CPU threads")
     parser.add_argument("--curves-only", action="store_true",
                         help="recompute the shipped models' documented error curves from the "
                              "current sampler, without training")

@@ -95,11 +95,13 @@ def test_curves_only_refuses_a_curve_file_that_is_a_directory(script, dest, caps
     assert (dest / NAME / "config.json").read_text() == before
 
 
-@pytest.mark.parametrize("threads", ["0", "-1", "two", "99999999999999"])
-def test_threads_must_be_positive(script, dest, capsys, threads):
+@pytest.mark.parametrize(("threads", "says"), [
+    ("0", "from 1 to 1024, got 0"), ("-1", "from 1 to 1024, got -1"), ("two", ", got 'two'"),
+    ("99999999999999", "from 1 to 1024, got 99999999999999")])
+def test_threads_must_be_positive(script, dest, capsys, threads, says):
     # (a huge count overflowed in torch.set_num_threads, a traceback)
     _refused(script, capsys, [NAME, "--curves-only", "--dest", str(dest), "--threads", threads],
-             "--threads", f"expected a number of threads from 1 to 1024, got '{threads}'")
+             "--threads", f"expected a number of threads {says}".replace("threads ,", "threads,"))
 
 
 def test_curves_only_recomputes_the_curve(script, dest, capsys):
@@ -157,13 +159,16 @@ def _refusal(path: Path, entry: str, argv: list[str] | None, capsys) -> str:
     return capsys.readouterr().err.strip()
 
 
-@pytest.mark.parametrize("script_path", ["scripts/reproduce_ahn2023.py", "bench/learners.py"])
-def test_other_scripts_refuse_zero_threads(script_path, capsys, monkeypatch):
-    """Siblings of --threads 0: every script's counts are positive integers (cli.positive_int)."""
+@pytest.mark.parametrize("threads", ["0", "1025"])
+@pytest.mark.parametrize("script_path", ["scripts/reproduce_ahn2023.py", "bench/learners.py",
+                                         "scripts/ahn_reviewers.py"])
+def test_other_scripts_refuse_a_bad_thread_count(script_path, threads, capsys, monkeypatch):
+    """Siblings of --threads 0: every script's thread count is one type (cli.thread_count)."""
     path = Path(__file__).resolve().parents[1] / script_path
-    monkeypatch.setattr(sys, "argv", [path.name, "--threads", "0"])
+    monkeypatch.setattr(sys, "argv", [path.name, "--threads", threads])
     err = _refusal(path, "main", None, capsys)
-    assert "argument --threads: expected a positive integer, got 0" in err
+    assert f"argument --threads: expected a number of threads from 1 to 1024, got {threads}" \
+        in err
     assert "Traceback" not in err
 
 
@@ -198,6 +203,9 @@ def test_the_decoding_measurement_refuses_bad_flags_in_one_line(capsys, argv, sa
     ("align_layers", ["gpt-softmax", "extra"], "unrecognized arguments: extra"),
     ("align_layers", ["no-such-model"], "checkpoint 'no-such-model' not found"),
     ("quickstart", ["--steps", "0"], "argument --steps: expected a positive integer, got 0"),
+    # (a count past Python's index bound overflowed in range's length, a traceback)
+    ("quickstart", ["--steps", str(10**26)], "argument --steps: expected a positive integer at "
+                                             f"most {sys.maxsize}, got {10**26}"),
     ("quickstart", ["--threads", "2"], "unrecognized arguments: --threads 2"),
 ])
 def test_the_example_scripts_refuse_bad_arguments_in_one_line(capsys, name, argv, says):
@@ -223,7 +231,7 @@ def test_the_benchmarks_exit_code_with_and_without_the_designed_views(capsys):
 
 @pytest.mark.parametrize(("script", "argv", "says"), [
     ("reproduce_ahn2023.py", ["--threads", "99999999999999999999"],
-     "argument --threads: expected at most 1024"),
+     "argument --threads: expected a number of threads from 1 to 1024"),
     ("reproduce_ahn2023.py", ["--plot-only", "--out", "{tmp}/none"],
      "--plot-only: no {tmp}/none/results.json: run without --plot-only first"),
     ("reproduce_ahn2023.py", ["--out", "{tmp}/user"], "is a non-empty directory that iclprobe "
@@ -232,7 +240,7 @@ def test_the_benchmarks_exit_code_with_and_without_the_designed_views(capsys):
     ("reproduce_fu2024.py", ["--device", "foo"], "argument --device: expected a torch device"),
     ("reproduce_fu2024.py", ["--out", "{tmp}/user"], "is a non-empty directory that iclprobe "
                                                      "did not write"),
-    ("ahn_reviewers.py", ["--threads", "0"], "argument --threads: expected a positive integer"),
+    ("ahn_reviewers.py", ["--threads", "0"], "argument --threads: expected a number of threads"),
     ("ahn_reviewers.py", ["--out", "{tmp}/user/results.json"], "is a file, not a directory"),
 ])
 def test_the_papers_scripts_refuse_in_one_line_before_any_work(script, argv, says, tmp_path,

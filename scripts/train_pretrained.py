@@ -1,12 +1,16 @@
 """Train the models that ship in ``models/pretrained/`` (fixed seeds, CPU).
 
     python scripts/train_pretrained.py [NAME ...] [--work runs/pretrained] [--quick]
+                                       [--dest DIR] [--overwrite] [--curves-only]
 
 Each model trains into ``--work/NAME`` (resumable: rerun the same command after an
 interruption), is evaluated on 2,000 fresh sequences, and is exported to
 ``models/pretrained/NAME/``: config.json (with a one-line summary), model.safetensors,
 task.json, train.json (the recipe), metrics.jsonl (the training log), and
-error_curve.csv/.json (normalized error per number of in-context examples t).
+error_curve.csv/.json (normalized error per number of in-context examples t). The export is
+one atomic folder, and the destinations are checked before any training: a folder already
+there is refused unless this script exported it and ``--overwrite`` is given (the models as
+they ship carry no such mark: move a shipped model's folder away to export it anew).
 
 Measured training times on 2 CPU cores, from the runs' own logs (each spec's ``minutes``;
 also ``training_minutes`` in the exported config.json): gpt-softmax 33 min (one thread),
@@ -36,10 +40,11 @@ import torch
 from iclprobe import models, tasks, training
 from iclprobe._checks import is_int, is_number
 from iclprobe._shipped import PRETRAINED_DIR
+from iclprobe.atomic import atomic_directory
 from iclprobe.cli import OneLineParser, thread_count
 from iclprobe.errors import InputError
-from iclprobe.models.files import RUN_CHECKPOINT, read_json
-from iclprobe.storage import write_text_atomic
+from iclprobe.models.files import RUN_CHECKPOINT, read_json, write_checkpoint_files
+from iclprobe.storage import check_output, write_text_atomic
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,15 +186,22 @@ def logged_minutes(metrics: Path) -> float:
     return minutes
 
 
-def export(spec: Spec, result: dict[str, Any], dest_root: Path) -> Path:
-    """Copy the trained checkpoint, its log and error curve into ``dest_root/NAME``."""
+def export(spec: Spec, result: dict[str, Any], dest_root: Path, overwrite: bool = False
+           ) -> Path:
+    """Write the trained checkpoint, its log and error curve as ``dest_root/NAME``, at once.
+
+    One atomic directory: an interrupted export leaves the folder as it was. ``overwrite``
+    replaces an export of this script's (not a folder it did not write).
+    """
     model, run, curve = result["model"], result["run"], result["curve"]
     dest = dest_root / spec.name
-    models.save(model, dest, task=model.task)
-    shutil.copy(run / RUN_CHECKPOINT / "train.json", dest / "train.json")
-    shutil.copy(run / "metrics.jsonl", dest / "metrics.jsonl")
-    minutes = round(logged_minutes(run / "metrics.jsonl"), 1)
-    write_curve(spec, model, curve, result["steps"], dest, minutes)
+    with atomic_directory(dest, "checkpoint", overwrite) as tmp:
+        write_checkpoint_files(model, tmp, model.task)
+        shutil.copy(run / RUN_CHECKPOINT / "train.json", tmp / "train.json")
+        shutil.copy(run / "metrics.jsonl", tmp / "metrics.jsonl")
+        minutes = round(logged_minutes(run / "metrics.jsonl"), 1)
+        write_curve(spec, model, curve, result["steps"], tmp, minutes)
+    print(f"{spec.name}: exported to {dest}")
     return dest
 
 
@@ -235,7 +247,7 @@ def write_curve(spec: Spec, model: torch.nn.Module, curve: list[float], steps: i
     meta.update(summary=summary, trained_steps=steps, training_minutes=minutes)
     write_text_atomic(dest / "config.json", json.dumps(meta, indent=2))
     write_curve_files(dest, curve, worst, where, steps)
-    print(f"{spec.name}: {summary} ({minutes} min of training) -> {dest}")
+    print(f"{spec.name}: {summary} ({minutes} min of training)")
 
 
 def write_curve_files(dest: Path, curve: list[float], worst: float, where: str,
@@ -262,6 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dest", type=Path, default=PRETRAINED_DIR)
     parser.add_argument("--quick", action="store_true", help="a tenth of the steps")
     parser.add_argument("--threads", type=thread_count, default=2, help="torch CPU threads")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace a model this script exported before (never a folder "
+                             "it did not write)")
     parser.add_argument("--curves-only", action="store_true",
                         help="recompute the shipped models' documented error curves from the "
                              "current sampler, without training")
@@ -271,13 +286,18 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown model(s) {unknown}; known: {sorted(by_name)}")
     torch.set_num_threads(args.threads)
+    names = args.names or list(by_name)
     try:
-        for name in args.names or list(by_name):
+        if not args.curves_only:  # before hours of training, not after
+            for name in names:
+                check_output(args.dest / name, "checkpoint", args.overwrite)
+        for name in names:
             spec = by_name[name]
             if args.curves_only:
                 recurve(spec, args.dest)
                 continue
-            export(spec, train_one(spec, args.work, 0.1 if args.quick else 1.0), args.dest)
+            export(spec, train_one(spec, args.work, 0.1 if args.quick else 1.0), args.dest,
+                   args.overwrite)
     except (InputError, OSError) as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     return 0

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from iclprobe import models
 from iclprobe._shipped import PRETRAINED_DIR
+from iclprobe.storage import OutputExistsError
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "train_pretrained.py"
 NAME = "pq-isotropic-1layer"
@@ -111,6 +113,50 @@ def test_curves_only_recomputes_the_curve(script, dest, capsys):
     assert f"({meta['training_minutes']} min of training)" in out
     assert json.loads((dest / NAME / "error_curve.json").read_text())["steps"] == \
         meta["trained_steps"]
+
+
+def _trained(script, dest, tmp_path):
+    """``export``'s input from the shipped model: its run folder holds its recipe and log."""
+    run = tmp_path / "run"
+    (run / "checkpoint").mkdir(parents=True)
+    shutil.copy(dest / NAME / "train.json", run / "checkpoint" / "train.json")
+    shutil.copy(dest / NAME / "metrics.jsonl", run / "metrics.jsonl")
+    model = models.load(dest / NAME)
+    return {"model": model, "run": run, "curve": [0.5] * model.task.n_points, "steps": 7}
+
+
+def test_an_export_is_one_atomic_folder_replaced_only_with_overwrite(script, dest, tmp_path,
+                                                                     capsys):
+    spec = next(s for s in script.SPECS if s.name == NAME)
+    result, out = _trained(script, dest, tmp_path), tmp_path / "out"
+    written = script.export(spec, result, out)
+    names = {p.name for p in written.iterdir()}
+    assert names == {p.name for p in (dest / NAME).iterdir()} | {".iclprobe"}
+    assert json.loads((written / "config.json").read_text())["trained_steps"] == 7
+    with pytest.raises(OutputExistsError, match="pass --overwrite"):  # the flag exists now
+        script.export(spec, result, out)
+    assert script.export(spec, {**result, "steps": 8}, out, overwrite=True) == written
+    assert json.loads((written / "config.json").read_text())["trained_steps"] == 8
+    # an export that fails half-way (its log gone) leaves the folder as it was
+    (result["run"] / "metrics.jsonl").unlink()
+    before = {p.name: p.read_bytes() for p in written.iterdir()}
+    with pytest.raises(FileNotFoundError):
+        script.export(spec, result, out, overwrite=True)
+    assert {p.name: p.read_bytes() for p in written.iterdir()} == before
+    assert [p.name for p in out.iterdir()] == [NAME]  # no temporary folder left
+
+
+def test_a_folder_the_script_did_not_write_is_refused_before_any_training(script, dest, capsys,
+                                                                          monkeypatch):
+    def train_one(*args):
+        raise AssertionError("trained before the destination was checked")
+
+    monkeypatch.setattr(script, "train_one", train_one)
+    before = {p.name: p.read_bytes() for p in (dest / NAME).iterdir()}
+    for flags in ([], ["--overwrite"]):  # a shipped model's folder carries no mark
+        _refused(script, capsys, [NAME, "--dest", str(dest), *flags],
+                 "non-empty directory that iclprobe did not write")
+    assert {p.name: p.read_bytes() for p in (dest / NAME).iterdir()} == before
 
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "known_answers.py"

@@ -147,8 +147,10 @@ def remove_abandoned(path: str | os.PathLike[str]) -> list[Path]:
     Only directories named as `atomic_directory` names them (``.NAME.tmp-*``,
     ``.NAME.old-*``) with iclprobe's marker, whose writer — the process of this host the
     marker names, or, for one killed after its final marker was written, the ``PID@HOST``
-    in its name — is gone; a directory of the user's with such a name, or one a live
-    writer holds, is left alone. Returns what was removed.
+    in its name — is gone; and, without a marker, one killed before it wrote its marker:
+    named for a dead writer and empty but for that marker's own temporary file. A
+    directory of the user's with such a name, or one a live writer holds, is left alone.
+    Returns what was removed.
     """
     path = Path(path)
     if not path.parent.is_dir():
@@ -159,16 +161,34 @@ def remove_abandoned(path: str | os.PathLike[str]) -> list[Path]:
         if not entry.name.startswith(prefixes) or entry.is_symlink() or not entry.is_dir():
             continue
         marker = read_marker(entry)
-        rest = entry.name[len(prefixes[0]):]  # both prefixes are as long
-        if marker is None or not _abandoned(rest.rpartition(".")[0], marker.get(WRITING)):
+        tag = entry.name[len(prefixes[0]):].rpartition(".")[0]  # both prefixes are as long
+        if marker is None and _unmarked_leftover(entry, tag):
+            for leftover in entry.iterdir():
+                leftover.unlink()
+            entry.rmdir()
+        elif marker is not None and _abandoned(tag, marker.get(WRITING)):
+            _remove_marked_last(entry)
+        else:
             continue
-        _remove_marked_last(entry)
         removed.append(entry)
     if removed:
         logger.info("removed %d temporary director%s that an interrupted writer left: %s",
                     len(removed), "y" if len(removed) == 1 else "ies",
                     ", ".join(str(p) for p in removed[:5]))
     return removed
+
+
+def _unmarked_leftover(entry: Path, tag: str) -> bool:
+    """Whether ``entry`` is a temporary directory killed before its marker was in place.
+
+    Its name's writer is a dead process of this host, and it holds nothing but the
+    marker's unfinished temporary file (`write_text_atomic`'s, of that same writer).
+    """
+    if not _dead_writer(tag):
+        return False
+    partial = f".{MARKER}.tmp-{tag}."
+    return all(p.name.startswith(partial) and p.is_file() and not p.is_symlink()
+               for p in entry.iterdir())
 
 
 def _abandoned(tag: str, writer: Any) -> bool:

@@ -130,6 +130,39 @@ def test_a_temporary_directory_with_its_final_marker_is_removed_by_the_next_writ
                                                           "checkpoint"]
 
 
+KILLED_BEFORE_MARKER = textwrap.dedent("""
+    import os, signal, sys
+    from iclprobe import atomic
+    def kill(*args):
+        os.kill(os.getpid(), signal.SIGKILL)
+    if sys.argv[2] == "empty":  # killed between making the directory and marking it
+        atomic._mark_temporary = kill
+    else:  # killed while the marker's temporary file was written, before its rename
+        os.replace = kill
+    with atomic.atomic_directory(sys.argv[1], "checkpoint") as tmp:
+        pass
+""")
+
+
+@pytest.mark.parametrize("when", ["empty", "partial marker"])
+def test_a_temporary_directory_killed_before_its_marker_is_removed_by_the_next_writer(
+        tmp_path, when):
+    """(It was left for good: without a marker nothing said it was iclprobe's.)"""
+    out = tmp_path / "checkpoint"
+    proc = subprocess.run([sys.executable, "-c", KILLED_BEFORE_MARKER, str(out), when],
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert proc.returncode == -signal.SIGKILL
+    left = [p for p in tmp_path.iterdir() if p.name.startswith(".checkpoint.tmp-")]
+    assert len(left) == 1 and len(list(left[0].iterdir())) == (when != "empty")
+    kept = tmp_path / f"{left[0].name}0"  # the same dead writer's name, with a user's file
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine")
+    with atomic.atomic_directory(out, "checkpoint") as tmp:
+        (tmp / "model.safetensors").write_bytes(b"y")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([kept.name, "checkpoint"])
+    assert (kept / "notes.txt").read_text() == "mine"
+
+
 @pytest.mark.parametrize("argv", [["align", "CKPT", *FAST], ["probe", "CKPT", "--n-sequences",
                                                            "16"], ["demo"]])
 def test_an_unwritable_out_is_named_as_typed_before_the_work(ckpt, capsys, argv):

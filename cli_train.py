@@ -30,9 +30,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"iclprobe train: error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as err:
-        done = f" after step {err.step}" if isinstance(err, training.TrainingInterrupted) else ""
+        known = isinstance(err, training.TrainingInterrupted)
+        done = f" after step {err.step}" if known else ""
         if (Path(args.out) / RUN_CHECKPOINT / TRAIN_CONFIG_FILE).is_file():
-            hint = f"continue with: iclprobe train --out {args.out} --resume"
+            at = getattr(err, "checkpoint_step", None) if known else None
+            hint = f"continue with: iclprobe train --out {args.out} --resume" + (
+                f" (from its checkpoint at step {at})" if at is not None else "")
         else:
             hint = "no checkpoint was written yet: run the same command again to start afresh"
         print(f"iclprobe train: interrupted{done}; {hint}", file=sys.stderr)

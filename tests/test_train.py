@@ -220,6 +220,28 @@ def test_cli_train_errors_exit_2(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+def test_ctrl_c_in_train_names_the_checkpoint_it_resumes_from(tmp_path, capsys, monkeypatch):
+    """The hint named only the step reached, not the older checkpoint a resume starts at."""
+    from iclprobe.cli import main
+    from iclprobe.training import loop
+
+    real, calls = loop._optimizer_step, []
+
+    def step(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 7:  # during step 7: 6 done, the last checkpoint at step 4
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "_optimizer_step", step)
+    out = tmp_path / "run"
+    assert main(["train", *TRAIN_ARGS, "--steps", "20", "--checkpoint-every", "4",
+                 "--out", str(out)]) == 130
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == (f"iclprobe train: interrupted after step 6; continue with: iclprobe train "
+                   f"--out {out} --resume (from its checkpoint at step 4)"), err
+
+
 @pytest.mark.slow
 def test_torchrun_ddp_matches_single_process(tmp_path):
     dump = tmp_path / "dump"

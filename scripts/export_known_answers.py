@@ -1,18 +1,24 @@
 """Write the shipped known-answer models into ``models/pretrained/`` (no training).
 
-    python scripts/export_known_answers.py [--dest models/pretrained]
+    python scripts/export_known_answers.py [NAME ...] [--dest models/pretrained]
+                                           [--curves-only]
 
 Each is built by its constructor in ``iclprobe.constructions.SHIPPED`` (the PQ
 constructions and the oracles) with the task d = 5, n = 21, isotropic, and saved with a
 one-line summary and its error curve (2,000 sequences of seed 12345, as the trained models'
 curves: ``train_pretrained.error_curve``). An oracle has no weights: its checkpoint's
 ``model.safetensors`` is empty (its rotation and distractors are rebuilt from its seed).
+
+Each model is written as one atomic folder, and a folder already there is refused before
+anything is written. ``--curves-only`` instead recomputes the error curve and the summary
+of folders already there that hold the same model (as ``train_pretrained.py
+--curves-only`` does for the trained models), e.g. after a change to how data are drawn.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
+import sys
 from pathlib import Path
 
 import torch
@@ -20,8 +26,14 @@ from train_pretrained import error_curve, write_curve_files  # the sibling scrip
 
 from iclprobe import models, tasks
 from iclprobe._shipped import PRETRAINED_DIR
+from iclprobe.atomic import atomic_directory
+from iclprobe.cli import OneLineParser
 from iclprobe.constructions import SHIPPED
-from iclprobe.storage import write_text_atomic
+from iclprobe.errors import InputError
+from iclprobe.models.files import write_checkpoint_files
+from iclprobe.storage import check_output, write_text_atomic
+
+TASK = tasks.RegressionTask(n_dims=5, n_points=21)
 
 
 def _same_model(a: models.Regressor, b: models.Regressor) -> bool:
@@ -31,26 +43,60 @@ def _same_model(a: models.Regressor, b: models.Regressor) -> bool:
             and all(torch.equal(sa[k], sb[k]) for k in sa))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def export(name: str, dest: Path) -> str:
+    """Write model ``name`` with its summary and error curve as the folder ``dest``, at once."""
+    summary, build = SHIPPED[name]
+    model = build()
+    with atomic_directory(dest, "checkpoint") as tmp:
+        write_checkpoint_files(model, tmp, TASK)
+        return _write_curve(tmp, summary, error_curve(model, TASK))
+
+
+def recurve(name: str, dest: Path) -> str:
+    """Recompute the error curve and summary in ``dest``, which must hold model ``name``."""
+    summary, build = SHIPPED[name]
+    model = build()
+    if not (dest / "config.json").is_file():
+        raise InputError(f"{dest}: no exported model to recompute the curve of (no "
+                         "config.json); export it first (without --curves-only)")
+    if not _same_model(models.load(dest), model):
+        raise InputError(f"{dest} holds another model than {name}'s constructor: move it "
+                         "away and export it anew")
+    return _write_curve(dest, summary, error_curve(model, TASK))
+
+
+def _write_curve(dest: Path, summary: str, curve: list[float]) -> str:
+    meta = json.loads((dest / "config.json").read_text())
+    meta["summary"] = f"{summary}; normalized error {curve[-1]:.4f} at t = 20"
+    write_text_atomic(dest / "config.json", json.dumps(meta, indent=2))
+    write_curve_files(dest, curve, curve[-1], "t = 20", 0)
+    return str(meta["summary"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Export (or recompute the curves of) the named models; bad input is one line, exit 2."""
+    parser = OneLineParser(prog="export_known_answers.py",
+                           description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="models to export (default: all)")
     parser.add_argument("--dest", type=Path, default=PRETRAINED_DIR)
-    args = parser.parse_args()
-    task = tasks.RegressionTask(n_dims=5, n_points=21)
-    for name, (summary, build) in SHIPPED.items():
-        model = build()
-        dest = args.dest / name
-        if not dest.exists():
-            models.save(model, dest, task=task)
-        elif not _same_model(models.load(dest), model):
-            raise SystemExit(f"{dest} holds another model than {name}'s constructor: move it "
-                             "away to export it anew")
-        curve = error_curve(model, task)
-        meta = json.loads((dest / "config.json").read_text())
-        meta["summary"] = f"{summary}; normalized error {curve[-1]:.4f} at t = 20"
-        write_text_atomic(dest / "config.json", json.dumps(meta, indent=2))
-        write_curve_files(dest, curve, curve[-1], "t = 20", 0)
-        print(f"{name}: {meta['summary']} -> {dest}")
+    parser.add_argument("--curves-only", action="store_true",
+                        help="recompute the curves and summaries of exported models")
+    args = parser.parse_args(argv)
+    unknown = [n for n in args.names if n not in SHIPPED]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}; known: {sorted(SHIPPED)}")
+    names = args.names or list(SHIPPED)
+    try:
+        if not args.curves_only:  # every destination before any is written
+            for name in names:
+                check_output(args.dest / name, "checkpoint")
+        for name in names:
+            write = recurve if args.curves_only else export
+            print(f"{name}: {write(name, args.dest / name)} -> {args.dest / name}")
+    except (InputError, OSError) as err:
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

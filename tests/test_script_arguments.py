@@ -320,3 +320,47 @@ def test_same_outputs_refuses_what_it_cannot_compare(argv, says, capsys):
     path = Path(__file__).resolve().parents[1] / "scripts" / "same_outputs.py"
     err = _refusal(path, "main", argv, capsys)
     assert says in err and "Traceback" not in err and err.count("\n") == 0
+
+
+@pytest.fixture(scope="module")
+def known_answers_script(script):  # its sibling import of train_pretrained needs `script`
+    path = Path(__file__).resolve().parents[1] / "scripts" / "export_known_answers.py"
+    spec = importlib.util.spec_from_file_location("export_known_answers", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
+    return module
+
+
+def test_known_answer_exports_are_whole_and_never_rewrite_a_folder(known_answers_script,
+                                                                   tmp_path, capsys):
+    """The script rewrote config.json and the curves of any folder holding the same model
+    (a user's saved copy too), and wrote each folder file by file."""
+    ka, name = known_answers_script, "ka-gd-oracle"
+    assert ka.main([name, "--dest", str(tmp_path)]) == 0
+    out = tmp_path / name
+    assert {p.name for p in out.iterdir()} == \
+        {p.name for p in (PRETRAINED_DIR / name).iterdir()} | {".iclprobe"}
+    assert ka._same_model(models.load(out), models.load(PRETRAINED_DIR / name))
+    shipped = json.loads((PRETRAINED_DIR / name / "error_curve.json").read_text())
+    curve = json.loads((out / "error_curve.json").read_text())
+    assert curve.keys() == shipped.keys()
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(SystemExit) as exit_:
+        ka.main([name, "--dest", str(tmp_path)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "already holds iclprobe checkpoint output" in err and "\n" not in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    # --curves-only rewrites a folder only where it holds the constructor's model
+    other = tmp_path / "other"
+    shutil.copytree(PRETRAINED_DIR / "ka-newton-oracle", other / name)
+    with pytest.raises(SystemExit):
+        ka.main([name, "--dest", str(other), "--curves-only"])
+    assert "holds another model than ka-gd-oracle's constructor" in capsys.readouterr().err
+    (out / "error_curve.json").write_text("{}")
+    assert ka.main([name, "--dest", str(tmp_path), "--curves-only"]) == 0
+    assert (out / "error_curve.json").read_bytes() == before["error_curve.json"]

@@ -30,10 +30,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"iclprobe train: error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as err:
-        known = isinstance(err, training.TrainingInterrupted)
-        done = f" after step {err.step}" if known else ""
+        known = err if isinstance(err, training.TrainingInterrupted) else None
+        done = f" after step {known.step}" if known is not None else ""
         if (Path(args.out) / RUN_CHECKPOINT / TRAIN_CONFIG_FILE).is_file():
-            at = getattr(err, "checkpoint_step", None) if known else None
+            at = known.checkpoint_step if known is not None else None
             hint = f"continue with: iclprobe train --out {args.out} --resume" + (
                 f" (from its checkpoint at step {at})" if at is not None else "")
         else:

@@ -197,6 +197,22 @@ class Family:
             last += 1
         return first, last
 
+    def shown(self, ctx: FamilyContext, rank: float, label: str) -> str:
+        """``label``, the variant at ``rank``, marked where that is an end of its continuum.
+
+        A layer matched there may run a step size beyond the family's range, not the one
+        shown (a Newton–Schulz construction whose α lies below Newton's continuum is matched
+        at its lowest α): "a 0.0448 at its range's low end".
+        """
+        if self.continuum is None or rank != int(rank):
+            return label
+        first, last = self.span(ctx, int(rank))
+        if first == last or rank not in (first, last):
+            return label
+        points = self.continuum.points(ctx)
+        rising = points[first][1] < points[last][1]
+        return f"{label} at its range's {'low' if (rank == first) == rising else 'high'} end"
+
     def holds(self, ctx: FamilyContext, rank: float) -> bool:
         """Whether ``rank`` is a variant of this family on ``ctx``'s data (`variant_at`'s).
 

@@ -36,15 +36,38 @@ def test_every_candidate_family_runs_and_describes_its_columns(name):
     torch.testing.assert_close(w.preds, it.preds[:, :5], rtol=1e-10, atol=1e-10)
 
 
+def test_a_column_at_an_end_of_its_continuum_says_so():
+    """A layer matched at a continuum's end may run a step size beyond the family's range."""
+    batch = _batch()
+    stats = _stats(batch)
+    ctx = FamilyContext(stats, batch.cov, (1, 7))
+    newton = algorithms.learner_info("newton").fitted_family
+    names = [name for name, _ in newton.continuum.points(ctx)]
+    shown = {r: newton.shown(ctx, r, "x") for r in range(len(names))}
+    for r, name in enumerate(names):  # each continuum (rule, fixed, constant) has two ends
+        first = r == 0 or names[r - 1] != name
+        last = r == len(names) - 1 or names[r + 1] != name
+        assert shown[r] == "x" + (" at its range's low end" if first else "") + \
+            (" at its range's high end" if last else "")
+    assert newton.shown(ctx, 0.5, "x") == "x"  # a fitted step size between two ranks
+    assert algorithms.learner_info("cg").fitted_family.shown(ctx, 0, "x") == "x"  # no continuum
+    it, columns, _ = family_iterates("newton", batch, stats, (1, 7), 4, False)
+    steps = len(set(it.steps.tolist()))  # each grid variant runs at every step count
+    assert sum("range's low end" in c for c in columns) == 3 * steps  # one end per continuum
+
+
 def test_each_column_is_its_variant_run_alone():
     batch = _batch()
     stats = _stats(batch)
     it, columns, _ = family_iterates("ridge", batch, stats, (1, 7), 4, False)
     ctx = FamilyContext(stats, batch.cov, (1, 7))
-    for k, (label, hyper) in enumerate(families.RIDGE.variants(ctx)):
+    ridges = families.RIDGE.variants(ctx)
+    for k, (label, hyper) in enumerate(ridges):
         alone = algorithms.ridge(batch.xs.double(), batch.ys.double(), **hyper)
         torch.testing.assert_close(it.preds[k], alone.preds[0])
-        assert columns[k] == label  # a closed form: no step in its description
+        # a closed form: no step in its description; the smallest and largest λ marked
+        end = {0: " at its range's low end", len(ridges) - 1: " at its range's high end"}
+        assert columns[k] == label + end.get(k, "")
     mean_eig = ctx.mean_eigenvalue()
     lams = [families.RIDGE.variants(ctx)[k][1]["lam"] for k in (0, 12, 24)]
     assert lams == pytest.approx([mean_eig / 64, mean_eig, mean_eig * 64])

@@ -53,9 +53,7 @@ def candidate_keys(chosen: Sequence[str] | None, claims: Mapping[str, RunSpec]) 
 
 
 def _describe(variant: str, step: int | None) -> str:
-    parts = [variant] if variant else []
-    if step is not None:
-        parts.append(f"step {step}")
+    parts = ([variant] if variant else []) + ([f"step {step}"] if step is not None else [])
     return ", ".join(parts) or "closed form"
 
 
@@ -78,9 +76,9 @@ def family_iterates(key: str, batch: RegressionBatch, stats: PrefixStats, window
     out; raises `NotACandidate` where the learner's family says it is none here, or where
     every variant diverges.
     """
-    fine = fine or {}
-    specs = [(0, "", claim)] if claim is not None else \
-        _specs(key, FamilyContext(stats, batch.cov, window), fine, skip, grid)
+    fine, ctx = fine or {}, FamilyContext(stats, batch.cov, window)
+    specs = [(0, "", claim)] if claim is not None else _specs(key, ctx, fine, skip, grid)
+    family = algorithms.learner_info(key).fitted_family if claim is None else None
     parts, columns, labels, variant, rank = [], [], [], [], []
     dropped = []
     for at, label, spec in specs:
@@ -94,7 +92,8 @@ def family_iterates(key: str, batch: RegressionBatch, stats: PrefixStats, window
         closed = it.steps.numel() == 1 and spec.steps is None
         parts.append(it)
         labels.append(label)
-        columns += [_describe(label, None if closed else int(s)) for s in it.steps.tolist()]
+        shown = label if family is None else family.shown(ctx, at, label)
+        columns += [_describe(shown, None if closed else int(s)) for s in it.steps.tolist()]
         variant += [len(parts) - 1] * it.steps.numel()
         rank += [at] * it.steps.numel()
     if not parts:

@@ -163,9 +163,12 @@ def remove_abandoned(path: str | os.PathLike[str]) -> list[Path]:
         marker = read_marker(entry)
         tag = entry.name[len(prefixes[0]):].rpartition(".")[0]  # both prefixes are as long
         if marker is None and _unmarked_leftover(entry, tag):
-            for leftover in entry.iterdir():
-                leftover.unlink()
-            entry.rmdir()
+            try:  # another writer may be removing it too
+                for leftover in entry.iterdir():
+                    leftover.unlink(missing_ok=True)
+                entry.rmdir()
+            except FileNotFoundError:
+                pass
         elif marker is not None and _abandoned(tag, marker.get(WRITING)):
             _remove_marked_last(entry)
         else:
@@ -187,8 +190,11 @@ def _unmarked_leftover(entry: Path, tag: str) -> bool:
     if not _dead_writer(tag):
         return False
     partial = f".{MARKER}.tmp-{tag}."
-    return all(p.name.startswith(partial) and p.is_file() and not p.is_symlink()
-               for p in entry.iterdir())
+    try:  # another user's, unreadable to us (mkdtemp makes it 0700): not ours to judge
+        return all(p.name.startswith(partial) and p.is_file() and not p.is_symlink()
+                   for p in entry.iterdir())
+    except OSError:
+        return False
 
 
 def _abandoned(tag: str, writer: Any) -> bool:

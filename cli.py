@@ -101,10 +101,7 @@ def _lazy(name: str, module: str = "cli_commands") -> Handler:
 
 def sequence_count(text: str) -> int:
     """An argparse type: an integer >= 2 (AlignConfig.n_sequences' bound), else "expected ..."."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 2, got {text!r}") from None
+    value = _int(text, "an integer >= 2")
     if value < 2:
         raise argparse.ArgumentTypeError(f"expected an integer >= 2 (evaluation sequences), "
                                          f"got {value}")

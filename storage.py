@@ -87,6 +87,24 @@ def write_marker(directory: str | os.PathLike[str], kind: str,
     write_text_atomic(directory / MARKER, json.dumps(marker))
 
 
+def record_rewritten(directory: str | os.PathLike[str], names: list[str]) -> None:
+    """Record in ``directory``'s marker that iclprobe rewrote ``names`` there in place.
+
+    Their new digests replace the recorded ones, so that the folder still counts as
+    iclprobe's (an ``--overwrite`` later replaces it). Only a marker with digests is updated
+    (this iclprobe's); what it recorded of other entries, and entries it never listed, stay
+    as they were. Without such a marker nothing is written.
+    """
+    directory = Path(directory)
+    marker = read_marker(directory)
+    if marker is None or not isinstance(marker.get("digests"), dict):
+        return
+    digests = {**marker["digests"], **{name: digest(directory / name) for name in names}}
+    files = sorted({*(f for f in marker.get("files", []) if isinstance(f, str)), *names})
+    write_text_atomic(directory / MARKER, json.dumps({**marker, "files": files,
+                                                      "digests": digests}))
+
+
 def digest(path: Path) -> str:
     """What ``path`` is, to tell later whether it is still what iclprobe wrote there.
 

@@ -207,11 +207,12 @@ class Family:
         if self.continuum is None or rank != int(rank):
             return label
         first, last = self.span(ctx, int(rank))
-        if first == last or rank not in (first, last):
+        line = [m for _, m in self.continuum.points(ctx)[first:last + 1]]
+        m = line[int(rank) - first]
+        if min(line) == max(line):
             return label
-        points = self.continuum.points(ctx)
-        rising = points[first][1] < points[last][1]
-        return f"{label} at its range's {'low' if (rank == first) == rising else 'high'} end"
+        return label + (" at its range's low end" if m == min(line) else
+                        " at its range's high end" if m == max(line) else "")
 
     def holds(self, ctx: FamilyContext, rank: float) -> bool:
         """Whether ``rank`` is a variant of this family on ``ctx``'s data (`variant_at`'s).

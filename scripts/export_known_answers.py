@@ -1,7 +1,7 @@
 """Write the shipped known-answer models into ``models/pretrained/`` (no training).
 
     python scripts/export_known_answers.py [NAME ...] [--dest models/pretrained]
-                                           [--curves-only]
+                                           [--overwrite] [--curves-only]
 
 Each is built by its constructor in ``iclprobe.constructions.SHIPPED`` (the PQ
 constructions and the oracles) with the task d = 5, n = 21, isotropic, and saved with a
@@ -10,19 +10,20 @@ curves: ``train_pretrained.error_curve``). An oracle has no weights: its checkpo
 ``model.safetensors`` is empty (its rotation and distractors are rebuilt from its seed).
 
 Each model is written as one atomic folder, and a folder already there is refused before
-anything is written. ``--curves-only`` instead recomputes the error curve and the summary
-of folders already there that hold the same model (as ``train_pretrained.py
---curves-only`` does for the trained models), e.g. after a change to how data are drawn.
+anything is written (``--overwrite``: an iclprobe checkpoint there is replaced, never a
+folder holding files iclprobe did not write). ``--curves-only`` instead recomputes the
+error curve and the summary of folders already there that hold the same model (as
+``train_pretrained.py --curves-only`` does for the trained models), e.g. after a change to
+how data are drawn.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import torch
-from train_pretrained import error_curve, write_curve_files  # the sibling script
+from train_pretrained import error_curve, refresh  # the sibling script
 
 from iclprobe import models, tasks
 from iclprobe._shipped import PRETRAINED_DIR
@@ -31,7 +32,7 @@ from iclprobe.cli import OneLineParser
 from iclprobe.constructions import SHIPPED
 from iclprobe.errors import InputError
 from iclprobe.models.files import write_checkpoint_files
-from iclprobe.storage import check_output, write_text_atomic
+from iclprobe.storage import check_output
 
 TASK = tasks.RegressionTask(n_dims=5, n_points=21)
 
@@ -43,11 +44,15 @@ def _same_model(a: models.Regressor, b: models.Regressor) -> bool:
             and all(torch.equal(sa[k], sb[k]) for k in sa))
 
 
-def export(name: str, dest: Path) -> str:
-    """Write model ``name`` with its summary and error curve as the folder ``dest``, at once."""
+def export(name: str, dest: Path, overwrite: bool = False) -> str:
+    """Write model ``name`` with its summary and error curve as the folder ``dest``, at once.
+
+    ``overwrite`` replaces an iclprobe checkpoint there (never a folder holding files
+    iclprobe did not write).
+    """
     summary, build = SHIPPED[name]
     model = build()
-    with atomic_directory(dest, "checkpoint") as tmp:
+    with atomic_directory(dest, "checkpoint", overwrite) as tmp:
         write_checkpoint_files(model, tmp, TASK)
         return _write_curve(tmp, summary, error_curve(model, TASK))
 
@@ -66,11 +71,9 @@ def recurve(name: str, dest: Path) -> str:
 
 
 def _write_curve(dest: Path, summary: str, curve: list[float]) -> str:
-    meta = json.loads((dest / "config.json").read_text())
-    meta["summary"] = f"{summary}; normalized error {curve[-1]:.4f} at t = 20"
-    write_text_atomic(dest / "config.json", json.dumps(meta, indent=2))
-    write_curve_files(dest, curve, curve[-1], "t = 20", 0)
-    return str(meta["summary"])
+    summary = f"{summary}; normalized error {curve[-1]:.4f} at t = 20"
+    refresh(dest, {"summary": summary}, curve, curve[-1], "t = 20", 0)
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,20 +82,25 @@ def main(argv: list[str] | None = None) -> int:
                            description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="models to export (default: all)")
     parser.add_argument("--dest", type=Path, default=PRETRAINED_DIR)
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an iclprobe checkpoint at the destination (never a "
+                             "folder holding files iclprobe did not write)")
     parser.add_argument("--curves-only", action="store_true",
                         help="recompute the curves and summaries of exported models")
     args = parser.parse_args(argv)
     unknown = [n for n in args.names if n not in SHIPPED]
     if unknown:
         parser.error(f"unknown model(s) {unknown}; known: {sorted(SHIPPED)}")
-    names = args.names or list(SHIPPED)
+    names = list(dict.fromkeys(args.names)) or list(SHIPPED)
     try:
         if not args.curves_only:  # every destination before any is written
             for name in names:
-                check_output(args.dest / name, "checkpoint")
+                check_output(args.dest / name, "checkpoint", args.overwrite)
         for name in names:
-            write = recurve if args.curves_only else export
-            print(f"{name}: {write(name, args.dest / name)} -> {args.dest / name}")
+            dest = args.dest / name
+            said = recurve(name, dest) if args.curves_only else \
+                export(name, dest, args.overwrite)
+            print(f"{name}: {said} -> {dest}")
     except (InputError, OSError) as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     return 0

@@ -9,18 +9,9 @@ interruption), is evaluated on 2,000 fresh sequences, and is exported to
 task.json, train.json (the recipe), metrics.jsonl (the training log), and
 error_curve.csv/.json (normalized error per number of in-context examples t). The export is
 one atomic folder, and the destinations are checked before any training: a folder already
-there is refused unless this script exported it and ``--overwrite`` is given (the models as
-they ship carry no such mark: move a shipped model's folder away to export it anew).
-
-Measured training times on 2 CPU cores, from the runs' own logs (each spec's ``minutes``;
-also ``training_minutes`` in the exported config.json): gpt-softmax 33 min (one thread),
-gpt-softmax-paired 4 min, gpt-linear-paired 9 min (both slowed by a concurrent job),
-pq-rotated-3layer 2.6 min, pq-isotropic-1layer 1.3 min, lstm 36.8 min (one thread, beside
-other jobs), gpt-softmax-ill 109.8 min (one thread, beside 3-4 other jobs; it reached its
-target in the first 15,000 steps: 0.0044 at t >= 16). ``--quick`` trains each
-model for a tenth of its steps into a scratch directory (used by the slow test);
-``--curves-only`` recomputes the shipped error curves (and the summaries that quote them)
-from the current sampler without training, e.g. after a change to how data are drawn.
+there is refused unless ``--overwrite`` is given and it is an iclprobe checkpoint holding
+nothing iclprobe did not write (the shipped folders mostly carry no mark, or one of an older
+iclprobe that records no digests: move such a folder away to export the model anew).
 """
 
 from __future__ import annotations
@@ -44,7 +35,7 @@ from iclprobe.atomic import atomic_directory
 from iclprobe.cli import OneLineParser, thread_count
 from iclprobe.errors import InputError
 from iclprobe.models.files import RUN_CHECKPOINT, read_json, write_checkpoint_files
-from iclprobe.storage import check_output, write_text_atomic
+from iclprobe.storage import check_output, record_rewritten, write_text_atomic
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +182,8 @@ def export(spec: Spec, result: dict[str, Any], dest_root: Path, overwrite: bool 
     """Write the trained checkpoint, its log and error curve as ``dest_root/NAME``, at once.
 
     One atomic directory: an interrupted export leaves the folder as it was. ``overwrite``
-    replaces an export of this script's (not a folder it did not write).
+    replaces an iclprobe checkpoint there (never a folder holding files iclprobe did not
+    write).
     """
     model, run, curve = result["model"], result["run"], result["curve"]
     dest = dest_root / spec.name
@@ -211,10 +203,6 @@ def recurve(spec: Spec, dest_root: Path) -> Path:
     if not (dest / "config.json").is_file():
         raise InputError(f"{dest}: no exported model to recompute the curve of (no "
                          "config.json); train it first (without --curves-only)")
-    for name in ("error_curve.json", "error_curve.csv"):
-        if (dest / name).exists() and not (dest / name).is_file():
-            raise InputError(f"{dest / name} is not a file: move it away to recompute the "
-                             "curve")
     steps, minutes = recorded_training(dest / "config.json")
     model = models.load(dest)
     write_curve(spec, model, error_curve(model, model.task), steps, dest, minutes)
@@ -243,11 +231,30 @@ def write_curve(spec: Spec, model: torch.nn.Module, curve: list[float], steps: i
     where = f"t >= {t_min}" if spec.target is not None else f"t = {t_min}"
     summary = (f"{spec.about}; d={task.n_dims}, {task.n_points} points, cov={task.cov}, "
                f"w~{task.w_prior}; normalized error {worst:.4f} at {where}")
+    refresh(dest, {"summary": summary, "trained_steps": steps, "training_minutes": minutes},
+            curve, worst, where, steps)
+    print(f"{spec.name}: {summary} ({minutes} min of training)")
+
+
+CURVE_FILES = ("error_curve.json", "error_curve.csv")
+
+
+def refresh(dest: Path, updates: dict[str, Any], curve: list[float], worst: float, where: str,
+            steps: int) -> None:
+    """Set ``updates`` in ``dest``'s config.json and write its curve files, checked first.
+
+    A curve file's name taken by something else than a file is refused before anything is
+    written. Where the folder's marker records what iclprobe wrote, it records these too.
+    """
+    for name in CURVE_FILES:
+        if (dest / name).exists() and not (dest / name).is_file():
+            raise InputError(f"{dest / name} is not a file: move it away to recompute the "
+                             "curve")
     meta = json.loads((dest / "config.json").read_text())
-    meta.update(summary=summary, trained_steps=steps, training_minutes=minutes)
+    meta.update(updates)
     write_text_atomic(dest / "config.json", json.dumps(meta, indent=2))
     write_curve_files(dest, curve, worst, where, steps)
-    print(f"{spec.name}: {summary} ({minutes} min of training)")
+    record_rewritten(dest, ["config.json", *CURVE_FILES])
 
 
 def write_curve_files(dest: Path, curve: list[float], worst: float, where: str,
@@ -275,8 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a tenth of the steps")
     parser.add_argument("--threads", type=thread_count, default=2, help="torch CPU threads")
     parser.add_argument("--overwrite", action="store_true",
-                        help="replace a model this script exported before (never a folder "
-                             "it did not write)")
+                        help="replace an iclprobe checkpoint at the destination (never a "
+                             "folder holding files iclprobe did not write)")
     parser.add_argument("--curves-only", action="store_true",
                         help="recompute the shipped models' documented error curves from the "
                              "current sampler, without training")
@@ -286,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown model(s) {unknown}; known: {sorted(by_name)}")
     torch.set_num_threads(args.threads)
-    names = args.names or list(by_name)
+    names = list(dict.fromkeys(args.names)) or list(by_name)
     try:
         if not args.curves_only:  # before hours of training, not after
             for name in names:

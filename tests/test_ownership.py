@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from helpers import one_line_error, tiny_gpt
@@ -161,6 +162,25 @@ def test_a_temporary_directory_killed_before_its_marker_is_removed_by_the_next_w
         (tmp / "model.safetensors").write_bytes(b"y")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([kept.name, "checkpoint"])
     assert (kept / "notes.txt").read_text() == "mine"
+
+
+def test_an_unreadable_leftover_of_another_writer_is_passed_over(tmp_path, monkeypatch):
+    """(Another user's leftover, 0700 from mkdtemp, made every later write fail.)"""
+    leftover = tmp_path / ".checkpoint.tmp-999999999@nohost.abc"  # no such writer here
+    leftover.mkdir()
+    real = Path.iterdir
+
+    def iterdir(self):
+        if self == leftover:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    monkeypatch.setattr(atomic, "_dead_writer", lambda tag: True)
+    assert atomic.remove_abandoned(tmp_path / "checkpoint") == []
+    with atomic.atomic_directory(tmp_path / "checkpoint", "checkpoint") as tmp:
+        (tmp / "model.safetensors").write_bytes(b"y")
+    assert leftover.is_dir() and (tmp_path / "checkpoint" / "model.safetensors").is_file()
 
 
 @pytest.mark.parametrize("argv", [["align", "CKPT", *FAST], ["probe", "CKPT", "--n-sequences",

@@ -98,12 +98,14 @@ def test_curves_only_refuses_a_curve_file_that_is_a_directory(script, dest, caps
 
 
 @pytest.mark.parametrize(("threads", "says"), [
-    ("0", "from 1 to 1024, got 0"), ("-1", "from 1 to 1024, got -1"), ("two", ", got 'two'"),
-    ("99999999999999", "from 1 to 1024, got 99999999999999")])
+    ("0", "expected a number of threads from 1 to 1024, got 0"),
+    ("-1", "expected a number of threads from 1 to 1024, got -1"),
+    ("two", "expected a number of threads, got 'two'"),
+    ("99999999999999", "expected a number of threads from 1 to 1024, got 99999999999999")])
 def test_threads_must_be_positive(script, dest, capsys, threads, says):
     # (a huge count overflowed in torch.set_num_threads, a traceback)
     _refused(script, capsys, [NAME, "--curves-only", "--dest", str(dest), "--threads", threads],
-             "--threads", f"expected a number of threads {says}".replace("threads ,", "threads,"))
+             "--threads", says)
 
 
 def test_curves_only_recomputes_the_curve(script, dest, capsys):
@@ -364,3 +366,19 @@ def test_known_answer_exports_are_whole_and_never_rewrite_a_folder(known_answers
     (out / "error_curve.json").write_text("{}")
     assert ka.main([name, "--dest", str(tmp_path), "--curves-only"]) == 0
     assert (out / "error_curve.json").read_bytes() == before["error_curve.json"]
+    # a curve-file name taken by a folder is refused before config.json is touched
+    config = (out / "config.json").read_bytes()
+    (out / "error_curve.csv").unlink()
+    (out / "error_curve.csv").mkdir()
+    with pytest.raises(SystemExit):
+        ka.main([name, "--dest", str(tmp_path), "--curves-only"])
+    assert "error_curve.csv is not a file" in capsys.readouterr().err
+    assert (out / "config.json").read_bytes() == config
+    (out / "error_curve.csv").rmdir()
+    # rewritten in place, the folder is still iclprobe's: --overwrite replaces it whole
+    meta = json.loads(config)
+    (out / "config.json").write_text(json.dumps({**meta, "summary": "stale", "seen": 1}))
+    assert ka.main([name, "--dest", str(tmp_path), "--curves-only"]) == 0
+    assert json.loads((out / "config.json").read_text()) == {**meta, "seen": 1}
+    assert ka.main([name, "--dest", str(tmp_path), "--overwrite"]) == 0
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before

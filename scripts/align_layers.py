@@ -10,6 +10,7 @@ import sys
 import torch
 
 from iclprobe import algorithms, alignment, models, probes
+from iclprobe.alignment.evaluation import trained_positions
 from iclprobe.cli import OneLineParser
 from iclprobe.errors import InputError
 
@@ -20,10 +21,15 @@ def main(checkpoint: str = "gpt-softmax") -> None:
     task = model.task
     g = torch.Generator().manual_seed(0)
 
-    # 1. Read each layer's prediction out with ridge probes fitted on fresh sequences.
-    lp = probes.LayerProbes().fit(model, task, n_sequences=2000, generator=g)
-    batch = task.sample(512, generator=g)
-    layer_preds = lp.predict(batch.xs, batch.ys)  # [L+1, B, n]
+    # 1. Read each layer's prediction: exactly where the model exposes it (a known-answer
+    #    model), else with ridge probes fitted on fresh sequences.
+    if model.exact_layer_readout:
+        batch = task.sample(512, generator=g)
+        layer_preds = probes.readout_predictions(model, batch.xs, batch.ys)  # [L+1, B, n]
+    else:
+        lp = probes.LayerProbes().fit(model, task, n_sequences=2000, generator=g)
+        batch = task.sample(512, generator=g)
+        layer_preds = lp.predict(batch.xs, batch.ys)  # [L+1, B, n]
 
     # 2. The reference learners on the same data, sharing one eigendecomposition.
     xs, ys = batch.xs.double(), batch.ys.double()
@@ -31,17 +37,23 @@ def main(checkpoint: str = "gpt-softmax") -> None:
     newton = algorithms.newton(xs, ys, steps=range(25), stats=stats)
     gd = algorithms.gd(xs, ys, steps=[2**i for i in range(13)], lr="max", stats=stats)
 
-    # 3. Similarity of errors per (layer, step), best step per layer and the fit.
+    # 3. Similarity of errors per (layer, step), best step per layer and the fit, where the
+    #    model was trained: every prefix, or for a model trained on the last position alone
+    #    (Ahn et al.'s), that position, the error cosine taken across sequences.
+    last, where = task.n_points - 1, {}
+    if trained_positions(model) == "last":
+        where = {"t_min": last, "t_max": last, "over": "sequences"}
+        # such a model is valid at its trained length only: elsewhere (never read here) its
+        # layers may blow up, as ka-newton-pq's do at t = 1 on a sequence in a few hundred
+        layer_preds = torch.where(torch.arange(task.n_points) == last, layer_preds, 0.0)
     for it in (newton, gd):
-        sim = alignment.similarity(layer_preds, it, ys, metric="error_cosine")
+        sim = alignment.similarity(layer_preds, it, ys, metric="error_cosine", **where)
         match = alignment.match_steps(sim)
         print(f"{it.name}: best step per layer {match.best_step}")
         print(f"  similarity {[round(v, 3) for v in match.best_value]}")
         print(f"  zero predictor at those steps "
               f"{[round(float(sim.zero[sim.steps.index(s)]), 3) for s in match.best_step]}")
-        fit = match.fit
-        print(f"  fit over layers {fit.layers}: slope {fit.slope:.2f}"
-              f"{' (log2 steps)' if fit.log2 else ''}, R² {fit.r2:.3f}")
+        print(f"  {match.fit.describe()}")  # the step-vs-layer line, or why there is none
 
 
 def cli(argv: list[str] | None = None) -> int:

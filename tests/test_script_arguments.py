@@ -264,6 +264,21 @@ def test_the_example_scripts_refuse_bad_arguments_in_one_line(capsys, name, argv
     assert "\n" not in err and says in err and "Traceback" not in err, err
 
 
+def test_the_api_example_reads_every_kind_of_shipped_model(capsys):
+    """align_layers.py crashed where no step-vs-layer line exists (one layer: the PQ and LSTM
+    models) and refused ka-newton-pq, whose layers blow up off its trained length."""
+    example = _load(Path(__file__).resolve().parents[1] / "scripts" / "align_layers.py")
+    assert example.cli(["pq-isotropic-1layer"]) == 0
+    assert "step vs layer: undefined (" in capsys.readouterr().out
+    assert example.cli(["ka-newton-pq"]) == 0  # read exactly, at its trained length alone
+    out = capsys.readouterr().out.splitlines()
+    sims = [[float(v) for v in line.split("[")[1].rstrip("]").split(", ")]
+            for line in out if line.startswith("  similarity")]
+    newton, gd = sims
+    # its known answer: Newton's iterates, closer than GD's at every layer that computes
+    assert all(n > g for n, g in zip(newton[6:], gd[6:])), (newton, gd)
+
+
 def test_the_benchmarks_exit_code_with_and_without_the_designed_views(capsys):
     bench = _load(BENCH)
     clean = {("main", "gd", "exact"): {"true": 31, "false": 0, "cannot tell": 0, "none": 0,

@@ -24,6 +24,7 @@ the grid's order; ``--limit`` keeps the first).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import statistics
@@ -129,13 +130,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kinds", default=DEFAULT_KINDS,
                         help=f"comma-separated cell kinds (default: {DEFAULT_KINDS})")
     parser.add_argument("--limit", type=int, default=None, help="the first N cells only")
-    parser.add_argument("--out", type=Path, default=None, help="write every cell as JSON")
+    parser.add_argument("--out", type=_file, default=None,
+                        help="write every cell as JSON to this file (a new one, or with "
+                             "--overwrite one there already)")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out's file")
     parser.add_argument("--models", default=None,
                         help="comma-separated shipped models to read instead of the cells "
                              "(`iclprobe models`): per layer, the answer through probes and "
                              "the families decoded best")
     args = parser.parse_args(argv)
     if args.models is not None:
+        given = [flag for flag, value in (("--setting", args.setting != "main"),
+                                          ("--kinds", args.kinds != DEFAULT_KINDS),
+                                          ("--limit", args.limit is not None),
+                                          ("--out", args.out is not None)) if value]
+        if given:
+            parser.error(f"--models reads the shipped models: {', '.join(given)} apply to "
+                         "the benchmark's cells only")
         return _models(parser, [m.strip() for m in args.models.split(",") if m.strip()])
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     unknown = [k for k in kinds if k not in B.TRUTH or B.TRUTH[k] is None]
@@ -144,8 +155,8 @@ def main(argv: list[str] | None = None) -> int:
                      f"{[k for k, t in B.TRUTH.items() if t is not None]}")
     if args.limit is not None and args.limit < 1:
         parser.error(f"--limit must be >= 1, got {args.limit}")
-    if args.out is not None and not args.out.parent.is_dir():
-        parser.error(f"--out: the folder {str(args.out.parent)!r} does not exist")
+    if args.out is not None:
+        _check_out(parser, args.out, args.overwrite)
     cells = [c for c in B.grid(setting=args.setting)
              if c.readout == "probe" and c.kind in kinds][:args.limit]
     if not cells:
@@ -171,6 +182,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         write_text_atomic(args.out, json.dumps(rows, indent=1))
     return 0
+
+
+def _file(text: str) -> Path:
+    """An argparse type: a file path, not empty (``Path("")`` is the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a file path, got {text!r}")
+    return Path(text)
+
+
+def _check_out(parser: OneLineParser, out: Path, overwrite: bool) -> None:
+    """Refuse, before any work, an --out the JSON cannot be written to or may not replace."""
+    if not out.parent.is_dir():
+        parser.error(f"--out: the folder {str(out.parent)!r} does not exist")
+    if out.is_dir():
+        parser.error(f"--out: {out} is a directory, not a file")
+    if out.exists() and not overwrite:
+        parser.error(f"--out: {out} exists: pass --overwrite to replace it")
 
 
 def _models(parser: OneLineParser, names: list[str]) -> int:

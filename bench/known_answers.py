@@ -53,12 +53,18 @@ from tqdm import tqdm
 from iclprobe._checks import ConfigError
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.measuring.kept import reusing_families
+from iclprobe.atomic import atomic_directory
 from iclprobe.cli import OneLineParser
 from iclprobe.constructions import benchmark as B
 from iclprobe.constructions import evaluations as E
 from iclprobe.constructions import power as P
 from iclprobe.constructions import scoring as S
-from iclprobe.storage import write_text_atomic
+from iclprobe.errors import InputError
+from iclprobe.storage import check_output, write_text_atomic
+
+#: what --out holds (its marker's kind), and the most worker processes --jobs starts
+KIND = "known answers"
+MAX_JOBS = 256
 
 COLUMNS = ("true", "false", "cannot tell", "none", "separable", "true_separable")
 
@@ -113,7 +119,11 @@ def _run_group(cells: list[B.Cell], cfg: AlignConfig, design: bool) -> list[B.Ce
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """The command line, its counts checked (a bad one is one line, exit status 2)."""
     parser = OneLineParser(prog="known_answers.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=None,
+                        help="a folder for known_answers.json and .csv (written at once, at "
+                             "the end; refused before the run if it holds anything else)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the benchmark's own earlier output in --out")
     parser.add_argument("--n-sequences", type=int, default=256)  # checked by the config
     parser.add_argument("--n-boot", type=int, default=100)
     parser.add_argument("--setting", choices=[*B.SETTINGS, "all"], default="all",
@@ -137,8 +147,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=2,
                         help="worker processes, one torch thread each (cells are independent)")
     args = parser.parse_args(argv)
-    if args.jobs < 1:
-        parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    if not 1 <= args.jobs <= MAX_JOBS:  # each job is a process, started at once
+        parser.error(f"--jobs must be >= 1 and <= {MAX_JOBS}, got {args.jobs}")
+    if args.out is not None:  # before the run, not after it
+        try:
+            check_output(args.out, KIND, args.overwrite)
+        except OSError as err:
+            parser.error(f"--out: {err}")
     fresh = args.probe_fit == "fresh"
     if args.n_probe_sequences is not None and not fresh:
         parser.error(f"--n-probe-sequences {args.n_probe_sequences} needs --probe-fit fresh "
@@ -267,8 +282,14 @@ def print_power(power: list[P.ProbePower]) -> list[P.ProbePower]:
     return [p for p in power if p.short]
 
 
-def write_outputs(out: Path, summary: dict[str, Any], results: list[B.CellResult]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
+def write_outputs(out: Path, summary: dict[str, Any], results: list[B.CellResult],
+                  overwrite: bool = False) -> None:
+    """known_answers.json and .csv as the folder ``out``, at once (`atomic_directory`)."""
+    with atomic_directory(out, KIND, overwrite) as tmp:
+        _write_tables(tmp, summary, results)
+
+
+def _write_tables(out: Path, summary: dict[str, Any], results: list[B.CellResult]) -> None:
     write_text_atomic(out / "known_answers.json", json.dumps(
         {**summary, "cells": [r.to_dict() for r in results]}, indent=1))
     buf = io.StringIO()
@@ -318,7 +339,11 @@ def main(argv: list[str] | None = None) -> int:
     settings = list(B.SETTINGS) if args.setting == "all" else [args.setting]
     started = time.perf_counter()
     cells = [cell for name in settings for cell in B.grid(setting=name)]
-    results = run_cells(cells, cfg, args.jobs, args.design)
+    try:
+        results = run_cells(cells, cfg, args.jobs, args.design)
+    except InputError as err:  # a size align refuses (memory), met in the first cells
+        print(f"known_answers.py: error: {err}", file=sys.stderr)
+        return 2
     print(f"{len(cells)} cells{' on their designed data' if args.design else ''} in "
           f"{time.perf_counter() - started:.0f} s ({args.jobs} jobs; "
           f"{cfg.n_sequences} sequences, {cfg.n_boot} bootstrap resamples; probes: "
@@ -341,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         summary = {"answer": {" ".join(k): v for k, v in table.items()}, "verdict": verdicts,
                    "probe_power": [p.to_dict() for p in power]}
-        write_outputs(args.out, summary, results)
+        write_outputs(args.out, summary, results, args.overwrite)
     return exit_code(table, verdicts, short, both.get(E.BOTH_VIEW))
 
 

@@ -173,7 +173,8 @@ BENCH = Path(__file__).resolve().parents[1] / "bench" / "known_answers.py"
                              "got 1"),
     (["--n-sequences", "-5"], "--n-sequences: AlignConfig.n_sequences must be an integer >= 2,"
                               " got -5"),
-    (["--jobs", "0"], "--jobs must be >= 1, got 0"),
+    (["--jobs", "0"], "--jobs must be >= 1 and <= 256, got 0"),
+    (["--jobs", "100000"], "--jobs must be >= 1 and <= 256, got 100000"),  # as many processes
     (["--probe-folds", "1"], "--probe-folds: AlignConfig.probe_folds must be an integer >= 2, "
                              "got 1"),
     (["--probe-fit", "fresh", "--n-probe-sequences", "1"],
@@ -185,6 +186,27 @@ BENCH = Path(__file__).resolve().parents[1] / "bench" / "known_answers.py"
 ])
 def test_the_benchmark_refuses_bad_sizes_in_one_line(capsys, argv, says):
     assert _refusal(BENCH, "parse", argv, capsys) == f"known_answers.py: error: {says}"
+
+
+def test_the_benchmark_refuses_an_out_it_may_not_write_before_the_run(tmp_path, capsys):
+    """--out was checked only after the run: a user's known_answers.json was overwritten,
+    a file as --out a traceback."""
+    (tmp_path / "notes.txt").write_text("mine")
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "known_answers.json").write_text("mine")
+    for out, says in ((tmp_path / "notes.txt", "is a file"),
+                      (user, "is a non-empty directory that iclprobe did not write")):
+        err = _refusal(BENCH, "parse", ["--out", str(out)], capsys)
+        assert err.startswith("known_answers.py: error: --out: ") and says in err, err
+    assert (user / "known_answers.json").read_text() == "mine"
+    bench, out = _load(BENCH), tmp_path / "ka"
+    bench.write_outputs(out, {"answer": {}}, [])
+    assert {p.name for p in out.iterdir()} == {"known_answers.json", "known_answers.csv",
+                                               ".iclprobe"}
+    assert "already holds iclprobe known answers output" in \
+        _refusal(BENCH, "parse", ["--out", str(out)], capsys)
+    assert bench.parse(["--out", str(out), "--overwrite"]).overwrite
 
 
 def _load(path: Path):
@@ -238,11 +260,20 @@ DECODE = Path(__file__).resolve().parents[1] / "bench" / "decode_probe.py"
     (["--kinds", "gd oracle long"], "--kinds: no probe cell of ['gd oracle long'] in the main "
                                     "setting"),
     (["--out", "/nonexistent/dir/x.json"], "--out: the folder '/nonexistent/dir' does not exist"),
+    # a user's file was replaced after the work, a folder a traceback, "" the work started
+    (["--out", "{tmp}/notes.txt"], "--out: {tmp}/notes.txt exists: pass --overwrite to replace"),
+    (["--out", "{tmp}"], "--out: {tmp} is a directory, not a file"),
+    (["--out", ""], "argument --out: expected a file path, got ''"),
+    (["--models", "lstm", "--out", "{tmp}/x.json", "--limit", "-5"],
+     "--models reads the shipped models: --limit, --out apply to the benchmark's cells only"),
     (["--models", "gpt-sotfmax"], "--models: ['gpt-sotfmax'] are not shipped models; choose "
                                   "from ["),
     (["--models", ","], "--models: [] are not shipped models; choose from ["),
 ])
-def test_the_decoding_measurement_refuses_bad_flags_in_one_line(capsys, argv, says):
+def test_the_decoding_measurement_refuses_bad_flags_in_one_line(capsys, argv, says, tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    says = says.replace("{tmp}", str(tmp_path))
     err = _refusal(DECODE, "main", argv, capsys)
     assert err.startswith(f"decode_probe.py: error: {says}") and "\n" not in err
 

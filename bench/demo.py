@@ -22,7 +22,6 @@ Each target is printed PASS or FAIL; the exit status is 1 when one is missed.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import importlib
 import resource
@@ -39,7 +38,7 @@ import torch
 from iclprobe import models, tasks
 from iclprobe.alignment import AlignConfig, align, write_report
 from iclprobe.alignment.measuring.layers import QUERY_SEED_OFFSET
-from iclprobe.cli import positive_int
+from iclprobe.cli import OneLineParser, positive_int
 from iclprobe.hooks import collect_residuals
 from iclprobe.probes import sample_queries
 
@@ -244,7 +243,7 @@ def profile_parts() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="demo.py", description=__doc__.splitlines()[0])
     parser.add_argument("--skip-demo", action="store_true")
     parser.add_argument("--skip-align", action="store_true")
     # 7 pairs: on this machine the floor alone drifts 10-17 s within minutes, and 3 pairs

@@ -14,7 +14,6 @@ The exit status is 1 when a model's search takes longer than its align.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -24,19 +23,25 @@ import torch
 from iclprobe import models
 from iclprobe.alignment import AlignConfig, align
 from iclprobe.alignment.design import design_evaluation
-from iclprobe.cli import positive_int
+from iclprobe.cli import OneLineParser, positive_int
+from iclprobe.errors import InputError
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="design.py", description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["lstm", "gpt-softmax"])
     parser.add_argument("--repeats", type=positive_int, default=3)
     args = parser.parse_args()
+    loaded = {}
+    for name in dict.fromkeys(args.models):  # every name before any benchmark runs
+        try:
+            loaded[name] = models.load(name)
+        except (InputError, OSError) as err:
+            parser.error(f"--models: {err}")
     torch.set_num_threads(2)
     cfg = AlignConfig()
     failed = []
-    for name in args.models:
-        model = models.load(name)
+    for name, model in loaded.items():
         own = align(model, cfg, name=name)  # warm-up: lazy imports, allocator
         aligns, searches = [], []
         for _ in range(args.repeats):

@@ -15,7 +15,6 @@ ball's and the rest are the control (no change expected: their differences are n
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
@@ -24,7 +23,7 @@ import torch
 from iclprobe import algorithms, tasks
 from iclprobe.algorithms import spectral
 from iclprobe.alignment.measuring.candidates import family_iterates
-from iclprobe.cli import positive_int
+from iclprobe.cli import OneLineParser, positive_int
 
 KEYS = ("gd", "newton", "momentum", "online_gd", "cg", "gd_plus_plus", "ridge")
 
@@ -46,7 +45,7 @@ def run_families(batch: tasks.RegressionBatch, stats: algorithms.PrefixStats,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="families.py", description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=positive_int, default=5)
     args = parser.parse_args()
     torch.set_num_threads(2)

@@ -27,7 +27,6 @@ thread); with ``--threads 1`` the CPU-time ratio is the work ratio, whatever els
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -42,7 +41,7 @@ from iclprobe.algorithms.reference import online_gd_direct
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.measuring.runs import run_spec
 from iclprobe.alignment.protocols import get_protocol
-from iclprobe.cli import positive_int, thread_count
+from iclprobe.cli import OneLineParser, positive_int, thread_count
 
 SUB = slice(0, AlignConfig().n_weight_sequences)  # the weight-metric subset align uses
 GD_FURTHER = [3 * 2**j for j in range(13)]  # between the grid's counts
@@ -196,7 +195,7 @@ def report_accuracy(batch: tasks.RegressionBatch, stats: algorithms.PrefixStats)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="learners.py", description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=positive_int, default=5)
     parser.add_argument("--threads", type=thread_count, default=2)
     args = parser.parse_args()

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from iclprobe._shipped import shipped_models
 from iclprobe.cli import OneLineParser
+from iclprobe.errors import InputError
 
 MODELS = ("gpt-softmax", "pq-rotated-3layer", "ka-newton-oracle", "lstm")
 RUNS = {"screen": [], "verbose": ["--verbose"], "json": ["--json"],
@@ -77,10 +78,15 @@ def environment(path: Path, cache: Path) -> dict[str, str]:
 
 def check_import(env: dict[str, str], path: Path) -> None:
     """Refuse to compare a tree that is not the one imported (an editable install, say)."""
-    where = subprocess.run([sys.executable, "-c", "import iclprobe; print(iclprobe.__file__)"],
-                           env=env, check=True, capture_output=True, text=True).stdout.strip()
+    run = subprocess.run([sys.executable, "-c", "import iclprobe; print(iclprobe.__file__)"],
+                         env=env, capture_output=True, text=True)
+    if run.returncode:
+        said = (run.stderr.strip().splitlines() or ["no output"])[-1]
+        raise InputError(f"python cannot import iclprobe from {path}: {said}")
+    where = run.stdout.strip()
     if not Path(where).is_relative_to(path):
-        raise SystemExit(f"python imports iclprobe from {where}, not from {path}")
+        raise InputError(f"python imports iclprobe from {where}, not from {path} (is --repo "
+                         "iclprobe's repository?)")
 
 
 def run(env: dict[str, str], cwd: Path, model: str, flags: list[str]) -> Output:
@@ -164,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
     shipped = [name for name, _ in shipped_models()]
+    args.models = list(dict.fromkeys(args.models))  # each run's folder once
     unknown = [m for m in args.models if m not in shipped]
     if unknown:  # both sides would fail alike, and compare as identical
         parser.error(f"--models: {unknown} are not shipped models (shipped: {shipped})")
@@ -180,7 +187,10 @@ def main(argv: list[str] | None = None) -> int:
         paths = {side: unpack(args.repo, full, Path(tmp) / side) for side, full in hashes.items()}
         for side, path in paths.items():
             env = environment(path, Path(tmp) / side / "cache")
-            check_import(env, path)
+            try:
+                check_import(env, path)
+            except InputError as err:
+                parser.error(f"--repo {args.repo}: {err}")
             print(f"{side}: {hashes[side][:12]}, running {len(args.models)} models x "
                   f"{len(RUNS)} commands", file=sys.stderr)
             results[side] = outputs(env, Path(tmp) / side / "runs", args.models, args.jobs)

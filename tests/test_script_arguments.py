@@ -9,6 +9,7 @@ nothing is written.
 import importlib.util
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -242,12 +243,22 @@ def test_other_scripts_refuse_a_bad_thread_count(script_path, threads, capsys, m
     assert "Traceback" not in err
 
 
-def test_the_families_bench_refuses_zero_repeats(capsys, monkeypatch):
-    path = Path(__file__).resolve().parents[1] / "bench" / "families.py"
+@pytest.mark.parametrize("name", ["families", "learners", "demo", "design"])
+def test_the_benches_refuse_zero_repeats_in_one_line(name, capsys, monkeypatch):
+    """(Plain argparse printed its usage line too, wrapped over two for demo.py.)"""
+    path = Path(__file__).resolve().parents[1] / "bench" / f"{name}.py"
     monkeypatch.setattr(sys, "argv", [path.name, "--repeats", "0"])
     err = _refusal(path, "main", None, capsys)
-    assert "argument --repeats: expected a positive integer, got 0" in err
-    assert "Traceback" not in err
+    assert err == f"{name}.py: error: argument --repeats: expected a positive integer, got 0"
+
+
+def test_the_design_bench_checks_every_model_before_any_runs(capsys, monkeypatch):
+    """(`--models lstm nosuch` ran lstm's benchmark, then ended in a traceback.)"""
+    path = Path(__file__).resolve().parents[1] / "bench" / "design.py"
+    monkeypatch.setattr(sys, "argv", [path.name, "--models", "lstm", "nosuch"])
+    err = _refusal(path, "main", None, capsys)
+    assert err.startswith("design.py: error: --models: checkpoint 'nosuch' not found") \
+        and "\n" not in err
 
 
 DECODE = Path(__file__).resolve().parents[1] / "bench" / "decode_probe.py"
@@ -361,10 +372,21 @@ def test_the_papers_scripts_refuse_in_one_line_before_any_work(script, argv, say
      "--models: ['no-such-model'] are not shipped models"),
     (["nosuchcommit", "HEAD"], "git could not resolve 'nosuchcommit' in"),
     (["HEAD", "HEAD", "--repo", "/nonexistent"], "git could not resolve 'HEAD' in /nonexistent"),
+    (["HEAD", "HEAD", "--repo", "{other}", "--models", "lstm"],
+     "--repo {other}: python imports iclprobe from"),
 ])
-def test_same_outputs_refuses_what_it_cannot_compare(argv, says, capsys):
+def test_same_outputs_refuses_what_it_cannot_compare(argv, says, capsys, tmp_path):
     """An unknown model failed alike on both commits and was reported "identical: 12 of 12
-    outputs identical" (exit 0); a commit git cannot resolve gave a traceback."""
+    outputs identical" (exit 0); a commit git cannot resolve gave a traceback, and so did a
+    repository that is not iclprobe's (exit 1)."""
+    other = tmp_path / "other"  # a git repository of something else
+    other.mkdir()
+    (other / "a.txt").write_text("x")
+    for cmd in (["init", "-q"], ["add", "a.txt"],
+                ["-c", "user.email=a@b", "-c", "user.name=n", "commit", "-qm", "x"]):
+        subprocess.run(["git", "-C", str(other), *cmd], check=True)
+    argv = [a.replace("{other}", str(other)) for a in argv]
+    says = says.replace("{other}", str(other))
     path = Path(__file__).resolve().parents[1] / "scripts" / "same_outputs.py"
     err = _refusal(path, "main", argv, capsys)
     assert says in err and "Traceback" not in err and err.count("\n") == 0

@@ -13,6 +13,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -140,6 +141,11 @@ def _int(text: str, what: str) -> int:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+
+
+def out_dir(text: str) -> Path:
+    """An argparse type: an output folder's path, not empty (``Path("")`` is the current one)."""
+    return Path(_out_path(text))
 
 
 def _out_path(text: str) -> str:

@@ -54,7 +54,7 @@ from iclprobe._checks import ConfigError
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.measuring.kept import reusing_families
 from iclprobe.atomic import atomic_directory
-from iclprobe.cli import OneLineParser
+from iclprobe.cli import OneLineParser, out_dir
 from iclprobe.constructions import benchmark as B
 from iclprobe.constructions import evaluations as E
 from iclprobe.constructions import power as P
@@ -119,7 +119,7 @@ def _run_group(cells: list[B.Cell], cfg: AlignConfig, design: bool) -> list[B.Ce
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """The command line, its counts checked (a bad one is one line, exit status 2)."""
     parser = OneLineParser(prog="known_answers.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=None,
+    parser.add_argument("--out", type=out_dir, default=None,
                         help="a folder for known_answers.json and .csv (written at once, at "
                              "the end; refused before the run if it holds anything else)")
     parser.add_argument("--overwrite", action="store_true",

@@ -30,7 +30,7 @@ import torch  # noqa: E402
 
 from iclprobe import models  # noqa: E402
 from iclprobe.atomic import atomic_directory  # noqa: E402
-from iclprobe.cli import OneLineParser, thread_count  # noqa: E402
+from iclprobe.cli import OneLineParser, out_dir, thread_count  # noqa: E402
 from iclprobe.errors import InputError  # noqa: E402
 from iclprobe.storage import check_output, write_text_atomic  # noqa: E402
 
@@ -218,7 +218,7 @@ def _plot_curve(ax: Any, q8: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="ahn_reviewers.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("ahn-reviewers-report"))
+    parser.add_argument("--out", type=out_dir, default=Path("ahn-reviewers-report"))
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an earlier report of this script's")
     parser.add_argument("--threads", type=thread_count, default=2)

@@ -26,7 +26,7 @@ import torch
 
 from iclprobe import models, probes, tasks, training
 from iclprobe.atomic import atomic_directory
-from iclprobe.cli import OneLineParser, positive_int, thread_count
+from iclprobe.cli import OneLineParser, out_dir, positive_int, thread_count
 from iclprobe.errors import InputError
 from iclprobe.storage import check_output, write_text_atomic
 
@@ -206,7 +206,7 @@ def main() -> None:
                         help="steps of the extra long Adam run with B free (default 4x steps)")
     parser.add_argument("--paper", action="store_true", help="batch 20,000, 30,000 steps")
     parser.add_argument("--threads", type=thread_count, default=2)
-    parser.add_argument("--out", type=Path, default=Path("ahn2023-report"))
+    parser.add_argument("--out", type=out_dir, default=Path("ahn2023-report"))
     parser.add_argument("--overwrite", action="store_true",
                         help="replace this script's own earlier report at OUT")
     parser.add_argument("--plot-only", action="store_true",

@@ -24,7 +24,7 @@ from iclprobe.alignment.design import align_designed
 from iclprobe.alignment.output.report import write_report
 from iclprobe.alignment.output.tables import text_table
 from iclprobe.alignment.pipeline import AlignConfig, align
-from iclprobe.cli import OneLineParser, positive_int
+from iclprobe.cli import OneLineParser, out_dir, positive_int
 from iclprobe.errors import InputError
 from iclprobe.storage import check_output
 
@@ -149,7 +149,7 @@ def claims(iso, ill, designed=None) -> list[tuple[str, str]]:
 def main() -> None:
     parser = OneLineParser(prog="reproduce_fu2024.py", description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", default="gpt-softmax")
-    parser.add_argument("--out", type=Path, default=Path("fu2024-report"))
+    parser.add_argument("--out", type=out_dir, default=Path("fu2024-report"))
     parser.add_argument("--overwrite", action="store_true",
                         help="replace this script's own earlier report at OUT")
     parser.add_argument("--n-sequences", type=positive_int, default=512)

@@ -346,6 +346,9 @@ def test_the_benchmarks_exit_code_with_and_without_the_designed_views(capsys):
     ("reproduce_fu2024.py", ["--out", "{tmp}/user"], "is a non-empty directory that iclprobe "
                                                      "did not write"),
     ("ahn_reviewers.py", ["--threads", "0"], "argument --threads: expected a number of threads"),
+    # ("" is the current folder to Path: the refusal named "." instead of the value typed)
+    ("ahn_reviewers.py", ["--out", ""], "argument --out: expected a directory path, got ''"),
+    ("reproduce_fu2024.py", ["--out", " "], "argument --out: expected a directory path, got ' '"),
     ("ahn_reviewers.py", ["--out", "{tmp}/user/results.json"], "is a file, not a directory"),
 ])
 def test_the_papers_scripts_refuse_in_one_line_before_any_work(script, argv, says, tmp_path,

@@ -139,7 +139,7 @@ def cmd_align(args: argparse.Namespace) -> int:
     from iclprobe._text import wrap
     from iclprobe.alignment.output.screen import screen
     from iclprobe.alignment.output.side_by_side import comparison_lines
-    from iclprobe.alignment.output.tables import spectral_lines, text_table
+    from iclprobe.alignment.output.tables import answer_table, spectral_lines, text_table
     from iclprobe.atomic import atomic_directory
     from iclprobe.storage import check_output
 
@@ -177,6 +177,8 @@ def cmd_align(args: argparse.Namespace) -> int:
             if res.name in designed:
                 print("\n".join(designed[res.name].lines()), end="\n\n")
             continue
+        if answer_table(res):
+            print(answer_table(res), end="\n\n")
         for metric in cfg.metrics:
             print(text_table(res, metric), end="\n\n")
             if res.meaningless:

@@ -15,7 +15,7 @@ from iclprobe.alignment import comparison as C
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.measuring.runs import run_spec
 from iclprobe.alignment.output.screen import MAX_LINES, WIDTH, screen, short_metric
-from iclprobe.alignment.output.tables import main_pair, text_table
+from iclprobe.alignment.output.tables import answer_table, main_pair, text_table
 from iclprobe.alignment.pipeline import align_layers
 from iclprobe.alignment.protocols import ICLPROBE
 from iclprobe.cli import main
@@ -354,6 +354,20 @@ def test_a_result_renders_compactly_in_a_notebook(shallow):
                              main_pair(res, "weight_cosine").verdicts[layer]]
 
 
+def test_verbose_opens_with_what_each_layer_runs(shallow):
+    """--verbose had no answer at all, only the protocol learners' tables."""
+    lines = answer_table(shallow).splitlines()
+    said = shallow.answer
+    assert lines[0].startswith(f"what each layer runs, among {', '.join(said.candidates)}")
+    assert lines[1].split()[:2] == ["layer", "what"] and len(lines) == 2 + len(said.layers)
+    for layer, (line, a) in enumerate(zip(lines[2:], said.layers)):
+        assert line.startswith(f"{layer}  ") and f"  {a.text}  " in f"{line}  "
+        for metric in said.metrics:
+            assert said.by_metric[metric][layer].short in line
+        if a.value is not None:
+            assert f"{a.value:.4f}" in line
+
+
 def test_a_result_converts_to_a_data_frame(shallow):
     import pandas as pd  # in the test extra: CI always runs this
 
@@ -362,6 +376,14 @@ def test_a_result_converts_to_a_data_frame(shallow):
     assert list(frame.index) == list(range(9))
     assert frame["normalized_error"].tolist() == shallow.layer_error
     assert frame["live"].tolist() == shallow.live
+    said = shallow.answer.layers  # the answer and the verdict, the screen's first columns
+    assert frame["answer"].tolist() == shallow.answer.texts
+    assert frame["answer_kind"].tolist() == [a.kind for a in said]
+    for col, key in (("answer_learner", "learner"), ("answer_column", "column")):
+        # pandas shows a missing entry (a layer that computes nothing names none) as NaN
+        assert [None if pd.isna(v) else v for v in frame[col]] == \
+            [getattr(a, key) for a in said]
+    assert frame["verdict"].tolist() == shallow.verdict and len(shallow.verdict) == 9
     for metric in ("error_cosine", "weight_cosine"):
         for run in shallow.step_runs:
             m = shallow.matches[run][metric]

@@ -70,7 +70,11 @@ def to_html(result: AlignResult) -> str:
 def to_frame(result: AlignResult) -> Any:
     """One row per layer: error, liveness, matched steps and similarities, verdicts.
 
-    Columns: ``normalized_error``, ``live``; per metric M, for each step learner R
+    Columns: ``normalized_error``, ``live``; what the layer runs among the candidates
+    (``answer``: in words, ``answer_kind``, ``answer_learner``: the learner named, the best
+    one it cannot be told from, or the nearest; ``answer_column``: its fitted
+    hyperparameters and step) and the Newton-vs-GD ``verdict`` (step sizes fitted, metrics
+    combined), where computed; per metric M, for each step learner R of the protocol
     ``R_step_M`` and ``R_sim_M``, the fitted view's ``verdict_fitted_M`` and each pair's
     ``verdict_A_vs_B_M``. Index: ``layer``.
 
@@ -83,6 +87,13 @@ def to_frame(result: AlignResult) -> Any:
         raise ModuleNotFoundError(PANDAS_HINT, name="pandas") from err
     data: dict[str, list[Any]] = {"normalized_error": list(result.layer_error),
                                   "live": list(result.live)}
+    if result.answer is not None:
+        said = result.answer.layers
+        data.update(answer=[a.text for a in said], answer_kind=[a.kind for a in said],
+                    answer_learner=[a.learner for a in said],
+                    answer_column=[a.column for a in said])
+    if result.verdict:
+        data["verdict"] = list(result.verdict)
     for metric, comp in result.comparisons.items():
         for run in result.step_runs:
             match = result.matches[run].get(metric)

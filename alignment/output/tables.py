@@ -207,6 +207,27 @@ def aligned(header: Sequence[str], body: Sequence[Sequence[str]], right: bool = 
             for row in [header, *body]]
 
 
+def answer_table(result: AlignResult) -> str:
+    """``--verbose``'s first table: what each layer runs, combined and by each metric."""
+    said = result.answer
+    if said is None or result.meaningless:
+        return ""
+    metrics = [m for m in said.metrics if m in said.by_metric]
+    header = ["layer", "what it runs (metrics combined)", "similarity", "runner-up's",
+              *(f"by {metric_info(m).label}" for m in metrics)]
+    body = [[str(layer), a.text, _number(a.value), _number(a.resemblance),
+             *(said.by_metric[m][layer].short for m in metrics)]
+            for layer, a in enumerate(said.layers)]
+    title = (f"what each layer runs, among {', '.join(said.candidates)} (each over its "
+             "fitted family); similarity: the layer's to the learner named or nearest (by "
+             "the metric that said it), runner-up's: the runner-up's match's to that learner")
+    return "\n".join([title, *aligned(header, body, right=False)])
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None else f"{value:.4f}"
+
+
 def text_table(result: AlignResult, metric: str = "error_cosine") -> str:
     """Everything ``iclprobe align`` prints for one model and metric."""
     lines = [header_line(result, metric) + f"; layers: {result.readout}"]

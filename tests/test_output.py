@@ -172,6 +172,9 @@ def test_a_shallow_model_gets_a_row_per_live_layer_and_its_views(shallow):
         assert pair in text  # one sentence per learner pair, naming its view
     assert re.search(r"^newton \(error cos\., layers [\d–, ]+\): step slope", text, re.M)
     assert text.splitlines()[-1].startswith("--verbose shows the full tables")
+    # the last line with the most notes a screen counts still fits (it once ran to 101)
+    many = dataclasses.replace(shallow, notes=[f"note {i}" for i in range(99)])
+    assert max(map(len, screen(many).splitlines())) <= WIDTH
     head = text.splitlines()[0]
     assert head.startswith("model: protocol iclprobe, data d = 4, 10 points") and "t = 1..9" in head
 

@@ -356,7 +356,7 @@ def screen(result: AlignResult, reserve: int = 0) -> str:
     """
     limit = MAX_LINES - reserve
     head = wrap(header(result))
-    more = "--verbose shows the full tables: the answer by metric, learners, intervals, calibration"
+    more = "--verbose shows the full tables: the answer by metric, learners, calibration"
     if result.meaningless:  # no tables to show: --verbose prints this line too
         return "\n".join(head + wrap([f"no alignment: {result.meaningless}"]))
     metrics = list(result.comparisons)

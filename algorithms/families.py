@@ -189,25 +189,20 @@ class Family:
         """
         if self.continuum is None:
             return rank, rank
-        names = [name for name, _ in self.continuum.points(ctx)]
-        first, last = rank, rank
-        while first > 0 and names[first - 1] == names[rank]:
-            first -= 1
-        while last + 1 < len(names) and names[last + 1] == names[rank]:
-            last += 1
-        return first, last
+        return _line(self.continuum.points(ctx), rank)
 
     def shown(self, ctx: FamilyContext, rank: float, label: str) -> str:
         """``label``, the variant at ``rank``, marked where that is an end of its continuum.
 
         A layer matched there may run a step size beyond the family's range, not the one
-        shown (a Newton–Schulz construction whose α lies below Newton's continuum is matched
-        at its lowest α): "a 0.0448 at its range's low end".
+        shown (at some layers a Newton–Schulz construction whose a lies below Newton's
+        fixed-α line): "a 0.0333 at its range's low end".
         """
         if self.continuum is None or rank != int(rank):
             return label
-        first, last = self.span(ctx, int(rank))
-        line = [m for _, m in self.continuum.points(ctx)[first:last + 1]]
+        points = self.continuum.points(ctx)
+        first, last = _line(points, int(rank))
+        line = [m for _, m in points[first:last + 1]]
         m = line[int(rank) - first]
         if min(line) == max(line):
             return label
@@ -243,6 +238,17 @@ class Family:
             raise InputError(f"rank {rank!r} lies between two continua ({name!r}, {other!r})")
         f = rank - low
         return self.continuum.at(ctx, name, a ** (1 - f) * b ** f)
+
+
+def _line(points: list[tuple[str, float]], rank: int) -> tuple[int, int]:
+    """The ranks ``(first, last)`` of the run of ``points`` on rank ``rank``'s continuum."""
+    names = [name for name, _ in points]
+    first, last = rank, rank
+    while first > 0 and names[first - 1] == names[rank]:
+        first -= 1
+    while last + 1 < len(names) and names[last + 1] == names[rank]:
+        last += 1
+    return first, last
 
 
 def single(hyper: dict[str, Any], steps: tuple[int, ...] | str | None) -> Family:

@@ -15,7 +15,7 @@ from iclprobe.alignment import comparison as C
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.measuring.runs import run_spec
 from iclprobe.alignment.output.screen import MAX_LINES, WIDTH, screen, short_metric
-from iclprobe.alignment.output.tables import answer_table, main_pair, text_table
+from iclprobe.alignment.output.tables import answer_table, main_pair, nice_float, text_table
 from iclprobe.alignment.pipeline import align_layers
 from iclprobe.alignment.protocols import ICLPROBE
 from iclprobe.cli import main
@@ -367,8 +367,8 @@ def test_verbose_opens_with_what_each_layer_runs(shallow):
         assert line.startswith(f"{layer}  ") and f"  {a.text}  " in f"{line}  "
         for metric in said.metrics:
             assert said.by_metric[metric][layer].short in line
-        if a.value is not None:
-            assert f"{a.value:.4f}" in line
+        for number in (a.value, a.resemblance):  # the runner-up's is absent where none is
+            assert number is None or nice_float(number) in line
 
 
 def test_a_result_converts_to_a_data_frame(shallow):

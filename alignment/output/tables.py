@@ -215,17 +215,14 @@ def answer_table(result: AlignResult) -> str:
     metrics = [m for m in said.metrics if m in said.by_metric]
     header = ["layer", "what it runs (metrics combined)", "similarity", "runner-up's",
               *(f"by {metric_info(m).label}" for m in metrics)]
-    body = [[str(layer), a.text, _number(a.value), _number(a.resemblance),
+    body = [[str(layer), a.text, *("" if v is None else nice_float(v) for v in (a.value,
+                                                                             a.resemblance)),
              *(said.by_metric[m][layer].short for m in metrics)]
             for layer, a in enumerate(said.layers)]
     title = (f"what each layer runs, among {', '.join(said.candidates)} (each over its "
              "fitted family); similarity: the layer's to the learner named or nearest (by "
              "the metric that said it), runner-up's: the runner-up's match's to that learner")
     return "\n".join([title, *aligned(header, body, right=False)])
-
-
-def _number(value: float | None) -> str:
-    return "" if value is None else f"{value:.4f}"
 
 
 def text_table(result: AlignResult, metric: str = "error_cosine") -> str:

@@ -84,6 +84,10 @@ def check_import(env: dict[str, str], path: Path) -> None:
         said = (run.stderr.strip().splitlines() or ["no output"])[-1]
         raise InputError(f"python cannot import iclprobe from {path}: {said}")
     where = run.stdout.strip()
+    if where == "None":  # the tree is put on the path as iclprobe: a namespace package
+        raise InputError(f"the commit's tree has no __init__.py at its root, so python "
+                         f"imports no package iclprobe from {path} (is --repo iclprobe's "
+                         "repository?)")
     if not Path(where).is_relative_to(path):
         raise InputError(f"python imports iclprobe from {where}, not from {path} (is --repo "
                          "iclprobe's repository?)")

@@ -202,6 +202,46 @@ def test_similarity_names_a_bad_argument(kw, says):
         similarity(torch.zeros(2, 8, 8), _iterates(batch), batch.ys, **kw)
 
 
+def _whole_sequence_error(a, b, ys, t_min, t_max):
+    """A metric that reads every position (its window's t_min/t_max ignored)."""
+    return ((a - b) ** 2).mean(-1)
+
+
+@pytest.mark.parametrize("metric", ["error_cosine", "spd", "weight_cosine", "ilwd",
+                                    "whole_sequence_test"])
+def test_similarity_reads_its_window_alone_for_finiteness(metric):
+    """Values that blow up outside ``t_min..t_max`` (a layer valid at its trained length only)
+    are not refused: they are 0 to every metric, as in align's pipeline (a metric that
+    reads every position, registered here, sees 0 there, not NaN), so the table equals
+    that of the same values with 0 there; one NaN inside the window is refused."""
+    from iclprobe.alignment.metrics import METRIC_INFO, register_metric
+
+    if metric == "whole_sequence_test":
+        register_metric(metric, on="preds", higher_is_better=False)(_whole_sequence_error)
+    try:
+        batch = TASK.sample(8, generator=0)
+        it = algorithms.iterates("gd", batch.xs, batch.ys, steps=[0, 1, 2])
+        on_w = metric in ("weight_cosine", "ilwd")
+        layers = torch.randn(2, 8, 8, *((3,) if on_w else ()),
+                             generator=torch.Generator().manual_seed(1))
+        clean = layers.clone()
+        clean[:, :, :2] = 0
+        blown = clean.clone()
+        blown[:, 3, 0] = float("nan")
+        blown[:, 5, 1] = float("inf")
+        want = similarity(clean, it, batch.ys, metric, t_min=2, n_boot=20)
+        got = similarity(blown, it, batch.ys, metric, t_min=2, n_boot=20)
+        assert want.values.isfinite().all()
+        for field in ("values", "lower", "upper"):
+            assert torch.equal(getattr(got, field), getattr(want, field)), field
+        with pytest.raises(ValueError, match=r"similarity: the layer values are not finite "
+                                             r"\(found NaN or Inf\) at positions t = 1..7, "
+                                             r"the window compared"):
+            similarity(blown, it, batch.ys, metric, t_min=1, n_boot=20)
+    finally:
+        METRIC_INFO.pop("whole_sequence_test", None)
+
+
 def test_similarity_of_an_empty_batch_is_named():
     batch = TASK.sample(8, generator=0)
     empty = algorithms.Iterates(torch.tensor([0, 1]), torch.zeros(2, 0, 8), None, {}, "gd")

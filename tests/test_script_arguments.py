@@ -376,12 +376,14 @@ def test_the_papers_scripts_refuse_in_one_line_before_any_work(script, argv, say
     (["nosuchcommit", "HEAD"], "git could not resolve 'nosuchcommit' in"),
     (["HEAD", "HEAD", "--repo", "/nonexistent"], "git could not resolve 'HEAD' in /nonexistent"),
     (["HEAD", "HEAD", "--repo", "{other}", "--models", "lstm"],
-     "--repo {other}: python imports iclprobe from"),
+     "--repo {other}: the commit's tree has no __init__.py at its root, so python imports "
+     "no package iclprobe from"),
 ])
 def test_same_outputs_refuses_what_it_cannot_compare(argv, says, capsys, tmp_path):
     """An unknown model failed alike on both commits and was reported "identical: 12 of 12
     outputs identical" (exit 0); a commit git cannot resolve gave a traceback, and so did a
-    repository that is not iclprobe's (exit 1)."""
+    repository that is not iclprobe's (exit 1), which then was said to import iclprobe
+    "from None"."""
     other = tmp_path / "other"  # a git repository of something else
     other.mkdir()
     (other / "a.txt").write_text("x")

@@ -193,15 +193,19 @@ def similarity(layer_values: Tensor, iterates: Iterates, ys: Tensor,
         over: "positions" (a value per sequence, averaged) or "sequences" (a cosine across
             sequences at each position, averaged over positions: only for the metrics
             registered with an ``across`` form, such as error_cosine).
-        check: refuse values that are not finite and tables undefined everywhere; False
-            only for inputs already checked (the pipeline's learners and layers, compared
-            many times over).
+        check: refuse values that are not finite in the window ``t_min..t_max`` (outside
+            it, where a model may blow up unaligned, they count as 0: no metric reads them)
+            and tables undefined everywhere; False only for inputs already checked (the
+            pipeline's learners and layers, compared many times over).
         labels: describe each column by the hyperparameters that vary across them
             (``Similarity.labels``); False for a table only its numbers are read from.
     """
     info = M.metric_info(metric)
     other, last = _checked(info, layer_values, iterates, ys, n_boot, confidence, seed, chunk,
                            over, t_min, t_max, check)
+    if check:  # finite in the window (checked); what lies outside it enters no metric
+        layer_values, other, ys = (_zero_outside(x, pos) for x, pos in
+                                   ((layer_values, 2), (other, 2), (ys, 1)))
     a, b = layer_values.to(torch.float64)[:, None], other.to(torch.float64)[None]
     ys64 = ys.to(torch.float64)
     if check:
@@ -287,8 +291,22 @@ def _checked(info: M.MetricInfo, layer_values: Tensor, iterates: Iterates, ys: T
     if ys.ndim != 2 or ys.shape[0] == 0:
         raise InputError(f"similarity needs at least one sequence: ys has shape "
                          f"{tuple(ys.shape)} [batch, pos]")
-    for what, tensor in (("layer values", layer_values), (f"{iterates.name} iterates", other),
-                         ("ys", ys)):
-        if finite and not all_finite(tensor):
-            raise InputError(f"similarity: the {what} are not finite (found NaN or Inf)")
-    return other, M.check_window(t_min, t_max, ys.shape[-1])
+    last = M.check_window(t_min, t_max, ys.shape[-1])
+    for what, tensor, pos in (("layer values", layer_values, 2),
+                              (f"{iterates.name} iterates", other, 2), ("ys", ys, 1)):
+        if finite and not all_finite(tensor.narrow(pos, t_min, last + 1 - t_min)):
+            raise InputError(f"similarity: the {what} are not finite (found NaN or Inf) at "
+                             f"positions t = {t_min}..{last}, the window compared")
+    return other, last
+
+
+def _zero_outside(values: Tensor, pos: int) -> Tensor:
+    """``values`` with what is not finite set to 0: outside the window (the only place left).
+
+    A model or learner may blow up where it is not aligned (a layer valid only at its
+    trained length); its values there enter no metric, but would turn a product over the
+    whole tensor into NaN. ``values`` itself where all is finite (no copy).
+    """
+    if all_finite(values):
+        return values
+    return torch.where(torch.isfinite(values), values, torch.zeros((), dtype=values.dtype))

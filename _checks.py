@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -225,3 +226,18 @@ def check_fits(n_parameters: int, what: str, described: str, copies: int = 2,
     need = (copies * n_parameters + extra_floats) * FLOAT_BYTES
     check_bytes(need, f"{what}: a model with {n_parameters:,} parameters ({described})",
                 available)
+
+
+#: what a registered learner's or metric's name may hold: it names files, columns and
+#: ``--algorithms``/``--metric`` entries (no separators, spaces or line breaks)
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+
+
+def check_name(kind: str, name: Any) -> str:
+    """``name`` if it can name a registered ``kind`` (`NAME_PATTERN`), else an `InputError`."""
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        flag = "--metric" if kind == "metric" else "--algorithms"
+        raise InputError(f"{kind} name must be a non-empty string of letters, digits and "
+                         f"_ . + - (it names files and {flag} entries), got {name!r}")
+    return name
+

@@ -208,7 +208,11 @@ def preconditioner_notes(checkpoints: list[str], names: list[str]) -> dict[str, 
             continue  # not a PQ model, or one whose layers are no A_l
         if task is None or task.covariance is None:
             continue
-        notes[name] = probes.analyze_preconditioners(model).summary(name)  # type: ignore[arg-type]
+        try:
+            notes[name] = probes.analyze_preconditioners(model).summary(  # type: ignore[arg-type]
+                name)
+        except InputError as err:  # an A_l of 0 (an untrained model) has no definiteness
+            notes[name] = f"{name}: its preconditioners are not analysed: {err}"
     return notes
 
 
@@ -221,6 +225,10 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
     _check_device(args.device)
     model = models.load(args.checkpoint, device=args.device)
+    if model.exact_layer_readout:  # saved, they would be used by nothing
+        raise InputError(f"{args.checkpoint}: align reads its layers exactly (each layer's "
+                         "own prediction), never through probes, so none are saved (in "
+                         "Python, probes.LayerProbes().fit(model, ...) fits some)")
     if model.task is None:
         raise InputError(f"{args.checkpoint} has no task.json to draw probe data from")
     out = Path(args.out) if args.out is not None else probes_dir(args.checkpoint)

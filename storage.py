@@ -242,7 +242,7 @@ def check_output(path: str | os.PathLike[str], kind: str, overwrite: bool = Fals
         return path
     if not overwrite:
         raise OutputExistsError(f"{path} already holds iclprobe {kind} output: pass "
-                                "--overwrite (overwrite=True) to replace it")
+                                "--overwrite (in Python, overwrite=True) to replace it")
     foreign = foreign_entries(path, marker, own)
     if foreign:
         why = "" if isinstance(marker.get("digests"), dict) else (

@@ -16,7 +16,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from iclprobe._checks import is_int
+from iclprobe._checks import check_name, is_int
 from iclprobe.algorithms.families import Family, single
 from iclprobe.errors import InputError, InputTypeError
 from iclprobe.plugins import claim, registrant
@@ -135,8 +135,7 @@ def register(name: str, *, label: str | None = None,
         InputError, InputTypeError: naming the argument or the missing parameter, or the
             registrant of a name taken.
     """
-    if not isinstance(name, str) or not name:
-        raise InputError(f"name must be a non-empty string, got {name!r}")
+    check_name("learner", name)
     if step_scale not in STEP_SCALES:
         raise InputError(f"step_scale must be one of {STEP_SCALES}, got {step_scale!r}")
     grid = _check_grid(name, steps)

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from iclprobe._checks import is_int
+from iclprobe._checks import check_name, is_int
 from iclprobe._finite import all_finite
 from iclprobe.errors import InputError, InputTypeError
 from iclprobe.plugins import claim, registrant
@@ -49,12 +49,40 @@ def error_cosine_per_sequence(preds_a: Tensor, preds_b: Tensor, ys: Tensor, t_mi
     return cosine(preds_a[..., window] - ys[..., window], preds_b[..., window] - ys[..., window])
 
 
+def _checked_pair(who: str, a: Tensor, b: Tensor, ys: Tensor | None, core: int, t_min: int,
+                  t_max: int | None) -> None:
+    """Refuse what the public metrics cannot compare.
+
+    Tensors whose last ``core`` axes (``batch, pos`` or ``batch, pos, n_dims``) agree
+    (leading axes broadcast: a stack of predictors against one), with at least one
+    sequence, finite in the window ``t_min..t_max``.
+    """
+    named = (("a", a), ("b", b)) + ((("ys", ys),) if ys is not None else ())
+    for name, t in named:
+        if not isinstance(t, Tensor):
+            raise InputTypeError(f"{who}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.ndim < core:
+            raise InputError(f"{who}: {name} must have at least {core} axes "
+                             f"[..., {'batch, pos' if core == 2 else 'batch, pos, n_dims'}], "
+                             f"got shape {tuple(t.shape)}")
+    shapes = {name: tuple(t.shape[t.ndim - core:]) for name, t in named}
+    if len(set(shapes.values())) > 1 or shapes["a"][0] == 0:
+        raise InputError(f"{who}: the inputs must agree on their last {core} axes, with at "
+                         f"least one sequence; got {shapes}")
+    t_max = check_window(t_min, t_max, shapes["a"][1])
+    for name, t in named:
+        if not all_finite(t.narrow(t.ndim - core + 1, t_min, t_max + 1 - t_min)):
+            raise InputError(f"{who}: {name} is not finite (NaN or Inf) at t = "
+                             f"{t_min}..{t_max}, the window compared")
+
+
 def error_cosine(preds_a: Tensor, preds_b: Tensor, ys: Tensor, t_min: int = 1,
                  t_max: int | None = None) -> Tensor:
     """Fu et al.'s similarity of errors: mean over sequences of the residual cosine.
 
     ``t_min=0`` reproduces their code (which includes the context-free position).
     """
+    _checked_pair("error_cosine", preds_a, preds_b, ys, 2, t_min, t_max)
     return error_cosine_per_sequence(preds_a, preds_b, ys, t_min, t_max).mean(-1)
 
 
@@ -67,6 +95,7 @@ def weight_cosine_per_sequence(w_a: Tensor, w_b: Tensor, t_min: int = 1,
 
 def weight_cosine(w_a: Tensor, w_b: Tensor, t_min: int = 1, t_max: int | None = None) -> Tensor:
     """Fu et al.'s similarity of induced weights, averaged over (sequence, t in the window)."""
+    _checked_pair("weight_cosine", w_a, w_b, None, 3, t_min, t_max)
     return weight_cosine_per_sequence(w_a, w_b, t_min, t_max).mean(-1)
 
 
@@ -82,6 +111,7 @@ def spd_per_sequence(preds_a: Tensor, preds_b: Tensor, t_min: int = 1,
 def spd(preds_a: Tensor, preds_b: Tensor, t_min: int = 1, n_dims: int | None = None,
         t_max: int | None = None) -> Tensor:
     """Akyürek et al.'s SPD; dimension-normalized (÷ d, Garg's convention) with ``n_dims``."""
+    _checked_pair("spd", preds_a, preds_b, None, 2, t_min, t_max)
     return spd_per_sequence(preds_a, preds_b, t_min, n_dims, t_max).mean(-1)
 
 
@@ -96,6 +126,7 @@ def ilwd_per_sequence(w_a: Tensor, w_b: Tensor, t_min: int = 1, normalized: bool
 def ilwd(w_a: Tensor, w_b: Tensor, t_min: int = 1, normalized: bool = False,
          t_max: int | None = None) -> Tensor:
     """Akyürek et al.'s ILWD; ÷ d when ``normalized``."""
+    _checked_pair("ilwd", w_a, w_b, None, 3, t_min, t_max)
     return ilwd_per_sequence(w_a, w_b, t_min, normalized, t_max).mean(-1)
 
 
@@ -168,8 +199,7 @@ def register_metric(name: str, *, on: str, higher_is_better: bool, label: str | 
         ValueError, TypeError: a bad switch, or a function that cannot be called with
             ``(a, b, ys, t_min, t_max)``.
     """
-    if not isinstance(name, str) or not name:
-        raise InputError(f"name must be a non-empty string, got {name!r}")
+    check_name("metric", name)
     if on not in METRIC_ON:
         raise InputError(f"on must be one of {METRIC_ON}, got {on!r}")
     if not isinstance(higher_is_better, bool):
@@ -283,7 +313,17 @@ def per_sequence(name: str, a: Tensor, b: Tensor, ys: Tensor, t_min: int,
                          f"{tuple(want)} here (the inputs' shape less its last "
                          f"{'axis' if core == 1 else 'two axes'}: {_ON_TEXT[info.on]}, as "
                          f"registered with on={info.on!r}), got {got}")
+    _check_finite_output(name, out)
     return out
+
+
+def _check_finite_output(name: str, out: Tensor) -> None:
+    """Refuse a metric's value that is not finite: a NaN would read as "no match" silently."""
+    if not all_finite(out):
+        raise InputError(f"metric {name!r} returned values that are not finite (NaN or Inf) "
+                         "on finite inputs: a metric must be defined for every pair, an "
+                         "all-zero one included (a learner's step 0 and the zero predictor's "
+                         "reference are 0: the built-in cosines count a cosine with 0 as 0)")
 
 
 def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -306,6 +346,7 @@ def across_moments(name: str, a: Tensor, b: Tensor, ys: Tensor, t_min: int,
     if not isinstance(out, Tensor) or out.ndim < 3 or out.shape[-1] != 3:
         got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
         raise InputError(f"metric {name!r}: across must return [..., batch, pos, 3], got {got}")
+    _check_finite_output(name, out)
     return out
 
 

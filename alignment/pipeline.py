@@ -23,6 +23,7 @@ several models on the same data.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,7 +58,7 @@ from iclprobe.alignment.views.fitted import fitted_view
 from iclprobe.alignment.views.protocol import protocol_view
 from iclprobe.alignment.views.separation import Separation, separation_view
 from iclprobe.alignment.views.spectral import SpectralOrder
-from iclprobe.errors import InputError
+from iclprobe.errors import InputError, InputTypeError
 from iclprobe.models.base import Regressor, check_model, check_precision
 from iclprobe.tasks import RegressionBatch, RegressionTask
 
@@ -113,6 +114,11 @@ def _align(model: Regressor, cfg: AlignConfig, name: str,
     timings = Timings()
     with kept.reusing_in_alignment():  # the probe targets' candidates, measured after
         layers = read_layers(model, ev, layer_probes, timings, targets_for(ev))
+        if probes_info.get("source") == "saved":  # they change the numbers: on the screen
+            layers = dataclasses.replace(layers, readout=(
+                f"the ridge probes saved in {probes_info['path']} (fitted per layer to "
+                f"{probes_info['target']} on {probes_info['n_sequences']} fresh sequences; "
+                "refit_probes=True, --refit-probes, ignores them)"))
         return run_stages(ev, layers, timings, probes_info)
 
 
@@ -189,8 +195,46 @@ def compare(models: Sequence[Regressor], cfg: AlignConfig | None = None,
             raise InputError(f"compare: {name} cannot take the data ({e}): compare models "
                              f"that take one task") from None
     with kept.reusing():  # the candidates' families depend on the data alone
-        return [align(model, cfg, name=name, layer_probes=lp, eval_task=task)
-                for model, name, lp in zip(models, names, lps)]
+        results = [align(model, cfg, name=name, layer_probes=lp, eval_task=task)
+                   for model, name, lp in zip(models, names, lps)]
+    for model, res in zip(models, results):
+        res.notes.extend(_other_task(model, task))
+    return results
+
+
+def _check_layers_arguments(batch: RegressionBatch, name: Any, extra_runs: Any, notes: Any,
+                            task: Any) -> None:
+    """`align_layers`' recorded arguments: what the result would carry unchecked."""
+    who = "align_layers"
+    check_type(who, "batch", batch, RegressionBatch, "a RegressionBatch (task.sample(...))")
+    check_type(who, "name", name, str, "a string")
+    if extra_runs is not None:
+        check_type(who, "extra_runs", extra_runs, dict, "a dict of name -> RunSpec (or None)")
+        for key, spec in extra_runs.items():
+            check_type(who, f"extra_runs[{key!r}]", spec, RunSpec, "a RunSpec")
+    if notes is not None and (isinstance(notes, str) or not isinstance(notes, Sequence)
+                              or not all(isinstance(n, str) for n in notes)):
+        raise InputTypeError(f"{who}: notes must be a list of strings (one line each), got "
+                             f"{type(notes).__name__} {notes!r:.60}")
+    if task is not None:
+        check_type(who, "task", task, RegressionTask, "a RegressionTask (or None)")
+        got = (task.n_dims, task.n_points)
+        if got != (batch.xs.shape[-1], batch.xs.shape[1]):
+            raise InputError(f"{who}: task has n_dims={got[0]}, n_points={got[1]}, but the "
+                             f"batch has n_dims={batch.xs.shape[-1]}, n_points="
+                             f"{batch.xs.shape[1]}: pass the task the batch was drawn from")
+
+
+def _other_task(model: Regressor, task: RegressionTask) -> list[str]:
+    """A note where `compare` aligns ``model`` on data other than its own task's."""
+    own = getattr(model, "task", None)
+    if not isinstance(own, RegressionTask):
+        return []
+    mine, used = json.loads(own.to_json()), json.loads(task.to_json())
+    differ = [f"{k} {used.get(k)!r}, not its own {mine.get(k)!r}"
+              for k in sorted(set(mine) | set(used)) if mine.get(k) != used.get(k)]
+    return [f"aligned on the data compare shares, not on its own task's: {'; '.join(differ)}"
+            ] if differ else []
 
 
 def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig | None = None,
@@ -223,6 +267,7 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
             corrected for it (`alignment.measuring.candidates.noise_ceilings`).
     """
     check_choice("align_layers", "positions", positions, ("all", "last"))
+    _check_layers_arguments(batch, name, extra_runs, notes, task)
     if probe_t_min is not None:
         check_int("align_layers", "probe_t_min", probe_t_min, 0, batch.xs.shape[1])
     rows = layer_weights.shape[1] if layer_weights is not None else 0

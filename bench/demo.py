@@ -244,11 +244,15 @@ def profile_parts() -> None:
 
 def main() -> None:
     parser = OneLineParser(prog="demo.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--skip-demo", action="store_true")
-    parser.add_argument("--skip-align", action="store_true")
+    parser.add_argument("--skip-demo", action="store_true",
+                        help="do not time `iclprobe demo` (step 1)")
+    parser.add_argument("--skip-align", action="store_true",
+                        help="do not time align at Garg size against its floor (step 2)")
     # 7 pairs: on this machine the floor alone drifts 10-17 s within minutes, and 3 pairs
     # read 1.49 x where 7 read 1.97 x a few minutes later (docs/performance.md)
-    parser.add_argument("--repeats", type=positive_int, default=7)
+    parser.add_argument("--repeats", type=positive_int, default=7,
+                        help="warm aligns at Garg size, each followed by a run of its forward "
+                        "floor; their medians are compared (default: %(default)s)")
     parser.add_argument("--profile", action="store_true",
                         help="one more align with its parts timed: their seconds")
     args = parser.parse_args()

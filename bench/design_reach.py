@@ -21,29 +21,61 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
+from collections.abc import Sequence
 
 import torch
 
+from iclprobe.algorithms.numerics import check_positive
 from iclprobe.alignment import align
 from iclprobe.alignment.design import search as D
 from iclprobe.alignment.design.family import DesignFamily, nearest_distribution
 from iclprobe.alignment.evaluation import evaluation_task
 from iclprobe.alignment.views.answer_rule import PRECISION
+from iclprobe.cli import OneLineParser
 from iclprobe.constructions import benchmark as B
+from iclprobe.errors import InputError
 
 
-def parse() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--setting", choices=sorted(B.SETTINGS), default="held-out")
-    parser.add_argument("--kind", choices=sorted(B.TRUTH), default="gd oracle")
-    parser.add_argument("--data", choices=("isotropic", "ill-conditioned"), default="isotropic")
-    parser.add_argument("--readout", choices=("exact", "probe"), default="exact")
-    parser.add_argument("--multiplier", type=float, default=1.5)
-    return parser.parse_args()
+def multiplier(text: str) -> float:
+    """An argparse type: a finite number > 0 (the library's `check_positive`), else one line."""
+    try:
+        return check_positive(float(text), "--multiplier")
+    except ValueError:  # not a number, or not finite and > 0 (an InputError is a ValueError)
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}"
+                                         ) from None
 
 
-def main() -> None:
-    args = parse()
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="design_reach.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--setting", choices=sorted(B.SETTINGS), default="held-out",
+                        help="the benchmark's setting the cell is taken from (its d, n, seed "
+                        "and κ) (default: %(default)s)")
+    parser.add_argument("--kind", choices=sorted(B.TRUTH), default="gd oracle",
+                        help="the cell's kind of model: an oracle or a construction of "
+                        "bench/known_answers.py (default: %(default)s)")
+    parser.add_argument("--data", choices=("isotropic", "ill-conditioned"), default="isotropic",
+                        help="the cell's evaluation data (default: %(default)s)")
+    parser.add_argument("--readout", choices=("exact", "probe"), default="exact",
+                        help="how the layers are read: exactly, or through fitted probes "
+                        "(default: %(default)s)")
+    parser.add_argument("--multiplier", type=multiplier, default=1.5,
+                        help="the cell's multiplier of its kind's rule (an oracle's step size, "
+                        "a construction's fraction of the stability bound, λ, CG's steps): a "
+                        "finite number > 0 (default: %(default)s)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        run(args)
+    except (InputError, OSError) as err:  # a cell the kind cannot build, say
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
+
+
+def run(args: argparse.Namespace) -> None:
+    """Score every distribution of the design family on the cell; print a row each."""
     torch.set_num_threads(1)
     cell = B.Cell(args.kind, "iclprobe", args.data, args.readout, args.multiplier, args.setting)
     built = B.build(cell, B.bench_config())
@@ -84,8 +116,9 @@ def main() -> None:
         better += gain
         mark = "<- chosen" if option == chosen else \
             "*" if gain else ""
-        label = (f"κ {option.condition_number:g} {option.shape if option.condition_number > 1 else ''}"
-                 f", noise {option.noise_std:g}, {option.query} queries")
+        shape = option.shape if option.condition_number > 1 else ""
+        label = (f"κ {option.condition_number:g} {shape}, noise {option.noise_std:g}, "
+                 f"{option.query} queries")
         print(f"{label:52s} " + " ".join(f"{s:8.1e}" for s in seps), mark)
     print(f"{better} of {len(rows)} distributions separate, beyond {PRECISION:g}, a layer the "
           "chosen design does not")

@@ -14,6 +14,8 @@ from typing import Any
 
 from torch import Tensor
 
+from iclprobe._checks import check_type
+from iclprobe._finite import all_finite
 from iclprobe.errors import InputError
 from iclprobe.hooks.residuals import check_layers, points_of, readout_rows, resid_hook_name
 from iclprobe.models.base import Regressor, check_model
@@ -129,10 +131,15 @@ def patch_residual(model: Regressor, layer: int, source: Tensor) -> Iterator[Reg
     ``source`` is either the hook's whole tensor (every token: ``[B, tok, d_model]``, PQ
     ``[B, prefix, row, d_model]``, as ``collect_residuals(..., positions="all")[layer]``)
     or its readout rows ``[B, n, d_model]`` (as ``collect_residuals(...)[layer]``): those
-    are written into the readout positions, every other token left as computed.
+    are written into the readout positions, every other token left as computed. It must be
+    finite: a NaN or Inf would reach every prediction after ``layer`` without a word.
     """
     check_model(model)
     check_layers(model, [layer])
+    check_type("patch_residual", "source", source, Tensor, "a torch.Tensor")
+    if not source.is_meta and not all_finite(source):  # meta: shapes only
+        raise InputError(f"patch_residual: source must be finite, found NaN or Inf in a tensor "
+                         f"of shape {tuple(source.shape)}")
     name = resid_hook_name(layer, model)
 
     def patch(value: Tensor, hook: object) -> Tensor:

@@ -321,3 +321,6 @@ def check_model(model: Any) -> None:
     if not isinstance(model, Regressor):
         raise InputTypeError(f"model must be an iclprobe model (a Regressor: GPTRegressor, "
                              f"PQTransformer, ...), got {type(model).__name__}")
+    if any(p.is_meta for p in model.parameters()):
+        raise InputError("model has parameters on the meta device (shapes without values): "
+                         "load or move it to 'cpu' or a GPU first")

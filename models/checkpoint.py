@@ -82,10 +82,30 @@ def load(path_or_name: str | os.PathLike[str], device: str | torch.device = "cpu
         raise InputTypeError(f"load: path_or_name must be a path or a shipped model's name "
                              f"(`iclprobe models`), got {type(path_or_name).__name__} "
                              f"{path_or_name!r}")
+    device = check_device("load", device)
     source = resolve(path_or_name)
     model = _load(source, ahn_index).to(device).eval()
     model.checkpoint = Path(os.path.abspath(source))
     return model
+
+
+def check_device(who: str, device: Any) -> torch.device:
+    """``device`` as a torch.device that can hold a model's weights, else an `InputError`."""
+    if not isinstance(device, (str, torch.device)):
+        raise InputTypeError(f"{who}: device must be a string or a torch.device, got "
+                             f"{type(device).__name__} {device!r}")
+    try:
+        parsed = torch.device(device)
+    except RuntimeError:
+        raise InputError(f"{who}: device {device!r} is not a torch device (such as 'cpu', "
+                         "'cuda', 'cuda:1')") from None
+    if parsed.type == "meta":
+        raise InputError(f"{who}: device 'meta' holds no weights (shapes without values); "
+                         "load onto 'cpu' or a GPU")
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise InputError(f"{who}: device {device!r}: no CUDA device is available to torch "
+                         f"{torch.__version__}; use 'cpu'")
+    return parsed
 
 
 def _load(path: Path, ahn_index: int | None) -> Regressor:
@@ -102,6 +122,10 @@ def _load(path: Path, ahn_index: int | None) -> Regressor:
     if not (path / CONFIG_FILE).exists() and (path / "config.yaml").exists():
         raise CheckpointError(f"{path / 'state.pt'}: file is missing (a Garg et al. run holds "
                               f"its weights there, beside config.yaml)")
+    if not (path / CONFIG_FILE).exists():
+        raise CheckpointError(f"{path} is not a checkpoint: it holds no {CONFIG_FILE} (an "
+                              f"iclprobe checkpoint or `iclprobe train` run), no config.yaml "
+                              "(a Garg et al. / Fu et al. run), and it is no Ahn et al. .pt file")
     return _load_native(path)
 
 

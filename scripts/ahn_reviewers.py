@@ -218,10 +218,14 @@ def _plot_curve(ax: Any, q8: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="ahn_reviewers.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=out_dir, default=Path("ahn-reviewers-report"))
+    parser.add_argument("--out", type=out_dir, default=Path("ahn-reviewers-report"),
+                        help="the report folder (report.md, results.json, the figure and "
+                        "CSV tables), written whole at the end (default: %(default)s, in the "
+                        "current directory)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an earlier report of this script's")
-    parser.add_argument("--threads", type=thread_count, default=2)
+    parser.add_argument("--threads", type=thread_count, default=2,
+                        help="torch CPU threads (default: %(default)s)")
     parser.add_argument("--small", action="store_true", help="the test suite's sizes")
     args = parser.parse_args(argv)
     try:

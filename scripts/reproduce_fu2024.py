@@ -148,14 +148,26 @@ def claims(iso, ill, designed=None) -> list[tuple[str, str]]:
 
 def main() -> None:
     parser = OneLineParser(prog="reproduce_fu2024.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", default="gpt-softmax")
-    parser.add_argument("--out", type=out_dir, default=Path("fu2024-report"))
+    parser.add_argument("--checkpoint", default="gpt-softmax",
+                        help="the model aligned: a checkpoint or run directory, or a shipped "
+                        "model's name; not used with --garg-size (default: %(default)s)")
+    parser.add_argument("--out", type=out_dir, default=Path("fu2024-report"),
+                        help="the report folder (report.md with its figures and tables); "
+                        "--garg-size also trains into OUT/garg-run (default: %(default)s, in "
+                        "the current directory)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace this script's own earlier report at OUT")
-    parser.add_argument("--n-sequences", type=positive_int, default=512)
-    parser.add_argument("--garg-size", action="store_true")
-    parser.add_argument("--garg-steps", type=positive_int, default=500_000)
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--n-sequences", type=positive_int, default=512,
+                        help="evaluation sequences of each alignment (default: %(default)s)")
+    parser.add_argument("--garg-size", action="store_true",
+                        help="first train (or resume) Garg et al.'s 12 layers x 256 wide at "
+                        "d = 20, 41 points into OUT/garg-run, and align it instead of "
+                        "--checkpoint (a GPU job: days on 2 CPU cores)")
+    parser.add_argument("--garg-steps", type=positive_int, default=500_000,
+                        help="training steps of the --garg-size model (default: %(default)s)")
+    parser.add_argument("--device", default="cpu",
+                        help="where the model runs (and trains, with --garg-size): cpu, cuda, "
+                        "cuda:1, ... (default: %(default)s)")
     args = parser.parse_args()
     try:
         device = torch.device(args.device)

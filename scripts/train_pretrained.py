@@ -277,10 +277,16 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = OneLineParser(prog="train_pretrained.py", description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="models to train (default: all)")
-    parser.add_argument("--work", type=Path, default=Path("runs/pretrained"))
-    parser.add_argument("--dest", type=Path, default=PRETRAINED_DIR)
+    parser.add_argument("--work", type=Path, default=Path("runs/pretrained"),
+                        help="where each model trains, in WORK/NAME (rerun to resume) "
+                        "(default: %(default)s, in the current directory)")
+    parser.add_argument("--dest", type=Path, default=PRETRAINED_DIR,
+                        help="where each model is exported, in DEST/NAME, and whose models "
+                        "--curves-only reads (default: the shipped models' folder, "
+                        "%(default)s)")
     parser.add_argument("--quick", action="store_true", help="a tenth of the steps")
-    parser.add_argument("--threads", type=thread_count, default=2, help="torch CPU threads")
+    parser.add_argument("--threads", type=thread_count, default=2,
+                        help="torch CPU threads (default: %(default)s)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an iclprobe checkpoint at the destination (never a "
                              "folder holding files iclprobe did not write)")

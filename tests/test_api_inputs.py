@@ -375,3 +375,91 @@ def test_a_half_precision_model_is_refused_by_name_before_any_work(dtype, eps):
     with pytest.raises(ValueError, match=f"compare: b has {str(dtype)[6:]} weights"):
         compare([tiny_gpt(), half], cfg, names=["a", "b"])
     assert align(half.float(), cfg, name="m").answer is not None  # read once converted
+
+
+def test_compare_notes_a_model_aligned_on_another_task_than_its_own():
+    """compare aligns every model on one task (the first model's): a model trained on other
+    data (pq-isotropic-1layer beside pq-rotated-3layer) read 0.467 where its own data read
+    0.230, with nothing said but the header's data."""
+    cfg = AlignConfig(n_sequences=16, n_boot=10, separation=False, data="isotropic")
+    rotated = tasks.RegressionTask(n_dims=3, n_points=8, cov="rotated")
+    a, b = tiny_gpt(), tiny_gpt()
+    a.task, b.task = tasks.RegressionTask(n_dims=3, n_points=8), rotated
+    first, second = compare([a, b], cfg, names=["a", "b"])
+    said = "aligned on the data compare shares, not on its own task's"
+    assert not any(said in n for n in first.notes)
+    assert f"{said}: cov 'isotropic', not its own 'rotated'" in second.notes
+    same = compare([b, b], cfg, names=["a", "b"], eval_task=rotated)
+    assert not any(said in n for r in same for n in r.notes)
+
+
+@pytest.mark.parametrize("kw, says", [
+    ({"task": tasks.RegressionTask(n_dims=5, n_points=8)},
+     r"align_layers: task has n_dims=5, n_points=8, but the batch has n_dims=3, n_points=8"),
+    ({"notes": "hello"}, r"align_layers: notes must be a list of strings \(one line each\), "
+                         r"got str 'hello'"),
+    ({"extra_runs": {"x": 3}}, r"align_layers: extra_runs\['x'\] must be a RunSpec, got int 3"),
+    ({"name": None}, r"align_layers: name must be a string, got NoneType None"),
+])
+def test_align_layers_checks_what_its_result_records(kw, says):
+    """A task of another dimension was printed as the data ("d = 5"), notes="hello" became
+    five notes, a non-RunSpec extra run was dropped silently, and name=None was kept."""
+    batch = tasks.RegressionTask(n_dims=3, n_points=8).sample(16, generator=0)
+    preds = batch.ys.expand(2, -1, -1) * 0.5
+    with pytest.raises((ValueError, TypeError), match=says):
+        align_layers(preds, batch, AlignConfig(n_boot=10, separation=False), **kw)
+
+
+@pytest.mark.parametrize("device, says", [
+    ("meta", r"load: device 'meta' holds no weights"),
+    ("bogus", r"load: device 'bogus' is not a torch device"),
+    (3, r"load: device must be a string or a torch.device, got int 3"),
+] + ([] if torch.cuda.is_available() else [
+    ("cuda", r"load: device 'cuda': no CUDA device is available to torch")]))
+def test_load_refuses_a_device_that_cannot_hold_the_weights(device, says):
+    """A meta model loaded fine and failed later in torch ("Cannot copy out of meta
+    tensor"); "bogus" and "cuda" on a CPU build were torch's RuntimeError and AssertionError."""
+    with pytest.raises((ValueError, TypeError), match=says):
+        models.load("pq-isotropic-1layer", device=device)
+
+
+def test_align_refuses_a_model_without_values():
+    meta = tiny_gpt().to("meta")
+    with pytest.raises(ValueError, match=r"model has parameters on the meta device \(shapes "
+                                         r"without values\)"):
+        align(meta, AlignConfig(n_sequences=16))
+
+
+@pytest.mark.parametrize("name", ["odd/name\n", "a,b", "", "two words", 3])
+def test_a_learner_or_metric_name_that_cannot_name_a_file_is_refused(name):
+    """``register("odd/name\\n", ...)`` ran a whole align, then the report could not write
+    ``similarity_odd/name\\n_error_cosine.csv``; "a,b" could never be chosen with
+    --algorithms."""
+    from iclprobe.alignment.metrics import register_metric
+
+    with pytest.raises(ValueError, match=r"learner name must be a non-empty string of "
+                                         r"letters, digits and _ \. \+ - \(it names files and "
+                                         r"--algorithms entries\), got "):
+        algorithms.register(name, steps=(1, 2))(lambda xs, ys, steps: None)
+    with pytest.raises(ValueError, match=r"metric name must be .* --metric entries"):
+        register_metric(name, on="preds", higher_is_better=True)(lambda a, b, ys, t0, t1: a)
+    assert name not in algorithms.LEARNERS
+
+
+@pytest.mark.parametrize("kw, says", [
+    ({"steps": [0.5, 1.7, 2.2]}, r"match_steps: steps must be step counts, integers >= 0, got "
+                                 r"\[0.5, 1.7, 2.2\]"),
+    ({"steps": [0, 1, float("nan")]}, r"steps must be step counts"),
+    ({"log2": "yes"}, r"match_steps: log2 must be a bool or None, got 'yes'"),
+    ({"live": [1, 0, 1]}, r"match_steps: live must hold a bool per layer, got \[1, 0, 1\]"),
+    ({"layers": [1.5]}, r"layers \[1.5\] out of range"),
+])
+def test_match_steps_refuses_what_it_would_read_wrong(kw, says):
+    """Fractional steps were truncated (0.5, 1.7, 2.2 -> 0, 1, 2) and NaN raised Python's own
+    error; log2="yes" and live=[1, 0, 1] were taken as they came."""
+    xs, ys = _data()
+    gd = algorithms.iterates("gd", xs, ys, steps=[0, 1, 2])
+    sim = alignment.similarity(gd.preds, gd, ys, n_boot=10)
+    with pytest.raises((ValueError, TypeError), match=says):
+        alignment.match_steps(sim, **kw)
+    assert alignment.match_steps(sim, live=[True, False, True]).above_zero == [True, False, True]

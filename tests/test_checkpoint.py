@@ -230,8 +230,10 @@ def test_bad_checkpoints(tmp_path):
     (ckpt / "config.json").write_text("{not json")
     with pytest.raises(CheckpointError, match="config.json: not valid JSON"):
         models.load(ckpt)
-    (ckpt / "config.json").unlink()
-    with pytest.raises(CheckpointError, match="config.json: file is missing"):
+    (ckpt / "config.json").unlink()  # a folder that is no checkpoint: what one holds, said
+    with pytest.raises(CheckpointError, match=r"ckpt is not a checkpoint: it holds no config.json "
+                                              r"\(an iclprobe checkpoint or `iclprobe train` "
+                                              r"run\), no config.yaml"):
         models.load(ckpt)
 
 

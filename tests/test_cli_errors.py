@@ -248,3 +248,17 @@ def test_demo_names_its_flag_for_a_bad_probe_count(tmp_path, capsys):
         "iclprobe demo: error: --n-probe-sequences: AlignConfig.n_probe_sequences must be an "
         "integer >= 2, got 1")
     assert not (tmp_path / "demo").exists()
+
+
+def test_probe_refuses_a_model_whose_layers_align_reads_exactly(tmp_path, capsys, monkeypatch):
+    """``iclprobe probe pq-rotated-3layer`` saved probes that align never reads (it reads a
+    PQ model's layers exactly), under a table of held-out R² near 0 that looked like the
+    model's."""
+    monkeypatch.setenv("ICLPROBE_CACHE", str(tmp_path / "cache"))
+    assert main(["probe", "pq-rotated-3layer"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        "iclprobe probe: error: pq-rotated-3layer: align reads its layers exactly (each layer's "
+        "own prediction), never through probes, so none are saved (in Python, "
+        "probes.LayerProbes().fit(model, ...) fits some)")
+    assert not (tmp_path / "cache" / "probes").exists()

@@ -171,7 +171,7 @@ def test_align_of_a_runs_checkpoint_is_named_after_the_run(tmp_path, capsys):
 
 # ---------------------------------------------------------------- saved probes
 def test_probes_of_a_shipped_model_go_to_the_user_cache(tmp_path, monkeypatch, capsys):
-    name = "pq-isotropic-1layer"
+    name = "gpt-linear-paired"  # a GPT: a PQ model is read exactly, without probes
     shipped = PRETRAINED_DIR / name
     inside = shipped / "probes"
     existed = inside.exists()

@@ -270,3 +270,67 @@ def test_readout_probe_takes_tensors_that_require_grad():
                                               y.clone().requires_grad_(True))
     np.testing.assert_array_equal(grad.coef_, plain.coef_)
     np.testing.assert_array_equal(grad.predict(x.clone().requires_grad_(True)), plain.predict(x))
+
+
+def _plain_cosine(a, b, ys, t_min, t_max):
+    """A cosine of the predictions that is 0/0 = NaN where either is all zero."""
+    a, b = a[..., t_min:t_max + 1], b[..., t_min:t_max + 1]
+    return (a * b).sum(-1) / (a.norm(dim=-1) * b.norm(dim=-1))
+
+
+def test_a_registered_metric_that_returns_nan_is_refused_not_read_as_no_match():
+    """A user's cosine that is NaN against an all-zero column (a learner's step 0, the zero
+    predictor's reference) made every layer read "matches no learner", silently."""
+    from iclprobe.alignment.metrics import METRIC_INFO, cosine, register_metric
+
+    register_metric("plain_cosine_test", on="preds", higher_is_better=True)(_plain_cosine)
+    try:
+        batch = TASK.sample(16, generator=0)
+        gd = algorithms.iterates("gd", batch.xs, batch.ys, steps=[0, 1, 2])
+        with pytest.raises(ValueError, match=r"metric 'plain_cosine_test' returned values that "
+                                             r"are not finite \(NaN or Inf\) on finite inputs"):
+            similarity(gd.preds[1:], gd, batch.ys, "plain_cosine_test", n_boot=20)
+        register_metric("plain_cosine_test", on="preds", higher_is_better=True, replace=True)(
+            lambda a, b, ys, t0, t1: cosine(a[..., t0:t1 + 1], b[..., t0:t1 + 1]))  # 0 at 0
+        table = similarity(gd.preds[1:], gd, batch.ys, "plain_cosine_test", n_boot=20)
+        assert torch.allclose(table.values[:, 1:].diagonal(), torch.ones(2, dtype=torch.float64))
+        assert table.values[:, 0].eq(0).all()  # step 0 predicts 0: a cosine of 0
+    finally:
+        METRIC_INFO.pop("plain_cosine_test", None)
+
+
+@pytest.mark.parametrize("call, says", [
+    (lambda p, w, ys: alignment.error_cosine(p.numpy(), p, ys),
+     r"error_cosine: a must be a torch.Tensor, got ndarray"),
+    (lambda p, w, ys: alignment.error_cosine(p[:1], p, ys),
+     r"error_cosine: the inputs must agree on their last 2 axes, with at least one sequence; "
+     r"got \{'a': \(1, 8\), 'b': \(8, 8\), 'ys': \(8, 8\)\}"),
+    (lambda p, w, ys: alignment.error_cosine(p[:0], p[:0], ys[:0]),
+     r"at least one sequence; got \{'a': \(0, 8\)"),
+    (lambda p, w, ys: alignment.weight_cosine(w, w[..., :1]),
+     r"weight_cosine: the inputs must agree on their last 3 axes"),
+    (lambda p, w, ys: alignment.spd(p.clone().fill_(float("nan")), p),
+     r"spd: a is not finite \(NaN or Inf\) at t = 1..7, the window compared"),
+    (lambda p, w, ys: alignment.ilwd(w, w.clone().fill_(float("inf"))),
+     r"ilwd: b is not finite"),
+    (lambda p, w, ys: alignment.error_cosine(p, p, ys[0]),
+     r"error_cosine: ys must have at least 2 axes"),
+])
+def test_the_public_metrics_refuse_what_they_cannot_compare(call, says):
+    """They broadcast a single sequence against a batch, or a weight's last axis, into a
+    number, and turned NaN into a cosine of 0."""
+    batch = TASK.sample(8, generator=0)
+    gd = algorithms.iterates("gd", batch.xs, batch.ys, steps=[1])
+    with pytest.raises((ValueError, TypeError), match=says):
+        call(gd.preds[0], gd.weights[0], batch.ys)
+
+
+def test_the_public_metrics_broadcast_a_stack_of_predictors():
+    """Leading axes broadcast (a stack of learners' columns against one predictor), each
+    entry the metric of its pair."""
+    batch = TASK.sample(8, generator=0)
+    gd = algorithms.iterates("gd", batch.xs, batch.ys, steps=[1, 2, 3])
+    stacked = alignment.error_cosine(gd.preds[:1], gd.preds, batch.ys)
+    one = [alignment.error_cosine(gd.preds[0], gd.preds[k], batch.ys) for k in range(3)]
+    assert torch.allclose(stacked, torch.stack(one))
+    assert float(stacked[0]) == pytest.approx(1.0)

@@ -14,7 +14,7 @@ from iclprobe._text import wrap
 from iclprobe.alignment import comparison as C
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.measuring.runs import run_spec
-from iclprobe.alignment.output.screen import MAX_LINES, WIDTH, screen, short_metric
+from iclprobe.alignment.output.screen import MAX_LINES, WIDTH, layer_table, screen, short_metric
 from iclprobe.alignment.output.tables import answer_table, main_pair, nice_float, text_table
 from iclprobe.alignment.pipeline import align_layers
 from iclprobe.alignment.protocols import ICLPROBE
@@ -94,6 +94,19 @@ def expected_labels(res, group: str, head: str):
 PRIORITY = ["what it runs", "verdict", "fitted view", "spectral", "protocol view"]
 
 
+def _answer_range(first: str, last: str) -> str:
+    """A run's answer cell: one text, or the first and last, their step counts alone ranged
+    where nothing else differs ("gd (1/λmax, step 2–2048)")."""
+    if first == last:
+        return first
+    a, b = first.rsplit("step ", 1), last.rsplit("step ", 1)
+    if len(a) == len(b) == 2 and a[0] == b[0]:
+        na, nb = a[1].rstrip(")"), b[1].rstrip(")")
+        if na.isdigit() and nb.isdigit() and a[1][len(na):] == b[1][len(nb):]:
+            return f"{a[0]}step {na}–{nb}{a[1][len(na):]}"
+    return f"{first}–{last}"
+
+
 def check_screen(res, text: str) -> list[str]:
     """The budget holds and every cell agrees with the result it shows; the groups shown.
 
@@ -122,7 +135,7 @@ def check_screen(res, text: str) -> list[str]:
             labels = expected_labels(res, group, head)
             if labels is not None and group == "what it runs":  # first–last of a run
                 ends = [labels[layers[0]], labels[layers[-1]]]
-                assert cells[j] == (ends[0] if ends[0] == ends[1] else "–".join(ends))
+                assert cells[j] == _answer_range(*ends)
                 assert len({res.answer.layers[i].key for i in layers}) == 1
             elif labels is not None:
                 assert {labels[layer] for layer in layers} == {cells[j]}
@@ -210,6 +223,23 @@ def test_alternating_verdicts_stay_within_the_budget(deep):
     assert [layers for layers, _, span in rows if span is None] == [[i] for i in range(3, 14)]
     assert "… 11 more rows: --verbose shows every layer" in lines
     check_screen(res, text)
+
+
+def test_the_tables_title_names_the_columns_it_kept(deep):
+    """ka-newton-oracle's collapsed answers ("newton (1/‖SSᵀ‖, step 0)–newton (…, step 12)")
+    left no room for the verdict's columns, and the title still announced them."""
+    assert "what it runs and newton vs gd: the verdict and its views" in \
+        " ".join(screen(deep).split())
+    res = copy.deepcopy(deep)
+    long = "a column described at a length that leaves no room for the verdict"
+    res.answer.layers = [a if not res.live[i] else dataclasses.replace(
+        a, kind="runs", learner="newton", column=f"{long}, step {i}")
+        for i, a in enumerate(res.answer.layers)]
+    lines, columns = layer_table(res)
+    assert [c.view for c in columns] == ["answer"]
+    title = " ".join(" ".join(lines[:2]).split())
+    assert title == ("per layer: error, matched steps by error cos./weight cos. († = not above "
+                     "the zero predictor), what it runs")
 
 
 def test_a_model_that_solves_nothing_gets_one_line(shallow):

@@ -93,3 +93,23 @@ def test_probe_settings_given_to_a_model_read_exactly_are_said_not_to_apply():
                                "probe_fit='fresh', probe_folds=7, n_probe_sequences=50 do "
                                "not apply"]
     assert resolve_probes(model, AlignConfig(), TASK)[1]["notes"] == []  # defaults: no note
+
+
+def test_the_screen_says_when_saved_probes_read_the_layers(tmp_path):
+    """In Python the saved probes' line was logged at INFO only (hidden by default), while
+    they change the numbers and even the answer: the screen's readout line says so."""
+    from iclprobe.alignment.output.screen import screen
+
+    path = tmp_path / "lin"
+    tiny_gpt("linear", "paired").save(path, task=TASK)
+    cfg = AlignConfig(n_sequences=32, metrics=("error_cosine",), algorithms=("newton", "gd"))
+    said = "the ridge probes saved in"
+    assert said not in align(models.load(path), cfg, name="lin").readout
+    probes.LayerProbes().fit(models.load(path), TASK, n_sequences=48, generator=1
+                             ).save(path / "probes")
+    res = align(models.load(path), cfg, name="lin")
+    assert res.readout == (f"{said} {(path / 'probes').resolve()} (fitted per layer to y on 48 "
+                           "fresh sequences; refit_probes=True, --refit-probes, ignores them)")
+    assert f"layers read by {res.readout}" in " ".join(screen(res).split())
+    refit = align(models.load(path), dataclasses.replace(cfg, refit_probes=True), name="lin")
+    assert said not in refit.readout

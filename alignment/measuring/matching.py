@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from iclprobe._checks import check_type
+from iclprobe._checks import check_type, is_int
 from iclprobe._finite import all_finite
 from iclprobe.algorithms.base import LEARNERS, learner_info
 from iclprobe.alignment.evaluation import Evaluation
@@ -29,7 +29,7 @@ from iclprobe.alignment.measuring.layers import Layers
 from iclprobe.alignment.measuring.liveness import live_layers
 from iclprobe.alignment.measuring.runs import Learners
 from iclprobe.alignment.measuring.similarities import Similarity, first_best, similarity
-from iclprobe.errors import InputError
+from iclprobe.errors import InputError, InputTypeError
 
 MIN_FIT_LAYERS = 3
 
@@ -136,6 +136,37 @@ def fit_steps(layers: Sequence[int], steps: Sequence[int], log2: bool,
     return Fit(*line, used, log2)
 
 
+def _match_arguments(sim: Any, steps: Any, tol: Any, layers: Any, log2: Any, live: Any
+                     ) -> tuple[list[int], list[int], list[bool] | None]:
+    """`match_steps`' arguments checked: the steps, the layers fitted, ``live`` as a list."""
+    check_type("match_steps", "sim", sim, Similarity, "a Similarity table (`similarity`)")
+    given = list(sim.steps if steps is None else
+                 steps.tolist() if isinstance(steps, torch.Tensor) else steps)
+    if not all(is_int(s) and s >= 0 for s in given):
+        raise InputError(f"match_steps: steps must be step counts, integers >= 0, got "
+                         f"{given[:8]}{' ...' if len(given) > 8 else ''}")
+    n_layers, n_steps = sim.values.shape
+    if len(given) != n_steps:
+        raise InputError(f"steps has {len(given)} entries, the table has {n_steps} columns")
+    if not (isinstance(tol, (int, float)) and tol >= 0):
+        raise InputError(f"tol must be a number >= 0, got {tol!r}")
+    layers = list(range(1, n_layers) if layers is None else layers)
+    bad = [layer for layer in layers if not is_int(layer) or not 0 <= layer < n_layers]
+    if bad:
+        raise InputError(f"layers {bad} out of range: the table has layers 0..{n_layers - 1}")
+    if not all_finite(sim.values):
+        raise InputError(f"match_steps: the {sim.metric} table of {sim.learner} holds NaN or Inf")
+    live = live.tolist() if isinstance(live, torch.Tensor) else live
+    if live is not None and len(live) != n_layers:
+        raise InputError(f"live has {len(live)} entries, the table has {n_layers} layers")
+    if live is not None and not all(isinstance(v, bool) for v in live):
+        raise InputTypeError(f"match_steps: live must hold a bool per layer, got {live!r:.60}")
+    if log2 is not None and not isinstance(log2, bool):
+        raise InputTypeError(f"match_steps: log2 must be a bool or None, got {log2!r}")
+    return [int(s) for s in given], [int(x) for x in layers], \
+        None if live is None else list(live)
+
+
 def match_steps(sim: Similarity, steps: Sequence[int] | torch.Tensor | None = None,
                 tol: float = 1e-3, layers: Sequence[int] | None = None,
                 log2: bool | None = None, live: Sequence[bool] | None = None,
@@ -155,21 +186,8 @@ def match_steps(sim: Similarity, steps: Sequence[int] | torch.Tensor | None = No
         fit_dead: include layers that are not live in the fits.
         min_fit_layers: fewer layers than this give an undefined fit.
     """
-    check_type("match_steps", "sim", sim, Similarity, "a Similarity table (`similarity`)")
-    if isinstance(steps, torch.Tensor):
-        steps = steps.tolist()
-    steps = [int(s) for s in (sim.steps if steps is None else steps)]
+    steps, layers, live = _match_arguments(sim, steps, tol, layers, log2, live)
     n_layers, n_steps = sim.values.shape
-    if len(steps) != n_steps:
-        raise InputError(f"steps has {len(steps)} entries, the table has {n_steps} columns")
-    if not (isinstance(tol, (int, float)) and tol >= 0):
-        raise InputError(f"tol must be a number >= 0, got {tol!r}")
-    layers = list(range(1, n_layers) if layers is None else layers)
-    bad = [layer for layer in layers if not 0 <= layer < n_layers]
-    if bad:
-        raise InputError(f"layers {bad} out of range: the table has layers 0..{n_layers - 1}")
-    if not all_finite(sim.values):
-        raise InputError(f"match_steps: the {sim.metric} table of {sim.learner} holds NaN or Inf")
     sign = 1.0 if sim.higher_is_better else -1.0
     score = sign * sim.values  # higher is better from here on
     best = first_best(score)  # the first maximum, to round-off
@@ -181,8 +199,6 @@ def match_steps(sim: Similarity, steps: Sequence[int] | torch.Tensor | None = No
     bound = (sim.lower if sim.higher_is_better else sim.upper)[rows, best]
     above_zero = [bool(sign * bound[layer] > sign * sim.zero[best[layer]] + tol)
                   for layer in range(n_layers)]
-    if live is not None and len(live) != n_layers:
-        raise InputError(f"live has {len(live)} entries, the table has {n_layers} layers")
     alive = list(above_zero if live is None else live)
     fit_layers = [layer for layer in layers if fit_dead or alive[layer]]
     fit_vals = [best_step[layer] for layer in fit_layers]

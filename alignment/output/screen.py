@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -104,7 +105,15 @@ class Row:
     span: str | None = None
 
 
+#: an answer's text ending in its step count: (before, step, after)
+_STEP = re.compile(r"(.*step )(\d+)(\)?)")
+
+
 def _first_last(texts: Sequence[str]) -> str:
+    """``"a–b"`` of the ends, or one text with its steps' range ("gd (1/λmax, step 1–11)")."""
+    first, last = (_STEP.fullmatch(t) for t in (texts[0], texts[-1]))
+    if first and last and (first[1], first[3]) == (last[1], last[3]) and first[2] != last[2]:
+        return f"{first[1]}{first[2]}–{last[2]}{first[3]}"
     return texts[0] if len(set(texts)) == 1 else f"{texts[0]}–{texts[-1]}"
 
 
@@ -196,8 +205,6 @@ def layer_table(result: AlignResult) -> tuple[list[str], list[Column]]:
     steps, columns = step_columns(result), verdict_columns(result)
     collapse = sum(result.live) > MAX_ROWS
     steps_by = "/".join(short_metric(m) for m in result.comparisons)
-    title = wrap([f"per layer: error, matched steps by {steps_by} († = not above the zero "
-                  f"predictor) and {' vs '.join(MAIN_PAIR)}: the verdict and its views"])
     while True:
         rows = layer_rows(result, steps + columns, collapse)
         lines = render_table(steps + columns, rows)
@@ -205,6 +212,11 @@ def layer_table(result: AlignResult) -> tuple[list[str], list[Column]]:
         if (max(map(len, lines)) <= WIDTH and n_live <= MAX_ROWS) or len(columns) <= 1:
             break
         columns = columns[:-1]
+    views = [c for c in columns if c.view != "answer"]  # the columns kept say the title
+    title = wrap([f"per layer: error, matched steps by {steps_by} († = not above the zero "
+                  "predictor)" + (", what it runs" if len(views) < len(columns) else "")
+                  + (f" and {' vs '.join(MAIN_PAIR)}: the verdict and its views" if views
+                     else "")])
     cut = [line[:WIDTH - 1] + "…" if len(line) > WIDTH else line for line in lines]
     if n_live <= MAX_ROWS:
         return title + cut, columns

@@ -202,11 +202,12 @@ def compare(models: Sequence[Regressor], cfg: AlignConfig | None = None,
     return results
 
 
-def _check_layers_arguments(batch: RegressionBatch, name: Any, extra_runs: Any, notes: Any,
-                            task: Any) -> None:
+def _check_layers_arguments(layer_preds: Any, batch: RegressionBatch, name: Any,
+                            extra_runs: Any, notes: Any, task: Any) -> None:
     """`align_layers`' recorded arguments: what the result would carry unchecked."""
     who = "align_layers"
     check_type(who, "batch", batch, RegressionBatch, "a RegressionBatch (task.sample(...))")
+    check_type(who, "layer_preds", layer_preds, Tensor, "a torch.Tensor [L+1, B, n]")
     check_type(who, "name", name, str, "a string")
     if extra_runs is not None:
         check_type(who, "extra_runs", extra_runs, dict, "a dict of name -> RunSpec (or None)")
@@ -267,7 +268,7 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
             corrected for it (`alignment.measuring.candidates.noise_ceilings`).
     """
     check_choice("align_layers", "positions", positions, ("all", "last"))
-    _check_layers_arguments(batch, name, extra_runs, notes, task)
+    _check_layers_arguments(layer_preds, batch, name, extra_runs, notes, task)
     if probe_t_min is not None:
         check_int("align_layers", "probe_t_min", probe_t_min, 0, batch.xs.shape[1])
     rows = layer_weights.shape[1] if layer_weights is not None else 0

@@ -31,7 +31,7 @@ from iclprobe._checks import is_int
 from iclprobe._finite import all_finite
 from iclprobe._linalg import sym_eigh
 from iclprobe.algorithms.prefix import power_of_two_scale
-from iclprobe.errors import InputError
+from iclprobe.errors import InputError, InputTypeError
 from iclprobe.probes.ridge import FeatureSums
 
 #: the default penalty, relative to the trace of the training rows' centred covariance
@@ -122,6 +122,10 @@ def held_shares(resid: Tensor, targets: Tensor, t_min: int = 1,
     y = targets[:, :, window].detach().to("cpu", torch.float64).flatten(1)  # [K, rows]
     y = y / power_of_two_scale(y)
     rows = y.shape[1]
+    if features is not None and not isinstance(features, FeatureSums):
+        raise InputTypeError(f"held_shares: features must be a FeatureSums "
+                             f"(probes.fold_features, added up) or None, got "
+                             f"{type(features).__name__}")
     if features is not None and (features.n != rows or features.sx.shape != (n_layers, width)):
         raise InputError(f"features must be the sums of the {rows} rows of {n_layers} layers x "
                          f"{width} features, got {features.n:g} rows of "
@@ -188,6 +192,10 @@ def _fit_predict(x: Tensor, y: Tensor, x_new: Tensor, penalty: float | None) -> 
 def _checked(resid: Tensor, targets: Tensor, folds: int, t_min: int, t_max: int | None,
              alpha: float | None, who: str = "decodability") -> tuple[int, int, int, int]:
     """`decodability`'s arguments checked: ``resid``'s shape."""
+    for name, value in (("resid", resid), ("targets", targets)):
+        if not isinstance(value, Tensor):
+            raise InputTypeError(f"{who}: {name} must be a torch.Tensor, got "
+                                 f"{type(value).__name__}")
     if resid.ndim != 4:
         raise InputError(f"resid must have shape [layer, batch, pos, d_model], "
                          f"got {tuple(resid.shape)}")
@@ -195,7 +203,7 @@ def _checked(resid: Tensor, targets: Tensor, folds: int, t_min: int, t_max: int 
     if targets.ndim != 3 or targets.shape[1:] != (batch, n):
         raise InputError(f"targets must have shape [K, {batch}, {n}], got {tuple(targets.shape)}")
     if batch < 2:
-        raise InputError(f"decodability needs at least 2 sequences (folds of sequences), "
+        raise InputError(f"{who} needs at least 2 sequences (folds of sequences), "
                          f"got resid with batch {batch}")
     if not is_int(folds) or not 2 <= folds <= batch:
         raise InputError(f"folds must be an integer in [2, {batch}] (the sequences), "

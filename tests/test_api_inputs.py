@@ -463,3 +463,25 @@ def test_match_steps_refuses_what_it_would_read_wrong(kw, says):
     with pytest.raises((ValueError, TypeError), match=says):
         alignment.match_steps(sim, **kw)
     assert alignment.match_steps(sim, live=[True, False, True]).above_zero == [True, False, True]
+
+
+def test_numpy_arrays_are_named_where_a_tensor_is_wanted():
+    """Each raised numpy's AttributeError from deep inside; held_shares with one sequence
+    spoke of "decodability"."""
+    batch = tasks.RegressionTask(n_dims=3, n_points=8).sample(8, generator=0)
+    gd = algorithms.iterates("gd", batch.xs, batch.ys, steps=[1])
+    resid = torch.randn(2, 8, 8, 4, generator=torch.Generator().manual_seed(0))
+    cases = [
+        (lambda: alignment.similarity(gd.preds.numpy(), gd, batch.ys),
+         r"similarity: layer_values must be a torch.Tensor, got ndarray"),
+        (lambda: alignment.align_layers(batch.ys.expand(2, -1, -1).numpy(), batch),
+         r"align_layers: layer_preds must be a torch.Tensor \[L\+1, B, n\], got ndarray"),
+        (lambda: probes.decodability(resid.numpy(), gd.preds),
+         r"decodability: resid must be a torch.Tensor, got ndarray"),
+        (lambda: probes.held_shares(resid, gd.preds, features="x"),
+         r"held_shares: features must be a FeatureSums .* got str"),
+        (lambda: probes.held_shares(resid[:, :1], gd.preds[:, :1]),
+         r"held_shares needs at least 2 sequences")]
+    for call, says in cases:
+        with pytest.raises((ValueError, TypeError), match=says):
+            call()

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from iclprobe._checks import check_seed, is_int
+from iclprobe._checks import check_seed, check_type, is_int
 from iclprobe._finite import all_finite
 from iclprobe.algorithms.base import Iterates
 from iclprobe.alignment import metrics as M
@@ -266,6 +266,9 @@ def _checked(info: M.MetricInfo, layer_values: Tensor, iterates: Iterates, ys: T
     for a weight metric) and the window's last position.
     """
     metric = info.name
+    check_type("similarity", "layer_values", layer_values, Tensor, "a torch.Tensor")
+    check_type("similarity", "iterates", iterates, Iterates, "an Iterates (`iterates`)")
+    check_type("similarity", "ys", ys, Tensor, "a torch.Tensor")
     if over not in OVER or (over == "sequences" and info.across is None):
         raise InputError(f"over must be one of {OVER} ('sequences' only for "
                          f"{[m for m, i in METRICS.items() if i.across is not None]}), got "

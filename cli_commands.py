@@ -48,11 +48,12 @@ def _align_config(args: argparse.Namespace) -> Any:
 
 
 def _check_device(device: str) -> None:
-    import torch
+    from iclprobe.models.checkpoint import check_device
 
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"--device cuda: no CUDA device is available to torch "
-                         f"{torch.__version__}; use --device cpu")
+    try:
+        check_device("--device", device)  # the library's check, under the flag's name
+    except InputError as err:
+        raise UsageError(str(err)) from None
 
 
 def unique_names(checkpoints: list[str]) -> list[str]:

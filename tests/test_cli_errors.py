@@ -262,3 +262,12 @@ def test_probe_refuses_a_model_whose_layers_align_reads_exactly(tmp_path, capsys
         "own prediction), never through probes, so none are saved (in Python, "
         "probes.LayerProbes().fit(model, ...) fits some)")
     assert not (tmp_path / "cache" / "probes").exists()
+
+
+@pytest.mark.parametrize("command", [] if torch.cuda.is_available() else ["align", "probe"])
+def test_a_device_torch_lacks_is_one_line_under_its_flag(command, capsys):
+    """The CLI and ``models.load`` share one device check (the CLI names its flag)."""
+    assert main([command, "gpt-softmax", "--device", "cuda"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"iclprobe {command}: error: --device: device 'cuda': no CUDA device is available to "
+        f"torch {torch.__version__}; use 'cpu'")

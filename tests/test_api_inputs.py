@@ -485,3 +485,12 @@ def test_numpy_arrays_are_named_where_a_tensor_is_wanted():
     for call, says in cases:
         with pytest.raises((ValueError, TypeError), match=says):
             call()
+
+
+def test_train_refuses_a_model_that_is_not_float32():
+    """``train(model.double(), ...)`` said "pass xs.to(torch.float64)", though a user of
+    train passes no xs (the task's batches are float32)."""
+    with pytest.raises(ValueError, match=r"train: the model's weights are torch.float64; train "
+                                         r"takes a float32 model .* model.float\(\) converts"):
+        training.train(tiny_gpt().double(), tasks.RegressionTask(n_dims=3, n_points=8),
+                       training.TrainConfig(steps=2), progress=False)

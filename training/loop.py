@@ -25,7 +25,7 @@ from iclprobe._checks import ConfigError, check_bool
 from iclprobe._finite import all_finite
 from iclprobe.algorithms.prefix import ols_predictions
 from iclprobe.errors import InputError, InputTypeError
-from iclprobe.models.base import Regressor, check_model
+from iclprobe.models.base import Regressor, check_model, input_dtype
 from iclprobe.models.files import RUN_CHECKPOINT
 from iclprobe.tasks import RegressionBatch, RegressionTask
 from iclprobe.training.config import TrainConfig
@@ -92,6 +92,11 @@ def check_setup(model: Regressor, task: RegressionTask, cfg: TrainConfig) -> Non
         raise InputTypeError(f"task must be a RegressionTask, got {type(task).__name__}")
     if not isinstance(cfg, TrainConfig):
         raise InputTypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+    dtype = input_dtype(model)
+    if dtype != torch.float32:  # the task's batches are float32, as are the checkpoints
+        raise InputError(f"train: the model's weights are {dtype}; train takes a float32 "
+                         f"model (its data and checkpoints are float32): model.float() "
+                         f"converts it, and the trained model can be converted back")
     model.check_task(task)
     family = type(model).__name__
     if cfg.curriculum_every:

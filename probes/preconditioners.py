@@ -255,11 +255,16 @@ def analyze_preconditioners(model: PQTransformer, cov: Tensor | None = None,
 
 
 def _check_layers(who: str, a: Tensor) -> None:
-    """Refuse a model whose A_l (``a [layer, d, d]``) is 0 or not finite at some layer."""
+    """Refuse a model whose A_l (``a [layer, d, d]``) is 0 or not finite at some layer.
+
+    `distance` reads A = 0 as 0 · M (distance 0: a B_l of 0 by construction); the analysis
+    would print that as "A_l ∝ Σ⁻¹", so it refuses such a layer instead.
+    """
     sq = a.to(torch.float64).square().sum((-1, -2)).tolist()
     bad = [(layer + 1, v) for layer, v in enumerate(sq) if not (math.isfinite(v) and v > 0)]
     if bad:
         raise InputError(f"{who}: the model's A_l is 0 or not finite at layer(s) "
                          f"{[layer for layer, _ in bad]} (‖A_l‖_F² = "
-                         f"{[v for _, v in bad]}): the distances of A_l to Σ⁻¹ and to I are "
-                         "relative to ‖A_l‖_F, defined for a finite nonzero A_l only")
+                         f"{[v for _, v in bad]}): an A_l of 0 is 0 · M for every M, so "
+                         "its distances to Σ⁻¹ and to I (0, by `distance`'s convention) "
+                         "would call it proportional to both")

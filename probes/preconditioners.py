@@ -210,11 +210,15 @@ class PreconditionerAnalysis:
 
 def analyze_preconditioners(model: PQTransformer, cov: Tensor | None = None,
                             n_context: int | None = None,
-                            prior: str | None = None) -> PreconditionerAnalysis:
+                            prior: str | None = None, *, w_cov: Tensor | None = None
+                            ) -> PreconditionerAnalysis:
     """Distances of every A_l to Σ⁻¹ and to I; for one layer, to the optimum `ahn_optimum`.
 
     Σ, n, the prior (its Σ_w) and the label noise default to the model's task (n =
-    n_points − 1 context examples). Also each A_l's definiteness (`definiteness`).
+    n_points − 1 context examples). ``w_cov`` gives Σ_w itself (as `ahn_optimum`'s); a
+    ``prior`` named without it has its own Σ_w (I, or ``cov``⁻¹), and ``"rotated"``, whose
+    rotation is a task's, the task's where that is its prior (else it needs ``w_cov``). Also
+    each A_l's definiteness (`definiteness`).
     """
     who = "analyze_preconditioners"
     pre = preconditioners(model)  # a PQ model's A_l, else the error that says it needs one
@@ -241,7 +245,13 @@ def analyze_preconditioners(model: PQTransformer, cov: Tensor | None = None,
                              "before the query; the one-layer optimum needs n_context >= 1: "
                              "pass n_context")
         w_prior = prior or (task.w_prior if task is not None else "standard")
-        w_cov = task.w_covariance if task is not None and prior is None else None
+        if w_cov is None and task is not None and (prior is None or prior == task.w_prior
+                                                   == "rotated"):
+            w_cov = task.w_covariance  # the task's own prior, or its rotation
+        if w_cov is None and w_prior == "rotated":
+            raise InputError(f"{who}: prior 'rotated' needs w_cov, the prior's covariance Σ_w "
+                             f"(a task's w_covariance): the model's task "
+                             f"{'has none' if task is None else 'has prior ' + repr(task.w_prior)}")
         noise = float(task.noise_std) if task is not None else 0.0
         opt = ahn_optimum(cov, n_context, w_prior, w_cov=w_cov, noise_std=noise)
         a = pre.A[0].to(torch.float64)

@@ -117,3 +117,20 @@ def test_align_prints_the_definiteness_line(tmp_path, capsys):
     assert main(["align", str(path), "--n-sequences", "32", "--n-boot", "20"]) == 0
     out = capsys.readouterr().out
     assert "pq: λ_min(sym A_l) 0.3, 0.3; max ‖skew‖/‖A‖ 0.000: positive definite" in out
+
+
+def test_analysis_takes_a_named_rotated_prior_from_the_task_or_from_w_cov():
+    # prior="rotated" had no Σ_w to read (it always failed); the task's rotation or w_cov gives it
+    task = tasks.RegressionTask(n_dims=3, n_points=9, cov="rotated", w_prior="rotated", seed=2)
+    opt = probes.ahn_optimum(task.covariance, 8, w_cov=task.w_covariance)
+    model = models.PQTransformer.from_matrices(A=opt[None].float())
+    model.task = task
+    named = probes.analyze_preconditioners(model, prior="rotated")
+    assert named.dist_to_optimum == pytest.approx(0.0, abs=1e-6)
+    standard = probes.analyze_preconditioners(model, prior="standard")
+    assert standard.dist_to_optimum > 0.05  # Σ_w = I: another optimum
+    model.task = tasks.RegressionTask(n_dims=3, n_points=9, cov="rotated", seed=2)
+    with pytest.raises(ValueError, match="prior 'rotated' needs w_cov.*has prior 'standard'"):
+        probes.analyze_preconditioners(model, prior="rotated")
+    given = probes.analyze_preconditioners(model, prior="rotated", w_cov=task.w_covariance)
+    assert given.dist_to_optimum == pytest.approx(0.0, abs=1e-6)

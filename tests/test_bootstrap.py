@@ -10,6 +10,8 @@ from scipy import stats
 
 from iclprobe.alignment.measuring.bootstrap import (
     bootstrap_weights,
+    few_resamples_note,
+    fewest_resamples,
     interval,
     levels,
     lower_end,
@@ -103,3 +105,29 @@ def test_a_level_per_row_and_infinite_neighbours():
                          [1.0, 2.0, 3.0, 4.0, inf]], dtype=torch.float64)
     assert quantiles(rows, (0.5,))[0].tolist() == [-inf, 1.0, 3.0]
     assert quantiles(rows[2:], (0.8, 0.9))[:, 0].tolist() == [inf, inf]
+
+
+@pytest.mark.parametrize(("confidence", "n"), [(0.95, 512), (0.95, 16), (0.9, 40), (0.99, 64)])
+def test_fewest_resamples_is_where_the_interval_stops_being_the_range(confidence, n):
+    # below it the lower end is the smallest replicate whatever the others are; from it on,
+    # numpy's type-6 quantile moves with the second smallest
+    fewest = fewest_resamples(confidence, n)
+    rng = np.random.default_rng(0)
+    for n_boot, is_range in ((fewest - 1, True), (fewest, False), (fewest + 5, False)):
+        boot = torch.tensor(rng.normal(size=n_boot))
+        low = float(lower_end(boot, confidence, n))
+        moved = boot.clone()
+        second = int(boot.argsort()[1])
+        moved[second] = float(boot.sort().values[0]) + 1e-3 * (boot.max() - boot.min())
+        moved_low = float(lower_end(moved, confidence, n))
+        assert (low == float(boot.min())) == is_range or (fewest - 1 == 0)
+        assert (moved_low == low) == is_range
+
+
+def test_few_resamples_are_said_with_what_to_pass():
+    assert few_resamples_note(200, 0.95, 512) is None
+    note = few_resamples_note(20, 0.95, 16)
+    assert note is not None and "they need 72" in note and "n_boot >= 72" in note
+    assert "95% intervals over 16 sequences" in note
+    tiny = few_resamples_note(200, 0.95, 3)  # millions needed: more sequences instead
+    assert tiny is not None and "more sequences" in tiny and "n_boot >=" not in tiny

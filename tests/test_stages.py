@@ -96,6 +96,20 @@ def test_a_models_evaluation_measures_weights_within_one_fold_and_says_so():
     assert again.weight_rows == 16
 
 
+
+def test_an_evaluation_says_when_its_resamples_are_too_few_for_its_intervals():
+    # the weight metrics' 16 sequences widen the 95% level: 72 resamples needed, not 39
+    model = models.PQTransformer.from_matrices(A=[0.3 * torch.eye(3)])
+    task = tasks.RegressionTask(n_dims=3, n_points=9)
+    cfg = dataclasses.replace(CFG, n_sequences=64, n_weight_sequences=16)
+    for n_boot, said in ((60, "over 16 sequences (they need 72)"), (72, None)):
+        ev = model_evaluation(model, task, dataclasses.replace(cfg, n_boot=n_boot), "pq")
+        few = [note for note in ev.notes if "bootstrap resamples are too few" in note]
+        assert (said in few[0]) if said else not few
+    preds = dataclasses.replace(cfg, n_boot=60, metrics=("error_cosine",))
+    ev = model_evaluation(model, task, preds, "pq")
+    assert not any("too few" in note for note in ev.notes)  # 64 sequences need 40
+
 # ------------------------------------------------------------------ measuring
 def test_read_layers_reads_an_exact_model_and_its_induced_weights():
     model = models.PQTransformer.from_matrices(A=[0.3 * torch.eye(3)] * 2)

@@ -64,6 +64,38 @@ def levels(confidence: float, n: int) -> tuple[float, float]:
     return low, 1.0 - low
 
 
+def fewest_resamples(confidence: float, n: int) -> int:
+    """The fewest replicates B whose expanded percentile interval lies within them.
+
+    Its lower end is the ``(B + 1)·α'/2``-th order statistic (`levels`, `quantiles`): below
+    ``B = ⌈2/α'⌉ − 1`` it falls before the first, and the interval is the replicates' range,
+    narrower than asked and moving with B (39 plain at 95%; 72 at 16 sequences).
+    """
+    return max(math.ceil(1.0 / levels(confidence, n)[0] - 1e-9) - 1, 1)
+
+
+#: beyond this many replicates `few_resamples_note` asks for more sequences, not resamples
+MOST_RESAMPLES_ASKED = 2000
+
+
+def few_resamples_note(n_boot: int, confidence: float, n: int) -> str | None:
+    """A line for the result where ``n_boot`` replicates are too few (`fewest_resamples`).
+
+    Over a handful of sequences the expanded level is so small that no sensible B reaches
+    it (14,632,424 at 3 sequences and 95%): the line then asks for sequences.
+    """
+    fewest = fewest_resamples(confidence, n)
+    if n_boot >= fewest:
+        return None
+    level = f"{100 * confidence:g}%"
+    head = (f"n_boot={n_boot} bootstrap resamples are too few for {level} intervals over {n} "
+            f"sequences (they need {fewest}): each interval is the resamples' range, narrower "
+            f"than {level}")
+    if fewest > MOST_RESAMPLES_ASKED:
+        return head + "; more sequences need fewer resamples"
+    return head + f", and moves with n_boot; pass n_boot >= {fewest} (--n-boot)"
+
+
 def quantiles(boot: Tensor, probs: Sequence[float | Tensor], skip_nan: bool = False
               ) -> Tensor:
     """``[len(probs), ...]``: each ``(B + 1)·p``-th order statistic of ``boot [..., B]``.

@@ -92,7 +92,8 @@ class AlignConfig:
     data: str = option("task", "evaluation data: task = the checkpoint's own task",
                        choices=DATA_CHOICES)
     condition_number: float = option(100.0, "κ of the ill-conditioned evaluation data")
-    n_boot: int = option(200, "bootstrap resamples of the sequences")
+    n_boot: int = option(200, "bootstrap resamples of the sequences (a 95% interval needs "
+                         "40 over 512 sequences, 72 over 16: align notes fewer)")
     confidence: float = option(0.95, "confidence level of the bootstrap intervals")
     separation: bool = option(True, "measure which views separate Newton from GD")
     fitted: bool = option(True, "match every candidate learner over its fitted family of "

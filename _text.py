@@ -1,9 +1,10 @@
 """Plain-text layout shared by the command line and the screens (no torch import).
 
 What ``iclprobe`` prints fits `WIDTH` columns: `wrap` breaks sentences there,
-continuations indented. The one exception is ``align --verbose``'s full tables (a column
-per candidate learner and per difference) and their title lines, as wide as they are; its
-verdict paragraph wraps.
+continuations indented; `aligned` lays a table out in blocks of the columns that fit
+beside each other (``align --verbose``'s full tables: a column per candidate learner and
+per difference), its headings wrapped where that saves a block, a cell wider than a
+block's room wrapped.
 """
 
 from __future__ import annotations
@@ -15,9 +16,56 @@ from collections.abc import Sequence
 WIDTH = 100
 
 
-def wrap(lines: Sequence[str], indent: str = "  ") -> list[str]:
-    """Each line wrapped to `WIDTH` columns, continuations indented (empty lines dropped)."""
+def wrap(lines: Sequence[str], indent: str = "  ", width: int = WIDTH) -> list[str]:
+    """Each line wrapped to ``width`` columns, continuations indented (empty lines dropped)."""
     out = []
     for line in lines:
-        out += textwrap.wrap(line, WIDTH, subsequent_indent=indent, break_on_hyphens=False)
+        out += textwrap.wrap(line, width, subsequent_indent=indent, break_on_hyphens=False)
     return out
+
+
+def aligned(header: Sequence[str], body: Sequence[Sequence[str]], right: bool = True,
+            narrow: bool = False) -> list[str]:
+    """Rows as aligned plain text within `WIDTH` columns.
+
+    A table that fits is one block. Otherwise columns that do not fit beside the ones
+    before them go in further blocks, after an empty line, each block with the first column
+    (the layer); with ``narrow``, headings wrap over lines (each column as wide as its cells
+    or its longest word) where that saves a block. A cell wider than the room beside the
+    first column wraps over lines of its row.
+    """
+    rows = [list(header), *map(list, body)]
+    widths = _capped([max(len(row[i]) for row in rows) for i in range(len(header))])
+    if narrow:
+        words = _capped([max([len(w) for w in h.split()] + [len(row[i]) for row in rows[1:]],
+                             default=0) for i, h in enumerate(header)])
+        widths = min(widths, words, key=lambda w: len(_blocks(w)))  # natural on a tie
+    pad = str.rjust if right else str.ljust
+    lines: list[str] = []
+    for cols in _blocks(widths) or [[]]:
+        lines += [""] if lines else []
+        shown = [0, *cols] if header else []
+        for row in rows:
+            cells = [[row[i]] if len(row[i]) <= widths[i] else wrap([row[i]], "", widths[i])
+                     for i in shown]
+            for k in range(max(map(len, cells), default=1)):
+                lines.append("  ".join(pad(cell[k] if k < len(cell) else "", widths[i])
+                                       for cell, i in zip(cells, shown)).rstrip())
+    return lines
+
+
+def _capped(widths: list[int]) -> list[int]:
+    """Column widths, each after the first within the room beside the first."""
+    room = max(WIDTH - widths[0] - 2, 10) if widths else WIDTH
+    return widths[:1] + [min(w, room) for w in widths[1:]]
+
+
+def _blocks(widths: Sequence[int]) -> list[list[int]]:
+    """The columns after the first, in order, in blocks that fit `WIDTH` beside it."""
+    blocks: list[list[int]] = []
+    for col in range(1, len(widths)):
+        used = sum(widths[i] + 2 for i in [0, *blocks[-1]]) if blocks else WIDTH + 1
+        if used + widths[col] > WIDTH:
+            blocks.append([])
+        blocks[-1].append(col)
+    return blocks

@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from iclprobe._text import WIDTH
 from iclprobe.atomic import atomic_directory
 from iclprobe.errors import InputError
 from iclprobe.models.base import Regressor, check_model, tensor_home
@@ -79,7 +80,8 @@ def iter_residuals(model: Regressor, xs: Tensor, ys: Tensor, layers: Sequence[in
     wanted = set(names)
     device = tensor_home(model)[0]
     starts = range(0, xs.shape[0], batch_size)
-    for s in tqdm(starts, desc="residuals", disable=not progress):
+    # the bar within the width of what iclprobe prints, not the terminal's
+    for s in tqdm(starts, desc="residuals", disable=not progress, ncols=WIDTH):
         xb, yb = xs[s:s + batch_size].to(device), ys[s:s + batch_size].to(device)
         with torch.no_grad():
             _, cache = model.run_with_cache(xb, yb, names_filter=lambda name: name in wanted,

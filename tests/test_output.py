@@ -392,8 +392,11 @@ def test_verbose_opens_with_what_each_layer_runs(shallow):
     lines = answer_table(shallow).splitlines()
     said = shallow.answer
     assert lines[0].startswith(f"what each layer runs, among {', '.join(said.candidates)}")
-    assert lines[1].split()[:2] == ["layer", "what"] and len(lines) == 2 + len(said.layers)
-    for layer, (line, a) in enumerate(zip(lines[2:], said.layers)):
+    head = next(i for i, line in enumerate(lines) if line.startswith("layer "))  # title wrapped
+    assert lines[head].split()[:2] == ["layer", "what"] and max(map(len, lines)) <= WIDTH
+    rows = [re.split(r"\s{2,}", line) for line in lines[head + 1:]]  # in blocks of columns
+    for layer, a in enumerate(said.layers):
+        line = "  ".join("  ".join(row) for row in rows if row[0] == str(layer))
         assert line.startswith(f"{layer}  ") and f"  {a.text}  " in f"{line}  "
         for metric in said.metrics:
             assert said.by_metric[metric][layer].short in line

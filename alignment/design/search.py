@@ -13,6 +13,7 @@ from tqdm.auto import tqdm
 
 from iclprobe import algorithms
 from iclprobe._checks import check_bytes, check_choice, check_real, check_seed, check_type
+from iclprobe._text import WIDTH
 from iclprobe.algorithms.families import FamilyContext, NotACandidate
 from iclprobe.algorithms.numerics import Diverged
 from iclprobe.alignment import comparison as C
@@ -297,7 +298,7 @@ def design_evaluation(model: Regressor, res: AlignResult, cfg: AlignConfig | Non
         model).items() if live]
     mine = own_curvature(model, cfg, res.positions)
     current, unjudged = nearest_distribution(own_task, family), set()
-    with tqdm(total=None, desc=f"{res.name}: designing the evaluation", disable=not progress,
+    with tqdm(desc=f"{res.name}: designing the evaluation", disable=not progress, ncols=WIDTH,
               unit=" distributions", leave=False) as bar:  # closed before an error is told
         for factor in FACTORS:  # coordinate ascent: each factor's best, the others held
             options = family.options(factor, current, own_task.n_dims, own_task.n_points,

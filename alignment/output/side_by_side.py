@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from iclprobe._text import WIDTH, wrap
-from iclprobe.alignment.output.tables import aligned, nice_float, protocol_verdict
+from iclprobe._text import aligned, wrap
+from iclprobe.alignment.output.tables import nice_float, protocol_verdict
 
 if TYPE_CHECKING:
     from iclprobe.alignment.result import AlignResult
@@ -46,25 +46,14 @@ def comparison_rows(results: Sequence[AlignResult], metric: str = "error_cosine"
 def comparison_lines(results: Sequence[AlignResult], learner: str = "newton") -> list[str]:
     """`comparison_rows` as screen lines: the table, then each model's line fit (`Fit.describe`).
 
-    Within `WIDTH` columns: models whose columns do not fit beside each other go in further
-    blocks, each with the layer column; the line fits go below (as one cell each they
+    Within `WIDTH` columns (`aligned`): models whose columns do not fit beside each other go in
+    further blocks, each with the layer column; the line fits go below (as one cell each they
     widened the table past the screen), wrapped.
     """
     header, body = comparison_rows(results, learner=learner)
     *rows, fits = body
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    blocks: list[list[int]] = []
-    for col in range(1, len(header)):
-        used = sum(widths[i] + 2 for i in [0, *blocks[-1]]) if blocks else WIDTH + 1
-        if used + widths[col] > WIDTH:
-            blocks.append([])
-        blocks[-1].append(col)
-    lines: list[str] = []
-    for cols in blocks:
-        lines += ([""] if lines else []) + aligned(
-            [header[i] for i in [0, *cols]], [[row[i] for i in [0, *cols]] for row in rows],
-            right=False)
-    return lines + wrap([f"{res.name}: {fit}" for res, fit in zip(results, fits[1:])])
+    return aligned(header, rows, right=False) + wrap([f"{res.name}: {fit}" for res, fit
+                                                      in zip(results, fits[1:])])
 
 
 def side_by_side_rows(results: Sequence[AlignResult]) -> tuple[list[str], list[list[str]]]:

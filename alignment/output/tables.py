@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from iclprobe._text import aligned, wrap
 from iclprobe.algorithms.base import REFERENCE_PAIR
 from iclprobe.alignment.comparison import Interval, PairVerdict, combined
 from iclprobe.alignment.measuring.matching import Fit
@@ -198,15 +199,6 @@ def growth_verdict(linear: Fit, log2: Fit) -> str:
             "log₂ step ∝ layer (exponential growth) explains better")
 
 
-def aligned(header: Sequence[str], body: Sequence[Sequence[str]], right: bool = True) -> list[str]:
-    """Rows as aligned plain text."""
-    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h)
-              for i, h in enumerate(header)]
-    pad = str.rjust if right else str.ljust
-    return ["  ".join(pad(c, w) for c, w in zip(row, widths)).rstrip()
-            for row in [header, *body]]
-
-
 def answer_table(result: AlignResult) -> str:
     """``--verbose``'s first table: what each layer runs, combined and by each metric."""
     said = result.answer
@@ -222,30 +214,31 @@ def answer_table(result: AlignResult) -> str:
     title = (f"what each layer runs, among {', '.join(said.candidates)} (each over its "
              "fitted family); similarity: the layer's to the learner named or nearest (by "
              "the metric that said it), runner-up's: the runner-up's match's to that learner")
-    return "\n".join([title, *aligned(header, body, right=False)])
+    return "\n".join([*wrap([title]), *aligned(header, body, right=False, narrow=True)])
 
 
 def text_table(result: AlignResult, metric: str = "error_cosine") -> str:
     """Everything ``iclprobe align`` prints for one model and metric."""
-    lines = [header_line(result, metric) + f"; layers: {result.readout}"]
+    lines = wrap([header_line(result, metric) + f"; layers: {result.readout}"])
     if result.meaningless:
-        return "\n".join(lines + [f"no alignment: {result.meaningless}"])
-    lines += [f"best step per layer ({dagger_legend(metric)})"]
-    lines += aligned(*matched_rows(result, metric))
-    lines += ["", "learner table: best similarity over steps ± half the 95% bootstrap "
-              "interval, @ the best step; differences with their 95% intervals"]
-    lines += aligned(*learner_rows(result, metric, compact=True), right=False)
+        return "\n".join(lines + wrap([f"no alignment: {result.meaningless}"]))
+    lines += wrap([f"best step per layer ({dagger_legend(metric)})"])
+    lines += aligned(*matched_rows(result, metric), narrow=True)
+    lines += ["", *wrap(["learner table: best similarity over steps ± half the 95% bootstrap "
+                         "interval, @ the best step; differences with their 95% intervals"])]
+    lines += aligned(*learner_rows(result, metric, compact=True), right=False, narrow=True)
     for pair in result.comparisons[metric].pairs:
-        lines += ["", f"calibration, {pair.a} vs {pair.b}: the learners' own resemblance "
-                  "at each layer's matched steps"]
-        lines += aligned(*calibration_rows(result, pair), right=False)
-        lines.append(pair.sentence)
+        lines += ["", *wrap([f"calibration, {pair.a} vs {pair.b}: the learners' own "
+                             "resemblance at each layer's matched steps"])]
+        lines += aligned(*calibration_rows(result, pair), right=False, narrow=True)
+        lines += wrap([pair.sentence])
     if metric in result.fitted:
-        lines += ["", FITTED_TITLE]
-        lines += aligned(*fitted_rows(result, metric), right=False)
-        lines.append(result.fitted[metric].sentence)
-    lines += ["", "step growth over live layers:"] + ["  " + g for g in growth_lines(result, metric)]
-    lines += [f"note: {n}" for n in result.notes]
+        lines += ["", *wrap([FITTED_TITLE])]
+        lines += aligned(*fitted_rows(result, metric), right=False, narrow=True)
+        lines += wrap([result.fitted[metric].sentence])
+    lines += ["", "step growth over live layers:"]
+    lines += wrap(["  " + g for g in growth_lines(result, metric)], indent="    ")
+    lines += wrap([f"note: {n}" for n in result.notes])
     return "\n".join(lines)
 
 

@@ -119,7 +119,7 @@ def test_a_pq_model_is_aligned_where_it_was_trained():
     model = models.PQTransformer.from_matrices(A=a)
     model.task = tasks.RegressionTask(n_dims=3, n_points=9, cov="rotated",
                                       w_prior="inverse-cov")
-    res = align(model, AlignConfig(n_sequences=128, n_weight_sequences=32, n_boot=50))
+    res = align(model, AlignConfig(n_sequences=128, n_weight_sequences=32, n_boot=52))
     assert res.positions == "last" and res.window == (8, 8) and "exact readout" in res.readout
     for metric in ("error_cosine", "weight_cosine"):
         own = res.matches["pgd_own"][metric]

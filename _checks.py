@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -134,7 +135,9 @@ def check_real(owner: str, name: str, value: Any, low: float, high: float = math
     """A finite int or float (not a bool) in the interval from ``low`` to ``high``."""
     allowed = f"a number {_interval(low, high, low_open, high_open)}"
     if not is_number(value):
-        raise ConfigError(owner, name, f"{owner}.{name} must be {allowed}, got {value!r}")
+        hint = (" (a Python float: pass float(value))" if isinstance(value, numbers.Real)
+                and not isinstance(value, bool) else "")  # numpy's float32, int64, ...
+        raise ConfigError(owner, name, f"{owner}.{name} must be {allowed}{hint}, got {value!r}")
     if not math.isfinite(value):
         raise ConfigError(owner, name,
                           f"{owner}.{name} must be {allowed}, got {value!r} (not finite)")
@@ -241,3 +244,26 @@ def check_name(kind: str, name: Any) -> str:
                          f"_ . + - (it names files and {flag} entries), got {name!r}")
     return name
 
+
+
+#: characters that would break a name or path out of its line of output: the C0 and C1
+#: controls (newline, tab, carriage return, escape, ...), DEL, and Unicode's line and
+#: paragraph separators
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def check_one_line(who: str, name: str, value: Any) -> Any:
+    """``value`` (a string or a path) unless it holds a control character (`CONTROL`).
+
+    Model names and the paths of checkpoints and runs are printed on one line (the CLI's
+    messages, tables, report headings): a newline or tab in one would break it. Spaces,
+    slashes and every other printable character pass; a value of another type is left to
+    the caller's type check.
+    """
+    text = os.fspath(value) if isinstance(value, os.PathLike) else value
+    found = CONTROL.search(text) if isinstance(text, str) else None
+    if found:
+        raise InputError(f"{who}: {name} must not hold a control character such as a newline "
+                         f"or tab (it is printed on one line), got {value!r}, which holds "
+                         f"{found.group()!r}")
+    return value

@@ -152,6 +152,18 @@ def _out_path(text: str) -> str:
     """An output directory: not empty (``--out ""`` would otherwise mean no output at all)."""
     if not text.strip():
         raise argparse.ArgumentTypeError(f"expected a directory path, got {text!r}")
+    return _one_line(text)
+
+
+def _one_line(text: str) -> str:
+    """A path or name without a control character: the CLI prints it on one line."""
+    from iclprobe._checks import CONTROL  # torch-free
+
+    found = CONTROL.search(text)
+    if found:
+        raise argparse.ArgumentTypeError(f"expected a path or name without control characters "
+                                         f"such as a newline or tab (it is printed on one line), "
+                                         f"got {text!r}, which holds {found.group()!r}")
     return text
 
 
@@ -196,13 +208,14 @@ def _add_analysis(sub: Any) -> None:
     p = sub.add_parser("align", help="which learner does each layer of a checkpoint run?",
                        description="Align each layer of CHECKPOINT (a run directory, a Garg/Fu "
                        "run directory or a shipped model name) with reference learners.")
-    p.add_argument("checkpoint", help=CHECKPOINT_HELP)
+    p.add_argument("checkpoint", type=_one_line, help=CHECKPOINT_HELP)
     _align_options(p)
     p.set_defaults(handler=_lazy("cmd_align"))
     p = sub.add_parser("compare", help="align several checkpoints on the same data",
                        description="Align several checkpoints on the same data, side by side "
                        "(e.g. softmax against linear attention).")
-    p.add_argument("checkpoints", nargs="+", help="the checkpoints to compare (each as for align)")
+    p.add_argument("checkpoints", nargs="+", type=_one_line,
+                   help="the checkpoints to compare (each as for align)")
     _align_options(p)
     p.set_defaults(handler=_lazy("cmd_align"))
     p = sub.add_parser("probe", help="fit and save the layer probes of a checkpoint",
@@ -210,7 +223,7 @@ def _add_analysis(sub: Any) -> None:
                        "sequences of its own task (regularization picked per layer by "
                        "generalized cross-validation), print each layer's held-out R² and "
                        "error, and save the probes; align and compare reuse them.")
-    p.add_argument("checkpoint", help=CHECKPOINT_HELP)
+    p.add_argument("checkpoint", type=_one_line, help=CHECKPOINT_HELP)
     p.add_argument("--n-sequences", type=positive_int, default=2000,
                    help="sequences the probes are fitted on (default: 2000)")
     p.add_argument("--seed", type=_seed, default=0,

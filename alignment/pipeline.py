@@ -30,7 +30,7 @@ from typing import Any
 from torch import Tensor
 
 from iclprobe import probes
-from iclprobe._checks import check_choice, check_int, check_type
+from iclprobe._checks import check_choice, check_int, check_one_line, check_type
 from iclprobe.algorithms.base import REFERENCE_PAIR
 from iclprobe.algorithms.prefix import forget_kept
 from iclprobe.alignment.comparison import PairVerdict
@@ -79,7 +79,7 @@ def align(model: Regressor, cfg: AlignConfig | None = None, name: str = "model",
     cfg = cfg or AlignConfig()
     check_model(model)
     check_type("align", "cfg", cfg, AlignConfig, "an AlignConfig")
-    check_type("align", "name", name, str, "a string")
+    check_one_line("align", "name", check_type("align", "name", name, str, "a string"))
     check_precision(model, "align", name)
     if layer_probes is not None:
         check_type("align", "layer_probes", layer_probes, probes.LayerProbes,
@@ -181,6 +181,8 @@ def compare(models: Sequence[Regressor], cfg: AlignConfig | None = None,
     if len(names) != len(models) or len(set(names)) != len(names):
         raise InputError(f"names must be unique, one per model; got {names} for "
                          f"{len(models)} models")
+    for i, name in enumerate(names):
+        check_one_line("compare", f"names[{i}]", name)
     lps = list(layer_probes) if layer_probes is not None else [None] * len(models)
     if len(lps) != len(models):
         raise InputError(f"layer_probes must hold one entry per model (None: fitted here), "
@@ -208,7 +210,7 @@ def _check_layers_arguments(layer_preds: Any, batch: RegressionBatch, name: Any,
     who = "align_layers"
     check_type(who, "batch", batch, RegressionBatch, "a RegressionBatch (task.sample(...))")
     check_type(who, "layer_preds", layer_preds, Tensor, "a torch.Tensor [L+1, B, n]")
-    check_type(who, "name", name, str, "a string")
+    check_one_line(who, "name", check_type(who, "name", name, str, "a string"))
     if extra_runs is not None:
         check_type(who, "extra_runs", extra_runs, dict, "a dict of name -> RunSpec (or None)")
         for key, spec in extra_runs.items():

@@ -18,14 +18,17 @@ from pathlib import Path
 
 import torch
 from jaxtyping import Float
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from iclprobe._checks import check_type, is_int
 from iclprobe._text import WIDTH
 from iclprobe.atomic import atomic_directory
 from iclprobe.errors import InputError
 from iclprobe.models.base import Regressor, check_model, tensor_home
+from iclprobe.storage import parse_json
 
 
 def resid_hook_name(layer: int, model: Regressor | None = None) -> str:
@@ -125,14 +128,13 @@ class ResidualStore:
     INDEX = "index.json"
 
     def __init__(self, path: str | os.PathLike[str]):
+        check_type("ResidualStore", "path", path, (str, os.PathLike),
+                   "a directory path (str or os.PathLike)")
         self.path = Path(path)
         index = self.path / self.INDEX
         if not index.is_file():
             raise FileNotFoundError(f"{index}: not a residual store (no index)")
-        meta = json.loads(index.read_text())
-        self.layers: list[int] = meta["layers"]
-        self.shards: list[str] = meta["shards"]
-        self.shape: list[int] = meta["shape"]
+        self.layers, self.shards, self.shape = _read_index(index)
 
     @classmethod
     def write(cls, path: str | os.PathLike[str], model: Regressor, xs: Tensor, ys: Tensor,
@@ -157,8 +159,43 @@ class ResidualStore:
 
     def __iter__(self) -> Iterator[Tensor]:
         for name in self.shards:
-            yield load_file(str(self.path / name))["resid"]
+            shard = self.path / name
+            try:
+                yield load_file(str(shard))["resid"]
+            except (SafetensorError, KeyError) as err:
+                raise InputError(f"{shard}: truncated or corrupt residual shard ({err})") \
+                    from None
 
     def load(self) -> Tensor:
         """All shards concatenated: ``[layer, batch, pos, d_model]``."""
         return torch.cat(list(self), dim=1)
+
+
+def _read_index(index: Path) -> tuple[list[int], list[str], list[int]]:
+    """``(layers, shards, shape)`` of a store's index, else an `InputError` naming the file."""
+    try:
+        meta = parse_json(index.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise InputError(f"{index}: not valid JSON ({err})") from None
+    if not isinstance(meta, dict):
+        raise InputError(f"{index}: expected a JSON object with layers, shards and shape, got "
+                         f"{type(meta).__name__}")
+    missing = [k for k in ("layers", "shards", "shape") if k not in meta]
+    if missing:
+        raise InputError(f"{index}: missing keys {missing}")
+    layers, shards, shape = meta["layers"], meta["shards"], meta["shape"]
+    wrong = [k for k, ok in (
+        ("layers", isinstance(layers, list) and layers and all(
+            is_int(v) and v >= 0 for v in layers)),
+        ("shards", isinstance(shards, list) and all(
+            isinstance(v, str) and v and Path(v).name == v and v != ".." for v in shards)),
+        ("shape", isinstance(shape, list) and len(shape) == 4 and all(
+            is_int(v) and v >= 0 for v in shape))) if not ok]
+    if wrong:
+        raise InputError(f"{index}: invalid {', '.join(f'{k}={meta[k]!r:.40}' for k in wrong)} "
+                         "(layers: indices >= 0; shards: file names in the store; shape: "
+                         "[layer, batch, pos, d_model])")
+    absent = [name for name in shards if not (index.parent / name).is_file()]
+    if absent:
+        raise InputError(f"{index}: lists shards that are missing: {absent[:5]}")
+    return layers, shards, shape

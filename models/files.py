@@ -22,6 +22,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import nn
 
+from iclprobe._checks import check_one_line, check_type
 from iclprobe._finite import all_finite
 from iclprobe.atomic import atomic_directory
 from iclprobe.errors import InputError, InputTypeError
@@ -68,6 +69,8 @@ def save(model: Any, path: str | os.PathLike[str], task: RegressionTask | None =
     iclprobe wrote there. Anything else (a file, another directory) is refused with
     `OutputExistsError` and left as it was.
     """
+    check_type("save", "path", path, (str, os.PathLike), "a directory path (str or os.PathLike)")
+    check_one_line("save", "path", path)  # the CLI names a model after its checkpoint
     task = task if task is not None else getattr(model, "task", None)
     path = Path(path)
     with atomic_directory(path, "checkpoint", overwrite) as tmp:

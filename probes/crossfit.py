@@ -21,7 +21,7 @@ from torch import Tensor
 from iclprobe._checks import is_int
 from iclprobe.errors import InputError
 from iclprobe.models.base import Regressor
-from iclprobe.probes.inputs import check_axes
+from iclprobe.probes.inputs import check_axes, check_finite_inputs
 from iclprobe.probes.layer_probes import (
     LayerProbes,
     ProbeMetrics,
@@ -117,6 +117,7 @@ def cross_fit(model: Regressor, resid: Tensor, ys: Tensor, folds: int = 4, t_min
     there, and no other is touched (the fits' own rows are checked, `ridge_from_sums`).
     """
     check_axes("resid", resid, "layer, batch, pos, d_model")
+    check_axes("ys", ys, "batch, pos")
     n_layers, batch, n, width = resid.shape
     if ys.shape != (batch, n):
         raise InputError(f"ys must have shape {(batch, n)}, got {tuple(ys.shape)}")
@@ -132,6 +133,9 @@ def cross_fit(model: Regressor, resid: Tensor, ys: Tensor, folds: int = 4, t_min
         raise InputError(f"folds must be an integer in [2, {batch}], got {folds!r}")
     if not isinstance(t_min, int) or not 0 <= t_min < n:
         raise InputError(f"t_min must be in [0, {n - 1}], got {t_min!r}")
+    fitted = {"ys (the targets)": ys} if targets is None else {"ys": ys, "targets": targets}
+    check_finite_inputs(**{f"{name} at the positions t >= {t_min}": t[..., t_min:]
+                           for name, t in fitted.items()})  # the rows fitted and scored
     bounds = fold_bounds(batch, folds)
     fitted_on = batch - max(b - a for a, b in bounds)  # the fewest sequences a probe sees
     check_rows(fitted_on * (n - t_min), width, f"the other {folds - 1} of {folds} folds "

@@ -32,7 +32,7 @@ from iclprobe.errors import InputError, TooFewRows
 from iclprobe.hooks.residuals import BATCH_SEQUENCES, collect_residuals
 from iclprobe.models.base import Regressor, check_model, input_dtype
 from iclprobe.probes.inputs import check_batch, check_finite_inputs, check_fit_fits, check_tensors
-from iclprobe.probes.ridge import ridge_gcv
+from iclprobe.probes.ridge import alpha_grid, ridge_gcv
 from iclprobe.storage import parse_json
 from iclprobe.tasks import RegressionTask, as_generator
 
@@ -139,6 +139,8 @@ class LayerProbes:
             raise InputError(f"alpha must be 'gcv' or a finite number >= 0, got {alpha!r}"
                              + (" (an infinite α fits every probe to 0)" if alpha == math.inf
                                 else ""))
+        if alphas is not None:
+            alpha_grid(alphas)  # before any fit: at least one α, each finite and >= 0
         if solver == "adam":  # what the closed form does not use is not checked for it
             check_int("LayerProbes", "max_steps", max_steps)
             check_int("LayerProbes", "batch_rows", batch_rows)
@@ -283,6 +285,8 @@ class LayerProbes:
         α, when). ``overwrite=True`` replaces probes that iclprobe saved at ``path``;
         nothing else is ever replaced.
         """
+        check_type("LayerProbes.save", "path", path, (str, os.PathLike),
+                   "a directory path (str or os.PathLike)")
         self._check_fitted()
         tensors = {"coef": self.coef_.contiguous(), "intercept": self.intercept_,
                    "alpha": self.alpha_}
@@ -308,6 +312,8 @@ class LayerProbes:
             ValueError: probes fitted on another model, or a truncated, corrupt or
                 non-finite file (the message names it).
         """
+        check_type("LayerProbes.load", "path", path, (str, os.PathLike),
+                   "a directory path (str or os.PathLike)")
         path = Path(path)
         meta = _read_meta(path / PROBES_META)
         actual = model_hash(model)

@@ -180,18 +180,30 @@ def ridge_gcv(x: Tensor, y: Tensor, alphas: Tensor | float | None = None,
     return ridge_from_sums(ridge_sums(x, y), alphas, fit_intercept)
 
 
-def ridge_from_sums(sums: RidgeSums, alphas: Tensor | float | None = None,
-                    fit_intercept: bool = True) -> RidgeFit:
-    """`ridge_gcv` from precomputed sums (e.g. the training rows of one cross-fit fold)."""
-    n_rows = sums.n
+def alpha_grid(alphas: Tensor | float | None) -> Tensor:
+    """``alphas`` as a flat float64 grid (None: `DEFAULT_ALPHAS`), else an `InputError`.
+
+    At least one α, each finite and >= 0 (a number, a sequence or a tensor of them).
+    """
     try:
         grid = DEFAULT_ALPHAS if alphas is None else torch.as_tensor(alphas, dtype=torch.float64)
     except (TypeError, ValueError, RuntimeError):
         raise InputTypeError(f"alphas must be a number or a tensor of numbers, got "
                              f"{alphas!r:.60}") from None
     grid = grid.reshape(-1)
-    if not bool((grid >= 0).all() & grid.isfinite().all()) or grid.numel() == 0:
-        raise InputError(f"alpha must be finite and >= 0, got {grid.tolist()}")
+    if grid.numel() == 0:
+        raise InputError(f"alphas must hold at least one α (the grid GCV picks from; None: "
+                         f"the default grid), got {alphas!r:.60}")
+    if not bool((grid >= 0).all() & grid.isfinite().all()):
+        raise InputError(f"alphas must be finite and >= 0, got {grid.tolist()}")
+    return grid
+
+
+def ridge_from_sums(sums: RidgeSums, alphas: Tensor | float | None = None,
+                    fit_intercept: bool = True) -> RidgeFit:
+    """`ridge_gcv` from precomputed sums (e.g. the training rows of one cross-fit fold)."""
+    n_rows = sums.n
+    grid = alpha_grid(alphas)
     bad = [layer for layer, ok in enumerate(_finite_layers(sums)) if not ok]
     if bad:
         raise NonFinite(f"the probes' sums of layers {bad} hold NaN or Inf: the residuals "

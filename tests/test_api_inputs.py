@@ -136,6 +136,29 @@ def test_cross_fit_names_residuals_of_the_wrong_shape():
     assert bool(fit.preds[:, :, 0].isnan().all()) and bool(fit.preds[:, :, 1:].isfinite().all())
 
 
+@pytest.mark.parametrize(("column", "value", "says"), [
+    (3, float("nan"), r"ys \(the targets\) at the positions t >= 1 must be finite: found 1 "
+                      r"NaN or infinite value\(s\)"),
+    (3, 1e200, r"ys \(the targets\) at the positions t >= 1 reaches 1e\+200: the ridge fit "
+               r"squares it"),
+])
+def test_cross_fit_names_ys_not_the_residuals_for_targets_it_cannot_fit(column, value, says):
+    """NaN in ys was reported as "the residuals at the fitted positions are not finite"
+    (the fits' sums, where y and the residuals meet); ys at t < t_min is never fitted."""
+    model = tiny_gpt()
+    batch = small_batch(batch=16)
+    resid = hooks.collect_residuals(model, batch.xs, batch.ys).double()
+    ys = batch.ys.double().clone()
+    ys[2, column] = value
+    with pytest.raises(ValueError, match=says):
+        probes.cross_fit(model, resid, ys, t_min=1)
+    ys = batch.ys.double().clone()
+    ys[2, 0] = value  # before t_min: neither fitted nor scored
+    assert bool(probes.cross_fit(model, resid, ys, t_min=1).preds.isfinite().all())
+    with pytest.raises(TypeError, match="ys must be a torch tensor, got ndarray"):
+        probes.cross_fit(model, resid, batch.ys.numpy())
+
+
 @pytest.mark.parametrize("dtype", [torch.int64, torch.bool, "float32", None])
 def test_sample_refuses_a_dtype_that_is_no_float(dtype):
     # int64 truncated xs to integers silently; "float32" was torch's "Invalid device string"
@@ -194,7 +217,10 @@ def test_align_config_refuses_a_name_given_twice(field, value):
     ((torch.randn(40, 8), torch.randn(40)), ValueError,
      r"x must be a \[layer, row, feature\] tensor, got shape \(40, 8\)"),  # blamed y before
     ((torch.randn(2, 40, 8), torch.randn(40), float("inf")), ValueError,
-     r"alpha must be finite and >= 0, got \[inf\]"),
+     r"alphas must be finite and >= 0, got \[inf\]"),
+    ((torch.randn(2, 40, 8), torch.randn(40), []), ValueError,
+     r"alphas must hold at least one α \(the grid GCV picks from; None: the default grid\), "
+     r"got \[\]"),
     ((torch.randn(2, 40, 8), torch.randn(40), "x"), TypeError,
      "alphas must be a number or a tensor of numbers, got 'x'"),
 ])
@@ -348,6 +374,24 @@ def test_a_numpy_integer_count_is_refused_saying_which_int_is_wanted():
         AlignConfig(n_sequences=True)
 
 
+def test_a_numpy_float_is_refused_saying_how_to_pass_it():
+    """``TrainConfig(lr=np.float32(0.01))`` was refused with no word of why (a float32 is no
+    Python float; numpy's float64 is one, and passes)."""
+    import numpy as np
+
+    with pytest.raises(TypeError, match=r"TrainConfig.lr must be a number in \(0, 1e20\] "
+                                        r"\(a Python float: pass float\(value\)\), got "
+                                        r"np.float32\(0.01\)"):
+        training.TrainConfig(lr=np.float32(0.01))
+    with pytest.raises(TypeError, match=r"TrainConfig.betas must be two numbers in \[0, 1\) "
+                                        r"\(Python floats: pass float\(b\) for each\), got "):
+        training.TrainConfig(betas=(np.float32(0.9), 0.999))
+    with pytest.raises(TypeError, match=r"TrainConfig.lr must be a number in \(0, 1e20\], "
+                                        r"got 'x'$"):
+        training.TrainConfig(lr="x")  # no hint where none helps
+    assert training.TrainConfig(lr=np.float64(0.01)).lr == 0.01
+
+
 def test_compare_refuses_a_model_that_cannot_take_the_data_before_aligning_any():
     """Checked for every model up front, by the model's own `check_task`: another dimension
     or more points than a model's positions, naming that model."""
@@ -494,3 +538,23 @@ def test_train_refuses_a_model_that_is_not_float32():
                                          r"takes a float32 model .* model.float\(\) converts"):
         training.train(tiny_gpt().double(), tasks.RegressionTask(n_dims=3, n_points=8),
                        training.TrainConfig(steps=2), progress=False)
+
+
+@pytest.mark.parametrize("bad", ["a\nb", "tab\there", "cr\r", "esc\x1b[31m", "line\u2028sep"])
+def test_a_model_name_or_new_checkpoint_with_a_control_character_is_refused(bad, tmp_path):
+    """A name (or the checkpoint or run a CLI name comes from) with a newline broke every
+    one-line output that names it; spaces, slashes and accents stay allowed."""
+    model = tiny_gpt()
+    cfg = AlignConfig(n_sequences=16)
+    says = r"must not hold a control character such as a newline or tab \(it is printed on one "
+    with pytest.raises(ValueError, match=r"align: name " + says):
+        align(model, cfg, name=bad)
+    with pytest.raises(ValueError, match=r"compare: names\[1\] " + says):
+        compare([model, model], cfg, names=["a", bad])
+    with pytest.raises(ValueError, match=r"save: path " + says):
+        model.save(tmp_path / bad)
+    with pytest.raises(ValueError, match=r"train: out " + says):
+        training.train(model, tasks.RegressionTask(n_dims=3, n_points=8),
+                       training.TrainConfig(steps=1), out=tmp_path / bad, progress=False)
+    assert list(tmp_path.iterdir()) == []
+    model.save(tmp_path / "with space" / "é-model")  # ordinary characters

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import one_line_error
 
 from iclprobe import algorithms, models, tasks
 from iclprobe._checks import ConfigError
@@ -271,3 +272,44 @@ def test_a_device_torch_lacks_is_one_line_under_its_flag(command, capsys):
     assert capsys.readouterr().err.strip() == (
         f"iclprobe {command}: error: --device: device 'cuda': no CUDA device is available to "
         f"torch {torch.__version__}; use 'cpu'")
+
+
+@pytest.mark.parametrize(("argv", "flag", "says"), [
+    (["--n-dims", "4", "--curriculum-points", "100", "2"], "--curriculum-points",
+     "TrainConfig.curriculum_points starts at 100, beyond the task's 24 points (n_points); "
+     "curriculum_dims starts at 5, beyond its 4 dimensions, too"),
+    (["--n-points", "5", "--curriculum-dims", "100", "1"], "--curriculum-dims",
+     "TrainConfig.curriculum_dims starts at 100, beyond the task's 8 dimensions (n_dims); "
+     "curriculum_points starts at 11, beyond its 5 points, too"),
+    (["--curriculum-points", "100", "2"], "--curriculum-points",
+     "TrainConfig.curriculum_points starts at 100, beyond the task's 24 points (n_points)"),
+])
+def test_a_curriculum_start_beyond_the_task_names_the_flag_given(argv, flag, says, tmp_path,
+                                                                 capsys):
+    """``--curriculum-points 100 2`` on a task of 4 dimensions was reported under
+    --curriculum-dims (whose default start, 5, exceeds 4 too): the start changed from its
+    default is the one named, the other mentioned."""
+    out = tmp_path / "run"
+    assert main(["train", "--out", str(out), "--curriculum-every", "10", *argv]) == 2
+    one_line_error(capsys, f"iclprobe train: error: {flag}: {says}")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("argv", [["train", "--out", "{tmp}/new\nrun"],
+                                  ["align", "{tmp}/tab\tname"],
+                                  ["compare", "gpt-softmax", "{tmp}/tab\tname"],
+                                  ["probe", "{tmp}/bad\rname"]])
+def test_a_path_with_a_control_character_is_one_usage_line(argv, tmp_path, checkpoint, capsys):
+    """A run trained into ``--out $'a\\nb'`` printed "run in a" and "b" on two lines, and
+    align named a checkpoint "a\\tb" so on every line of its screen: a newline, tab or other
+    control character in a path is refused before any work (a space is ordinary: allowed)."""
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    if argv[0] != "train":  # the checkpoint exists, under its awkward name
+        checkpoint.rename(argv[-1])
+    with pytest.raises(SystemExit) as err:
+        main(argv)
+    assert err.value.code == 2
+    one_line_error(capsys, f"iclprobe {argv[0]}: error: argument ",
+                   "expected a path or name without control characters such as a newline or "
+                   "tab (it is printed on one line), got ")
+    assert not (tmp_path / "new\nrun").exists()

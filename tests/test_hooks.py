@@ -38,6 +38,38 @@ def test_residual_store_round_trip(tmp_path):
                                hooks.collect_residuals(model, b.xs, b.ys))
 
 
+@pytest.mark.parametrize(("index", "says"), [
+    ("{", r"index.json: not valid JSON \(Expecting property name"),  # JSONDecodeError before
+    ("[]", r"index.json: expected a JSON object with layers, shards and shape, got list"),
+    ("{}", r"index.json: missing keys \['layers', 'shards', 'shape'\]"),  # KeyError before
+    ('{"layers": [0], "shards": ["../x"], "shape": [1, 7, 8, 16]}',
+     r"index.json: invalid shards=\['../x'\] \(layers: indices >= 0; shards: file names in "
+     r"the store"),
+    ('{"layers": [0], "shards": ["gone"], "shape": [1, 7, 8, 16]}',
+     r"index.json: lists shards that are missing: \['gone'\]"),
+])
+def test_a_corrupt_residual_store_index_names_the_file(index, says, tmp_path):
+    model = tiny_gpt()
+    b = small_batch(batch=7)
+    hooks.ResidualStore.write(tmp_path / "store", model, b.xs, b.ys, progress=False)
+    (tmp_path / "store" / "index.json").write_text(index)
+    with pytest.raises(ValueError, match=says):
+        hooks.ResidualStore(tmp_path / "store")
+    with pytest.raises(TypeError, match=r"ResidualStore: path must be a directory path \(str "
+                                        r"or os.PathLike\), got NoneType None"):
+        hooks.ResidualStore(None)
+
+
+def test_a_corrupt_residual_shard_names_the_file(tmp_path):
+    model = tiny_gpt()
+    b = small_batch(batch=7)
+    store = hooks.ResidualStore.write(tmp_path / "store", model, b.xs, b.ys, progress=False)
+    (tmp_path / "store" / store.shards[0]).write_bytes(b"junk")
+    with pytest.raises(ValueError, match=r"resid-00000.safetensors: truncated or corrupt "
+                                         r"residual shard"):
+        store.load()
+
+
 def test_run_first_layers():
     model = tiny_gpt()
     b = small_batch()

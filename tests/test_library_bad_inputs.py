@@ -128,7 +128,10 @@ def test_layer_probes_refuse_non_finite_or_huge_fits(fitted):
     ({"alpha": True}, "alpha must be 'gcv' or a finite number >= 0, got True"),
     ({"solver": "adam", "max_steps": 0}, r"LayerProbes.max_steps must be a positive integer"),
     ({"solver": "adam", "batch_rows": 0}, r"LayerProbes.batch_rows must be a positive integer"),
-    ({"solver": "adam", "lr": -1.0}, r"LayerProbes.lr must be a number > 0")])
+    ({"solver": "adam", "lr": -1.0}, r"LayerProbes.lr must be a number > 0"),
+    ({"alphas": []}, r"alphas must hold at least one α \(the grid GCV picks from; None: the "
+                     r"default grid\), got \[\]"),  # "alpha must be finite", at the fit
+    ({"alphas": torch.tensor([1.0, -1.0])}, r"alphas must be finite and >= 0, got \[1.0, -1.0\]")])
 def test_layer_probes_refuse_settings_that_fit_nothing(kw, says):
     with pytest.raises(ValueError, match=says):
         probes.LayerProbes(**kw)
@@ -152,6 +155,27 @@ def test_layer_probes_predict_and_fit_name_bad_arguments(fitted):
     with pytest.raises(ValueError, match=r"fitting probes on n_sequences=1000000000 .* needs at "
                                          r"least .* GiB of memory"):
         probes.LayerProbes().fit(model, TASK, n_sequences=10**9)
+
+
+def test_probes_and_reports_name_a_path_of_the_wrong_type(fitted, tmp_path):
+    """``write_report(results, out)`` (swapped) and ``save(None)`` ended in Python's own
+    AttributeError ('str' object has no attribute 'name') and TypeError."""
+    _, lp = fitted
+    with pytest.raises(TypeError, match=r"write_report: out must be a folder path \(str or "
+                                        r"os.PathLike; the folder comes first: "
+                                        r"write_report\(out, results\)\), got list \[\]"):
+        alignment.write_report([], tmp_path / "r")
+    with pytest.raises(TypeError, match=r"write_report: results must be a list of AlignResult, "
+                                        r"got str 'x'"):
+        alignment.write_report(tmp_path / "r", "x")
+    with pytest.raises(TypeError, match=r"write_report: results\[0\] must be an AlignResult"):
+        alignment.write_report(tmp_path / "r", [lp])
+    with pytest.raises(TypeError, match=r"LayerProbes.save: path must be a directory path "
+                                        r"\(str or os.PathLike\), got NoneType None"):
+        lp.save(None)
+    with pytest.raises(TypeError, match=r"LayerProbes.load: path must be a directory path"):
+        probes.LayerProbes.load(None, fitted[0])
+    assert list(tmp_path.iterdir()) == []
 
 
 # ---------------------------------------------------------------- memory before allocation

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 
 from iclprobe._checks import (
     ConfigError,
@@ -88,8 +89,11 @@ class TrainConfig(ConfigMixin):
         betas_ok = isinstance(self.betas, (tuple, list)) and len(self.betas) == 2 and all(
             is_number(b) and 0 <= b < 1 for b in self.betas)
         if not betas_ok:  # NaN and inf fail the comparison
-            raise ConfigError(name, "betas", f"{name}.betas must be two numbers in [0, 1), got "
-                                             f"{self.betas!r}")
+            numpy = isinstance(self.betas, (tuple, list)) and any(
+                isinstance(b, numbers.Real) and not is_number(b) for b in self.betas)
+            hint = " (Python floats: pass float(b) for each)" if numpy else ""
+            raise ConfigError(name, "betas", f"{name}.betas must be two numbers in [0, 1)"
+                                             f"{hint}, got {self.betas!r}")
         object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
         for field in ("curriculum_dims", "curriculum_points"):
             value = getattr(self, field)

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from iclprobe._checks import ConfigError, check_bool
+from iclprobe._checks import ConfigError, check_bool, check_one_line, check_type
 from iclprobe._finite import all_finite
 from iclprobe.algorithms.prefix import ols_predictions
 from iclprobe.errors import InputError, InputTypeError
@@ -85,6 +85,27 @@ def batch_for_step(task: RegressionTask, cfg: TrainConfig, step: int,
                            ws=torch.cat([p.ws for p in parts]), cov=cov)
 
 
+def _check_curriculum(cfg: TrainConfig, task: RegressionTask) -> None:
+    """Refuse a curriculum that starts beyond the task, naming the start that does.
+
+    Where both starts exceed the task, the one changed from its default is named (the flag
+    typed, in the CLI) and the other is mentioned: a small task makes a default too large.
+    """
+    over = [(field, start, size, what) for field, start, size, what in (
+        ("curriculum_dims", cfg.curriculum_dims[0], task.n_dims, "dimensions (n_dims)"),
+        ("curriculum_points", cfg.curriculum_points[0], task.n_points, "points (n_points)"))
+        if start > size]
+    if not over:
+        return
+    defaults = TrainConfig()
+    changed = [o for o in over if getattr(cfg, o[0]) != getattr(defaults, o[0])]
+    field, start, size, what = (changed or over)[0]
+    also = "".join(f"; {f} starts at {s}, beyond its {n} {w.split()[0]}, too"
+                   for f, s, n, w in over if f != field)
+    raise ConfigError("TrainConfig", field, f"TrainConfig.{field} starts at {start}, beyond "
+                      f"the task's {size} {what}{also}")
+
+
 def check_setup(model: Regressor, task: RegressionTask, cfg: TrainConfig) -> None:
     """Refuse a bad combination before any training starts, naming the field."""
     check_model(model)
@@ -103,12 +124,7 @@ def check_setup(model: Regressor, task: RegressionTask, cfg: TrainConfig) -> Non
         if not model.curriculum:
             raise ConfigError("TrainConfig", "curriculum_every", "TrainConfig.curriculum_every "
                               f"does not apply to {family}")
-        if cfg.curriculum_dims[0] > task.n_dims or cfg.curriculum_points[0] > task.n_points:
-            field = "curriculum_dims" if cfg.curriculum_dims[0] > task.n_dims else \
-                "curriculum_points"
-            raise ConfigError("TrainConfig", field, "TrainConfig.curriculum_dims/points start "
-                              f"{cfg.curriculum_dims[0]}/{cfg.curriculum_points[0]} exceeds "
-                              f"the task's {task.n_dims}/{task.n_points}")
+        _check_curriculum(cfg, task)
     defaults = TrainConfig()
     for field in FAMILY_TRAIN_OPTIONS:
         if getattr(cfg, field) != getattr(defaults, field) and \
@@ -226,7 +242,7 @@ def train(
     check_setup(model, task, cfg)
     for name, flag in (("resume", resume), ("overwrite", overwrite), ("progress", progress)):
         check_bool("train", name, flag)
-    out_path = Path(out) if out is not None else None
+    out_path = _run_path(out, resume)
     if resume and out_path is None:
         raise InputError("resume=True needs the run directory `out`")
     if resume and overwrite:
@@ -243,6 +259,14 @@ def train(
             lock.close()
         if started_group:
             dist.destroy_process_group()
+
+
+def _run_path(out: Any, resume: bool) -> Path | None:
+    """``train``'s ``out`` as a Path; a new run's in one line (the CLI names models after it)."""
+    if out is None:
+        return None
+    check_type("train", "out", out, (str, os.PathLike), "a directory path (or None)")
+    return Path(out if resume else check_one_line("train", "out", out))
 
 
 def _train(model: Regressor, task: RegressionTask, cfg: TrainConfig, out: Path | None,

@@ -19,6 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from iclprobe._checks import check_type
 from iclprobe.alignment.output import plots, side_by_side
 from iclprobe.alignment.output import tables as T
 from iclprobe.alignment.output.drawing import Figures
@@ -105,6 +106,7 @@ def write_report(out: str | os.PathLike[str], results: Sequence[AlignResult],
         OutputExistsError: ``out`` holds anything that is not a report iclprobe wrote, or
             a report and ``overwrite`` is False.
     """
+    _check_out_and_results(out, results)
     by_name = {r.name: r for r in results}
     unknown = [n for group in side_by_side for n in group if n not in by_name]
     if unknown:
@@ -116,6 +118,21 @@ def write_report(out: str | os.PathLike[str], results: Sequence[AlignResult],
     with atomic_directory(out, "report", overwrite) as tmp:
         _write_files(tmp, results, pq, title, command, side_by_side, designed)
     return Path(out) / "report.md"
+
+
+def _check_out_and_results(out: Any, results: Any) -> None:
+    """``out`` a path and ``results`` a sequence of `AlignResult` (the order swapped: named)."""
+    from iclprobe.alignment.result import AlignResult
+
+    path = (str, os.PathLike)
+    swapped = "; the folder comes first: write_report(out, results)" if isinstance(
+        results, path) else ""
+    check_type("write_report", "out", out, path, f"a folder path (str or os.PathLike{swapped})")
+    if isinstance(results, (str, bytes)) or not isinstance(results, Sequence):
+        check_type("write_report", "results", results, list, "a list of AlignResult")
+    for i, res in enumerate(results):
+        check_type("write_report", f"results[{i}]", res, AlignResult,
+                   "an AlignResult (one per model, from align or compare)")
 
 
 def _write_files(out: Path, results: Sequence[AlignResult], pq: Sequence[tuple[str, Any]],

@@ -24,6 +24,15 @@ def wrap(lines: Sequence[str], indent: str = "  ", width: int = WIDTH) -> list[s
     return out
 
 
+def grid_text(steps: Sequence[int]) -> str:
+    """A step grid in few words: "0–24", "1, 2, 4, …, 4096", or the steps themselves."""
+    if len(steps) > 2 and list(steps) == list(range(steps[0], steps[-1] + 1)):
+        return f"{steps[0]}–{steps[-1]}"
+    if len(steps) > 4:
+        return f"{', '.join(map(str, steps[:3]))}, …, {steps[-1]}"
+    return ", ".join(map(str, steps))
+
+
 def aligned(header: Sequence[str], body: Sequence[Sequence[str]], right: bool = True,
             narrow: bool = False) -> list[str]:
     """Rows as aligned plain text within `WIDTH` columns.

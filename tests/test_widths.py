@@ -15,7 +15,9 @@ import pytest
 import torch
 from helpers import tiny_gpt
 
-from iclprobe._text import WIDTH, aligned, wrap
+from iclprobe import models
+from iclprobe._text import WIDTH, aligned, grid_text, wrap
+from iclprobe.alignment import AlignConfig, align
 from iclprobe.alignment.output import tables as T
 from iclprobe.cli import main
 
@@ -112,3 +114,19 @@ def test_the_residuals_progress_bar_keeps_within_the_screen_on_a_wide_terminal(m
     bars = [b for b in re.split(r"[\r\n]", sys.stderr.getvalue()) if b.strip()]
     assert any("residuals" in b and "4/4" in b for b in bars)
     assert max(map(len, bars)) <= WIDTH  # it spanned the terminal: 249 columns
+
+
+def test_a_step_grid_reads_in_few_words():
+    assert grid_text(list(range(25))) == "0–24"
+    assert grid_text([2 ** k for k in range(13)]) == "1, 2, 4, …, 4096"
+    assert grid_text([1, 3, 5]) == "1, 3, 5"
+
+
+def test_the_legend_says_the_matched_steps_are_on_the_protocols_grid():
+    # ka-gd-oracle's layers 6-8 run GD for 18, 21, 24 steps: the matched-step column reads
+    # 16 and 32 (the protocol's grid) beside the answer's fitted "step 20", "step 25"
+    res = align(models.load("ka-gd-oracle"), AlignConfig(n_sequences=32, n_boot=10,
+                                                         separation=False))
+    assert T.step_legend(res) == [
+        "matched step = each learner at the protocol's step size, on its step grid (newton "
+        "0–24; gd 1, 2, 4, …, 4096), not the answer's fitted column"]

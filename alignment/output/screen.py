@@ -29,6 +29,7 @@ from iclprobe.alignment.output.tables import (
     growth_verdict,
     main_pair,
     nice_float,
+    step_legend,
     where,
 )
 
@@ -318,7 +319,7 @@ def legend(result: AlignResult, views: Sequence[str]) -> list[str]:
     labels = {p.verdicts[i] for p in pairs for i, alive in enumerate(result.live) if alive}
     labels |= {v for v, alive in zip(result.verdict, result.live) if alive}
     used = [text for word, text in LEGEND.items() if any(v.startswith(word) for v in labels)]
-    views = [VIEWS[v] for v in dict.fromkeys(views) if v in VIEWS]
+    views = step_legend(result) + [VIEWS[v] for v in dict.fromkeys(views) if v in VIEWS]
     return ["; ".join(views) + "." if views else "", "; ".join(used) + "." if used else ""]
 
 

@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from iclprobe._text import aligned, wrap
+from iclprobe._text import aligned, grid_text, wrap
 from iclprobe.algorithms.base import REFERENCE_PAIR
 from iclprobe.alignment.comparison import Interval, PairVerdict, combined
 from iclprobe.alignment.measuring.matching import Fit
@@ -35,6 +35,14 @@ def _ci(iv: Interval, layer: int) -> str:
 def display_runs(result: AlignResult, k: int = 2) -> list[str]:
     """The step learners shown in the per-layer match table (the first ``k``)."""
     return result.step_runs[:k]
+
+
+def step_legend(result: AlignResult) -> list[str]:
+    """What the matched-step columns read: each learner at its protocol rule, on its grid."""
+    grids = [f"{run} {grid_text(next(iter(result.similarities[run].values())).steps)}"
+             for run in display_runs(result) if result.similarities.get(run)]
+    return [f"matched step = each learner at the protocol's step size, on its step grid "
+            f"({'; '.join(grids)}), not the answer's fitted column"] if grids else []
 
 
 def where(result: AlignResult, metric: str = "error_cosine") -> str:

@@ -245,7 +245,6 @@ def check_name(kind: str, name: Any) -> str:
     return name
 
 
-
 #: characters that would break a name or path out of its line of output: the C0 and C1
 #: controls (newline, tab, carriage return, escape, ...), DEL, and Unicode's line and
 #: paragraph separators

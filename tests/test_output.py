@@ -497,3 +497,18 @@ def test_models_side_by_side_fit_the_screen_in_blocks(shallow, deep):
     assert first == [[row[0], *row[1:4]] for row in body[:-1]]  # the same cells, 25 layers
     for name, fit in zip(names, body[-1][1:]):
         assert f"{name}: {fit}" in " ".join(map(str.strip, lines))
+
+
+def test_the_printed_intervals_name_the_confidence_asked(tmp_path):
+    # every interval the screen, the tables and the report's figure captions name was "95%"
+    # whatever --confidence said
+    from iclprobe import models
+    from iclprobe.alignment import align, write_report
+
+    res = align(models.load("ka-gd-oracle"), AlignConfig(n_sequences=32, n_boot=40,
+                                                         confidence=0.9, separation=False))
+    printed = screen(res) + text_table(res)
+    assert "90% interval" in printed and "95%" not in printed
+    assert "beyond the 90% interval" in screen(res)
+    report_md = write_report(tmp_path / "r", [res]).read_text()
+    assert "with its 90% interval" in report_md and "95% interval" not in report_md

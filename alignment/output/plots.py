@@ -16,6 +16,7 @@ import torch  # noqa: E402
 from iclprobe.alignment.measuring.matching import Match  # noqa: E402
 from iclprobe.alignment.measuring.similarities import Similarity  # noqa: E402
 from iclprobe.alignment.metrics import metric_info  # noqa: E402
+from iclprobe.alignment.output.tables import level  # noqa: E402
 
 LEARNER_STYLE = {"ols": ("black", "--"), "gd": ("tab:red", ":"), "newton": ("tab:blue", "-."),
                  "pgd": ("tab:orange", ":"), "cg": ("tab:green", "--"),
@@ -206,7 +207,7 @@ def learner_comparison(result: Any, metric: str, path: Path) -> Path:
     words = metric_info(metric).label
     left.set_xlabel("layer")
     left.set_ylabel(f"best {words} over steps")
-    left.set_title(f"{result.name}: learners' best {words} (95% CI)", fontsize=9)
+    left.set_title(f"{result.name}: learners' best {words} ({level(result)} CI)", fontsize=9)
     left.legend(fontsize=7)
     for i, pair in enumerate(comp.pairs):
         iv = pair.difference
@@ -220,7 +221,8 @@ def learner_comparison(result: Any, metric: str, path: Path) -> Path:
     right.axhline(0, color="gray", lw=0.8)
     right.set_xlabel("layer")
     right.set_ylabel("difference of best similarities")
-    right.set_title("Paired differences (95% CI; above 0: the first learner is closer)"
+    right.set_title(f"Paired differences ({level(result)} CI; above 0: the first learner is "
+                    "closer)"
                     if comp.pairs else "Paired differences: no learner pair among these",
                     fontsize=9)
     if comp.pairs:  # a legend of nothing warns

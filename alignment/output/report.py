@@ -53,16 +53,16 @@ GLOSSARY = """\
   cosine, ...) take † from the error cosine: their zero reference (a cosine with the zero
   vector is 0) says nothing of a layer.
 - **zero-pred. sim**: the similarity of the zero predictor with the matched step.
-- **learner table**: each learner's best similarity over its steps with a 95% bootstrap
-  interval over sequences (the best step re-picked in every replicate), and paired
-  differences A − B with intervals.
+- **learner table**: each learner's best similarity over its steps with a bootstrap
+  interval over sequences (95% unless `--confidence` says otherwise; the best step
+  re-picked in every replicate), and paired differences A − B with intervals.
 - **calibration**: "B ~ that A step" is the best similarity any step of B reaches with
   the A step matched at that layer. If B imitates the A step at least as well as the
   layer does, the metric cannot attribute the layer to A ("closer to A but within the
   learners' own resemblance"); "prefers A" needs both a difference above 0 beyond its
   interval and a layer closer to its A step than any B step is. "Computes nothing": the
   layer is not live — its normalized error is not below the zero predictor's beyond its
-  95% interval (the one liveness rule of every view); "computes, but no learner run
+  interval (the one liveness rule of every view); "computes, but no learner run
   matches it": the layer is live, yet none of the learners chosen matches it better than
   the zero predictor does.
 """

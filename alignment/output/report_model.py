@@ -134,7 +134,7 @@ def _metric_part(out: Path, res: AlignResult, folder: str, metric: str, figures:
     png = out / f"learners_{metric}.png"
     figures.add(png, partial(plots.learner_comparison, res, metric, png))
     md += [f"![learner comparison]({folder}/{png.name})", "",
-           "Left: each learner's best similarity per layer with its 95% interval; "
+           f"Left: each learner's best similarity per layer with its {T.level(res)} interval; "
            "right: the paired differences with intervals (0 = indistinguishable). "
            "Hollow markers: layers not above the zero predictor.", ""]
     panels = [(res.similarities[run][metric], res.matches[run][metric],

@@ -27,6 +27,7 @@ from iclprobe.alignment.output.tables import (
     MAIN_PAIR,
     display_runs,
     growth_verdict,
+    level,
     main_pair,
     nice_float,
     step_legend,
@@ -302,7 +303,7 @@ def sentences(result: AlignResult) -> list[str]:
     return out
 
 
-LEGEND = {"prefers": "prefers X = closer to X beyond the 95% interval, and than the other learner "
+LEGEND = {"prefers": "prefers X = closer to X beyond the {level} interval, and than the other learner "
           "comes to X",
           "leans": "leans X = closer to X, but within the learners' own resemblance",
           "indistinguishable": "indistinguishable = no difference beyond the interval"}
@@ -318,7 +319,8 @@ def legend(result: AlignResult, views: Sequence[str]) -> list[str]:
     pairs = [*result.fitted.values(), *(p for c in result.comparisons.values() for p in c.pairs)]
     labels = {p.verdicts[i] for p in pairs for i, alive in enumerate(result.live) if alive}
     labels |= {v for v, alive in zip(result.verdict, result.live) if alive}
-    used = [text for word, text in LEGEND.items() if any(v.startswith(word) for v in labels)]
+    used = [text.format(level=level(result)) for word, text in LEGEND.items()
+            if any(v.startswith(word) for v in labels)]
     views = step_legend(result) + [VIEWS[v] for v in dict.fromkeys(views) if v in VIEWS]
     return ["; ".join(views) + "." if views else "", "; ".join(used) + "." if used else ""]
 

@@ -37,6 +37,12 @@ def display_runs(result: AlignResult, k: int = 2) -> list[str]:
     return result.step_runs[:k]
 
 
+def level(result: AlignResult) -> str:
+    """The bootstrap intervals' confidence as printed ("95%": ``AlignConfig.confidence``)."""
+    conf = next((s.confidence for by in result.similarities.values() for s in by.values()), 0.95)
+    return f"{100 * conf:g}%"
+
+
 def step_legend(result: AlignResult) -> list[str]:
     """What the matched-step columns read: each learner at its protocol rule, on its grid."""
     grids = [f"{run} {grid_text(next(iter(result.similarities[run].values())).steps)}"
@@ -232,8 +238,9 @@ def text_table(result: AlignResult, metric: str = "error_cosine") -> str:
         return "\n".join(lines + wrap([f"no alignment: {result.meaningless}"]))
     lines += wrap([f"best step per layer ({dagger_legend(metric)})"])
     lines += aligned(*matched_rows(result, metric), narrow=True)
-    lines += ["", *wrap(["learner table: best similarity over steps ± half the 95% bootstrap "
-                         "interval, @ the best step; differences with their 95% intervals"])]
+    lines += ["", *wrap([f"learner table: best similarity over steps ± half the {level(result)} "
+                         f"bootstrap interval, @ the best step; differences with their "
+                         f"{level(result)} intervals"])]
     lines += aligned(*learner_rows(result, metric, compact=True), right=False, narrow=True)
     for pair in result.comparisons[metric].pairs:
         lines += ["", *wrap([f"calibration, {pair.a} vs {pair.b}: the learners' own "
@@ -305,7 +312,7 @@ def spectral_lines(result: AlignResult) -> list[str]:
     def show(x: float | None) -> str:
         return "—" if x is None else f"{x:.2f}"
 
-    header = ["layer", "order p", "interval" if spec.noisy_readings else "95% interval",
+    header = ["layer", "order p", "interval" if spec.noisy_readings else f"{level(result)} interval",
               *(f"{k}'s p" for k in spec.reference), "reads as"]
     body = [[str(i), show(p), f"[{show(lo)}, {show(hi)}]",
              *(show(v[i]) for v in spec.reference.values()), r]
@@ -317,8 +324,8 @@ def spectral_lines(result: AlignResult) -> list[str]:
              "Newton 2 at small steps), beside each learner's best fitted match; not a "
              "ground of the verdict"]
     if spec.noisy_readings:
-        title.append("(interval: the union of the 95% intervals of the layer and of it read with "
-                     "the probes' noise ±)")
+        title.append(f"(interval: the union of the {level(result)} intervals of the layer and of "
+                     "it read with the probes' noise ±)")
     return [*title, *aligned(header, body, right=False)] if body else [*title, "no live layer"]
 MAIN_PAIR = REFERENCE_PAIR  # the Newton-vs-GD views' pair, from its one home
 

@@ -28,7 +28,6 @@ from iclprobe._checks import ConfigError
 from iclprobe._finite import all_finite
 from iclprobe.algorithms.base import REFERENCE_PAIR
 from iclprobe.alignment.config import AlignConfig
-from iclprobe.alignment.measuring.bootstrap import few_resamples_note
 from iclprobe.alignment.metrics import metric_info, on_weights
 from iclprobe.alignment.protocols import Protocol, RunSpec
 from iclprobe.errors import InputError, NonFinite
@@ -131,10 +130,8 @@ def evaluation(cfg: AlignConfig, batch: RegressionBatch, name: str = "model",
     claimed = dict(claimed or {})
     window = aligned_window(cfg, positions, batch.xs.shape[1])
     runs = learner_runs(cfg, claimed, name)
-    weighed = [weight_rows] if weight_rows and any(on_weights(m) for m in cfg.metrics) else []
-    few = few_resamples_note(cfg.n_boot, cfg.confidence, min([batch.xs.shape[0], *weighed]))
     return Evaluation(name, cfg, batch, task, positions, window, runs, tuple(claimed),
-                      weight_rows, (*notes, *([few] if few else [])))
+                      weight_rows, tuple(notes))
 
 
 def check_evaluation(model: Regressor, task: RegressionTask, cfg: AlignConfig,

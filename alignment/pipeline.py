@@ -43,6 +43,7 @@ from iclprobe.alignment.evaluation import (
     model_evaluation,
 )
 from iclprobe.alignment.measuring import kept
+from iclprobe.alignment.measuring.bootstrap import few_resamples_note
 from iclprobe.alignment.measuring.candidates import measure_candidates
 from iclprobe.alignment.measuring.held import targets_for
 from iclprobe.alignment.measuring.layers import Layers, checked_layers, needs_probes, read_layers
@@ -135,6 +136,10 @@ def _stages(ev: Evaluation, layers: Layers, timings: Timings,
             probes_info: dict[str, Any] | None) -> AlignResult:
     """`run_stages`' work."""
     layers = checked_layers(ev, layers)
+    weighed = [ev.weight_rows] if ev.weight_rows and ev.weight_metrics else []
+    few = few_resamples_note(ev.cfg.n_boot, ev.cfg.confidence,
+                             min([ev.batch.xs.shape[0], *weighed]))
+    ev = dataclasses.replace(ev, notes=(*ev.notes, few)) if few else ev
     with timings.stage("learners"):
         learners = run_learners(ev, layers.n_layers)
     with timings.stage("similarities, bootstrap, matching"):

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from iclprobe import models, tasks
+from iclprobe.alignment import align
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.evaluation import evaluation, model_evaluation
 from iclprobe.alignment.measuring.candidates import measure_candidates
@@ -97,18 +98,18 @@ def test_a_models_evaluation_measures_weights_within_one_fold_and_says_so():
 
 
 
-def test_an_evaluation_says_when_its_resamples_are_too_few_for_its_intervals():
+def test_an_alignment_says_when_its_resamples_are_too_few_for_its_intervals():
     # the weight metrics' 16 sequences widen the 95% level: 72 resamples needed, not 39
     model = models.PQTransformer.from_matrices(A=[0.3 * torch.eye(3)])
-    task = tasks.RegressionTask(n_dims=3, n_points=9)
+    model.task = tasks.RegressionTask(n_dims=3, n_points=9)
     cfg = dataclasses.replace(CFG, n_sequences=64, n_weight_sequences=16)
     for n_boot, said in ((60, "over 16 sequences (they need 72)"), (72, None)):
-        ev = model_evaluation(model, task, dataclasses.replace(cfg, n_boot=n_boot), "pq")
-        few = [note for note in ev.notes if "bootstrap resamples are too few" in note]
+        res = align(model, dataclasses.replace(cfg, n_boot=n_boot))
+        few = [note for note in res.notes if "bootstrap resamples are too few" in note]
         assert (said in few[0]) if said else not few
     preds = dataclasses.replace(cfg, n_boot=60, metrics=("error_cosine",))
-    ev = model_evaluation(model, task, preds, "pq")
-    assert not any("too few" in note for note in ev.notes)  # 64 sequences need 40
+    assert not any("too few" in note for note in align(model, preds).notes)  # 64 need 40
+
 
 # ------------------------------------------------------------------ measuring
 def test_read_layers_reads_an_exact_model_and_its_induced_weights():

@@ -26,7 +26,7 @@ from iclprobe.alignment.output.drawing import Figures
 from iclprobe.alignment.output.report_model import csv_text, folder_names, markdown_table, model_section
 from iclprobe.alignment.output.tables import nice_float
 from iclprobe.atomic import atomic_directory, writing_here
-from iclprobe.errors import InputError
+from iclprobe.errors import InputError, InputTypeError
 from iclprobe.storage import write_text_atomic
 
 if TYPE_CHECKING:
@@ -121,9 +121,11 @@ def write_report(out: str | os.PathLike[str], results: Sequence[AlignResult],
 
 
 def _check_out_and_results(out: Any, results: Any) -> None:
-    """``out`` a path and ``results`` a sequence of `AlignResult` (the order swapped: named)."""
-    from iclprobe.alignment.result import AlignResult
+    """``out`` a path and ``results`` a sequence of `AlignResult` (the order swapped: named).
 
+    An AlignResult is known by the fields a report reads (output/ imports no result at run
+    time: its rooms lie below it).
+    """
     path = (str, os.PathLike)
     swapped = "; the folder comes first: write_report(out, results)" if isinstance(
         results, path) else ""
@@ -131,8 +133,9 @@ def _check_out_and_results(out: Any, results: Any) -> None:
     if isinstance(results, (str, bytes)) or not isinstance(results, Sequence):
         check_type("write_report", "results", results, list, "a list of AlignResult")
     for i, res in enumerate(results):
-        check_type("write_report", f"results[{i}]", res, AlignResult,
-                   "an AlignResult (one per model, from align or compare)")
+        if not all(hasattr(res, field) for field in ("name", "similarities", "answer", "live")):
+            raise InputTypeError(f"write_report: results[{i}] must be an AlignResult (one per "
+                                 f"model, from align or compare), got {type(res).__name__}")
 
 
 def _write_files(out: Path, results: Sequence[AlignResult], pq: Sequence[tuple[str, Any]],

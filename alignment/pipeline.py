@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from torch import Tensor
@@ -180,6 +180,9 @@ def compare(models: Sequence[Regressor], cfg: AlignConfig | None = None,
         eval_task: the data (default: ``evaluation_task(models[0], cfg)``).
     """
     cfg = cfg or AlignConfig()
+    if isinstance(models, (Mapping, str)) or not isinstance(models, Sequence):
+        raise InputTypeError(f"compare: models must be a list of models (names= names them), "
+                             f"got {type(models).__name__}")
     if not models:
         raise InputError("compare needs at least one model")
     names = list(names) if names is not None else [f"model{i}" for i in range(len(models))]

@@ -233,7 +233,7 @@ class HookedAdapter(TokenLayoutMixin, Regressor):
                 handle.remove()
         for layer, keep in enumerate(seen):
             if len(keep) != 1:
-                raise RuntimeError(
+                raise InputError(
                     f"residual hook {self._resid_names[layer]!r} (layer {layer}) ran "
                     f"{len(keep)} times in one forward pass of {type(self.model).__name__}; "
                     "each must run exactly once: name a hook or module on the path from the "

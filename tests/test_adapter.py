@@ -371,7 +371,7 @@ def test_bad_hooks_and_readouts_are_named_when_run():
         hooks.collect_residuals(wide, b.xs, b.ys)
     unused = HookedAdapter(garg, resid_hooks=[*HF_PATHS[:2], "_backbone.wte"], d_model=D_MODEL,
                            **sizes)
-    with pytest.raises(RuntimeError, match=r"'_backbone.wte' \(layer 2\) ran 0 times"):
+    with pytest.raises(ValueError, match=r"'_backbone.wte' \(layer 2\) ran 0 times"):
         hooks.collect_residuals(unused, b.xs, b.ys)
     probe_only = adapt_garg(garg, readout="probe")
     queries = torch.zeros(4, N_POINTS, 2, N_DIMS)
@@ -399,7 +399,7 @@ def test_a_module_run_twice_is_refused():
     adapted = HookedAdapter(Looped(), n_dims=N_DIMS, n_layers=1, d_model=D_MODEL,
                             inputs="interleaved", resid_hooks=["embed", "block"])
     b = small_batch()
-    with pytest.raises(RuntimeError, match=r"'block' \(layer 1\) ran 2 times in one forward"):
+    with pytest.raises(ValueError, match=r"'block' \(layer 1\) ran 2 times in one forward"):
         adapted(b.xs, b.ys)
 
 
@@ -421,3 +421,16 @@ def test_docs_examples_run(monkeypatch, tmp_path, capsys):
     monkeypatch.chdir(tmp_path)
     for i, code in enumerate(blocks):
         exec(compile(code, f"docs/adapters.md block {i}", "exec"), {"__name__": f"doc{i}"})
+
+
+def test_training_an_adapter_is_refused_before_any_step():
+    # it trained the wrapped module in place (and crashed with readout="probe"); only
+    # train(out=...) refused it
+    from iclprobe.training import TrainConfig, train
+
+    _, adapted = adapt_tiny()
+    before = [p.detach().clone() for p in adapted.parameters()]
+    with pytest.raises(TypeError, match="train: model must be a registered iclprobe model "
+                                        "family, got HookedAdapter.*train its module there"):
+        train(adapted, TASK, TrainConfig(steps=3))
+    assert all(torch.equal(a, b) for a, b in zip(before, adapted.parameters()))

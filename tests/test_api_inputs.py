@@ -558,3 +558,10 @@ def test_a_model_name_or_new_checkpoint_with_a_control_character_is_refused(bad,
                        training.TrainConfig(steps=1), out=tmp_path / bad, progress=False)
     assert list(tmp_path.iterdir()) == []
     model.save(tmp_path / "with space" / "é-model")  # ordinary characters
+
+
+def test_compare_names_a_dict_of_models():
+    # compare({"a": m, "b": m}) ended in KeyError: 0
+    model = models.PQTransformer.from_matrices(A=[0.3 * torch.eye(3)])
+    with pytest.raises(TypeError, match="compare: models must be a list of models .*got dict"):
+        alignment.compare({"a": model, "b": model})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+from typing import TYPE_CHECKING
 
 from iclprobe._checks import (
     ConfigError,
@@ -16,6 +17,9 @@ from iclprobe._checks import (
     option,
 )
 from iclprobe.models.config import ConfigMixin
+
+if TYPE_CHECKING:
+    from iclprobe.tasks import RegressionTask
 
 OPTIMIZERS = ("adam", "adamw", "sgd", "lbfgs")
 SCHEDULES = ("constant", "step", "cosine")
@@ -126,3 +130,23 @@ class TrainConfig(ConfigMixin):
         (d0, dinc), (p0, pinc) = self.curriculum_dims, self.curriculum_points
         return min(n_dims, d0 + grown * dinc), min(n_points, p0 + grown * pinc)
 
+
+def check_curriculum(cfg: TrainConfig, task: RegressionTask) -> None:
+    """Refuse a curriculum that starts beyond the task, naming the start that does.
+
+    Where both starts exceed the task, the one changed from its default is named (the flag
+    typed, in the CLI) and the other is mentioned: a small task makes a default too large.
+    """
+    over = [(field, start, size, what) for field, start, size, what in (
+        ("curriculum_dims", cfg.curriculum_dims[0], task.n_dims, "dimensions (n_dims)"),
+        ("curriculum_points", cfg.curriculum_points[0], task.n_points, "points (n_points)"))
+        if start > size]
+    if not over:
+        return
+    defaults = TrainConfig()
+    changed = [o for o in over if getattr(cfg, o[0]) != getattr(defaults, o[0])]
+    field, start, size, what = (changed or over)[0]
+    also = "".join(f"; {f} starts at {s}, beyond its {n} {w.split()[0]}, too"
+                   for f, s, n, w in over if f != field)
+    raise ConfigError("TrainConfig", field, f"TrainConfig.{field} starts at {start}, beyond "
+                      f"the task's {size} {what}{also}")

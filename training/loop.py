@@ -27,8 +27,9 @@ from iclprobe.algorithms.prefix import ols_predictions
 from iclprobe.errors import InputError, InputTypeError
 from iclprobe.models.base import Regressor, check_model, input_dtype
 from iclprobe.models.files import RUN_CHECKPOINT
+from iclprobe.models.registry import family_of
 from iclprobe.tasks import RegressionBatch, RegressionTask
-from iclprobe.training.config import TrainConfig
+from iclprobe.training.config import TrainConfig, check_curriculum
 from iclprobe.training.run_dir import (
     METRICS_FILE,
     RunBusyError,
@@ -85,30 +86,14 @@ def batch_for_step(task: RegressionTask, cfg: TrainConfig, step: int,
                            ws=torch.cat([p.ws for p in parts]), cov=cov)
 
 
-def _check_curriculum(cfg: TrainConfig, task: RegressionTask) -> None:
-    """Refuse a curriculum that starts beyond the task, naming the start that does.
-
-    Where both starts exceed the task, the one changed from its default is named (the flag
-    typed, in the CLI) and the other is mentioned: a small task makes a default too large.
-    """
-    over = [(field, start, size, what) for field, start, size, what in (
-        ("curriculum_dims", cfg.curriculum_dims[0], task.n_dims, "dimensions (n_dims)"),
-        ("curriculum_points", cfg.curriculum_points[0], task.n_points, "points (n_points)"))
-        if start > size]
-    if not over:
-        return
-    defaults = TrainConfig()
-    changed = [o for o in over if getattr(cfg, o[0]) != getattr(defaults, o[0])]
-    field, start, size, what = (changed or over)[0]
-    also = "".join(f"; {f} starts at {s}, beyond its {n} {w.split()[0]}, too"
-                   for f, s, n, w in over if f != field)
-    raise ConfigError("TrainConfig", field, f"TrainConfig.{field} starts at {start}, beyond "
-                      f"the task's {size} {what}{also}")
-
-
 def check_setup(model: Regressor, task: RegressionTask, cfg: TrainConfig) -> None:
     """Refuse a bad combination before any training starts, naming the field."""
     check_model(model)
+    try:
+        family_of(model)  # what train saves and resumes: an adapter's module is another's
+    except InputTypeError as err:
+        raise InputTypeError(f"train: {err}; an adapter (HookedAdapter) reads a model trained "
+                             "elsewhere: train its module there") from None
     if not isinstance(task, RegressionTask):
         raise InputTypeError(f"task must be a RegressionTask, got {type(task).__name__}")
     if not isinstance(cfg, TrainConfig):
@@ -124,7 +109,7 @@ def check_setup(model: Regressor, task: RegressionTask, cfg: TrainConfig) -> Non
         if not model.curriculum:
             raise ConfigError("TrainConfig", "curriculum_every", "TrainConfig.curriculum_every "
                               f"does not apply to {family}")
-        _check_curriculum(cfg, task)
+        check_curriculum(cfg, task)
     defaults = TrainConfig()
     for field in FAMILY_TRAIN_OPTIONS:
         if getattr(cfg, field) != getattr(defaults, field) and \

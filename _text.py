@@ -24,6 +24,11 @@ def wrap(lines: Sequence[str], indent: str = "  ", width: int = WIDTH) -> list[s
     return out
 
 
+def percent(confidence: float) -> str:
+    """A confidence level as printed: 0.95 -> "95%", 0.975 -> "97.5%"."""
+    return f"{100 * confidence:g}%"
+
+
 def grid_text(steps: Sequence[int]) -> str:
     """A step grid in few words: "0–24", "1, 2, 4, …, 4096", or the steps themselves."""
     if len(steps) > 2 and list(steps) == list(range(steps[0], steps[-1] + 1)):

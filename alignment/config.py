@@ -93,7 +93,8 @@ class AlignConfig:
                        choices=DATA_CHOICES)
     condition_number: float = option(100.0, "κ of the ill-conditioned evaluation data")
     n_boot: int = option(200, "bootstrap resamples of the sequences (a 95% interval needs "
-                         "40 over 512 sequences, 72 over 16: align notes fewer)")
+                         "40 over the 512 evaluation sequences, 72 over the 16 weight "
+                         "sequences; align notes when there are fewer)")
     confidence: float = option(0.95, "confidence level of the bootstrap intervals")
     separation: bool = option(True, "measure which views separate Newton from GD")
     fitted: bool = option(True, "match every candidate learner over its fitted family of "

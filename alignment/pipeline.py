@@ -132,14 +132,21 @@ def run_stages(ev: Evaluation, layers: Layers, timings: Timings,
         forget_kept()  # the batch's prefix statistics are not held once the result is out
 
 
+def _resample_notes(ev: Evaluation) -> list[str]:
+    """What bootstrap intervals are too few resamples for: the evaluation's, the weights'."""
+    groups = [("the", ev.batch.xs.shape[0], "--n-sequences")]
+    if ev.weight_rows and ev.weight_metrics:
+        groups.append(("the weight metrics'", ev.weight_rows, "--n-weight-sequences"))
+    notes = [few_resamples_note(ev.cfg.n_boot, ev.cfg.confidence, n, what, flag)
+             for what, n, flag in groups]
+    return [note for note in notes if note]
+
+
 def _stages(ev: Evaluation, layers: Layers, timings: Timings,
             probes_info: dict[str, Any] | None) -> AlignResult:
     """`run_stages`' work."""
     layers = checked_layers(ev, layers)
-    weighed = [ev.weight_rows] if ev.weight_rows and ev.weight_metrics else []
-    few = few_resamples_note(ev.cfg.n_boot, ev.cfg.confidence,
-                             min([ev.batch.xs.shape[0], *weighed]))
-    ev = dataclasses.replace(ev, notes=(*ev.notes, few)) if few else ev
+    ev = dataclasses.replace(ev, notes=(*ev.notes, *_resample_notes(ev)))
     with timings.stage("learners"):
         learners = run_learners(ev, layers.n_layers)
     with timings.stage("similarities, bootstrap, matching"):

@@ -125,9 +125,15 @@ def test_fewest_resamples_is_where_the_interval_stops_being_the_range(confidence
 
 
 def test_few_resamples_are_said_with_what_to_pass():
-    assert few_resamples_note(200, 0.95, 512) is None
-    note = few_resamples_note(20, 0.95, 16)
+    what = ("the weight metrics'", "--n-weight-sequences")
+    assert few_resamples_note(200, 0.95, 512, *what) is None
+    note = few_resamples_note(20, 0.95, 16, *what)
     assert note is not None and "they need 72" in note and "n_boot >= 72" in note
-    assert "95% intervals over 16 sequences" in note
-    tiny = few_resamples_note(200, 0.95, 3)  # millions needed: more sequences instead
-    assert tiny is not None and "more sequences" in tiny and "n_boot >=" not in tiny
+    assert "the weight metrics' 95% intervals over 16 sequences (--n-weight-sequences" in note
+    tiny = few_resamples_note(200, 0.95, 3, *what)  # millions needed: more sequences instead
+    assert tiny is not None and "more than 2000" in tiny and "n_boot >=" not in tiny
+    assert "more sequences need fewer resamples (--n-weight-sequences)" in tiny
+    # at 2 sequences and 99% the expanded level underflows to 0 (a ZeroDivisionError once)
+    assert fewest_resamples(0.99, 2) == 2001 and "more than 2000" in few_resamples_note(
+        200, 0.99, 2, *what)
+    assert "97.5% intervals" in few_resamples_note(20, 0.975, 512, "the", "--n-sequences")

@@ -97,13 +97,13 @@ def test_a_models_evaluation_measures_weights_within_one_fold_and_says_so():
     assert again.weight_rows == 16
 
 
-
 def test_an_alignment_says_when_its_resamples_are_too_few_for_its_intervals():
     # the weight metrics' 16 sequences widen the 95% level: 72 resamples needed, not 39
     model = models.PQTransformer.from_matrices(A=[0.3 * torch.eye(3)])
     model.task = tasks.RegressionTask(n_dims=3, n_points=9)
     cfg = dataclasses.replace(CFG, n_sequences=64, n_weight_sequences=16)
-    for n_boot, said in ((60, "over 16 sequences (they need 72)"), (72, None)):
+    for n_boot, said in ((60, "weight metrics' 95% intervals over 16 sequences "
+                               "(--n-weight-sequences; they need 72)"), (72, None)):
         res = align(model, dataclasses.replace(cfg, n_boot=n_boot))
         few = [note for note in res.notes if "bootstrap resamples are too few" in note]
         assert (said in few[0]) if said else not few

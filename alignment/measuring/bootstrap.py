@@ -29,6 +29,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from iclprobe._text import percent
+
 logger = logging.getLogger(__name__)
 
 
@@ -64,35 +66,43 @@ def levels(confidence: float, n: int) -> tuple[float, float]:
     return low, 1.0 - low
 
 
+#: beyond this many replicates `few_resamples_note` asks for more sequences, not resamples
+MOST_RESAMPLES_ASKED = 2000
+
+
 def fewest_resamples(confidence: float, n: int) -> int:
     """The fewest replicates B whose expanded percentile interval lies within them.
 
     Its lower end is the ``(B + 1)·α'/2``-th order statistic (`levels`, `quantiles`): below
     ``B = ⌈2/α'⌉ − 1`` it falls before the first, and the interval is the replicates' range,
-    narrower than asked and moving with B (39 plain at 95%; 72 at 16 sequences).
+    narrower than asked and moving with B (39 plain at 95%; 72 at 16 sequences). Past
+    `MOST_RESAMPLES_ASKED` (over a handful of sequences: 14,632,424 at 3 and 95%; at 2 and
+    99% α' underflows to 0) it returns ``MOST_RESAMPLES_ASKED + 1``: more than any asks.
     """
-    return max(math.ceil(1.0 / levels(confidence, n)[0] - 1e-9) - 1, 1)
+    low = levels(confidence, n)[0]
+    if low * (MOST_RESAMPLES_ASKED + 1) < 1.0:
+        return MOST_RESAMPLES_ASKED + 1
+    return max(math.ceil(1.0 / low - 1e-9) - 1, 1)
 
 
-#: beyond this many replicates `few_resamples_note` asks for more sequences, not resamples
-MOST_RESAMPLES_ASKED = 2000
-
-
-def few_resamples_note(n_boot: int, confidence: float, n: int) -> str | None:
+def few_resamples_note(n_boot: int, confidence: float, n: int, what: str, flag: str
+                       ) -> str | None:
     """A line for the result where ``n_boot`` replicates are too few (`fewest_resamples`).
 
-    Over a handful of sequences the expanded level is so small that no sensible B reaches
-    it (14,632,424 at 3 sequences and 95%): the line then asks for sequences.
+    ``what``: the intervals over those ``n`` sequences ("the weight metrics'"); ``flag``:
+    the option that sets ``n``. Over a handful of sequences no sensible B reaches the
+    expanded level: the line then asks for sequences.
     """
     fewest = fewest_resamples(confidence, n)
     if n_boot >= fewest:
         return None
-    level = f"{100 * confidence:g}%"
-    head = (f"n_boot={n_boot} bootstrap resamples are too few for {level} intervals over {n} "
-            f"sequences (they need {fewest}): each interval is the resamples' range, narrower "
-            f"than {level}")
+    level = percent(confidence)
+    need = f"more than {MOST_RESAMPLES_ASKED}" if fewest > MOST_RESAMPLES_ASKED else fewest
+    head = (f"n_boot={n_boot} bootstrap resamples are too few for {what} {level} intervals "
+            f"over {n} sequences ({flag}; they need {need}): each is the resamples' range, "
+            f"narrower than {level}")
     if fewest > MOST_RESAMPLES_ASKED:
-        return head + "; more sequences need fewer resamples"
+        return head + f"; more sequences need fewer resamples ({flag})"
     return head + f", and moves with n_boot; pass n_boot >= {fewest} (--n-boot)"
 
 

@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from iclprobe._text import aligned, grid_text, wrap
+from iclprobe._text import aligned, grid_text, percent, wrap
 from iclprobe.algorithms.base import REFERENCE_PAIR
 from iclprobe.alignment.comparison import Interval, PairVerdict, combined
 from iclprobe.alignment.measuring.matching import Fit
@@ -40,7 +40,7 @@ def display_runs(result: AlignResult, k: int = 2) -> list[str]:
 def level(result: AlignResult) -> str:
     """The bootstrap intervals' confidence as printed ("95%": ``AlignConfig.confidence``)."""
     conf = next((s.confidence for by in result.similarities.values() for s in by.values()), 0.95)
-    return f"{100 * conf:g}%"
+    return percent(conf)
 
 
 def step_legend(result: AlignResult) -> list[str]:

@@ -30,11 +30,21 @@ def percent(confidence: float) -> str:
 
 
 def grid_text(steps: Sequence[int]) -> str:
-    """A step grid in few words: "0–24", "1, 2, 4, …, 4096", or the steps themselves."""
-    if len(steps) > 2 and list(steps) == list(range(steps[0], steps[-1] + 1)):
+    """A step grid in few words: "0–24", "1, 2, 4, …, 4096", or its steps (their count past 6).
+
+    Only a run of consecutive steps or of doublings is abbreviated to its ends: any other
+    grid's gaps are its own ("0, 1, 2, …, 16 (9 steps)").
+    """
+    steps = list(steps)
+    if not steps:
+        return "none"
+    if len(steps) > 2 and steps == list(range(steps[0], steps[-1] + 1)):
         return f"{steps[0]}–{steps[-1]}"
-    if len(steps) > 4:
+    doubling = steps[0] > 0 and all(b == 2 * a for a, b in zip(steps, steps[1:]))
+    if len(steps) > 4 and doubling:
         return f"{', '.join(map(str, steps[:3]))}, …, {steps[-1]}"
+    if len(steps) > 6:
+        return f"{', '.join(map(str, steps[:3]))}, …, {steps[-1]} ({len(steps)} steps)"
     return ", ".join(map(str, steps))
 
 

@@ -187,9 +187,10 @@ def compare(models: Sequence[Regressor], cfg: AlignConfig | None = None,
         eval_task: the data (default: ``evaluation_task(models[0], cfg)``).
     """
     cfg = cfg or AlignConfig()
-    if isinstance(models, (Mapping, str)) or not isinstance(models, Sequence):
+    if isinstance(models, (Mapping, str)) or not hasattr(models, "__len__"):
         raise InputTypeError(f"compare: models must be a list of models (names= names them), "
                              f"got {type(models).__name__}")
+    models = list(models)  # a ModuleList too
     if not models:
         raise InputError("compare needs at least one model")
     names = list(names) if names is not None else [f"model{i}" for i in range(len(models))]

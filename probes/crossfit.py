@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from iclprobe._checks import is_int
-from iclprobe.errors import InputError
+from iclprobe.errors import InputError, NonFinite
 from iclprobe.models.base import Regressor
 from iclprobe.probes.inputs import check_axes, check_finite_inputs
 from iclprobe.probes.layer_probes import (
@@ -134,8 +134,11 @@ def cross_fit(model: Regressor, resid: Tensor, ys: Tensor, folds: int = 4, t_min
     if not isinstance(t_min, int) or not 0 <= t_min < n:
         raise InputError(f"t_min must be in [0, {n - 1}], got {t_min!r}")
     fitted = {"ys (the targets)": ys} if targets is None else {"ys": ys, "targets": targets}
-    check_finite_inputs(**{f"{name} at the positions t >= {t_min}": t[..., t_min:]
-                           for name, t in fitted.items()})  # the rows fitted and scored
+    try:  # the rows fitted and scored
+        check_finite_inputs(**{f"{name} at the positions t >= {t_min}": t[..., t_min:]
+                               for name, t in fitted.items()})
+    except InputError as err:  # as the probes' sums said it (the designed data read it)
+        raise NonFinite(str(err)) from None
     bounds = fold_bounds(batch, folds)
     fitted_on = batch - max(b - a for a, b in bounds)  # the fewest sequences a probe sees
     check_rows(fitted_on * (n - t_min), width, f"the other {folds - 1} of {folds} folds "

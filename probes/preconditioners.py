@@ -235,6 +235,9 @@ def analyze_preconditioners(model: PQTransformer, cov: Tensor | None = None,
         n_context = task.n_points - 1
     if prior is not None:
         check_choice(who, "prior", prior, PRIORS)
+    if w_cov is not None:  # checked where no optimum reads it too, as prior is
+        check_real(f"{who}: w_cov", w_cov, "[d, d]")
+        w_cov = _covariance(who, "w_cov", w_cov, d, f" (the model's n_dims is {d})")
     _check_layers(who, pre.A)
     dist_s, scale_s = distance(pre.A, torch.linalg.inv(cov))
     dist_i, scale_i = distance(pre.A, torch.eye(d, dtype=torch.float64))

@@ -430,7 +430,7 @@ def test_training_an_adapter_is_refused_before_any_step():
 
     _, adapted = adapt_tiny()
     before = [p.detach().clone() for p in adapted.parameters()]
-    with pytest.raises(TypeError, match="train: model must be a registered iclprobe model "
-                                        "family, got HookedAdapter.*train its module there"):
+    with pytest.raises(TypeError, match="train: model is a HookedAdapter, which reads a model "
+                                        "trained elsewhere.*train its module there"):
         train(adapted, TASK, TrainConfig(steps=3))
     assert all(torch.equal(a, b) for a, b in zip(before, adapted.parameters()))

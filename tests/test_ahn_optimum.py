@@ -134,3 +134,9 @@ def test_analysis_takes_a_named_rotated_prior_from_the_task_or_from_w_cov():
         probes.analyze_preconditioners(model, prior="rotated")
     given = probes.analyze_preconditioners(model, prior="rotated", w_cov=task.w_covariance)
     assert given.dist_to_optimum == pytest.approx(0.0, abs=1e-6)
+    deep = models.PQTransformer.from_matrices(A=[opt.float()] * 2)  # no optimum: still checked
+    deep.task = task
+    with pytest.raises(TypeError, match="w_cov"):
+        probes.analyze_preconditioners(deep, w_cov="x")
+    with pytest.raises(ValueError, match="w_cov"):
+        probes.analyze_preconditioners(deep, w_cov=-torch.eye(3, dtype=torch.float64))

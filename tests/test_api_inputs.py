@@ -11,6 +11,7 @@ from helpers import small_batch, tiny_gpt
 from iclprobe import algorithms, alignment, hooks, models, probes, tasks, training
 from iclprobe.algorithms.numerics import Diverged, finish
 from iclprobe.alignment import AlignConfig, align, align_layers, compare
+from iclprobe.errors import NonFinite
 
 
 def _data(scale_x: float = 1.0, scale_y: float = 1.0, n: int = 10):
@@ -150,7 +151,7 @@ def test_cross_fit_names_ys_not_the_residuals_for_targets_it_cannot_fit(column, 
     resid = hooks.collect_residuals(model, batch.xs, batch.ys).double()
     ys = batch.ys.double().clone()
     ys[2, column] = value
-    with pytest.raises(ValueError, match=says):
+    with pytest.raises(NonFinite, match=says):  # what the designed evaluation catches
         probes.cross_fit(model, resid, ys, t_min=1)
     ys = batch.ys.double().clone()
     ys[2, 0] = value  # before t_min: neither fitted nor scored
@@ -565,3 +566,8 @@ def test_compare_names_a_dict_of_models():
     model = models.PQTransformer.from_matrices(A=[0.3 * torch.eye(3)])
     with pytest.raises(TypeError, match="compare: models must be a list of models .*got dict"):
         alignment.compare({"a": model, "b": model})
+    cfg = alignment.AlignConfig(n_sequences=32, n_boot=10, metrics=("error_cosine",),
+                                fitted=False, separation=False)
+    model.task = tasks.RegressionTask(n_dims=3, n_points=6)
+    both = alignment.compare(torch.nn.ModuleList([model, model]), cfg, names=["a", "b"])
+    assert [r.name for r in both] == ["a", "b"]  # a ModuleList is a list of models

@@ -120,6 +120,9 @@ def test_a_step_grid_reads_in_few_words():
     assert grid_text(list(range(25))) == "0–24"
     assert grid_text([2 ** k for k in range(13)]) == "1, 2, 4, …, 4096"
     assert grid_text([1, 3, 5]) == "1, 3, 5"
+    assert grid_text([0, 1, 2, 3, 4, 6, 8, 11, 16]) == "0, 1, 2, …, 16 (9 steps)"  # not a run
+    assert grid_text([0, 1, 2, 3, 5]) == "0, 1, 2, 3, 5"
+    assert grid_text([7]) == "7" and grid_text([0, 1]) == "0, 1"
 
 
 def test_the_legend_says_the_matched_steps_are_on_the_protocols_grid():

@@ -25,9 +25,9 @@ from iclprobe._checks import ConfigError, check_bool, check_one_line, check_type
 from iclprobe._finite import all_finite
 from iclprobe.algorithms.prefix import ols_predictions
 from iclprobe.errors import InputError, InputTypeError
+from iclprobe.models.adapter import HookedAdapter
 from iclprobe.models.base import Regressor, check_model, input_dtype
 from iclprobe.models.files import RUN_CHECKPOINT
-from iclprobe.models.registry import family_of
 from iclprobe.tasks import RegressionBatch, RegressionTask
 from iclprobe.training.config import TrainConfig, check_curriculum
 from iclprobe.training.run_dir import (
@@ -89,11 +89,10 @@ def batch_for_step(task: RegressionTask, cfg: TrainConfig, step: int,
 def check_setup(model: Regressor, task: RegressionTask, cfg: TrainConfig) -> None:
     """Refuse a bad combination before any training starts, naming the field."""
     check_model(model)
-    try:
-        family_of(model)  # what train saves and resumes: an adapter's module is another's
-    except InputTypeError as err:
-        raise InputTypeError(f"train: {err}; an adapter (HookedAdapter) reads a model trained "
-                             "elsewhere: train its module there") from None
+    if isinstance(model, HookedAdapter):  # it reads a model trained elsewhere
+        raise InputTypeError("train: model is a HookedAdapter, which reads a model trained "
+                             "elsewhere and is not an iclprobe model family: train its module "
+                             "there")
     if not isinstance(task, RegressionTask):
         raise InputTypeError(f"task must be a RegressionTask, got {type(task).__name__}")
     if not isinstance(cfg, TrainConfig):

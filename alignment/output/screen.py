@@ -4,12 +4,11 @@ A short header (model, protocol, data, window, readout); per live layer the matc
 of the main learners and the verdicts — the fitted view's first (Newton and GD with their
 step sizes fitted: the view with the fewest false attributions on the known-answer
 benchmark), the protocol's beside it where the width allows; the layers that compute
-nothing in one row; one sentence per learner pair; the step-growth fits.
-
-At most `MAX_LINES` lines of at most `WIDTH` columns for a model of up to `MAX_ROWS` live
-layers. A deeper model collapses runs of consecutive layers with the same verdicts into
-one row ("5–11", steps shown first–last). The full tables are `tables.text_table`'s
-(``--verbose``).
+nothing in one row; one sentence per learner pair; the step-growth fits. At most
+`MAX_LINES` lines of at most `WIDTH` columns for a model of up to `MAX_ROWS` live layers:
+a deeper model collapses runs of consecutive layers with the same verdicts into one row
+("5–11", steps shown first–last); the legends and fits are dropped where they do not fit.
+The full tables are `tables.text_table`'s (``--verbose``).
 """
 
 from __future__ import annotations
@@ -321,7 +320,7 @@ def legend(result: AlignResult, views: Sequence[str]) -> list[str]:
     labels |= {v for v, alive in zip(result.verdict, result.live) if alive}
     used = [text.format(level=level(result)) for word, text in LEGEND.items()
             if any(v.startswith(word) for v in labels)]
-    views = step_legend(result) + [VIEWS[v] for v in dict.fromkeys(views) if v in VIEWS]
+    views = [VIEWS[v] for v in dict.fromkeys(views) if v in VIEWS]
     return ["; ".join(views) + "." if views else "", "; ".join(used) + "." if used else ""]
 
 
@@ -377,12 +376,13 @@ def screen(result: AlignResult, reserve: int = 0) -> str:
     metrics = list(result.comparisons)
     table, columns = layer_table(result)
     parts = {"table": table, "legend": wrap(legend(result, [c.view for c in columns])),
+             "steps": wrap([f"{line}." for line in step_legend(result)]),
              "sentences": wrap(sentences(result)),
              "growth": wrap(growth(result, metrics[0])) if metrics else [],
              "growth_more": wrap([g for m in metrics[1:] for g in growth(result, m)]),
              "notes": wrap([f"note: {n}" for n in result.notes])}
-    for drop in ("growth_more", "legend", "notes", "growth", None):
-        paragraphs = [parts["table"], parts["legend"] + parts["sentences"],
+    for drop in ("growth_more", "steps", "legend", "notes", "growth", None):
+        paragraphs = [parts["table"], parts["steps"] + parts["legend"] + parts["sentences"],
                       parts["growth"] + parts["growth_more"] + parts["notes"]]
         lines = head + [x for p in paragraphs if p for x in ["", *p]] + ["", more]
         if len(lines) <= limit or drop is None:

@@ -63,7 +63,8 @@ def aligned(header: Sequence[str], body: Sequence[Sequence[str]], right: bool = 
     if narrow:
         words = _capped([max([len(w) for w in h.split()] + [len(row[i]) for row in rows[1:]],
                              default=0) for i, h in enumerate(header)])
-        widths = min(widths, words, key=lambda w: len(_blocks(w)))  # natural on a tie
+        if len(_blocks(words)) < len(_blocks(widths)):  # natural on a tie
+            widths = _widened(words, widths)
     pad = str.rjust if right else str.ljust
     lines: list[str] = []
     for cols in _blocks(widths) or [[]]:
@@ -82,6 +83,23 @@ def _capped(widths: list[int]) -> list[int]:
     """Column widths, each after the first within the room beside the first."""
     room = max(WIDTH - widths[0] - 2, 10) if widths else WIDTH
     return widths[:1] + [min(w, room) for w in widths[1:]]
+
+
+def _widened(narrow: list[int], natural: list[int]) -> list[int]:
+    """``narrow``'s widths with each block's spare room given back.
+
+    A column at a time to the one furthest from its natural width, so that the headings
+    share the room and stand as few lines tall as it allows.
+    """
+    out = list(narrow)
+    for block in _blocks(narrow):
+        spare = WIDTH - sum(narrow[i] + 2 for i in [0, *block]) + 2
+        while spare > 0:
+            short = max(block, key=lambda i: natural[i] - out[i])
+            if natural[short] <= out[short]:
+                break
+            out[short], spare = out[short] + 1, spare - 1
+    return out
 
 
 def _blocks(widths: Sequence[int]) -> list[list[int]]:

@@ -133,3 +133,12 @@ def test_the_legend_says_the_matched_steps_are_on_the_protocols_grid():
     assert T.step_legend(res) == [
         "matched step = each learner at the protocol's step size, on its step grid (newton "
         "0–24; gd 1, 2, 4, …, 4096), not the answer's fitted column"]
+
+
+def test_a_narrowed_table_gives_its_spare_room_back_to_its_headings():
+    # narrowed to its longest words, three 39-character headings stood 20 lines tall with
+    # most of the width unused
+    header = ["layer", *(f"{c} " * 19 + c for c in "hgk")]
+    lines = aligned(header, [["0", "0.1", "0.2", "0.3"]], narrow=True)
+    assert max(map(len, lines)) <= WIDTH
+    assert len(lines) <= 3  # the headings in two lines, one row

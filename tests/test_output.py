@@ -499,16 +499,26 @@ def test_models_side_by_side_fit_the_screen_in_blocks(shallow, deep):
         assert f"{name}: {fit}" in " ".join(map(str.strip, lines))
 
 
-def test_the_printed_intervals_name_the_confidence_asked(tmp_path):
-    # every interval the screen, the tables and the report's figure captions name was "95%"
-    # whatever --confidence said
+def _aligned_at_90():
     from iclprobe import models
-    from iclprobe.alignment import align, write_report
+    from iclprobe.alignment import align
 
-    res = align(models.load("ka-gd-oracle"), AlignConfig(n_sequences=32, n_boot=40,
-                                                         confidence=0.9, separation=False))
+    return align(models.load("ka-gd-oracle"), AlignConfig(n_sequences=32, n_boot=40,
+                                                          confidence=0.9, separation=False,
+                                                          fitted=False))
+
+
+def test_the_printed_intervals_name_the_confidence_asked():
+    # every interval the screen and the tables name was "95%" whatever --confidence said
+    res = _aligned_at_90()
     printed = screen(res) + text_table(res)
     assert "90% interval" in printed and "95%" not in printed
     assert "beyond the 90% interval" in screen(res)
-    report_md = write_report(tmp_path / "r", [res]).read_text()
+
+
+@pytest.mark.slow
+def test_the_reports_captions_name_the_confidence_asked(tmp_path):
+    from iclprobe.alignment import write_report
+
+    report_md = write_report(tmp_path / "r", [_aligned_at_90()]).read_text()
     assert "with its 90% interval" in report_md and "95% interval" not in report_md

@@ -129,7 +129,7 @@ def test_the_legend_says_the_matched_steps_are_on_the_protocols_grid():
     # ka-gd-oracle's layers 6-8 run GD for 18, 21, 24 steps: the matched-step column reads
     # 16 and 32 (the protocol's grid) beside the answer's fitted "step 20", "step 25"
     res = align(models.load("ka-gd-oracle"), AlignConfig(n_sequences=32, n_boot=10,
-                                                         separation=False))
+                                                         separation=False, fitted=False))
     assert T.step_legend(res) == [
         "matched step = each learner at the protocol's step size, on its step grid (newton "
         "0–24; gd 1, 2, 4, …, 4096), not the answer's fitted column"]

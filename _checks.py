@@ -257,12 +257,12 @@ def check_one_line(who: str, name: str, value: Any) -> Any:
     Model names and the paths of checkpoints and runs are printed on one line (the CLI's
     messages, tables, report headings): a newline or tab in one would break it. Spaces,
     slashes and every other printable character pass; a value of another type is left to
-    the caller's type check.
+    the caller's type check. ``who`` "" (the CLI's flags): the message without a prefix.
     """
     text = os.fspath(value) if isinstance(value, os.PathLike) else value
     found = CONTROL.search(text) if isinstance(text, str) else None
     if found:
-        raise InputError(f"{who}: {name} must not hold a control character such as a newline "
-                         f"or tab (it is printed on one line), got {value!r}, which holds "
-                         f"{found.group()!r}")
+        raise InputError(f"{who + ': ' if who else ''}{name} must not hold a control character "
+                         f"such as a newline or tab (it is printed on one line), got {value!r}, "
+                         f"which holds {found.group()!r}")
     return value

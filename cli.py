@@ -157,14 +157,13 @@ def _out_path(text: str) -> str:
 
 def _one_line(text: str) -> str:
     """A path or name without a control character: the CLI prints it on one line."""
-    from iclprobe._checks import CONTROL  # torch-free
+    from iclprobe._checks import check_one_line  # torch-free
+    from iclprobe.errors import InputError
 
-    found = CONTROL.search(text)
-    if found:
-        raise argparse.ArgumentTypeError(f"expected a path or name without control characters "
-                                         f"such as a newline or tab (it is printed on one line), "
-                                         f"got {text!r}, which holds {found.group()!r}")
-    return text
+    try:
+        return str(check_one_line("", "a path or name", text))
+    except InputError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _seed(text: str) -> int:

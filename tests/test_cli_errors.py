@@ -310,6 +310,6 @@ def test_a_path_with_a_control_character_is_one_usage_line(argv, tmp_path, check
         main(argv)
     assert err.value.code == 2
     one_line_error(capsys, f"iclprobe {argv[0]}: error: argument ",
-                   "expected a path or name without control characters such as a newline or "
+                   "a path or name must not hold a control character such as a newline or "
                    "tab (it is printed on one line), got ")
     assert not (tmp_path / "new\nrun").exists()

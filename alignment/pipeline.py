@@ -32,7 +32,7 @@ from torch import Tensor
 from iclprobe import probes
 from iclprobe._checks import check_choice, check_int, check_one_line, check_type
 from iclprobe.algorithms.base import REFERENCE_PAIR
-from iclprobe.algorithms.prefix import forget_kept
+from iclprobe.algorithms.prefix import check_real, forget_kept
 from iclprobe.alignment.comparison import PairVerdict
 from iclprobe.alignment.config import AlignConfig
 from iclprobe.alignment.evaluation import (
@@ -244,6 +244,35 @@ def _check_layers_arguments(layer_preds: Any, batch: RegressionBatch, name: Any,
                              f"{batch.xs.shape[1]}: pass the task the batch was drawn from")
 
 
+def _check_readings(layer_preds: Tensor, layer_weights: Any, readout_noise: Any) -> None:
+    """`align_layers`' induced weights and readout noise: real tensors of the readings' shapes.
+
+    The noise's finiteness is checked with the readings' (`checked_layers`: in the window).
+    """
+    who = "align_layers"
+    if layer_weights is not None:
+        check_real(f"{who}: layer_weights", layer_weights, "[L+1, B', n, d] (or None)")
+    if readout_noise is None:
+        return
+    if not isinstance(readout_noise, tuple) or len(readout_noise) != 2:
+        size = f" of {len(readout_noise)}" if isinstance(readout_noise, Sequence) else ""
+        raise InputTypeError(f"{who}: readout_noise must be a pair (the noise in layer_preds, "
+                             f"the noise in layer_weights or None), got a "
+                             f"{type(readout_noise).__name__}{size}")
+    pairs = [("readout_noise[0]", readout_noise[0], "layer_preds", layer_preds)]
+    if readout_noise[1] is not None and layer_weights is None:
+        raise InputError(f"{who}: readout_noise[1] is the noise in layer_weights, which is None: "
+                         f"give None for it")
+    if readout_noise[1] is not None:
+        pairs.append(("readout_noise[1]", readout_noise[1], "layer_weights", layer_weights))
+    for what, noise, of, readings in pairs:
+        check_real(f"{who}: {what}", noise, f"of {of}'s shape")
+        shape = tuple(readings.shape)
+        if noise.shape != shape:
+            raise InputError(f"{who}: {what} is the noise in {of} and must have its shape "
+                             f"{shape}, got {tuple(noise.shape)}")
+
+
 def _other_task(model: Regressor, task: RegressionTask) -> list[str]:
     """A note where `compare` aligns ``model`` on data other than its own task's."""
     own = getattr(model, "task", None)
@@ -287,6 +316,7 @@ def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig |
     """
     check_choice("align_layers", "positions", positions, ("all", "last"))
     _check_layers_arguments(layer_preds, batch, name, extra_runs, notes, task)
+    _check_readings(layer_preds, layer_weights, readout_noise)
     if probe_t_min is not None:
         check_int("align_layers", "probe_t_min", probe_t_min, 0, batch.xs.shape[1])
     rows = layer_weights.shape[1] if layer_weights is not None else 0

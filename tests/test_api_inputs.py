@@ -4,6 +4,8 @@ Each case was found by calling the function as a user might (a review of the API
 inputs); before, each crashed deep inside torch, returned NaN/Inf, or kept going wrongly.
 """
 
+import math
+
 import pytest
 import torch
 from helpers import small_batch, tiny_gpt
@@ -453,6 +455,34 @@ def test_align_layers_checks_what_its_result_records(kw, says):
     preds = batch.ys.expand(2, -1, -1) * 0.5
     with pytest.raises((ValueError, TypeError), match=says):
         align_layers(preds, batch, AlignConfig(n_boot=10, separation=False), **kw)
+
+
+_PREDS = torch.zeros(2, 16, 8)
+
+
+@pytest.mark.parametrize("kw, says", [
+    ({"readout_noise": (torch.full_like(_PREDS, math.nan), None)},
+     r"align: the draws of the readout noise in the layer predictions are not finite"),
+    ({"readout_noise": (torch.zeros(2, 2), None)},
+     r"align_layers: readout_noise\[0\] is the noise in layer_preds and must have its shape "
+     r"\(2, 16, 8\), got \(2, 2\)"),
+    ({"readout_noise": [torch.zeros_like(_PREDS), None]},
+     r"align_layers: readout_noise must be a pair .* got a list of 2"),
+    ({"readout_noise": (torch.zeros_like(_PREDS), torch.zeros(3))},
+     r"readout_noise\[1\] is the noise in layer_weights, which is None: give None for it"),
+    ({"readout_noise": (torch.zeros_like(_PREDS).numpy(), None)},
+     r"align_layers: readout_noise\[0\] must be a torch tensor"),
+    ({"layer_weights": torch.zeros(2, 4, 8, 3).numpy()},
+     r"align_layers: layer_weights must be a torch tensor"),
+])
+def test_align_layers_checks_the_readout_noise_and_weights(kw, says):
+    """NaN noise was set to 0 (the result equal to a noise-free one's), noise of another
+    shape ended in torch's broadcasting error, numpy weights in an AttributeError."""
+    batch = tasks.RegressionTask(n_dims=3, n_points=8).sample(16, generator=0)
+    preds = batch.ys.expand(2, -1, -1) * 0.5
+    cfg = AlignConfig(n_boot=10, separation=False, metrics=("error_cosine",))
+    with pytest.raises((ValueError, TypeError), match=says):
+        align_layers(preds, batch, cfg, **kw)
 
 
 @pytest.mark.parametrize("device, says", [

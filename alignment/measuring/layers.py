@@ -156,6 +156,12 @@ def checked_layers(ev: Evaluation, layers: Layers) -> Layers:
         refuse_nonfinite("induced weights of the layers", weights[..., t_lo:t_hi + 1, :])
         weights = torch.nan_to_num(weights.double(), nan=0.0, posinf=0.0,
                                    neginf=0.0)  # non-finite only outside the window
+    for what, v in (("draws of the readout noise in the layer predictions", layers.noise),
+                    ("draws of the readout noise in the induced weights", layers.weight_noise),
+                    ("further draws of the readout noise", layers.more_noise)):
+        if v is not None:
+            refuse_nonfinite(what, v[..., t_lo:t_hi + 1, :] if v is layers.weight_noise
+                             else v[..., t_lo:t_hi + 1])
     noise, weight_noise, draws = (
         None if v is None else torch.nan_to_num(v.double(), 0.0, 0.0, 0.0)
         for v in (layers.noise, layers.weight_noise, layers.more_noise))  # as the readings

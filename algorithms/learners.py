@@ -243,9 +243,10 @@ def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     ``w_k = M_k Xᵀy`` (step k ↔ M_k). In S's eigenbasis ``m_{k+1} = m_k (2 − λ m_k)`` and
     ``1 − λ m_{k+1} = (1 − λ m_k)²``: ``λ m_k = 1 − (1 − α λ²)^(2^k)``, computed in closed
     form like GD's (one exponential per step count). It converges iff ``0 < α λ_max² < 2``.
-    ``alpha``: "frobenius" = 1/‖SSᵀ‖_F (the default), "2/frobenius" = 2/‖SSᵀ‖_F (what Fu
-    et al.'s evaluation code uses), "spectral" = 1/‖SSᵀ‖₂, a number, or a tensor ``[pos]``
-    of one α_t per prefix t (e.g. a/t², what a linear-attention Newton network computes;
+    ``alpha``: "frobenius" = 1/‖SSᵀ‖_F (the default, and what Fu et al.'s evaluation code
+    uses), "2/frobenius" = 2/‖SSᵀ‖_F (their first commit's), "spectral" = 1/‖SSᵀ‖₂, a
+    number, or a tensor ``[pos]`` of one α_t per prefix t (e.g. a/t², what a
+    linear-attention Newton network computes;
     ``hyper["alpha"]`` then holds the list; 0 at a prefix: no step there);
     ``alpha_scale`` multiplies any of them (``alpha="frobenius", alpha_scale=0.5``:
     0.5/‖SSᵀ‖_F). The paper's own

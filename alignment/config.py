@@ -40,7 +40,7 @@ class AlignConfig:
 
     protocol: str = option("iclprobe", "the alignment choices: iclprobe (per-prefix step "
                            "sizes, t >= 1) or fu2024 (Fu et al.'s evaluation code: GD step 0.01 "
-                           "on the summed loss, Newton alpha 2/||SS^T||_F, t >= 0)")
+                           "on the summed loss, Newton alpha 1/||SS^T||_F, t >= 0)")
     algorithms: tuple[str, ...] | None = option(
         None, "comma-separated learners to consider (default: every registered learner, "
         "newton,gd,online_gd,pgd,cg,ols,ridge,momentum,gd_plus_plus, and the model family's "

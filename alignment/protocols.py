@@ -10,9 +10,11 @@ best step is picked. Every result records the protocol that made it.
   context, every learner predicts 0 there).
 - ``fu2024``: Fu et al. 2024's evaluation code (``eval_similarity.py`` and the learners of
   their ``models.py``): GD with a fixed step 0.01 on the summed loss, 2⁰…2¹² steps;
-  Newton–Schulz with α = 2/‖SSᵀ‖_F and steps 1…23; online GD as one pass from a
-  uniform U[0, 1)^d start with step sizes 0.01…0.05; the error cosine over every position,
-  t = 0 included; the best step is the first maximum (no tie tolerance).
+  Newton–Schulz with α = 1/‖SSᵀ‖_F (their ``newton_inv`` since the commit after their first,
+  which had 2/‖SSᵀ‖_F) and steps 1…23; online GD as one pass from a uniform U[0, 1)^d start
+  (their learner; its step sizes 0.01…0.05 are ours: their script never runs it); the error
+  cosine over every position, t = 0 included; the best step is the first maximum (no tie
+  tolerance).
 """
 
 from __future__ import annotations
@@ -149,10 +151,10 @@ ICLPROBE = Protocol(
 FU2024 = Protocol(
     name="fu2024",
     summary="Fu et al. 2024's eval code: GD step 0.01 on the summed loss, Newton α = "
-            "2/‖SSᵀ‖_F with steps 1..23, online GD one pass from U[0,1)^d with steps "
-            "0.01..0.05, error cosine over t = 0..n-1, first maximum",
+            "1/‖SSᵀ‖_F with steps 1..23, online GD one pass from U[0,1)^d (steps 0.01..0.05: "
+            "ours), error cosine over t = 0..n-1, first maximum",
     explicit_runs={
-        "newton": RunSpec("newton", "Newton", tuple(range(1, 24)), {"alpha": "2/frobenius"},
+        "newton": RunSpec("newton", "Newton", tuple(range(1, 24)), {"alpha": "frobenius"},
                           compare_with=("gd", "online_gd")),
         "gd": RunSpec("gd", "GD", GD_LOG_GRID, {"lr": 0.01, "normalize": False}),
         "online_gd": RunSpec("online_gd", "online GD", (1,), {"init": "uniform"},

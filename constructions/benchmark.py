@@ -213,8 +213,7 @@ def _oracle_hyper(truth: str, protocol: str, m: float) -> dict[str, Any]:
     if truth == "gd":
         return {"lr": "max", "normalize": True, "lr_scale": m} if protocol == "iclprobe" \
             else {"lr": 0.01 * m, "normalize": False}
-    return {"alpha": "frobenius" if protocol == "iclprobe" else "2/frobenius",
-            "alpha_scale": m}
+    return {"alpha": "frobenius", "alpha_scale": m}  # both protocols' α: 1/‖SSᵀ‖_F
 
 
 def diverges(truth: str, hyper: dict[str, Any], xs: torch.Tensor, t_min: int) -> bool:

@@ -17,15 +17,19 @@ from iclprobe.alignment.pipeline import AlignConfig, align_layers
 from iclprobe.alignment.protocols import FU2024, PROTOCOLS, get_protocol
 
 
-def fu_newton(xs, ys, n_steps):
-    """Their Newton: M_0 = (2/‖AAᵀ‖_F) Aᵀ with A = XᵀX, n_steps of M <- M(2I − AM)."""
+def fu_newton(xs, ys, n_steps, numerator=1.0):
+    """Their Newton: M_0 = (1/‖AAᵀ‖_F) Aᵀ with A = XᵀX, n_steps of M <- M(2I − AM).
+
+    ``newton_inv`` in their ``src/models.py`` from the commit after their first (52376dd)
+    on; the first (32b1021) started from 2/‖AAᵀ‖_F (``numerator=2``).
+    """
     b, n, d = xs.shape
     out = np.zeros((b, n))
     for i in range(1, n):
         for s in range(b):
             x, y = xs[s, :i], ys[s, :i]
             a = x.T @ x
-            inv = 2 / np.linalg.norm(a @ a.T) * a.T
+            inv = numerator / np.linalg.norm(a @ a.T) * a.T
             for _ in range(n_steps):
                 inv = inv @ (2 * np.eye(d) - a @ inv)
             out[s, i] = xs[s, i] @ (inv @ (x.T @ y))
@@ -130,12 +134,18 @@ def test_protocols_are_recorded_and_listed():
     assert d["runs"]["gd"]["hyper"] == {"lr": "max", "normalize": True} and d["t_min"] == 1
 
 
-def test_newton_alpha_two_over_frobenius_is_their_scaling():
+@pytest.mark.parametrize("alpha, numerator", [("frobenius", 1.0), ("2/frobenius", 2.0)])
+def test_newton_alpha_is_their_scaling(alpha, numerator):
+    """1/‖SSᵀ‖_F is their code's (and fu2024's); 2/‖SSᵀ‖_F their first commit's, which at
+    rank-1 prefixes (t = 1) sits on the divergence boundary: every step predicts 0 there."""
     b = tasks.RegressionTask(n_dims=3, n_points=7).sample(5, generator=1)
     xs, ys = b.xs.double(), b.ys.double()
-    ours = algorithms.newton(xs, ys, steps=[1, 4], alpha="2/frobenius").preds.numpy()
+    ours = algorithms.newton(xs, ys, steps=[1, 4], alpha=alpha).preds.numpy()
     for i, k in enumerate([1, 4]):
-        np.testing.assert_allclose(ours[i], fu_newton(xs.numpy(), ys.numpy(), k), atol=1e-10)
+        np.testing.assert_allclose(ours[i], fu_newton(xs.numpy(), ys.numpy(), k, numerator),
+                                   atol=1e-10)
+    assert FU2024.runs["newton"].hyper == {"alpha": "frobenius"}
+    assert (np.abs(ours[:, :, 1]) > 1e-3).all() != (numerator == 2.0)
     with pytest.raises(ValueError, match="alpha must be one of"):
         algorithms.newton(xs, ys, steps=[1], alpha="paper")
 

@@ -3,12 +3,14 @@ import io
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 
 from iclprobe import algorithms, alignment
 from iclprobe.algorithms import Iterates
 from iclprobe.alignment import Similarity
+from iclprobe.alignment.measuring.matching import GRID_BENDS, growth_verdict, on_grid
 
 
 def test_error_cosine_by_hand():
@@ -107,6 +109,47 @@ def test_match_steps_finds_a_planted_linear_trend_and_ties():
                                live=[True] * 5)
     assert gd.best_step == [1, 2, 4, 8, 16] and gd.fit.log2
     assert gd.fit.slope == pytest.approx(1.0) and gd.fit.r2 == pytest.approx(1.0)
+
+
+def _matched_on(grid, best):
+    """A table over ``grid`` whose layer l is best at step ``best[l]`` (layer 0 dead)."""
+    values = torch.full((len(best), len(grid)), 0.5)
+    for layer, step in enumerate(best):
+        values[layer, grid.index(step)] = 0.99
+    return alignment.match_steps(planted(values.tolist(), learner="gd"), grid,
+                                 live=[False] + [True] * (len(best) - 1))
+
+
+def _r2(x, y):
+    """R² of numpy's least-squares line."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    return 1 - ((y - np.polyval(np.polyfit(x, y, 1), x)) ** 2).sum() / ((y - y.mean()) ** 2).sum()
+
+
+def test_a_doubling_grid_does_not_turn_a_linear_growth_exponential():
+    """GD oracle at step 3l (ka-gd-oracle) matched on GD's grid 1, 2, 4, …: 4, 8, 8, 16, 16,
+    16, 16, 32, which log₂ fits better than a line (R² 0.85 against 0.79) and read
+    "exponential". Rounded to the grid, the fitted line itself leans log₂ that far, so the
+    verdict is that the grid cannot tell; steps that double with depth stay exponential,
+    and 3l on a grid of every step stays linear."""
+    doubling = [2**k for k in range(13)]
+    linear = _matched_on(doubling, [1, 4, 8, 8, 16, 16, 16, 16, 32])
+    lin, log = linear.fits["linear"], linear.fits["log2"]
+    layers, steps = range(1, 9), [4, 8, 8, 16, 16, 16, 16, 32]
+    assert lin.r2 == pytest.approx(_r2(layers, steps)) and lin.r2 == pytest.approx(0.79, abs=5e-3)
+    assert log.r2 == pytest.approx(_r2(layers, np.log2(steps)))
+    # the line 3.1 l − 0.9 rounded to the grid (on a log scale) is the matched steps again
+    assert on_grid([lin.slope * x + lin.intercept for x in layers], doubling) == steps
+    assert linear.grid_bias["linear"] == pytest.approx(log.r2 - lin.r2)
+    assert growth_verdict(lin, log, linear.grid_bias) == GRID_BENDS
+    assert growth_verdict(lin, log) != GRID_BENDS  # the grid unheeded
+    doubled = _matched_on(doubling, [1, 2, 4, 8, 16, 32, 64, 128, 256])
+    assert growth_verdict(doubled.fits["linear"], doubled.fits["log2"],
+                                    doubled.grid_bias).startswith("log₂ step ∝ layer")
+    unit = _matched_on(list(range(1, 30)), [1, 3, 6, 9, 12, 15, 18, 21, 24])
+    assert unit.grid_bias["linear"] < 0  # on a fine grid a line stays a line
+    assert growth_verdict(unit.fits["linear"], unit.fits["log2"],
+                                    unit.grid_bias) == "step ∝ layer explains better"
 
 
 def test_match_steps_flags_layers_that_do_not_beat_zero():

@@ -2,7 +2,11 @@
 
 Fu et al. 2024 (Fig. 3a): the best-matching Newton step grows linearly with depth, the
 best GD step exponentially. Both lines are fitted — step ∝ layer and log₂ step ∝ layer —
-so a report can say which explains the matched steps better. Ties (steps within ``tol``
+so a report can say which explains the matched steps better. The matched steps lie on the
+learner's step grid, and a doubling grid (GD's 1, 2, 4, …) bends a line: 3l rounded to it
+reads 4, 8, 8, 16, 16, 16, 16, 32, which log₂ fits better. So each line is also rounded to
+the grid and both fitted again (`Match.grid_bias`): a verdict for one line stands only
+where the steps favour it by more than the other line, rounded, would. Ties (steps within ``tol``
 of the best) are reported, as are layers whose best match does not beat the zero
 predictor by more than its bootstrap interval: a layer that computes nothing matches any
 learner's first tiny step, so by default fits use only the layers above the zero
@@ -76,6 +80,10 @@ class Match:
     fit: Fit | None  # on the learner's own step scale (log₂ for GD-like learners)
     fits: dict[str, Fit] = dataclasses.field(default_factory=dict)  # "linear", "log2"
     best_column: list[int] = dataclasses.field(default_factory=list)
+    #: "linear": how much better log₂ fits the linear fit's line rounded to the step grid
+    #: (R² of log₂ minus R² of the line); "log2": how much better the line fits the log₂
+    #: fit's curve rounded to it; None where that fit or a refit is undefined
+    grid_bias: dict[str, float | None] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
@@ -134,6 +142,65 @@ def fit_steps(layers: Sequence[int], steps: Sequence[int], log2: bool,
     if line is None:
         return Fit(None, None, None, used, log2, "the matched steps are constant")
     return Fit(*line, used, log2)
+
+
+def on_grid(values: Sequence[float], grid: Sequence[int]) -> list[int]:
+    """Each value's nearest step of ``grid`` on a log scale (≤ 0: the smallest step > 0)."""
+    positive = sorted(s for s in set(grid) if s > 0)
+    if not positive:
+        return [min(grid)] * len(values)
+    logs = torch.tensor([math.log2(s) for s in positive], dtype=torch.float64)
+    at = [math.log2(v) if v > 0 else -math.inf for v in values]
+    return [positive[int((logs - a).abs().argmin())] if a > -math.inf else positive[0]
+            for a in at]
+
+
+def grid_bias(layers: Sequence[int], fits: dict[str, Fit], grid: Sequence[int]
+              ) -> dict[str, float | None]:
+    """`Match.grid_bias`: each defined line rounded to ``grid``, both lines fitted again."""
+    out: dict[str, float | None] = {"linear": None, "log2": None}
+    for scale, fit in fits.items():
+        if not fit.defined:
+            continue
+        assert fit.slope is not None and fit.intercept is not None
+        line = [fit.slope * layer + fit.intercept for layer in layers]
+        rounded = on_grid([2.0 ** v for v in line] if fit.log2 else line, grid)
+        lin, log = (fit_steps(layers, rounded, log2, len(layers)) for log2 in (False, True))
+        if lin.defined and log.defined:
+            assert lin.r2 is not None and log.r2 is not None
+            out[scale] = log.r2 - lin.r2 if scale == "linear" else lin.r2 - log.r2
+    return out
+
+
+#: the R² margin within which two lines fit about equally
+GROWTH_MARGIN = 0.02
+GRID_BENDS = "both lines fit about equally on this step grid"
+
+
+def growth_verdict(linear: Fit, log2: Fit, bias: dict[str, float | None] | None = None
+                   ) -> str:
+    """Which line explains the matched steps better ("" unless both are defined).
+
+    ``bias`` (`Match.grid_bias`): a line wins only by more than the other line, rounded to
+    the step grid, would lean its way (else `GRID_BENDS`).
+    """
+    if not (linear.defined and log2.defined):
+        return ""
+    assert linear.r2 is not None and log2.r2 is not None
+    lead = log2.r2 - linear.r2  # > 0: log₂ fits better
+    if abs(lead) < GROWTH_MARGIN:
+        return "both lines fit about equally"
+    other = (bias or {}).get("linear" if lead > 0 else "log2")
+    if other is not None and abs(lead) < other + GROWTH_MARGIN:
+        return GRID_BENDS
+    return ("step ∝ layer explains better" if lead < 0 else
+            "log₂ step ∝ layer (exponential growth) explains better")
+
+
+#: `growth_verdict`'s verdicts as the screen's step-growth lines say them
+GROWTH_WORDS = {"both lines fit about equally": "either line", GRID_BENDS: "either line on this "
+                "grid", "step ∝ layer explains better": "linear", "log₂ step ∝ layer "
+                "(exponential growth) explains better": "exponential"}
 
 
 def _match_arguments(sim: Any, steps: Any, tol: Any, layers: Any, log2: Any, live: Any
@@ -209,7 +276,8 @@ def match_steps(sim: Similarity, steps: Sequence[int] | torch.Tensor | None = No
         log2 = info is not None and info.step_scale == "log2"
     return Match(sim.learner, sim.metric, best_step, [float(sign * v) for v in best_score],
                  ties, above_zero if live is None else [bool(v) for v in live],
-                 fits["log2" if log2 else "linear"], fits, [int(i) for i in best])
+                 fits["log2" if log2 else "linear"], fits, [int(i) for i in best],
+                 grid_bias(fit_layers, fits, steps))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING
 
 from iclprobe._text import WIDTH, wrap
 from iclprobe.alignment.comparison import PairVerdict, layer_ranges
+from iclprobe.alignment.measuring.matching import GROWTH_WORDS, growth_verdict
 from iclprobe.alignment.metrics import metric_info
 from iclprobe.alignment.output.tables import (
     MAIN_PAIR,
     display_runs,
-    growth_verdict,
     level,
     main_pair,
     nice_float,
@@ -38,8 +38,6 @@ if TYPE_CHECKING:
 
 MAX_LINES = 40
 MAX_ROWS = 12  # live rows before runs of layers with the same verdicts collapse
-GROWTH_WORDS = {"both lines fit about equally": "either line", "step ∝ layer explains better":
-                "linear", "log₂ step ∝ layer (exponential growth) explains better": "exponential"}
 DEAD_WORDS = {"computes nothing": "error not below the zero predictor's",
               "matches no learner": "computes, but no learner run beats the zero predictor",
               "not live": "no learner run beats the zero predictor"}
@@ -343,7 +341,7 @@ def growth(result: AlignResult, metric: str) -> list[str]:
         fits = [f for f in (lin, log) if f.defined]
         parts = [f"{'log₂ step' if f.log2 else 'step'} slope {f.slope:.2f} R² {f.r2:.2f}"
                  for f in fits]
-        verdict = GROWTH_WORDS.get(growth_verdict(lin, log), "")
+        verdict = GROWTH_WORDS.get(growth_verdict(lin, log, m.grid_bias), "")
         lines.append(f"{run} ({by}, layers {layer_ranges(fits[0].layers)}): " + ", ".join(parts)
                      + (f" → {verdict}" if verdict else ""))
     lines += [f"{', '.join(runs)} ({by}): no step-growth fit ({why})"

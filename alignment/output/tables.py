@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from iclprobe._text import aligned, grid_text, percent, wrap
 from iclprobe.algorithms.base import REFERENCE_PAIR
 from iclprobe.alignment.comparison import Interval, PairVerdict, combined
-from iclprobe.alignment.measuring.matching import Fit
+from iclprobe.alignment.measuring.matching import growth_verdict
 from iclprobe.alignment.metrics import metric_info
 
 if TYPE_CHECKING:
@@ -196,21 +196,10 @@ def growth_lines(result: AlignResult, metric: str) -> list[str]:
             continue
         fits = result.matches[run][metric].fits
         lin, log = fits["linear"], fits["log2"]
-        verdict = growth_verdict(lin, log)
+        verdict = growth_verdict(lin, log, result.matches[run][metric].grid_bias)
         lines.append(f"{run}: {lin.describe()}; {log.describe()}"
                      + (f" → {verdict}" if verdict else ""))
     return lines
-
-
-def growth_verdict(linear: Fit, log2: Fit) -> str:
-    """Which line explains the matched steps better ("" unless both are defined)."""
-    if not (linear.defined and log2.defined):
-        return ""
-    assert linear.r2 is not None and log2.r2 is not None
-    if abs(linear.r2 - log2.r2) < 0.02:
-        return "both lines fit about equally"
-    return ("step ∝ layer explains better" if linear.r2 > log2.r2 else
-            "log₂ step ∝ layer (exponential growth) explains better")
 
 
 def answer_table(result: AlignResult) -> str:

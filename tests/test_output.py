@@ -439,21 +439,23 @@ def test_without_pandas_to_frame_says_how_to_install_it(shallow, monkeypatch):
 
 @pytest.mark.slow
 def test_a_protocol_sentence_that_contradicts_the_verdict_names_its_view():
-    # the Newton oracle at 1/||SS^T||_F, read under fu2024 (whose alpha is twice that):
-    # the protocol's fixed steps call it GD, the verdict (step sizes fitted) Newton
+    # the GD oracle at 1/λ_max per prefix, read under fu2024 (GD at a fixed 0.01 on the
+    # summed loss): the protocol's fixed steps call it Newton, the verdict (step sizes
+    # fitted) GD. (The Newton oracle at 1/||SS^T||_F was the example while fu2024's alpha
+    # was 2/||SS^T||_F.)
     from iclprobe import models
     from iclprobe.alignment.pipeline import align
 
-    res = align(models.load("ka-newton-oracle"),
+    res = align(models.load("ka-gd-oracle"),
                 AlignConfig(protocol="fu2024", n_sequences=128, n_boot=20, separation=False,
                             algorithms=("newton", "gd")))
-    assert set(res.verdict[1:]) == {"prefers newton"}
+    assert set(res.verdict[1:]) == {"prefers gd"}
     text = " ".join(line.strip() for line in screen(res).splitlines())
     protocol = re.search(r"newton vs gd \(protocol fu2024\) by [^.]*\.",
                          text).group(0)
-    assert "prefers gd" in protocol
+    assert "prefers newton" in protocol
     assert "(the protocol's fixed-step view; it names another learner than the verdict at " \
-        "0–12)" in protocol
+        "1–8)" in protocol
     fitted = re.search(r"newton vs gd \(step sizes fitted\) by [^.]*\.", text).group(0)
     assert "fixed-step view" not in fitted
 
@@ -522,3 +524,19 @@ def test_the_reports_captions_name_the_confidence_asked(tmp_path):
 
     report_md = write_report(tmp_path / "r", [_aligned_at_90()]).read_text()
     assert "with its 90% interval" in report_md and "95% interval" not in report_md
+
+
+def test_a_weight_table_heading_names_the_positions_it_reads():
+    """fu2024 reads the error cosine from t = 0 and the induced weights from t = 1 (at t = 0
+    every weight is 0): the weight cosine's heading said "t = 0..7" all the same."""
+    from iclprobe.alignment.output.tables import header_line
+    from iclprobe.alignment.pipeline import align_layers
+
+    b = tasks.RegressionTask(n_dims=3, n_points=8).sample(16, generator=0)
+    it = algorithms.gd(b.xs.double(), b.ys.double(), steps=[1, 4], lr="max", weights=True)
+    res = align_layers(it.preds, b, AlignConfig(protocol="fu2024", n_boot=10, separation=False,
+                                                algorithms=("newton", "gd")),
+                       layer_weights=it.weights, name="gd")
+    assert header_line(res, "error_cosine").endswith("protocol fu2024, t = 0..7")
+    assert header_line(res, "weight_cosine").endswith("protocol fu2024, t = 1..7")
+    assert res.similarities["gd"]["weight_cosine"].values.shape[0] == 2

@@ -52,11 +52,13 @@ def step_legend(result: AlignResult) -> list[str]:
 
 
 def where(result: AlignResult, metric: str = "error_cosine") -> str:
-    """Which positions enter, in words."""
+    """Which positions enter ``metric``'s tables, in words."""
     lo, hi = result.window
     if result.positions == "last":
         across = " (error cosine across sequences)" if metric == "error_cosine" else ""
         return f"t = {hi} only, the trained context length{across}"
+    if metric_info(metric).on == "weights":  # the induced weights from the protocol's t on
+        lo = max(lo, int(result.protocol.get("weight_t_min", lo)))
     return f"t = {lo}..{hi}" if lo < hi else f"t = {lo}"
 
 

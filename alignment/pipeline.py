@@ -274,15 +274,20 @@ def _check_readings(layer_preds: Tensor, layer_weights: Any, readout_noise: Any)
 
 
 def _other_task(model: Regressor, task: RegressionTask) -> list[str]:
-    """A note where `compare` aligns ``model`` on data other than its own task's."""
+    """A note where ``model`` is aligned on data other than its own task's.
+
+    (`compare`'s shared data, or the CLI's ``--data``.) κ is named only where both tasks'
+    covariances are ill-conditioned: elsewhere it is an unused default.
+    """
     own = getattr(model, "task", None)
     if not isinstance(own, RegressionTask):
         return []
     mine, used = json.loads(own.to_json()), json.loads(task.to_json())
+    unused = {"condition_number"} if {mine.get("cov"), used.get("cov")} != {"ill-conditioned"} \
+        else set()
     differ = [f"{k} {used.get(k)!r}, not its own {mine.get(k)!r}"
-              for k in sorted(set(mine) | set(used)) if mine.get(k) != used.get(k)]
-    return [f"aligned on the data compare shares, not on its own task's: {'; '.join(differ)}"
-            ] if differ else []
+              for k in sorted((set(mine) | set(used)) - unused) if mine.get(k) != used.get(k)]
+    return [f"aligned on other data than its own task's: {'; '.join(differ)}"] if differ else []
 
 
 def align_layers(layer_preds: Tensor, batch: RegressionBatch, cfg: AlignConfig | None = None,

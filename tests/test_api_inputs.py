@@ -433,7 +433,7 @@ def test_compare_notes_a_model_aligned_on_another_task_than_its_own():
     a, b = tiny_gpt(), tiny_gpt()
     a.task, b.task = tasks.RegressionTask(n_dims=3, n_points=8), rotated
     first, second = compare([a, b], cfg, names=["a", "b"])
-    said = "aligned on the data compare shares, not on its own task's"
+    said = "aligned on other data than its own task's"
     assert not any(said in n for n in first.notes)
     assert f"{said}: cov 'isotropic', not its own 'rotated'" in second.notes
     same = compare([b, b], cfg, names=["a", "b"], eval_task=rotated)
@@ -601,3 +601,20 @@ def test_compare_names_a_dict_of_models():
     model.task = tasks.RegressionTask(n_dims=3, n_points=6)
     both = alignment.compare(torch.nn.ModuleList([model, model]), cfg, names=["a", "b"])
     assert [r.name for r in both] == ["a", "b"]  # a ModuleList is a list of models
+
+
+def test_the_other_data_note_names_kappa_only_where_both_tasks_use_it():
+    """align --data ill-conditioned on an isotropic model said its own κ was 100.0 (an
+    unused default) and called the data "the data compare shares"."""
+    from iclprobe.alignment.pipeline import _other_task
+
+    model = tiny_gpt()
+    model.task = tasks.RegressionTask(n_dims=3, n_points=8)
+    ill = tasks.RegressionTask(n_dims=3, n_points=8, cov="ill-conditioned",
+                               condition_number=1e3)
+    assert _other_task(model, ill) == [
+        "aligned on other data than its own task's: cov 'ill-conditioned', not its own "
+        "'isotropic'"]
+    model.task = tasks.RegressionTask(n_dims=3, n_points=8, cov="ill-conditioned")
+    assert _other_task(model, ill) == [
+        "aligned on other data than its own task's: condition_number 1000.0, not its own 100.0"]

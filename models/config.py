@@ -107,8 +107,9 @@ class GPTConfig(_TokenLayout, ConfigMixin):
         if self.d_mlp is not None:
             check_fields(self, check_int, "d_mlp")
         if self.d_model % self.n_heads:
-            raise ConfigError("GPTConfig", "d_model", f"GPTConfig.d_model={self.d_model} must "
-                              f"be divisible by n_heads={self.n_heads}")
+            # both fields in one: the CLI then names no one flag (either may be the one to change)
+            raise ConfigError("GPTConfig", "d_model/n_heads", f"GPTConfig.d_model={self.d_model}"
+                              f" must be divisible by n_heads={self.n_heads}")
         check_fields(self, check_choice, "attention", choices=ATTENTIONS)
         check_fields(self, check_choice, "layout", choices=LAYOUTS)
         check_fields(self, check_seed, "seed")

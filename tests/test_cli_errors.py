@@ -31,7 +31,7 @@ def test_a_config_error_carries_its_config_and_field():
     assert err.value.field == "warmup_steps"
     with pytest.raises(ConfigError) as err:
         models.GPTConfig(n_dims=2, n_positions=4, d_model=6, n_heads=4)
-    assert (err.value.owner, err.value.field) == ("GPTConfig", "d_model")
+    assert (err.value.owner, err.value.field) == ("GPTConfig", "d_model/n_heads")
 
 
 def test_the_flag_comes_from_the_field_not_the_message():
@@ -48,6 +48,13 @@ def test_a_bad_field_is_a_usage_error_naming_its_flag(tmp_path, capsys):
     assert main(["train", "--out", str(tmp_path / "r"), "--lr", "-1"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "iclprobe train: error: --lr: TrainConfig.lr must be a number in (0, 1e20], got -1.0"
+
+
+def test_a_width_heads_mismatch_names_no_one_flag(tmp_path, capsys):
+    """Only --n-heads 5 was given, and the error was blamed on --d-model."""
+    assert main(["train", "--out", str(tmp_path / "r"), "--n-heads", "5", "--steps", "1"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "iclprobe train: error: GPTConfig.d_model=64 must be divisible by n_heads=5")
 
 
 @pytest.fixture

@@ -120,9 +120,15 @@ def design_checkpoints(checkpoints: list[str], results: list[Any], cfg: Any) -> 
 @contextlib.contextmanager
 def probe_notes() -> Iterator[None]:
     """Print on stderr what `resolve_probes` says of each model's probes, as it decides."""
+    from iclprobe._text import wrap
+
+    class Wrapped(logging.Formatter):  # within the CLI's width, as every screen
+        def format(self, record: logging.LogRecord) -> str:
+            return "\n".join(wrap([super().format(record)]))
+
     log = logging.getLogger("iclprobe.alignment.measuring.probe_source")
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.setFormatter(Wrapped("%(message)s"))
     level, propagate = log.level, log.propagate
     log.addHandler(handler)
     log.setLevel(logging.INFO)

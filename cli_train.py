@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from iclprobe._text import wrap
 from iclprobe.cli_commands import UsageError
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                 f" (from its checkpoint at step {at})" if at is not None else "")
         else:
             hint = "no checkpoint was written yet: run the same command again to start afresh"
-        print(f"iclprobe train: interrupted{done}; {hint}", file=sys.stderr)
+        print("\n".join(wrap([f"iclprobe train: interrupted{done}; {hint}"])), file=sys.stderr)
         return 130
     if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 reports
         return 0

@@ -142,3 +142,33 @@ def test_a_narrowed_table_gives_its_spare_room_back_to_its_headings():
     lines = aligned(header, [["0", "0.1", "0.2", "0.3"]], narrow=True)
     assert max(map(len, lines)) <= WIDTH
     assert len(lines) <= 3  # the headings in two lines, one row
+
+
+def test_the_status_lines_on_stderr_keep_within_the_screen(tmp_path, capsys, monkeypatch):
+    """The probes' note ("cross-fitting probes on the 512 evaluation sequences ...") ran to
+    130 columns, the saved probes' to 166 and an interrupted training's to 143 (below)."""
+    import logging
+
+    from iclprobe.cli_commands import probe_notes
+
+    said = "gpt-softmax: cross-fitting probes on the 512 evaluation sequences (4 folds, " \
+           "fitted to each layer's best-held candidate prediction)"
+    with probe_notes():
+        logging.getLogger("iclprobe.alignment.measuring.probe_source").info(said)
+    err = capsys.readouterr().err
+    assert max(map(len, err.splitlines())) <= WIDTH and " ".join(err.split()) == said
+
+
+@pytest.mark.slow  # the training's imports: some seconds in a process that has not paid them
+def test_an_interrupted_trainings_line_keeps_within_the_screen(tmp_path, capsys, monkeypatch):
+    from iclprobe import training
+
+    def interrupted(*args, **kwargs):
+        raise training.TrainingInterrupted(553, None)
+
+    monkeypatch.setattr(training, "train", interrupted)
+    out = tmp_path / ("a-run-folder-whose-name-is-long" * 2)
+    assert main(["train", "--out", str(out), "--steps", "1"]) == 130
+    lines = capsys.readouterr().err.splitlines()
+    assert max(map(len, lines)) <= WIDTH and lines[0].startswith(
+        "iclprobe train: interrupted after step 553; no checkpoint was written yet")

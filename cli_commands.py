@@ -243,7 +243,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
     check_fit_fits(model, model.task, args.n_sequences, 500)
     # Seeded as `align --seed SEED` fits its probes, so that align uses these.
     print(f"{args.checkpoint}: fitting probes on {args.n_sequences} sequences of its task "
-          f"(seed {args.seed})", file=sys.stderr)
+          f"(--seed {args.seed}: data seed {args.seed + 1}, as align --seed {args.seed} draws "
+          f"its probes' data)", file=sys.stderr)
     lp = probes.LayerProbes().fit(model, n_sequences=args.n_sequences, generator=args.seed + 1)
     lp.save(out, overwrite=args.overwrite)
     print("layer  alpha      held-out R²  normalized error")

@@ -205,13 +205,13 @@ def test_align_says_which_probes_it_used_and_refits_when_asked(ckpt, capsys):
 
     def run(*extra):
         assert main([*align, *extra]) == 0
-        captured = capsys.readouterr()
-        return json.loads(captured.out)["lin"], captured.err
+        captured = capsys.readouterr()  # the notes unwrapped (stderr keeps to 100 columns)
+        return json.loads(captured.out)["lin"], " ".join(captured.err.split())
 
     res, err = run()
     assert res["probes"]["source"] == "saved" and res["probes"]["n_sequences"] == 48
     assert res["probes"]["path"] == str(ckpt / "probes") and res["probes"]["seed"] == 1
-    assert f"using the probes saved in {ckpt / 'probes'} (48 sequences, seed 1" in err
+    assert f"using the probes saved in {ckpt / 'probes'} (48 sequences, data seed 1" in err
     # the numbers are those of the saved probes
     model = models.load(ckpt)
     saved = probes.LayerProbes.load(ckpt / "probes", model)

@@ -157,5 +157,5 @@ def _noted(name: str, record: dict[str, Any], notes: list[str]) -> dict[str, Any
 
 
 def _describe(info: dict[str, Any]) -> str:
-    return (f"{info['n_sequences']} sequences, seed {info['seed']}, target {info['target']}, "
+    return (f"{info['n_sequences']} sequences, data seed {info['seed']}, target {info['target']}, "
             f"alpha {info['alpha']}, fitted {info['fitted_at']}")

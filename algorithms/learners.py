@@ -246,10 +246,9 @@ def newton(xs: Tensor, ys: Tensor, steps: Iterable[int] | None = None,
     ``alpha``: "frobenius" = 1/‖SSᵀ‖_F (the default, and what Fu et al.'s evaluation code
     uses), "2/frobenius" = 2/‖SSᵀ‖_F (their first commit's), "spectral" = 1/‖SSᵀ‖₂, a
     number, or a tensor ``[pos]`` of one α_t per prefix t (e.g. a/t², what a
-    linear-attention Newton network computes;
-    ``hyper["alpha"]`` then holds the list; 0 at a prefix: no step there);
-    ``alpha_scale`` multiplies any of them (``alpha="frobenius", alpha_scale=0.5``:
-    0.5/‖SSᵀ‖_F). The paper's own
+    linear-attention Newton network computes; ``hyper["alpha"]`` then holds the list; 0 at a
+    prefix: no step there); ``alpha_scale`` multiplies any of them (``alpha="frobenius",
+    alpha_scale=0.5``: 0.5/‖SSᵀ‖_F). The paper's own
     α = 2/‖SSᵀ‖₂ ("2/spectral") lies exactly on the divergence boundary: in the top
     eigendirection ``1 − λ m_k`` goes −1, 1, 1, … and never converges (in floating point,
     round-off ε grows as 2^k ε and lets it escape after ~30-50 steps). 2/‖SSᵀ‖_F converges

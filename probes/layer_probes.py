@@ -248,12 +248,17 @@ class LayerProbes:
             raise InputError("LayerProbes is not fitted: call fit() or load() first")
 
     def apply(self, resid: Tensor) -> Tensor:
-        """Probe predictions from residuals ``[L+1, ..., d_model]`` → ``[L+1, ...]``."""
+        """Probe predictions from residuals ``[L+1, ..., d_model]`` → ``[L+1, ...]``.
+
+        In the residuals' dtype (integer residuals: in the coefficients' float dtype).
+        """
         self._check_fitted()
         check_tensors(resid=resid)
         if resid.shape[0] != self.n_layers_ or resid.shape[-1] != self.coef_.shape[-1]:
             raise InputError(f"resid must be [{self.n_layers_}, ..., {self.coef_.shape[-1]}], "
                              f"got {tuple(resid.shape)}")
+        if not resid.is_floating_point():  # the coefficients cast to ints would be 0
+            resid = resid.to(self.coef_.dtype)
         coef = self.coef_.to(resid.dtype).reshape(self.n_layers_, *[1] * (resid.ndim - 2), -1)
         bias = self.intercept_.to(resid.dtype).reshape(self.n_layers_, *[1] * (resid.ndim - 2))
         return (resid * coef).sum(-1) + bias

@@ -618,3 +618,14 @@ def test_the_other_data_note_names_kappa_only_where_both_tasks_use_it():
     model.task = tasks.RegressionTask(n_dims=3, n_points=8, cov="ill-conditioned")
     assert _other_task(model, ill) == [
         "aligned on other data than its own task's: condition_number 1000.0, not its own 100.0"]
+
+
+def test_probes_read_integer_residuals_in_floating_point():
+    """apply cast the fitted coefficients (|c| ~ 0.002) to the residuals' int64: all 0."""
+    model, task = tiny_gpt(), tasks.RegressionTask(n_dims=3, n_points=8)
+    lp = probes.LayerProbes().fit(model, task, n_sequences=40, n_heldout=10, generator=0)
+    b = task.sample(4, generator=1)
+    resid = (hooks.collect_residuals(model, b.xs, b.ys) * 1000).round()
+    as_float, as_int = lp.apply(resid.double()), lp.apply(resid.long())
+    assert as_int.is_floating_point()
+    torch.testing.assert_close(as_int, as_float, rtol=1e-12, atol=1e-9)

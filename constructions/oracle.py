@@ -18,6 +18,7 @@ Axis legend: ``layer`` (L + 1), ``batch``, ``pos`` (t), ``query`` (T), ``d_model
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -155,6 +156,19 @@ class LearnerOracle(Regressor):
                          f"{self.cfg.learner!r} exactly")
 
 
+def _as_int(step: Any) -> Any:
+    """A step ``step_of_layer`` returned: an integer (numpy's too) as int, else as it is.
+
+    The config then refuses a non-integer (2.5 was truncated to 2).
+    """
+    if isinstance(step, bool):
+        return step
+    try:
+        return operator.index(step)
+    except TypeError:
+        return step
+
+
 def oracle(learner: str, n_dims: int, n_layers: int,
            step_of_layer: Callable[[int], int] | Sequence[int] = lambda layer: layer,
            *, n_noise: int = 8, seed: int = 0, exact_readout: bool = True, task: Any = None,
@@ -166,7 +180,7 @@ def oracle(learner: str, n_dims: int, n_layers: int,
     """
     check_int("oracle", "n_layers", n_layers, high=MAX_ORACLE_LAYERS + 1)  # before its steps
     steps = list(step_of_layer) if not callable(step_of_layer) else \
-        [int(step_of_layer(layer)) for layer in range(n_layers + 1)]
+        [_as_int(step_of_layer(layer)) for layer in range(n_layers + 1)]
     if len(steps) != n_layers + 1:
         raise InputError(f"oracle: step_of_layer gives {len(steps)} steps, expected "
                          f"n_layers + 1 = {n_layers + 1}")

@@ -629,3 +629,16 @@ def test_probes_read_integer_residuals_in_floating_point():
     as_float, as_int = lp.apply(resid.double()), lp.apply(resid.long())
     assert as_int.is_floating_point()
     torch.testing.assert_close(as_int, as_float, rtol=1e-12, atol=1e-9)
+
+
+def test_an_oracles_step_function_is_checked_not_truncated():
+    """step_of_layer = l + 0.5 gave steps 0, 1, 2 (int() truncated them), silently."""
+    import numpy as np
+
+    from iclprobe import constructions
+
+    with pytest.raises(ValueError, match=r"OracleConfig.steps must be .* integers >= 0 .* got "
+                                         r"\(0.5, 1.5, 2.5\)"):
+        constructions.oracle("gd", 3, 2, lambda layer: layer + 0.5, lr=0.1)
+    numpy_steps = constructions.oracle("gd", 3, 2, lambda layer: np.int64(2 * layer), lr=0.1)
+    assert numpy_steps.cfg.steps == (0, 2, 4)

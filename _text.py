@@ -16,11 +16,16 @@ from collections.abc import Sequence
 WIDTH = 100
 
 
-def wrap(lines: Sequence[str], indent: str = "  ", width: int = WIDTH) -> list[str]:
-    """Each line wrapped to ``width`` columns, continuations indented (empty lines dropped)."""
+def wrap(lines: Sequence[str], indent: str = "  ", width: int = WIDTH,
+         whole_words: bool = False) -> list[str]:
+    """Each line wrapped to ``width`` columns, continuations indented (empty lines dropped).
+
+    ``whole_words``: a word longer than a line (a path) is not cut, so it can be copied.
+    """
     out = []
     for line in lines:
-        out += textwrap.wrap(line, width, subsequent_indent=indent, break_on_hyphens=False)
+        out += textwrap.wrap(line, width, subsequent_indent=indent, break_on_hyphens=False,
+                             break_long_words=not whole_words)
     return out
 
 

@@ -124,7 +124,7 @@ def probe_notes() -> Iterator[None]:
 
     class Wrapped(logging.Formatter):  # within the CLI's width, as every screen
         def format(self, record: logging.LogRecord) -> str:
-            return "\n".join(wrap([super().format(record)]))
+            return "\n".join(wrap([super().format(record)], whole_words=True))
 
     log = logging.getLogger("iclprobe.alignment.measuring.probe_source")
     handler = logging.StreamHandler(sys.stderr)

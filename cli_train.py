@@ -39,7 +39,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                 f" (from its checkpoint at step {at})" if at is not None else "")
         else:
             hint = "no checkpoint was written yet: run the same command again to start afresh"
-        print("\n".join(wrap([f"iclprobe train: interrupted{done}; {hint}"])), file=sys.stderr)
+        print("\n".join(wrap([f"iclprobe train: interrupted{done}; {hint}"], whole_words=True)),
+              file=sys.stderr)
         return 130
     if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 reports
         return 0

@@ -117,28 +117,71 @@ def design_checkpoints(checkpoints: list[str], results: list[Any], cfg: Any) -> 
     return out
 
 
+class _StageBar(logging.Handler):
+    """`align`'s stages as a progress bar on stderr (a terminal's only: tqdm's ``disable=None``).
+
+    A bar per `align`: it starts afresh at the first stage (`Timings.stage` logs each).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bar: Any = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from tqdm import tqdm
+
+        from iclprobe._text import WIDTH
+        from iclprobe.alignment.measuring.timing import FIRST_STAGE, N_STAGES
+
+        stage = record.getMessage()
+        if self.bar is None or stage == FIRST_STAGE:
+            self.close()
+            self.bar = tqdm(total=N_STAGES, desc="align", ncols=WIDTH, leave=False, disable=None,
+                            file=sys.stderr, bar_format="{desc} ({elapsed})", mininterval=0)
+        self.bar.set_description_str(f"align, stage {self.bar.n + 1} of {N_STAGES}: {stage}",
+                                     refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        super().close()
+
+
+class _Notes(logging.Handler):
+    """Notes on stderr within the CLI's width, written around a progress bar (tqdm.write)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from tqdm import tqdm
+
+        from iclprobe._text import wrap
+
+        tqdm.write("\n".join(wrap([record.getMessage()], whole_words=True)), file=sys.stderr)
+
+
 @contextlib.contextmanager
 def probe_notes() -> Iterator[None]:
-    """Print on stderr what `resolve_probes` says of each model's probes, as it decides."""
-    from iclprobe._text import wrap
+    """On stderr: what `resolve_probes` says of each model's probes, and `align`'s stages.
 
-    class Wrapped(logging.Formatter):  # within the CLI's width, as every screen
-        def format(self, record: logging.LogRecord) -> str:
-            return "\n".join(wrap([super().format(record)], whole_words=True))
-
-    log = logging.getLogger("iclprobe.alignment.measuring.probe_source")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(Wrapped("%(message)s"))
-    level, propagate = log.level, log.propagate
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    log.propagate = False  # printed here, not again by the root logger's handlers
+    The notes are printed as the probes are decided on; the stages are a progress bar in a
+    terminal, nothing elsewhere.
+    """
+    loggers = [(logging.getLogger("iclprobe.alignment.measuring.probe_source"), _Notes()),
+               (logging.getLogger("iclprobe.alignment.measuring.timing"), _StageBar())]
+    saved = [(log.level, log.propagate) for log, _ in loggers]
+    for log, handler in loggers:
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False  # printed here, not again by the root logger's handlers
     try:
         yield
     finally:
-        log.removeHandler(handler)
-        log.setLevel(level)
-        log.propagate = propagate
+        for (log, handler), (level, propagate) in zip(loggers, saved):
+            log.removeHandler(handler)
+            handler.close()
+            log.setLevel(level)
+            log.propagate = propagate
 
 
 def cmd_align(args: argparse.Namespace) -> int:

@@ -172,3 +172,27 @@ def test_an_interrupted_trainings_line_keeps_within_the_screen(tmp_path, capsys,
     lines = capsys.readouterr().err.splitlines()
     assert max(map(len, lines)) <= WIDTH and lines[0].startswith(
         "iclprobe train: interrupted after step 553; no checkpoint was written yet")
+
+
+def test_align_shows_its_stages_in_a_terminal_and_nothing_elsewhere(monkeypatch):
+    """A model read exactly printed nothing for the whole of its align; in a terminal each
+    stage is now a progress line within the screen (off a terminal, nothing: tqdm's
+    ``disable=None``)."""
+    from iclprobe.alignment.measuring.timing import FIRST_STAGE, N_STAGES, Timings
+    from iclprobe.cli_commands import probe_notes
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for stream, shown in ((Terminal(), True), (io.StringIO(), False)):
+        monkeypatch.setattr(sys, "stderr", stream)
+        with probe_notes():
+            timings = Timings()
+            for stage in (FIRST_STAGE, "learners", "separation views"):
+                with timings.stage(stage):
+                    pass
+        said = [part for part in stream.getvalue().split("\r") if part.strip()]
+        assert bool(said) is shown
+        assert not shown or f"align, stage 3 of {N_STAGES}: separation views" in said[-1]
+        assert all(len(part) <= WIDTH for part in said)

@@ -21,7 +21,7 @@ from iclprobe import probes
 from iclprobe._checks import ConfigError
 from iclprobe._finite import all_finite
 from iclprobe.alignment.evaluation import Evaluation, refuse_nonfinite
-from iclprobe.alignment.measuring.timing import Timings
+from iclprobe.alignment.measuring.timing import FIRST_STAGE, Timings
 from iclprobe.alignment.metrics import on_weights
 from iclprobe.errors import InputError
 from iclprobe.hooks.residuals import collect_residuals
@@ -103,7 +103,7 @@ def read_layers(model: Regressor, ev: Evaluation, layer_probes: probes.LayerProb
     cfg, batch = ev.cfg, ev.batch
     assert ev.task is not None  # a model's evaluation has its task
     sub = slice(0, ev.weight_rows)
-    with timings.stage("layer predictions (forward pass, probes)"):
+    with timings.stage(FIRST_STAGE):
         preds, readout, r2, layer_probes, noise, held = layer_predictions(
             model, ev.task, batch, cfg, layer_probes, sub, ev.window, targets)
     weights = weight_noise = None

@@ -38,7 +38,9 @@ def test_align_writes_the_report(tmp_path, capsys):
     assert "newton vs gd (protocol iclprobe) by " in printed
     assert "--verbose shows the full tables" in printed
     assert main(["align", model, *FAST, "--verbose"]) == 0  # the answer opens it
-    assert capsys.readouterr().out.startswith("what each layer runs, among ")
+    # the model named first: in compare's --verbose a second model's tables followed the
+    # first's with no name for 30 lines
+    assert capsys.readouterr().out.startswith(f"{model} — what each layer runs, among ")
     assert {p.name for p in out.iterdir()} == {".iclprobe", "report.md", "summary.json",
                                                "matched_newton_steps.png", model}
     names = {p.name for p in (out / model).iterdir()}  # the model's files: a folder of its own

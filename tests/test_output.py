@@ -391,7 +391,8 @@ def test_verbose_opens_with_what_each_layer_runs(shallow):
     """--verbose had no answer at all, only the protocol learners' tables."""
     lines = answer_table(shallow).splitlines()
     said = shallow.answer
-    assert lines[0].startswith(f"what each layer runs, among {', '.join(said.candidates)}")
+    assert lines[0].startswith(f"{shallow.name} — what each layer runs, among "
+                               f"{', '.join(said.candidates)}")
     head = next(i for i, line in enumerate(lines) if line.startswith("layer "))  # title wrapped
     assert lines[head].split()[:2] == ["layer", "what"] and max(map(len, lines)) <= WIDTH
     rows = [re.split(r"\s{2,}", line) for line in lines[head + 1:]]  # in blocks of columns
@@ -540,3 +541,20 @@ def test_a_weight_table_heading_names_the_positions_it_reads():
     assert header_line(res, "error_cosine").endswith("protocol fu2024, t = 0..7")
     assert header_line(res, "weight_cosine").endswith("protocol fu2024, t = 1..7")
     assert res.similarities["gd"]["weight_cosine"].values.shape[0] == 2
+
+
+def test_a_spectral_order_without_an_interval_says_none():
+    """Too few usable directions gave p 1.02 beside "[—, —]" under a "95% interval" heading."""
+    from types import SimpleNamespace
+
+    from iclprobe.alignment.output.tables import spectral_lines
+    from iclprobe.alignment.views.spectral import SpectralOrder
+
+    spec = SpectralOrder(order=[None, 1.02, 1.9], lower=[None, None, 1.8],
+                         upper=[None, None, 2.1], directions=[0, 3, 40],
+                         reference={"gd": [None, 1.0, 1.0]},
+                         reading=["computes nothing", "too few usable directions",
+                                  "newton-like"], t_min=5)
+    lines = spectral_lines(SimpleNamespace(spectral=spec, similarities={}))
+    rows = {line.split()[0]: line.split() for line in lines if line[:1].isdigit()}
+    assert rows["1"][1:3] == ["1.02", "none"] and rows["2"][1:4] == ["1.90", "[1.80,", "2.10]"]

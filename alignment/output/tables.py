@@ -216,8 +216,8 @@ def answer_table(result: AlignResult) -> str:
                                                                              a.resemblance)),
              *(said.by_metric[m][layer].short for m in metrics)]
             for layer, a in enumerate(said.layers)]
-    title = (f"what each layer runs, among {', '.join(said.candidates)} (each over its "
-             "fitted family); similarity: the layer's to the learner named or nearest (by "
+    title = (f"{result.name} — what each layer runs, among {', '.join(said.candidates)} (each "
+             "over its fitted family); similarity: the layer's to the learner named or nearest (by "
              "the metric that said it), runner-up's: the runner-up's match's to that learner")
     return "\n".join([*wrap([title]), *aligned(header, body, right=False, narrow=True)])
 
@@ -305,7 +305,10 @@ def spectral_lines(result: AlignResult) -> list[str]:
 
     header = ["layer", "order p", "interval" if spec.noisy_readings else f"{level(result)} interval",
               *(f"{k}'s p" for k in spec.reference), "reads as"]
-    body = [[str(i), show(p), f"[{show(lo)}, {show(hi)}]",
+    def interval(lo: float | None, hi: float | None) -> str:  # none where too few directions
+        return "none" if lo is None and hi is None else f"[{show(lo)}, {show(hi)}]"
+
+    body = [[str(i), show(p), interval(lo, hi),
              *(show(v[i]) for v in spec.reference.values()), r]
             for i, (p, lo, hi, r) in enumerate(zip(spec.order, spec.lower, spec.upper,
                                                    spec.reading))

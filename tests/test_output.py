@@ -558,3 +558,9 @@ def test_a_spectral_order_without_an_interval_says_none():
     lines = spectral_lines(SimpleNamespace(spectral=spec, similarities={}))
     rows = {line.split()[0]: line.split() for line in lines if line[:1].isdigit()}
     assert rows["1"][1:3] == ["1.02", "none"] and rows["2"][1:4] == ["1.90", "[1.80,", "2.10]"]
+
+
+def test_a_zero_in_a_table_reads_as_its_neighbours():
+    """The weight tables' zero predictor read "0.0" in a column of "0.997"s."""
+    assert [nice_float(x) for x in (0.0, -0.0, 0.9974, 0.004)] == ["0.000", "0.000", "0.997",
+                                                                    "4.0e-03"]

@@ -22,8 +22,10 @@ if TYPE_CHECKING:
 
 
 def nice_float(x: float) -> str:
-    """Compact formatting for tables."""
-    if x == 0 or not math.isfinite(x):
+    """Compact formatting for tables (0 as its neighbours' 0.000, not "0.0")."""
+    if x == 0:
+        return "0.000"
+    if not math.isfinite(x):
         return str(x)
     return f"{x:.3f}" if abs(x) >= 1e-2 else f"{x:.1e}"
 

@@ -293,6 +293,10 @@ class LayerProbes:
         check_type("LayerProbes.save", "path", path, (str, os.PathLike),
                    "a directory path (str or os.PathLike)")
         self._check_fitted()
+        if getattr(self, "model_hash_", None) is None:  # load checks the probes' model
+            raise InputError("LayerProbes.save: these probes were fitted on residuals "
+                             "(fit_residuals), not on a model, so no model is recorded for load "
+                             "to check: save probes fitted with fit(model, ...)")
         tensors = {"coef": self.coef_.contiguous(), "intercept": self.intercept_,
                    "alpha": self.alpha_}
         _check_finite(tensors, "the probes to save")

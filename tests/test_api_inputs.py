@@ -642,3 +642,14 @@ def test_an_oracles_step_function_is_checked_not_truncated():
         constructions.oracle("gd", 3, 2, lambda layer: layer + 0.5, lr=0.1)
     numpy_steps = constructions.oracle("gd", 3, 2, lambda layer: np.int64(2 * layer), lr=0.1)
     assert numpy_steps.cfg.steps == (0, 2, 4)
+
+
+def test_probes_fitted_on_residuals_are_not_saved_without_a_model(tmp_path):
+    """save ended in AttributeError 'model_hash_' (load checks the model they were fitted on)."""
+    g = torch.Generator().manual_seed(0)
+    lp = probes.LayerProbes().fit_residuals(torch.randn(3, 20, 5, 4, generator=g),
+                                            torch.randn(20, 5, generator=g))
+    with pytest.raises(ValueError, match=r"fitted on residuals \(fit_residuals\), not on a "
+                                         r"model"):
+        lp.save(tmp_path / "probes")
+    assert not (tmp_path / "probes").exists()

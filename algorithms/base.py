@@ -17,8 +17,9 @@ from jaxtyping import Float
 from torch import Tensor
 
 from iclprobe._checks import check_name, is_int
+from iclprobe._finite import all_finite
 from iclprobe.algorithms.families import Family, single
-from iclprobe.errors import InputError, InputTypeError
+from iclprobe.errors import InputError, InputTypeError, NonFinite
 from iclprobe.plugins import claim, registrant
 
 
@@ -314,6 +315,10 @@ def check_iterates(name: str, it: Any, xs: Tensor) -> Iterates:
                          f"{b}, {n}, {d}], got {shape}")
     if not isinstance(it.hyper, dict):
         raise InputTypeError(f"learner {name!r}: hyper must be a dict, got {type(it.hyper).__name__}")
+    for what, values in (("predictions", it.preds), ("weights", it.weights)):
+        if values is not None and not all_finite(values):  # a registered learner's NaN
+            raise NonFinite(f"learner {name!r} returned {what} that are not finite (NaN or "
+                            f"Inf) on these data at hyperparameters {it.hyper}")
     return it if it.name == name else dataclasses.replace(it, name=name)
 
 

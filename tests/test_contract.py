@@ -7,6 +7,7 @@ missing; what a learner or metric returns is checked (or, a ``steps`` list, conv
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import subprocess
 import sys
@@ -94,6 +95,15 @@ def test_a_learners_output_is_checked_on_every_call(scratch):
     returned["value"] = dataclasses.replace(gd, weights=gd.weights[:1])
     with pytest.raises(ValueError, match=r"weights must be None or of shape \[K=2 steps, 4, "
                                          r"8, 3\], got \(1, 4, 8, 3\)"):
+        algorithms.iterates("shapes", b.xs, b.ys, steps=[1, 2])
+    # a NaN passed through to the tables before
+    nan = gd.preds.clone().index_fill_(2, torch.tensor([3]), math.nan)
+    returned["value"] = dataclasses.replace(gd, preds=nan)
+    with pytest.raises(ValueError, match=r"learner 'shapes' returned predictions that are not "
+                                         r"finite \(NaN or Inf\)"):
+        algorithms.iterates("shapes", b.xs, b.ys, steps=[1, 2])
+    returned["value"] = dataclasses.replace(gd, weights=gd.weights * math.inf)
+    with pytest.raises(ValueError, match=r"returned weights that are not finite"):
         algorithms.iterates("shapes", b.xs, b.ys, steps=[1, 2])
     returned["value"] = algorithms.Iterates([1, 2], gd.preds, None, {})  # the steps list
     it = algorithms.iterates("shapes", b.xs, b.ys, steps=[1, 2])

@@ -41,6 +41,7 @@ from torch import Tensor
 
 from iclprobe._checks import check_int, check_real
 from iclprobe._finite import all_finite
+from iclprobe.algorithms.prefix import check_real as real_tensor
 from iclprobe.errors import InputError, InputTypeError
 from iclprobe.models.config import PQConfig
 from iclprobe.models.pq import PQTransformer
@@ -72,7 +73,8 @@ def pgd_transformer(preconds: Tensor | Sequence[Tensor]) -> PQTransformer:
     Its reference learner is ``pgd_schedule(preconds=..., normalize=True)``; with one A for
     every layer, ``pgd(precond=A, lr=1)``.
     """
-    a = preconds if isinstance(preconds, Tensor) else _stacked(preconds)
+    a = real_tensor("preconds", preconds) if isinstance(preconds, Tensor) else \
+        _stacked(preconds)
     if a.ndim != 3 or a.shape[-1] != a.shape[-2] or not all_finite(a):
         raise InputError(f"preconds must be finite square matrices [layer, d, d], got shape "
                          f"{tuple(a.shape)}")
@@ -88,10 +90,8 @@ def _stacked(preconds: Sequence[Tensor]) -> Tensor:
     if not items:
         raise InputError("preconds must hold at least one [d, d] matrix (one per layer), "
                          "got none")
-    bad = [i for i, m in enumerate(items) if not isinstance(m, Tensor)]
-    if bad:
-        raise InputTypeError(f"preconds[{bad[0]}] must be a torch.Tensor [d, d], got "
-                             f"{type(items[bad[0]]).__name__}")
+    for i, m in enumerate(items):  # real: a complex matrix's imaginary part was dropped
+        real_tensor(f"preconds[{i}]", m, "[d, d]")
     shapes = [tuple(m.shape) for m in items]
     if len(set(shapes)) > 1:
         raise InputError(f"preconds must be matrices of one shape [d, d], got shapes {shapes}")

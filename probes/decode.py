@@ -30,7 +30,7 @@ from torch import Tensor
 from iclprobe._checks import is_int
 from iclprobe._finite import all_finite
 from iclprobe._linalg import sym_eigh
-from iclprobe.algorithms.prefix import power_of_two_scale
+from iclprobe.algorithms.prefix import check_real, power_of_two_scale
 from iclprobe.errors import InputError, InputTypeError
 from iclprobe.probes.ridge import FeatureSums
 
@@ -192,10 +192,8 @@ def _fit_predict(x: Tensor, y: Tensor, x_new: Tensor, penalty: float | None) -> 
 def _checked(resid: Tensor, targets: Tensor, folds: int, t_min: int, t_max: int | None,
              alpha: float | None, who: str = "decodability") -> tuple[int, int, int, int]:
     """`decodability`'s arguments checked: ``resid``'s shape."""
-    for name, value in (("resid", resid), ("targets", targets)):
-        if not isinstance(value, Tensor):
-            raise InputTypeError(f"{who}: {name} must be a torch.Tensor, got "
-                                 f"{type(value).__name__}")
+    for name, value in (("resid", resid), ("targets", targets)):  # real: no part dropped
+        check_real(f"{who}: {name}", value)
     if resid.ndim != 4:
         raise InputError(f"resid must have shape [layer, batch, pos, d_model], "
                          f"got {tuple(resid.shape)}")

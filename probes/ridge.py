@@ -16,7 +16,7 @@ from torch import Tensor
 
 from iclprobe._linalg import sym_eigh
 from iclprobe.errors import InputError, InputTypeError, NonFinite
-from iclprobe.probes.inputs import check_axes
+from iclprobe.probes.inputs import check_axes, check_tensors
 
 DEFAULT_ALPHAS = torch.logspace(-6, 4, 21, dtype=torch.float64)
 
@@ -103,6 +103,7 @@ def ridge_sums(x: Tensor, y: Tensor, features: FeatureSums | None = None) -> Rid
     computed).
     """
     check_axes("x", x, "layer, row, feature")
+    check_tensors(y=y)  # real: a complex y's imaginary part was dropped by the cast
     y = y.expand(x.shape[0], -1) if y.ndim == 1 else y
     if y.shape != x.shape[:2]:
         raise InputError(f"y must have shape [row] or {tuple(x.shape[:2])}, got {tuple(y.shape)}")

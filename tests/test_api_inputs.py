@@ -552,7 +552,7 @@ def test_numpy_arrays_are_named_where_a_tensor_is_wanted():
         (lambda: alignment.align_layers(batch.ys.expand(2, -1, -1).numpy(), batch),
          r"align_layers: layer_preds must be a torch.Tensor \[L\+1, B, n\], got ndarray"),
         (lambda: probes.decodability(resid.numpy(), gd.preds),
-         r"decodability: resid must be a torch.Tensor, got ndarray"),
+         r"decodability: resid must be a torch tensor, got ndarray"),
         (lambda: probes.held_shares(resid, gd.preds, features="x"),
          r"held_shares: features must be a FeatureSums .* got str"),
         (lambda: probes.held_shares(resid[:, :1], gd.preds[:, :1]),
@@ -653,3 +653,22 @@ def test_probes_fitted_on_residuals_are_not_saved_without_a_model(tmp_path):
                                          r"model"):
         lp.save(tmp_path / "probes")
     assert not (tmp_path / "probes").exists()
+
+
+def test_complex_inputs_are_refused_where_a_cast_dropped_their_imaginary_part():
+    """pgd_transformer((1 + 2j) I) built A = I, ridge_gcv of an imaginary y fitted 0, and
+    decodability read complex residuals: torch's cast only warned."""
+    from iclprobe import constructions
+
+    with pytest.raises(TypeError, match=r"preconds must hold real numbers"):
+        constructions.pgd_transformer((torch.eye(3) * (1 + 2j)).expand(2, 3, 3))
+    with pytest.raises(TypeError, match=r"preconds\[0\] must hold real numbers"):
+        constructions.pgd_transformer([torch.eye(3) * (1 + 2j)])
+    x, y = torch.randn(2, 20, 3), torch.randn(20)
+    with pytest.raises(TypeError, match=r"y must hold real numbers .* got torch.complex64"):
+        probes.ridge_gcv(x, y.cfloat() * 1j)
+    resid, targets = torch.randn(3, 6, 5, 4), torch.randn(2, 6, 5)
+    with pytest.raises(TypeError, match=r"decodability: resid must hold real numbers"):
+        probes.decodability(resid.cfloat() * 1j, targets)
+    with pytest.raises(TypeError, match=r"held_shares: resid must hold real numbers"):
+        probes.held_shares(resid > 0, targets)

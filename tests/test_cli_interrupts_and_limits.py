@@ -37,7 +37,13 @@ def _interrupted(argv, started, tmp_path):
         wait_until(lambda: started in err.read_text(), proc)
         proc.send_signal(signal.SIGINT)
         proc.wait()
-    lines = [x for x in err.read_text().splitlines() if x.strip() and started not in x]
+    said: list[str] = []  # a note wrapped within 100 columns continues on "  " lines
+    for line in err.read_text().splitlines():
+        if line.startswith("  ") and said:
+            said[-1] += " " + line.strip()
+        elif line.strip():
+            said.append(line)
+    lines = [x for x in said if started not in x]
     return proc.returncode, lines
 
 

@@ -29,8 +29,8 @@ def cache(tmp_path, monkeypatch):
 
 def cli_json(capsys, *extra):
     assert main(["align", SHIPPED, *FLAGS, *extra, "--json"]) == 0
-    captured = capsys.readouterr()
-    return json.loads(captured.out)[SHIPPED], captured.err
+    captured = capsys.readouterr()  # the notes unwrapped (stderr keeps to 100 columns)
+    return json.loads(captured.out)[SHIPPED], " ".join(captured.err.split())
 
 
 def library(cfg):

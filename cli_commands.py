@@ -135,17 +135,20 @@ class _StageBar(logging.Handler):
 
         stage = record.getMessage()
         if self.bar is None or stage == FIRST_STAGE:
-            self.close()
+            self._end_bar()
             self.bar = tqdm(total=N_STAGES, desc="align", ncols=WIDTH, leave=False, disable=None,
                             file=sys.stderr, bar_format="{desc} ({elapsed})", mininterval=0)
         self.bar.set_description_str(f"align, stage {self.bar.n + 1} of {N_STAGES}: {stage}",
                                      refresh=False)
         self.bar.update(1)
 
-    def close(self) -> None:
+    def _end_bar(self) -> None:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+    def close(self) -> None:
+        self._end_bar()
         super().close()
 
 

@@ -42,7 +42,7 @@ def test_newton_alpha_refuses_what_gives_no_finite_alpha(a, n_points, says):
     (lambda: constructions.pgd_transformer([torch.eye(2), torch.eye(3)]),
      r"preconds must be matrices of one shape \[d, d\], got shapes \[\(2, 2\), \(3, 3\)\]"),
     (lambda: constructions.pgd_transformer([torch.eye(2), [[1.0, 0.0], [0.0, 1.0]]]),
-     r"preconds\[1\] must be a torch.Tensor \[d, d\], got list"),
+     r"preconds\[1\] must be a torch tensor \[d, d\], got list"),
 ])
 def test_constructors_refuse_what_they_cannot_build(build, says):
     with pytest.raises(ValueError, match=says):

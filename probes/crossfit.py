@@ -21,7 +21,7 @@ from torch import Tensor
 from iclprobe._checks import is_int
 from iclprobe.errors import InputError, NonFinite
 from iclprobe.models.base import Regressor
-from iclprobe.probes.inputs import check_axes, check_finite_inputs
+from iclprobe.probes.inputs import check_axes, check_finite_inputs, check_tensors
 from iclprobe.probes.layer_probes import (
     LayerProbes,
     ProbeMetrics,
@@ -172,8 +172,7 @@ def fold_features(resid: Tensor, folds: int, t_min: int) -> list[FeatureSums]:
     batch, n = resid.shape[1], resid.shape[2]
     if not is_int(folds) or not 2 <= folds <= batch:
         raise InputError(f"folds must be an integer in [2, {batch}], got {folds!r}")
-    if not is_int(t_min) or not 0 <= t_min < n:
-        raise InputError(f"t_min must be in [0, {n - 1}], got {t_min!r}")
+    _check_t_min(t_min, n)
     return [feature_sums(resid[:, a:b, t_min:].flatten(1, 2)) for a, b in fold_bounds(batch, folds)]
 
 
@@ -184,7 +183,15 @@ def fold_sums(resid: Tensor, ys: Tensor, t_min: int,
     ``ys``: the target, ``[B, n]`` for every layer or ``[layer, B, n]`` per layer;
     ``features``: the block's `fold_features`, computed before.
     """
+    check_axes("resid", resid, "layer, batch, pos, d_model")
+    check_tensors(ys=ys)  # real (ridge_sums checks its shape)
+    _check_t_min(t_min, resid.shape[2])  # t_min -3 summed the last 3 positions, 99 none
     return ridge_sums(resid[:, :, t_min:].flatten(1, 2), ys[..., t_min:].flatten(-2), features)
+
+
+def _check_t_min(t_min: int, n: int) -> None:
+    if not is_int(t_min) or not 0 <= t_min < n:
+        raise InputError(f"t_min must be in [0, {n - 1}], got {t_min!r}")
 
 
 def _check_extra(extra: Sequence[RidgeSums], folds: int, shape: torch.Size) -> list[RidgeSums]:

@@ -672,3 +672,14 @@ def test_complex_inputs_are_refused_where_a_cast_dropped_their_imaginary_part():
         probes.decodability(resid.cfloat() * 1j, targets)
     with pytest.raises(TypeError, match=r"held_shares: resid must hold real numbers"):
         probes.held_shares(resid > 0, targets)
+
+
+@pytest.mark.parametrize("t_min", [-3, 99, True])
+def test_fold_sums_checks_its_window_as_fold_features_does(t_min):
+    """t_min = -3 summed the last 3 positions, 99 none, True position 1 on."""
+    resid, ys = torch.randn(3, 4, 6, 5), torch.randn(4, 6)
+    with pytest.raises(ValueError, match=rf"t_min must be in \[0, 5\], got {t_min!r}"):
+        probes.fold_sums(resid, ys, t_min)
+    with pytest.raises(ValueError, match=rf"t_min must be in \[0, 5\], got {t_min!r}"):
+        probes.fold_features(resid, 2, t_min)
+    assert probes.fold_sums(resid, ys, 1).n == 4 * 5

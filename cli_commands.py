@@ -99,7 +99,7 @@ def align_checkpoints(checkpoints: list[str], cfg: Any) -> tuple[list[Any], dict
             raise InputError(f"{checkpoint} has n_dims={model.cfg.n_dims}, but the data has "
                              f"d={task.n_dims}: compare models of one dimension")
         check_align_fits(model, task, cfg, needs_probes(model), name)  # before fitting probes
-    with probe_notes():
+    with status_lines():
         results = compare([m for _, m in loaded], cfg, names, eval_task=task)
     return results, {res.name: res.probes_info for res in results}
 
@@ -112,7 +112,7 @@ def design_checkpoints(checkpoints: list[str], results: list[Any], cfg: Any) -> 
     out = {}
     for checkpoint, res in zip(checkpoints, results):
         model = models.load(checkpoint, device=cfg.device)
-        with probe_notes():
+        with status_lines():
             out[res.name] = align_designed(model, cfg, res.name, own=res, progress=True)
     return out
 
@@ -164,7 +164,7 @@ class _Notes(logging.Handler):
 
 
 @contextlib.contextmanager
-def probe_notes() -> Iterator[None]:
+def status_lines() -> Iterator[None]:
     """On stderr: what `resolve_probes` says of each model's probes, and `align`'s stages.
 
     The notes are printed as the probes are decided on; the stages are a progress bar in a
@@ -323,7 +323,7 @@ def run_demo(out: Path, n_sequences: int = 512, n_probe_sequences: int | None = 
                          f"at least {cfg.probe_folds} (more for enough rows per probe)")
     model = models.load(DEMO_MODELS[0])
     with kept.reusing():  # models aligned on the same data share the candidates' families
-        with probe_notes():
+        with status_lines():
             gpt = [align(model, cfg, name=DEMO_MODELS[0]),
                    align(model, dataclasses.replace(cfg, protocol="fu2024"),
                          name=f"{DEMO_MODELS[0]}-fu2024")]  # the same probes: data, seed

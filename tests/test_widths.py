@@ -149,11 +149,11 @@ def test_the_status_lines_on_stderr_keep_within_the_screen(tmp_path, capsys, mon
     130 columns, the saved probes' to 166 and an interrupted training's to 143 (below)."""
     import logging
 
-    from iclprobe.cli_commands import probe_notes
+    from iclprobe.cli_commands import status_lines
 
     said = "gpt-softmax: cross-fitting probes on the 512 evaluation sequences (4 folds, " \
            "fitted to each layer's best-held candidate prediction)"
-    with probe_notes():
+    with status_lines():
         logging.getLogger("iclprobe.alignment.measuring.probe_source").info(said)
     err = capsys.readouterr().err
     assert max(map(len, err.splitlines())) <= WIDTH and " ".join(err.split()) == said
@@ -179,7 +179,7 @@ def test_align_shows_its_stages_in_a_terminal_and_nothing_elsewhere(monkeypatch)
     stage is now a progress line within the screen (off a terminal, nothing: tqdm's
     ``disable=None``)."""
     from iclprobe.alignment.measuring.timing import FIRST_STAGE, N_STAGES, Timings
-    from iclprobe.cli_commands import probe_notes
+    from iclprobe.cli_commands import status_lines
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
@@ -187,7 +187,7 @@ def test_align_shows_its_stages_in_a_terminal_and_nothing_elsewhere(monkeypatch)
 
     for stream, shown in ((Terminal(), True), (io.StringIO(), False)):
         monkeypatch.setattr(sys, "stderr", stream)
-        with probe_notes():
+        with status_lines():
             timings = Timings()
             for stage in (FIRST_STAGE, "learners", "separation views"):
                 with timings.stage(stage):

@@ -149,10 +149,8 @@ def on_grid(values: Sequence[float], grid: Sequence[int]) -> list[int]:
     positive = sorted(s for s in set(grid) if s > 0)
     if not positive:
         return [min(grid)] * len(values)
-    logs = torch.tensor([math.log2(s) for s in positive], dtype=torch.float64)
-    at = [math.log2(v) if v > 0 else -math.inf for v in values]
-    return [positive[int((logs - a).abs().argmin())] if a > -math.inf else positive[0]
-            for a in at]
+    return [min(positive, key=lambda s: abs(math.log2(s) - math.log2(v))) if v > 0
+            else positive[0] for v in values]
 
 
 def grid_bias(layers: Sequence[int], fits: dict[str, Fit], grid: Sequence[int]
